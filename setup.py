@@ -1,0 +1,32 @@
+"""Packaging for tf_svmax (`pip install -e .[test]`)."""
+
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "tf_svmax" / "__init__.py").read_text())[1]
+
+setup(
+    name="tf_svmax",
+    version=VERSION,
+    description="SVD-based feature-embedding regularizers (SVMax, OLE) for Keras 3 / TensorFlow",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["tf_svmax", "tf_svmax.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "tensorflow>=2.16; sys_platform == 'darwin'",
+        "tensorflow-cpu>=2.16; sys_platform != 'darwin'",
+        "keras>=3.0",
+        "numpy",
+        "absl-py",
+        "scikit-learn",
+    ],
+    extras_require={
+        "test": ["pytest", "scipy", "ruff"],
+        "bench": ["torch", "scipy", "matplotlib"],
+    },
+    license="Apache-2.0",
+)

@@ -1,0 +1,73 @@
+"""`RegularizedLoss`: any Keras loss plus batch-level regularizers, in one `compile(loss=...)`."""
+
+import keras
+import tensorflow as tf
+
+from tf_svmax.ops import _checks
+
+
+def _as_loss(obj, arg):
+    """Turns a Keras loss name, config, function or instance into a callable Loss instance."""
+    if isinstance(obj, (str, dict)):
+        obj = keras.losses.get(obj)
+    if isinstance(obj, keras.losses.Loss):
+        return obj
+    if callable(obj):
+        # A bare function returns per-sample values; the wrapper reduces them like compile does.
+        return keras.losses.LossFunctionWrapper(obj, name=getattr(obj, "__name__", None))
+    raise ValueError(_checks.invalid(arg, "a Keras loss (instance, name or function)", obj))
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class RegularizedLoss(keras.losses.Loss):
+    """``loss(y_true, y_pred) + sum_r r(y_true, y_pred)``.
+
+    Adds batch-level regularizers (`SVMaxLoss`, `OLELoss`, ...) to any Keras loss (ours,
+    Keras', or a user's). Each term applies its own reduction and `sample_weight`.
+
+    Args:
+      loss: The main loss: a `keras.losses.Loss`, a Keras loss name, or a function
+        `fn(y_true, y_pred)` returning per-sample values.
+      regularizers: A loss or a list of losses added to it (same accepted forms).
+      name: Loss name.
+
+    Example:
+      >>> loss = RegularizedLoss(keras.losses.MeanSquaredError(), [SVMaxLoss(lambda_=0.1)])
+      >>> model.compile(optimizer="sgd", loss=loss)
+    """
+
+    def __init__(self, loss, regularizers=(), name="regularized_loss", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.loss = _as_loss(loss, "loss")
+        if not isinstance(regularizers, (list, tuple)):
+            regularizers = [regularizers]
+        self.regularizers = [_as_loss(r, "regularizers") for r in regularizers]
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        with tf.name_scope(self.name):
+            total = self.loss(y_true, y_pred, sample_weight=sample_weight)
+            for regularizer in self.regularizers:
+                total = total + tf.cast(
+                    regularizer(y_true, y_pred, sample_weight=sample_weight), total.dtype
+                )
+            return total
+
+    def call(self, y_true, y_pred):
+        return self(y_true, y_pred)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            loss=keras.saving.serialize_keras_object(self.loss),
+            regularizers=[keras.saving.serialize_keras_object(r) for r in self.regularizers],
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["loss"] = keras.saving.deserialize_keras_object(config["loss"])
+        config["regularizers"] = [
+            keras.saving.deserialize_keras_object(r) for r in config["regularizers"]
+        ]
+        return cls(**config)

@@ -1,0 +1,84 @@
+"""Keras losses for the SVD-based penalties: SVMax and OLE."""
+
+import keras
+
+from tf_svmax import ops
+from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.ops import _checks
+
+
+def _check_method(method):
+    if method not in ops.METHODS:
+        raise ValueError(_checks.invalid("method", f"one of {ops.METHODS}", method))
+    return method
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class SVMaxLoss(BatchPenaltyLoss):
+    """SVMax regularizer as a label-oblivious Keras loss: ``lambda_ * svmax(y_pred)``.
+
+    Bounded (default): ``lambda_ * exp((U - s_mu) / (U - L))`` (SVMax paper Eq. 4); unbounded:
+    ``-lambda_ * s_mu`` (Eq. 1). `y_true` is ignored (may be None). The paper's lambda is 1 for
+    contrastive and N-pair losses, 0.1 for triplet and 2 for angular loss.
+
+    Args:
+      lambda_: Weight of the penalty, a float >= 0.
+      bounded: Bounded (Eq. 4) or unbounded (Eq. 1) form.
+      method: Spectral path, see `tf_svmax.ops.spectral` ("auto" is right almost always).
+      name: Loss name.
+
+    Example:
+      >>> model.compile("sgd", loss=tf_svmax.losses.RegularizedLoss(
+      ...     "mse", [tf_svmax.losses.SVMaxLoss(lambda_=1.0)]))
+    """
+
+    def __init__(self, lambda_=1.0, bounded=True, method="auto", name="svmax", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
+        self.bounded = _checks.check_bool(bounded, "bounded")
+        self.method = _check_method(method)
+
+    def call(self, y_true, y_pred):
+        return self.lambda_ * ops.svmax(y_pred, bounded=self.bounded, method=self.method)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(lambda_=self.lambda_, bounded=self.bounded, method=self.method)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class OLELoss(BatchPenaltyLoss):
+    """OLE loss as a Keras loss: ``lambda_ * ole_loss(y_true, y_pred)`` (OLE paper Eq. 2, 5, 6).
+
+    `y_true` are integer class labels (`[N]` or `[N, 1]`, any values); they are not cast to
+    float, so large label values stay distinct. The default weight 0.25 is the original's.
+
+    Args:
+      lambda_: Weight, a float >= 0 (original: 0.25).
+      delta: Floor on each class's nuclear norm (paper: 1.0).
+      threshold: Singular values below it are dropped from the subgradient (original: 1e-6).
+      name: Loss name.
+
+    Example:
+      >>> model.compile("sgd", loss=tf_svmax.losses.RegularizedLoss(
+      ...     "sparse_categorical_crossentropy", [tf_svmax.losses.OLELoss()]))
+    """
+
+    def __init__(self, lambda_=0.25, delta=1.0, threshold=1e-6, name="ole", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
+        self.delta = _checks.check_non_negative_number(delta, "delta")
+        self.threshold = _checks.check_non_negative_number(threshold, "threshold")
+
+    def call(self, y_true, y_pred):
+        if y_true is None:
+            raise ValueError(_checks.invalid("y_true", "integer class labels", None))
+        return self.lambda_ * ops.ole_loss(
+            y_true, y_pred, delta=self.delta, threshold=self.threshold
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(lambda_=self.lambda_, delta=self.delta, threshold=self.threshold)
+        return config

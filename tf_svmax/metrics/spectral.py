@@ -1,0 +1,89 @@
+"""Keras metrics that track the mean singular value of the embeddings and its SVMax bounds."""
+
+import keras
+import tensorflow as tf
+
+from tf_svmax import ops
+from tf_svmax.ops import _checks
+
+
+class _RunningBatchMean(keras.metrics.Metric):
+    """Mean over batches of a per-batch scalar computed from `y_pred` (sample weights unused)."""
+
+    def __init__(self, name, dtype=None):
+        super().__init__(name=name, dtype=dtype)
+        self.total = self.add_variable(shape=(), initializer="zeros", name="total")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def batch_value(self, y_pred):
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        # A metric only observes; no gradient flows through it.
+        value = self.batch_value(tf.stop_gradient(tf.convert_to_tensor(y_pred)))
+        self.total.assign_add(tf.cast(value, self.dtype))
+        self.count.assign_add(tf.constant(1.0, self.dtype))
+
+    def result(self):
+        return tf.math.divide_no_nan(self.total, self.count)
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class MeanSingularValue(_RunningBatchMean):
+    """Running mean over batches of the batch's mean singular value ``s_mu``.
+
+    The SVMax dissertation tracks ``s_mu`` during training (Fig. 3.5) and on the test split
+    (Fig. 3.9). Use with `SingularValueBound` to log ``s_mu`` beside ``[L, U]`` in `fit`.
+
+    Example:
+      >>> model.compile(..., metrics=[MeanSingularValue(), SingularValueBound("lower"),
+      ...                             SingularValueBound("upper")])
+    """
+
+    def __init__(self, name="mean_singular_value", dtype=None, method="auto"):
+        super().__init__(name=name, dtype=dtype)
+        if method not in ops.METHODS:
+            raise ValueError(_checks.invalid("method", f"one of {ops.METHODS}", method))
+        self.method = method
+
+    def batch_value(self, y_pred):
+        return ops.mean_singular_value(tf.cast(y_pred, tf.float32), method=self.method)
+
+    def get_config(self):
+        return {**super().get_config(), "method": self.method}
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class SingularValueBound(_RunningBatchMean):
+    """Running mean over batches of the SVMax lower (`L`) or upper (`U`) bound of ``s_mu``.
+
+    The bounds depend only on each batch's shape ``(b, d)`` (`tf_svmax.ops.svmax_bounds`), so a
+    smaller last batch is accounted for.
+
+    Args:
+      bound: ``"lower"`` or ``"upper"``.
+      name: Defaults to ``"svmax_lower_bound"`` / ``"svmax_upper_bound"``.
+    """
+
+    def __init__(self, bound="upper", name=None, dtype=None):
+        if bound not in ("lower", "upper"):
+            raise ValueError(_checks.invalid("bound", "'lower' or 'upper'", bound))
+        super().__init__(name=name or f"svmax_{bound}_bound", dtype=dtype)
+        self.bound = bound
+
+    def batch_value(self, y_pred):
+        shape = tf.shape(y_pred)
+        lower, upper = ops.svmax_bounds(shape[0], shape[-1])
+        return lower if self.bound == "lower" else upper
+
+    def get_config(self):
+        return {**super().get_config(), "bound": self.bound}
+
+
+def svmax_metrics(method="auto"):
+    """The three metrics that show ``s_mu`` with its ``[L, U]`` bounds during `fit`."""
+    return [
+        MeanSingularValue(method=method),
+        SingularValueBound("lower"),
+        SingularValueBound("upper"),
+    ]

@@ -1,0 +1,21 @@
+"""Pure TensorFlow functions: the math behind the losses, regularizers and metrics."""
+
+from tf_svmax.ops.ole import ole_loss
+from tf_svmax.ops.spectral import (
+    METHODS,
+    mean_singular_value,
+    nuclear_norm,
+    singular_values,
+    svmax,
+    svmax_bounds,
+)
+
+__all__ = [
+    "METHODS",
+    "mean_singular_value",
+    "nuclear_norm",
+    "ole_loss",
+    "singular_values",
+    "svmax",
+    "svmax_bounds",
+]

@@ -1,0 +1,92 @@
+"""Argument validation and dtype handling shared by the ops.
+
+Errors follow one pattern, naming the argument, the expectation and the value:
+``Invalid value for argument `x`. Expected ... Received: x=...``.
+"""
+
+import numbers
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+# Half-precision inputs are promoted to this dtype for the linear algebra: float16 has a
+# 10-bit mantissa and a maximum of 65504, which is too coarse for an eigendecomposition.
+_HALF_DTYPES = (tf.float16, tf.bfloat16)
+
+
+def invalid(arg, expected, received):
+    """Builds the library's standard error message for a bad argument."""
+    return f"Invalid value for argument `{arg}`. Expected {expected}. Received: {arg}={received!r}"
+
+
+def check_non_negative_number(value, arg):
+    """Returns `value` as a Python float, raising ValueError unless it is a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(invalid(arg, "a float >= 0", value))
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(invalid(arg, "a finite float >= 0", value))
+    return float(value)
+
+
+def check_bool(value, arg):
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(invalid(arg, "a bool", value))
+    return bool(value)
+
+
+def compute_dtype(dtype):
+    """The dtype the spectral math runs in for inputs of `dtype` (half -> float32)."""
+    dtype = tf.as_dtype(dtype)
+    if dtype in _HALF_DTYPES:
+        return tf.float32
+    return dtype
+
+
+def float_matrix(x, arg, min_rows=1, min_cols=1):
+    """Converts `x` to a rank-2 floating tensor, validating what can be validated statically.
+
+    Returns `(x_compute, input_dtype)` where `x_compute` is in the compute dtype (float32 for
+    half-precision inputs, else the input's own float dtype).
+    """
+    x = tf.convert_to_tensor(x)
+    if not x.dtype.is_floating:
+        raise TypeError(invalid(arg, "a floating-point tensor", f"<tensor of dtype {x.dtype.name}>"))
+    rank = x.shape.rank
+    if rank is not None and rank != 2:
+        raise ValueError(
+            invalid(arg, "a rank-2 tensor of shape [batch_size, dim]", f"<tensor of shape {x.shape}>")
+        )
+    if rank is None:
+        # Unknown rank at trace time: check when the graph runs.
+        tf.debugging.assert_rank(x, 2, message=invalid(arg, "a rank-2 tensor", "<tensor of another rank>"))
+    rows, cols = (x.shape[0], x.shape[1]) if rank == 2 else (None, None)
+    if rows is not None and rows < min_rows:
+        raise ValueError(invalid(arg, f"at least {min_rows} row(s)", f"<tensor of shape {x.shape}>"))
+    if cols is not None and cols < min_cols:
+        raise ValueError(invalid(arg, f"at least {min_cols} column(s)", f"<tensor of shape {x.shape}>"))
+    return tf.cast(x, compute_dtype(x.dtype)), x.dtype
+
+
+def in_xla_context():
+    """True while tracing a function that XLA will compile (`jit_compile=True`).
+
+    TensorFlow has no public API for this; the private helper is used when present, and its
+    absence is reported as "not under XLA" (the library then takes its default path).
+    """
+    try:
+        from tensorflow.python.ops import control_flow_util  # noqa: PLC0415 (private, optional)
+    except ImportError:  # pragma: no cover - depends on the TensorFlow build
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+_WARNED = set()
+
+
+def warn_once(key, message):
+    """Emits `message` as a RuntimeWarning once per process for each `key`."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)

@@ -1,0 +1,168 @@
+"""Orthogonal Low-rank Embedding (OLE) loss with the published subgradient.
+
+OLE (seed paper `002`, Lezama et al. 2018) pulls each class into a low-rank subspace and pushes
+the classes apart::
+
+    L_o(X) = ( sum_c max(delta, ||X_c||_*) - ||X||_* ) / N            (Eq. 2, per sample)
+
+Its descent direction is the thresholded subgradient of Eq. 5-6: ``U_1 V_1^T`` keeps only the
+singular directions whose singular value is at least `threshold`; a class whose nuclear norm is
+at most `delta` contributes `delta` and no gradient. This matches the public PyTorch original
+(`pytorch_OLE/OLE.py`), without its weight `lambda_` (the Keras loss applies that).
+
+Implementation: classes are found with `tf.unique`, so labels may be any integers, unsorted,
+with a different set of classes in every batch. Rows are scattered into a zero-padded
+``[C, K_max, D]`` tensor (zero rows change neither the nonzero singular values nor the
+nuclear norm) and all classes are decomposed in one batched call: no Python loop over classes
+and no host round trip, so it runs inside `tf.function` on the batch's device. Each class is
+decomposed through its smaller Gram matrix (``K x K`` for P x K batches). The math runs in
+float64: the threshold (1e-6) sits below float32's resolution of small singular values of
+unnormalized features (~1e-7 * s_1), where float32 would keep noise directions in the gradient.
+"""
+
+import tensorflow as tf
+
+from tf_svmax.ops import _checks
+from tf_svmax.ops import spectral
+
+
+def class_labels(labels, arg="labels"):
+    """Flattens `labels` to `[N]` int64, accepting integer tensors and integral-valued floats."""
+    labels = tf.convert_to_tensor(labels)
+    if labels.shape.rank is not None and labels.shape.rank > 1:
+        if labels.shape.rank > 2 or (labels.shape[-1] is not None and labels.shape[-1] != 1):
+            raise ValueError(
+                _checks.invalid(arg, "integer class labels of shape [N] or [N, 1]",
+                                f"<tensor of shape {labels.shape}>")
+            )
+    labels = tf.reshape(labels, [-1])
+    if labels.dtype.is_integer:
+        return tf.cast(labels, tf.int64)
+    if labels.dtype.is_floating:
+        # Keras losses receive y_true cast to float; accept floats that hold integers.
+        with tf.control_dependencies([
+            tf.debugging.assert_equal(
+                labels, tf.round(labels),
+                message=f"Invalid value for argument `{arg}`: expected integer class labels, "
+                "received non-integral floats.",
+            )
+        ]):
+            return tf.cast(labels, tf.int64)
+    raise TypeError(_checks.invalid(arg, "integer class labels", f"<tensor of dtype {labels.dtype.name}>"))
+
+
+def check_same_batch(labels, embeddings, labels_arg="labels", embeddings_arg="embeddings"):
+    """Raises (statically, or when the graph runs) unless labels and embeddings have N rows."""
+    n_labels, n_rows = labels.shape[0], embeddings.shape[0]
+    if n_labels is not None and n_rows is not None:
+        if n_labels != n_rows:
+            raise ValueError(
+                f"Invalid value for argument `{labels_arg}`. Expected one label per row of "
+                f"`{embeddings_arg}` ({n_rows}). Received: {n_labels} labels."
+            )
+        return labels
+    with tf.control_dependencies([
+        tf.debugging.assert_equal(
+            tf.shape(labels)[0], tf.shape(embeddings)[0],
+            message=f"Invalid value for argument `{labels_arg}`: expected one label per row "
+            f"of `{embeddings_arg}`.",
+        )
+    ]):
+        return tf.identity(labels)
+
+
+def nuclear_norms_and_subgradients(matrices, threshold):
+    """Nuclear norms and thresholded subgradients ``U_1 V_1^T`` (Eq. 5) of a batch of matrices.
+
+    Args:
+      matrices: `[C, K, D]` float tensor.
+      threshold: Singular values below it are left out of the subgradient (not of the norm).
+
+    Returns:
+      `(norms [C], subgradients [C, K, D])`.
+    """
+    tall = spectral._is_tall(matrices)
+    s, u, v = spectral.gram_factors(spectral._orient(matrices, tall))
+    keep = tf.cast(s >= threshold, u.dtype)  # Eq. 5: drop directions with s < threshold.
+    sub = tf.matmul(u * keep[..., tf.newaxis, :], v, transpose_b=True)
+    return tf.reduce_sum(s, axis=-1), spectral._orient(sub, tall)
+
+
+def _class_layout(labels):
+    """Class index per row, the row's position inside its class, and the padded shape."""
+    _, class_index = tf.unique(labels, out_idx=tf.int32)
+    num_classes = tf.reduce_max(class_index) + 1
+    counts = tf.math.bincount(class_index, minlength=num_classes, dtype=tf.int32)
+    # Stable sort by class; a row's position is its rank among the rows of its class.
+    order = tf.argsort(class_index, stable=True)
+    starts = tf.cumsum(counts, exclusive=True)
+    position_sorted = tf.range(tf.size(labels)) - tf.gather(starts, tf.gather(class_index, order))
+    position = tf.gather(position_sorted, tf.math.invert_permutation(order))
+    coords = tf.stack([class_index, position], axis=1)
+    return coords, num_classes, tf.reduce_max(counts)
+
+
+def _ole(labels, x, delta, threshold):
+    @tf.custom_gradient
+    def forward(x):
+        all_finite, x_safe = spectral._finite_guard(x)
+        n = tf.cast(tf.shape(x)[0], x.dtype)
+        coords, num_classes, k_max = _class_layout(labels)
+        per_class = tf.scatter_nd(coords, x_safe, tf.stack([num_classes, k_max, tf.shape(x)[1]]))
+
+        # Per-class term: sum_c max(delta, ||X_c||_*).
+        class_norms, class_subs = nuclear_norms_and_subgradients(per_class, threshold)
+        active = class_norms > delta
+        class_term = tf.reduce_sum(tf.where(active, class_norms, tf.cast(delta, x.dtype)))
+
+        # Batch term: ||X||_*.
+        batch_norm, batch_sub = nuclear_norms_and_subgradients(x_safe[tf.newaxis], threshold)
+        value = (class_term - batch_norm[0]) / n  # Eq. 2
+
+        def grad(upstream):
+            # Eq. 6: per-class U_1c V_1c^T on the class's rows (zero when ||X_c||_* <= delta),
+            # minus the batch's U_1 V_1^T.
+            class_subs_active = class_subs * tf.cast(active, x.dtype)[:, tf.newaxis, tf.newaxis]
+            rows = tf.gather_nd(class_subs_active, coords)
+            g = (rows - batch_sub[0]) * (upstream / n)
+            return spectral._nan_unless(all_finite, g)
+
+        return spectral._nan_unless(all_finite, value), grad
+
+    return forward(x)
+
+
+def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
+    """OLE loss of one mini-batch (a scalar; multiply by lambda yourself).
+
+    ``(sum_c max(delta, ||X_c||_*) - ||X||_*) / N`` with the published subgradient (OLE paper
+    Eq. 2, 5, 6) as its gradient.
+
+    Args:
+      labels: `[N]` (or `[N, 1]`) integer class labels; any values, any order.
+      embeddings: `[N, D]` floating features (the OLE paper does not normalize them).
+      delta: Floor on each class's nuclear norm (paper: 1.0). Float >= 0.
+      threshold: Singular values below it are dropped from the subgradient (original: 1e-6).
+
+    Returns:
+      A scalar of the dtype of `embeddings` (computed in float64).
+
+    Raises:
+      ValueError: bad rank, mismatched batch sizes or a negative `delta`/`threshold`.
+
+    Example:
+      >>> x = tf.random.normal([8, 16])
+      >>> ole_loss([0, 0, 1, 1, 2, 2, 3, 3], x)
+    """
+    delta = _checks.check_non_negative_number(delta, "delta")
+    threshold = _checks.check_non_negative_number(threshold, "threshold")
+    x, dtype = _checks.float_matrix(embeddings, "embeddings")
+    labels = check_same_batch(class_labels(labels), x)
+    if _checks.in_xla_context():
+        _checks.warn_once(
+            "xla-ole",
+            "tf_svmax: ole_loss under XLA (jit_compile=True) uses XLA's compiled float64 "
+            "eigensolver, ~10x slower than without XLA on a CPU; compile without XLA.",
+        )
+    value = _ole(labels, tf.cast(x, tf.float64), delta, threshold)
+    return tf.cast(value, dtype)

@@ -1,0 +1,5 @@
+"""Keras 3 regularizers (label-oblivious penalties on a layer's output)."""
+
+from tf_svmax.regularizers.spectral import SVMaxRegularizer
+
+__all__ = ["SVMaxRegularizer"]
