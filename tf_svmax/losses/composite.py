@@ -6,6 +6,26 @@ import tensorflow as tf
 from tf_svmax.ops import _checks
 
 
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class FunctionLoss(keras.losses.Loss):
+    """Wraps a function ``fn(y_true, y_pred) -> per-sample values`` as a reducing Keras loss.
+
+    What `model.compile` does to a bare loss function (Keras has no public class for it).
+    """
+
+    def __init__(self, fn, name=None, **kwargs):
+        if isinstance(fn, (str, dict)):
+            fn = keras.saving.deserialize_keras_object(fn)
+        super().__init__(name=name or getattr(fn, "__name__", "function_loss"), **kwargs)
+        self.fn = fn
+
+    def call(self, y_true, y_pred):
+        return self.fn(y_true, y_pred)
+
+    def get_config(self):
+        return {**super().get_config(), "fn": keras.saving.serialize_keras_object(self.fn)}
+
+
 def _as_loss(obj, arg):
     """Turns a Keras loss name, config, function or instance into a callable Loss instance."""
     if isinstance(obj, (str, dict)):
@@ -13,8 +33,7 @@ def _as_loss(obj, arg):
     if isinstance(obj, keras.losses.Loss):
         return obj
     if callable(obj):
-        # A bare function returns per-sample values; the wrapper reduces them like compile does.
-        return keras.losses.LossFunctionWrapper(obj, name=getattr(obj, "__name__", None))
+        return FunctionLoss(obj)
     raise ValueError(_checks.invalid(arg, "a Keras loss (instance, name or function)", obj))
 
 
