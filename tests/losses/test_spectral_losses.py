@@ -1,11 +1,11 @@
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
+import tf_svmax
 from tests import reference_spectral as ref
 from tests.reference_ole import ole_reference
-import tf_svmax
 from tf_svmax.losses import OLELoss, RegularizedLoss, SVMaxLoss
 
 
@@ -30,16 +30,20 @@ def test_svmax_loss_value_matches_numpy(rng):
     expected, _ = ref.svmax_reference(e, ref.original_bounds(144, 128))
     np.testing.assert_allclose(SVMaxLoss(lambda_=0.1)(None, e).numpy(), 0.1 * expected, rtol=1e-5)
     unbounded, _ = ref.svmax_reference(e, None, bounded=False)
-    np.testing.assert_allclose(SVMaxLoss(bounded=False)(np.zeros(144), e).numpy(), unbounded,
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        SVMaxLoss(bounded=False)(np.zeros(144), e).numpy(), unbounded, rtol=1e-5
+    )
 
 
 def test_sample_weights_scale_the_batch_penalty_by_their_mean(rng):
     e = ref.unit_rows(rng, 20, 8)
     loss = SVMaxLoss()
     weights = rng.uniform(size=20).astype(np.float32)
-    np.testing.assert_allclose(loss(None, e, sample_weight=weights).numpy(),
-                               loss(None, e).numpy() * weights.mean(), rtol=1e-6)
+    np.testing.assert_allclose(
+        loss(None, e, sample_weight=weights).numpy(),
+        loss(None, e).numpy() * weights.mean(),
+        rtol=1e-6,
+    )
 
 
 def test_ole_loss_value_matches_reference_and_keeps_large_labels_distinct(rng):
@@ -90,8 +94,10 @@ def test_other_bad_arguments():
     [
         SVMaxLoss(lambda_=0.3, bounded=False, method="svd"),
         OLELoss(lambda_=0.1, delta=2.0, threshold=1e-5),
-        RegularizedLoss(keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                        [SVMaxLoss(0.1), OLELoss()]),
+        RegularizedLoss(
+            keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            [SVMaxLoss(0.1), OLELoss()],
+        ),
         RegularizedLoss("sparse_categorical_crossentropy", [SVMaxLoss(0.1)]),
     ],
 )
@@ -117,8 +123,11 @@ def test_config_round_trip(loss):
 def test_compile_fit_save_and_load(rng, tmp_path, make_loss):
     x, y = _data(rng)
     model = _embedding_model()
-    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=make_loss(),
-                  metrics=tf_svmax.metrics.svmax_metrics())
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05),
+        loss=make_loss(),
+        metrics=tf_svmax.metrics.svmax_metrics(),
+    )
     history = model.fit(x, y, batch_size=16, epochs=2, verbose=0)
     losses = history.history["loss"]
     assert np.all(np.isfinite(losses))
@@ -127,11 +136,14 @@ def test_compile_fit_save_and_load(rng, tmp_path, make_loss):
     model.save(path)
     restored = keras.models.load_model(path)  # no custom_objects needed
     assert restored.loss.get_config() == model.loss.get_config()
-    np.testing.assert_allclose(restored.predict(x, verbose=0), model.predict(x, verbose=0),
-                               atol=1e-6)
-    np.testing.assert_allclose(restored.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)["loss"],
-                               model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)["loss"],
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        restored.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        restored.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)["loss"],
+        model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)["loss"],
+        rtol=1e-5,
+    )
 
 
 def test_svmax_loss_raises_s_mu_in_training(rng):

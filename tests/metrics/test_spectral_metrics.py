@@ -1,6 +1,6 @@
+import keras
 import numpy as np
 import pytest
-import keras
 
 from tests import reference_spectral as ref
 from tf_svmax.metrics import MeanSingularValue, SingularValueBound, svmax_metrics
@@ -30,7 +30,9 @@ def test_bounds_follow_each_batch_shape(rng):
 
 def test_metrics_serialize_and_log_during_fit(rng):
     for metric in svmax_metrics():
-        restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(metric))
+        restored = keras.saving.deserialize_keras_object(
+            keras.saving.serialize_keras_object(metric)
+        )
         assert restored.get_config() == metric.get_config()
     inputs = keras.Input((5,))
     outputs = keras.layers.UnitNormalization()(keras.layers.Dense(4)(inputs))

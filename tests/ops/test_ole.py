@@ -66,6 +66,29 @@ def test_float32_inputs_match_reference_at_float32_precision(rng):
     np.testing.assert_allclose(grad, ref_grad, atol=1e-6)
 
 
+def test_float32_inputs_in_every_case_match_reference(rng):
+    # Well-conditioned batches take the float32-eigenvector shortcut for the batch term;
+    # (nearly) rank-deficient ones must fall back to float64 and keep the threshold semantics.
+    for name, labels, x in _cases(rng):
+        x32 = x.astype(np.float32)
+        value, grad = _value_and_grad(labels, x32)
+        ref_value, ref_grad = ole_reference(labels, x32.astype(np.float64))
+        np.testing.assert_allclose(value, ref_value, rtol=1e-5, atol=1e-6, err_msg=name)
+        scale = np.abs(ref_grad).max()
+        np.testing.assert_allclose(grad, ref_grad, atol=1e-5 * scale, err_msg=name)
+
+
+def test_float32_rank_deficient_batch_keeps_the_threshold_exactly(rng):
+    # Features in a 3-dim subspace: the batch has 7 zero singular values. A float32
+    # decomposition would see them as ~1e-7 * s_1 and could keep noise directions.
+    labels = np.repeat(np.arange(5), 4)
+    x = (rng.standard_normal((20, 3)) @ rng.standard_normal((3, 10)) * 30).astype(np.float32)
+    value, grad = _value_and_grad(labels, x)
+    ref_value, ref_grad = ole_reference(labels, x.astype(np.float64))
+    np.testing.assert_allclose(grad, ref_grad, atol=1e-7)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-6)
+
+
 def test_delta_and_threshold_are_applied(rng):
     labels = np.repeat(np.arange(3), 4)
     x = rng.standard_normal((12, 6))
@@ -98,8 +121,9 @@ def test_labels_of_shape_n_by_1_and_integral_floats(rng):
     x = rng.standard_normal((12, 6))
     expected = ole_reference(labels, x)[0]
     np.testing.assert_allclose(ops.ole_loss(labels[:, None], x).numpy(), expected, rtol=1e-10)
-    np.testing.assert_allclose(ops.ole_loss(labels.astype(np.float32), x).numpy(), expected,
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        ops.ole_loss(labels.astype(np.float32), x).numpy(), expected, rtol=1e-10
+    )
 
 
 def test_collapsed_batch_has_finite_gradient():

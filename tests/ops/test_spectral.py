@@ -173,8 +173,9 @@ def test_bounds_reproduce_the_originals_and_the_dissertation():
 
 def test_bounds_accept_tensors_and_reject_bad_values():
     lower, upper = ops.svmax_bounds(tf.constant(72), tf.constant(128))
-    np.testing.assert_allclose([lower.numpy(), upper.numpy()], ref.small_batch_bounds(72, 128),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        [lower.numpy(), upper.numpy()], ref.small_batch_bounds(72, 128), rtol=1e-6
+    )
     with pytest.raises(ValueError, match=r"argument `batch_size`"):
         ops.svmax_bounds(0, 128)
     with pytest.raises(TypeError, match=r"argument `dim`"):

@@ -1,6 +1,6 @@
+import keras
 import numpy as np
 import pytest
-import keras
 
 from tests import reference_spectral as ref
 from tf_svmax.regularizers import SVMaxRegularizer

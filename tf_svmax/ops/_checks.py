@@ -51,20 +51,30 @@ def float_matrix(x, arg, min_rows=1, min_cols=1):
     """
     x = tf.convert_to_tensor(x)
     if not x.dtype.is_floating:
-        raise TypeError(invalid(arg, "a floating-point tensor", f"<tensor of dtype {x.dtype.name}>"))
+        raise TypeError(
+            invalid(arg, "a floating-point tensor", f"<tensor of dtype {x.dtype.name}>")
+        )
     rank = x.shape.rank
     if rank is not None and rank != 2:
         raise ValueError(
-            invalid(arg, "a rank-2 tensor of shape [batch_size, dim]", f"<tensor of shape {x.shape}>")
+            invalid(
+                arg, "a rank-2 tensor of shape [batch_size, dim]", f"<tensor of shape {x.shape}>"
+            )
         )
     if rank is None:
         # Unknown rank at trace time: check when the graph runs.
-        tf.debugging.assert_rank(x, 2, message=invalid(arg, "a rank-2 tensor", "<tensor of another rank>"))
+        tf.debugging.assert_rank(
+            x, 2, message=invalid(arg, "a rank-2 tensor", "<tensor of another rank>")
+        )
     rows, cols = (x.shape[0], x.shape[1]) if rank == 2 else (None, None)
     if rows is not None and rows < min_rows:
-        raise ValueError(invalid(arg, f"at least {min_rows} row(s)", f"<tensor of shape {x.shape}>"))
+        raise ValueError(
+            invalid(arg, f"at least {min_rows} row(s)", f"<tensor of shape {x.shape}>")
+        )
     if cols is not None and cols < min_cols:
-        raise ValueError(invalid(arg, f"at least {min_cols} column(s)", f"<tensor of shape {x.shape}>"))
+        raise ValueError(
+            invalid(arg, f"at least {min_cols} column(s)", f"<tensor of shape {x.shape}>")
+        )
     return tf.cast(x, compute_dtype(x.dtype)), x.dtype
 
 

@@ -13,17 +13,17 @@ at most `delta` contributes `delta` and no gradient. This matches the public PyT
 Implementation: classes are found with `tf.unique`, so labels may be any integers, unsorted,
 with a different set of classes in every batch. Rows are scattered into a zero-padded
 ``[C, K_max, D]`` tensor (zero rows change neither the nonzero singular values nor the
-nuclear norm) and all classes are decomposed in one batched call: no Python loop over classes
-and no host round trip, so it runs inside `tf.function` on the batch's device. Each class is
-decomposed through its smaller Gram matrix (``K x K`` for P x K batches). The math runs in
-float64: the threshold (1e-6) sits below float32's resolution of small singular values of
-unnormalized features (~1e-7 * s_1), where float32 would keep noise directions in the gradient.
+nuclear norm) and all classes are decomposed in one batched float64 SVD call: no Python loop
+over classes and no host round trip, so it runs inside `tf.function` on the batch's device.
+float64, because the threshold (1e-6) sits below float32's resolution of small singular values
+of unnormalized features (~1e-7 * s_1), where float32 would keep noise directions in the
+gradient. The batch term, the costliest part, uses float32 eigenvectors for float32 inputs when
+the batch is well conditioned (see `_batch_term`) and a float64 SVD otherwise.
 """
 
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
-from tf_svmax.ops import spectral
+from tf_svmax.ops import _checks, spectral
 
 
 def class_labels(labels, arg="labels"):
@@ -32,23 +32,31 @@ def class_labels(labels, arg="labels"):
     if labels.shape.rank is not None and labels.shape.rank > 1:
         if labels.shape.rank > 2 or (labels.shape[-1] is not None and labels.shape[-1] != 1):
             raise ValueError(
-                _checks.invalid(arg, "integer class labels of shape [N] or [N, 1]",
-                                f"<tensor of shape {labels.shape}>")
+                _checks.invalid(
+                    arg,
+                    "integer class labels of shape [N] or [N, 1]",
+                    f"<tensor of shape {labels.shape}>",
+                )
             )
     labels = tf.reshape(labels, [-1])
     if labels.dtype.is_integer:
         return tf.cast(labels, tf.int64)
     if labels.dtype.is_floating:
         # Keras losses receive y_true cast to float; accept floats that hold integers.
-        with tf.control_dependencies([
-            tf.debugging.assert_equal(
-                labels, tf.round(labels),
-                message=f"Invalid value for argument `{arg}`: expected integer class labels, "
-                "received non-integral floats.",
-            )
-        ]):
+        with tf.control_dependencies(
+            [
+                tf.debugging.assert_equal(
+                    labels,
+                    tf.round(labels),
+                    message=f"Invalid value for argument `{arg}`: expected integer class labels, "
+                    "received non-integral floats.",
+                )
+            ]
+        ):
             return tf.cast(labels, tf.int64)
-    raise TypeError(_checks.invalid(arg, "integer class labels", f"<tensor of dtype {labels.dtype.name}>"))
+    raise TypeError(
+        _checks.invalid(arg, "integer class labels", f"<tensor of dtype {labels.dtype.name}>")
+    )
 
 
 def check_same_batch(labels, embeddings, labels_arg="labels", embeddings_arg="embeddings"):
@@ -61,13 +69,16 @@ def check_same_batch(labels, embeddings, labels_arg="labels", embeddings_arg="em
                 f"`{embeddings_arg}` ({n_rows}). Received: {n_labels} labels."
             )
         return labels
-    with tf.control_dependencies([
-        tf.debugging.assert_equal(
-            tf.shape(labels)[0], tf.shape(embeddings)[0],
-            message=f"Invalid value for argument `{labels_arg}`: expected one label per row "
-            f"of `{embeddings_arg}`.",
-        )
-    ]):
+    with tf.control_dependencies(
+        [
+            tf.debugging.assert_equal(
+                tf.shape(labels)[0],
+                tf.shape(embeddings)[0],
+                message=f"Invalid value for argument `{labels_arg}`: expected one label per row "
+                f"of `{embeddings_arg}`.",
+            )
+        ]
+    ):
         return tf.identity(labels)
 
 
@@ -81,11 +92,12 @@ def nuclear_norms_and_subgradients(matrices, threshold):
     Returns:
       `(norms [C], subgradients [C, K, D])`.
     """
-    tall = spectral._is_tall(matrices)
-    s, u, v = spectral.gram_factors(spectral._orient(matrices, tall))
+    # A one-sided SVD resolves singular values down to ~eps * s_1; a Gram matrix only to
+    # ~sqrt(eps) * s_1, which for large features (s_1 > ~60 in float64) reaches the threshold.
+    s, u, v = tf.linalg.svd(matrices, full_matrices=False)
     keep = tf.cast(s >= threshold, u.dtype)  # Eq. 5: drop directions with s < threshold.
     sub = tf.matmul(u * keep[..., tf.newaxis, :], v, transpose_b=True)
-    return tf.reduce_sum(s, axis=-1), spectral._orient(sub, tall)
+    return tf.reduce_sum(s, axis=-1), sub
 
 
 def _class_layout(labels):
@@ -102,7 +114,48 @@ def _class_layout(labels):
     return coords, num_classes, tf.reduce_max(counts)
 
 
-def _ole(labels, x, delta, threshold):
+# The float32 shortcut for the batch term is taken only when every singular value is at least
+# this fraction of the largest: float32 eigenvectors mix directions whose singular values are
+# below ~sqrt(eps32) * s_1 = 3.5e-4 * s_1, so above 1e-3 * s_1 each s_i = ||X v_i|| (recomputed
+# in float64) is accurate and the gradient's relative error is <= eps32 * s_1 / s_min ~ 1e-4,
+# comparable to the original's float32 SVD. Anything closer to rank-deficient takes float64.
+_FLOAT32_MIN_RELATIVE_SINGULAR_VALUE = 1e-3
+
+
+def _batch_term(x64, x32, threshold):
+    """``||X||_*`` and its thresholded subgradient; float32 eigenvectors where that is exact enough.
+
+    The 128 x 128 float64 eigendecomposition costs about twice the float32 one on a CPU and
+    dominates the loss; for float32 inputs the float32 eigenvectors are used when the spectrum is
+    well conditioned (see `_FLOAT32_MIN_RELATIVE_SINGULAR_VALUE`), with float64 as the fallback.
+    """
+
+    def exact():
+        norms, subs = nuclear_norms_and_subgradients(x64[tf.newaxis], threshold)
+        return norms[0], subs[0]
+
+    if x32 is None:
+        return exact()
+    tall = spectral._is_tall(x32)
+    x32_tall = spectral._orient(x32, tall)
+    _, v32 = tf.linalg.eigh(tf.matmul(x32_tall, x32_tall, transpose_a=True))
+    v = tf.cast(v32, tf.float64)
+    p = tf.matmul(spectral._orient(x64, tall), v)  # column i is s_i * u_i
+    s = tf.norm(p, axis=0)
+    s_max = tf.reduce_max(s)
+    safe = tf.logical_and(
+        tf.reduce_min(s) >= _FLOAT32_MIN_RELATIVE_SINGULAR_VALUE * s_max,
+        tf.reduce_min(s) >= 10.0 * threshold,  # all kept by the threshold, with a margin
+    )
+
+    def shortcut():
+        sub = tf.matmul(p / s, v, transpose_b=True)
+        return tf.reduce_sum(s), spectral._orient(sub, tall)
+
+    return tf.cond(safe, shortcut, exact)
+
+
+def _ole(labels, x, delta, threshold, float32_shortcut):
     @tf.custom_gradient
     def forward(x):
         all_finite, x_safe = spectral._finite_guard(x)
@@ -116,15 +169,16 @@ def _ole(labels, x, delta, threshold):
         class_term = tf.reduce_sum(tf.where(active, class_norms, tf.cast(delta, x.dtype)))
 
         # Batch term: ||X||_*.
-        batch_norm, batch_sub = nuclear_norms_and_subgradients(x_safe[tf.newaxis], threshold)
-        value = (class_term - batch_norm[0]) / n  # Eq. 2
+        x32_safe = tf.cast(x_safe, tf.float32) if float32_shortcut else None
+        batch_norm, batch_sub = _batch_term(x_safe, x32_safe, threshold)
+        value = (class_term - batch_norm) / n  # Eq. 2
 
         def grad(upstream):
             # Eq. 6: per-class U_1c V_1c^T on the class's rows (zero when ||X_c||_* <= delta),
             # minus the batch's U_1 V_1^T.
             class_subs_active = class_subs * tf.cast(active, x.dtype)[:, tf.newaxis, tf.newaxis]
             rows = tf.gather_nd(class_subs_active, coords)
-            g = (rows - batch_sub[0]) * (upstream / n)
+            g = (rows - batch_sub) * (upstream / n)
             return spectral._nan_unless(all_finite, g)
 
         return spectral._nan_unless(all_finite, value), grad
@@ -164,5 +218,8 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
             "tf_svmax: ole_loss under XLA (jit_compile=True) uses XLA's compiled float64 "
             "eigensolver, ~10x slower than without XLA on a CPU; compile without XLA.",
         )
-    value = _ole(labels, tf.cast(x, tf.float64), delta, threshold)
+    # float32 inputs may use float32 eigenvectors for the batch term (see `_batch_term`).
+    value = _ole(
+        labels, tf.cast(x, tf.float64), delta, threshold, float32_shortcut=x.dtype != tf.float64
+    )
     return tf.cast(value, dtype)

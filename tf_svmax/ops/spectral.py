@@ -370,22 +370,26 @@ def svmax(embeddings, *, bounded=True, method="auto"):
       ValueError: rank is not 2, or (bounded) ``min(b, d) < 2`` where ``U = L`` and Eq. 4 is 0/0.
     """
     bounded = _checks.check_bool(bounded, "bounded")
-    x, dtype = _checks.float_matrix(embeddings, "embeddings", min_rows=2 if bounded else 1,
-                                    min_cols=2 if bounded else 1)
+    x, dtype = _checks.float_matrix(
+        embeddings, "embeddings", min_rows=2 if bounded else 1, min_cols=2 if bounded else 1
+    )
     method = _resolve_method(method, want_vector=False)
     s_mu = _nuclear_norm(x, method) / _min_dim(x)
     if not bounded:
         return tf.cast(-s_mu, dtype)  # Eq. 1
     shape = tf.shape(x)
     if x.shape[0] is None or x.shape[1] is None:
-        with tf.control_dependencies([
-            tf.debugging.assert_greater_equal(
-                tf.minimum(shape[0], shape[1]), 2,
-                message="Invalid value for argument `embeddings`: the bounded SVMax penalty needs "
-                "at least 2 rows and 2 columns (U = L otherwise); drop batches of size 1, e.g. "
-                "with drop_remainder=True.",
-            )
-        ]):
+        with tf.control_dependencies(
+            [
+                tf.debugging.assert_greater_equal(
+                    tf.minimum(shape[0], shape[1]),
+                    2,
+                    message="Invalid value for argument `embeddings`: the bounded SVMax "
+                    "penalty needs at least 2 rows and 2 columns (U = L otherwise); drop batches "
+                    "of size 1, e.g. with drop_remainder=True.",
+                )
+            ]
+        ):
             s_mu = tf.identity(s_mu)
     lower, upper = svmax_bounds(shape[0], shape[1], dtype=x.dtype)
     return tf.cast(tf.exp((upper - s_mu) / (upper - lower)), dtype)  # Eq. 4
