@@ -16,17 +16,19 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["tf_svmax", "tf_svmax.*"]),
     python_requires=">=3.10",
+    # TensorFlow itself is an extra: `tensorflow` and `tensorflow-cpu` are different
+    # distributions of the same package, and requiring one would overwrite the other.
     install_requires=[
-        "tensorflow>=2.16; sys_platform == 'darwin'",
-        "tensorflow-cpu>=2.16; sys_platform != 'darwin'",
         "keras>=3.0",
         "numpy",
         "absl-py",
         "scikit-learn",
     ],
     extras_require={
-        "test": ["pytest", "scipy", "ruff"],
-        "bench": ["torch", "scipy", "matplotlib"],
+        "cpu": ["tensorflow-cpu>=2.16"],
+        "gpu": ["tensorflow[and-cuda]>=2.16"],
+        "test": ["tensorflow-cpu>=2.16", "pytest", "scipy", "ruff"],
+        "bench": ["scipy", "matplotlib"],
     },
     license="Apache-2.0",
 )

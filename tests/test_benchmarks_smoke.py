@@ -10,7 +10,12 @@ from benchmarks import spectral_speed
 def test_spectral_speed_runs_and_writes_json(tmp_path):
     output = tmp_path / "out.json"
     with flagsaver.flagsaver(
-        batch_size=12, embedding_dim=8, classes_per_batch=3, repeats=2, xla=False, torch=False,
+        batch_size=12,
+        embedding_dim=8,
+        classes_per_batch=3,
+        repeats=2,
+        xla=False,
+        torch=False,
         output=str(output),
     ):
         spectral_speed.FLAGS(["spectral_speed"])

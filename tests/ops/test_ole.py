@@ -164,3 +164,13 @@ def test_bad_arguments_name_the_argument(rng):
     )
     with pytest.raises(tf.errors.InvalidArgumentError, match="one label per row"):
         fn(np.arange(7, dtype=np.int32), x)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_half_precision_inputs_are_cast_back(rng, dtype):
+    labels = np.repeat(np.arange(3), 4)
+    x = tf.constant(rng.standard_normal((12, 6)), dtype)
+    value, grad = _value_and_grad(labels, x)
+    assert value.dtype == dtype.as_numpy_dtype and grad.dtype == dtype.as_numpy_dtype
+    ref_value, _ = ole_reference(labels, tf.cast(x, tf.float64).numpy())
+    np.testing.assert_allclose(float(value), ref_value, rtol=2e-2, atol=2e-2)

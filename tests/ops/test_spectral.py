@@ -237,7 +237,9 @@ def test_xla_auto_path_is_fast_path_and_correct(rng):
     _, polar = ref.nuclear_norm_and_gradient(x.numpy())
     np.testing.assert_allclose(grad.numpy(), polar / 16, atol=1e-5)
     graph = step.get_concrete_function(x).graph.as_graph_def()
-    op_types = {node.op for f in graph.library.function for node in f.node_def}
+    op_types = {node.op for node in graph.node}
+    op_types |= {node.op for f in graph.library.function for node in f.node_def}
+    assert "While" in op_types or "StatelessWhile" in op_types  # the Newton-Schulz loop
     assert "Svd" not in op_types and "SelfAdjointEigV2" not in op_types
 
 

@@ -329,7 +329,7 @@ def svmax_bounds(batch_size, dim, dtype=tf.float32):
       `(L, U)` as Python floats for static ints, otherwise as scalar tensors of `dtype`.
 
     Example:
-      >>> svmax_bounds(144, 128)  # (0.09375, 1.0606601717798212)
+      >>> svmax_bounds(144, 128)  # (0.09375, 1.06066...)
     """
     if _is_static_int(batch_size) and _is_static_int(dim):
         for arg, value in (("batch_size", batch_size), ("dim", dim)):
