@@ -1,0 +1,184 @@
+"""Keras integration and input validation of the tensorflow-addons-compatible losses.
+
+Their values and gradients are compared with tensorflow-addons in test_tfa_parity.py.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_svmax
+from tests import reference_spectral as ref
+from tf_svmax import losses
+
+
+@keras.saving.register_keras_serializable(package="tests")
+def dot_similarity(x):
+    return tf.linalg.matmul(x, x, transpose_b=True)
+
+
+def _model():
+    inputs = keras.Input((12,))
+    x = keras.layers.Dense(8)(keras.layers.Dense(16, activation="relu")(inputs))
+    return keras.Model(inputs, keras.layers.UnitNormalization()(x))
+
+
+def _pk_data(rng, classes=8, k=4):
+    y = np.repeat(np.arange(classes), k)
+    x = rng.standard_normal((classes * k, 12)).astype(np.float32) + y[:, None] * 0.1
+    return x, y
+
+
+BATCH_LOSSES = [
+    "tf_svmax>TripletSemiHardLoss",
+    "tf_svmax>TripletHardLoss",
+    "tf_svmax>LiftedStructLoss",
+    losses.TripletSemiHardLoss(margin=0.2, distance_metric="angular"),
+    losses.TripletHardLoss(margin=0.2, soft=True, distance_metric=dot_similarity),
+    losses.RegularizedLoss(losses.TripletSemiHardLoss(margin=0.2), [losses.SVMaxLoss(0.1)]),
+]
+
+
+@pytest.mark.parametrize("loss", BATCH_LOSSES, ids=str)
+def test_compile_fit_save_load(rng, tmp_path, loss):
+    x, y = _pk_data(rng)
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=loss)
+    history = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    model.save(tmp_path / "m.keras")
+    restored = keras.models.load_model(tmp_path / "m.keras")
+    a = model.evaluate(x, y, batch_size=16, verbose=0)
+    b = restored.evaluate(x, y, batch_size=16, verbose=0)
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        losses.TripletSemiHardLoss(margin=0.3, distance_metric="squared-L2"),
+        losses.TripletHardLoss(margin=0.1, soft=True, distance_metric=dot_similarity),
+        losses.LiftedStructLoss(margin=0.5),
+        losses.ContrastiveLoss(margin=0.7, reduction="sum"),
+        losses.NpairsLoss(),
+        losses.NpairsMultilabelLoss(),
+    ],
+    ids=lambda loss: type(loss).__name__,
+)
+def test_config_round_trip(loss):
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
+    assert type(restored) is type(loss)
+    config, restored_config = loss.get_config(), restored.get_config()
+    assert restored_config == config
+
+
+def test_string_lookup_builds_default_instances():
+    loss = keras.losses.get("tf_svmax>TripletSemiHardLoss")
+    assert isinstance(loss, losses.TripletSemiHardLoss) and loss.margin == 1.0
+    assert isinstance(losses.get("tf_svmax>NpairsLoss"), losses.NpairsLoss)
+    with pytest.raises(ValueError, match=r"argument `identifier`"):
+        losses.get("tf_svmax>NoSuchLoss")
+
+
+def test_large_integer_labels_stay_distinct_in_the_classes(rng):
+    e = ref.unit_rows(rng, 8, 4)
+    labels = np.array([2**40, 2**40 + 1] * 4)  # equal once cast to float32
+    expected = losses.triplet_semihard_loss(labels, e)
+    np.testing.assert_allclose(losses.TripletSemiHardLoss()(labels, e), expected, rtol=1e-6)
+    merged = losses.triplet_semihard_loss(np.zeros(8, np.int64), e)
+    assert not np.isclose(float(expected), float(merged))
+
+
+def test_batch_level_classes_scale_by_the_mean_sample_weight(rng):
+    e = ref.unit_rows(rng, 8, 4)
+    y = np.repeat(np.arange(4), 2)
+    w = rng.uniform(size=8).astype(np.float32)
+    for loss in (losses.TripletSemiHardLoss(), losses.TripletHardLoss(), losses.LiftedStructLoss()):
+        np.testing.assert_allclose(loss(y, e, sample_weight=w), loss(y, e) * w.mean(), rtol=1e-6)
+
+
+def test_float64_embeddings_are_supported(rng):
+    e = ref.unit_rows(rng, 16, 4, dtype=np.float64)
+    y = np.repeat(np.arange(4), 4)
+    for fn in (losses.triplet_semihard_loss, losses.triplet_hard_loss, losses.lifted_struct_loss):
+        value = fn(y, e)
+        assert value.dtype == tf.float64
+        np.testing.assert_allclose(value, fn(y, e.astype(np.float32)), rtol=1e-5)
+
+
+def test_regularized_with_svmax_adds_the_paper_penalty(rng):
+    e = ref.unit_rows(rng, 24, 8)
+    y = np.repeat(np.arange(6), 4)
+    svmax, _ = ref.svmax_reference(e, ref.original_bounds(24, 8))
+    combined = losses.RegularizedLoss(losses.TripletHardLoss(margin=0.2), [losses.SVMaxLoss(0.1)])
+    np.testing.assert_allclose(
+        combined(y, e), losses.triplet_hard_loss(y, e, 0.2) + 0.1 * svmax, rtol=1e-5
+    )
+
+
+def test_bad_input_names_the_argument(rng):
+    e = ref.unit_rows(rng, 8, 4)
+    with pytest.raises(ValueError, match=r"argument `y_true`.*shape"):
+        losses.triplet_semihard_loss(np.zeros((8, 2)), e)
+    with pytest.raises(ValueError, match=r"argument `y_true`.*one label per embedding"):
+        losses.triplet_hard_loss(np.zeros(7), e)
+    with pytest.raises(TypeError, match=r"argument `y_true`"):
+        losses.triplet_hard_loss(np.array(["a"] * 8), e)
+    with pytest.raises(ValueError, match=r"argument `y_pred`.*rank-2"):
+        losses.triplet_hard_loss(np.zeros(8), e[None])
+    with pytest.raises(ValueError, match=r"argument `distance_metric`"):
+        losses.TripletSemiHardLoss(distance_metric="L1")
+    with pytest.raises(ValueError, match=r"argument `margin`"):
+        losses.TripletHardLoss(margin="1")
+    with pytest.raises(ValueError, match=r"argument `labels`"):
+        losses.lifted_struct_loss(np.zeros(3), e)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`y_true`.*at least one label"):
+        losses.npairs_multilabel_loss(np.zeros((8, 3)), np.eye(8, dtype=np.float32))
+    fn = tf.function(
+        losses.triplet_semihard_loss,
+        input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 4], tf.float32)],
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one label per embedding"):
+        fn(np.zeros(7, np.int32), e)
+
+
+def test_no_nan_for_degenerate_layouts(rng):
+    e = ref.unit_rows(rng, 6, 4)
+    for labels in (np.zeros(6), np.arange(6)):
+        for fn in (
+            losses.triplet_semihard_loss,
+            losses.triplet_hard_loss,
+            losses.lifted_struct_loss,
+        ):
+            x = tf.constant(e)
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                value = fn(labels, x)
+            assert np.isfinite(value.numpy())
+            assert np.all(np.isfinite(tape.gradient(value, x).numpy()))
+    duplicated = np.repeat(e[:3], 2, axis=0)  # zero distances inside each class
+    x = tf.constant(duplicated)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = losses.triplet_hard_loss(np.repeat(np.arange(3), 2), x)
+    assert np.all(np.isfinite(tape.gradient(value, x).numpy()))
+
+
+def test_tf_svmax_namespace_exports_everything_tfa_had():
+    for name in (
+        "triplet_semihard_loss",
+        "TripletSemiHardLoss",
+        "triplet_hard_loss",
+        "TripletHardLoss",
+        "contrastive_loss",
+        "ContrastiveLoss",
+        "npairs_loss",
+        "NpairsLoss",
+        "npairs_multilabel_loss",
+        "NpairsMultilabelLoss",
+        "lifted_struct_loss",
+        "LiftedStructLoss",
+    ):
+        assert hasattr(tf_svmax.losses, name), name
+    assert callable(tf_svmax.ops.pairwise_distance) and callable(tf_svmax.ops.angular_distance)

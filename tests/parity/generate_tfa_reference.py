@@ -1,0 +1,253 @@
+"""Computes tensorflow-addons' metric-learning loss values and gradients on generated inputs.
+
+Runs in the legacy environment (tensorflow-cpu==2.15.1 + tensorflow-addons==0.23.0, Keras 2),
+NOT in the main one: `.ci/run` builds that environment and runs
+
+    <legacy venv>/bin/python tests/parity/generate_tfa_reference.py OUTPUT.npz
+
+The main test suite (tests/losses/test_tfa_parity.py) recomputes every case with tf_svmax on
+the stored inputs and compares. This file imports only numpy, tensorflow and
+tensorflow_addons, never tf_svmax.
+"""
+
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_addons as tfa
+
+SEED = 20261122
+
+
+def _unit(rng, b, d):
+    x = rng.standard_normal((b, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _labels(rng, kind):
+    if kind == "pk":
+        return np.repeat(np.arange(8), 4).astype(np.int32)
+    if kind == "random":
+        labels = rng.integers(0, 6, size=20).astype(np.int32)
+        labels[:2] = labels[0]  # at least one positive pair
+        return labels
+    if kind == "one_class":
+        return np.zeros(8, np.int32)
+    if kind == "singletons":
+        return np.arange(8, dtype=np.int32)
+    raise ValueError(kind)
+
+
+_METRICS = {
+    "L2": "L2",
+    "squared-L2": "squared-L2",
+    "angular": "angular",
+    "dot": lambda x: tf.linalg.matmul(x, x, transpose_b=True),
+}
+
+
+def _value_and_grad(fn, x, *args):
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = fn(x, *args)
+    grad = tape.gradient(value, x)
+    return value.numpy(), grad.numpy()
+
+
+def build_cases():
+    rng = np.random.default_rng(SEED)
+    cases, arrays = [], {}
+
+    def add(name, spec, **data):
+        cases.append({"name": name, **spec})
+        for key, value in data.items():
+            arrays[f"{name}:{key}"] = np.asarray(value)
+
+    # Triplet losses on every label layout, metric and margin.
+    for labels_kind in ("pk", "random", "one_class"):
+        labels = _labels(rng, labels_kind)
+        x = _unit(rng, len(labels), 16)
+        for metric in _METRICS:
+            for margin in (1.0, 0.2):
+                spec = {"fn": "triplet_semihard_loss", "margin": margin, "metric": metric}
+                value, grad = _value_and_grad(
+                    lambda e: tfa.losses.triplet_semihard_loss(labels, e, margin, _METRICS[metric]),
+                    x,
+                )
+                add(
+                    f"semihard/{labels_kind}/{metric}/{margin}",
+                    spec,
+                    labels=labels,
+                    x=x,
+                    value=value,
+                    grad=grad,
+                )
+                for soft in (False, True):
+                    spec = {
+                        "fn": "triplet_hard_loss",
+                        "margin": margin,
+                        "metric": metric,
+                        "soft": soft,
+                    }
+                    value, grad = _value_and_grad(
+                        lambda e: tfa.losses.triplet_hard_loss(
+                            labels, e, margin, soft, _METRICS[metric]
+                        ),
+                        x,
+                    )
+                    add(
+                        f"hard/{labels_kind}/{metric}/{margin}/{soft}",
+                        spec,
+                        labels=labels,
+                        x=x,
+                        value=value,
+                        grad=grad,
+                    )
+        for margin in (1.0, 0.5):
+            spec = {"fn": "lifted_struct_loss", "margin": margin}
+            value, grad = _value_and_grad(
+                lambda e: tfa.losses.lifted_struct_loss(labels, e, margin), x
+            )
+            add(f"lifted/{labels_kind}/{margin}", spec, labels=labels, x=x, value=value, grad=grad)
+
+    # Unnormalized embeddings (larger distances) for the triplet and lifted losses.
+    labels = _labels(rng, "pk")
+    x = (3.0 * rng.standard_normal((len(labels), 16))).astype(np.float32)
+    for fn_name, fn in (
+        ("triplet_semihard_loss", tfa.losses.triplet_semihard_loss),
+        ("triplet_hard_loss", tfa.losses.triplet_hard_loss),
+        ("lifted_struct_loss", tfa.losses.lifted_struct_loss),
+    ):
+        value, grad = _value_and_grad(lambda e: fn(labels, e), x)
+        add(
+            f"unnormalized/{fn_name}",
+            {"fn": fn_name, "margin": 1.0, "metric": "L2", "soft": False},
+            labels=labels,
+            x=x,
+            value=value,
+            grad=grad,
+        )
+
+    # Half precision: TFA computes in float32 and casts back.
+    x16 = _unit(rng, 32, 16).astype(np.float16)
+    for fn_name, fn in (
+        ("triplet_semihard_loss", tfa.losses.triplet_semihard_loss),
+        ("triplet_hard_loss", tfa.losses.triplet_hard_loss),
+        ("lifted_struct_loss", tfa.losses.lifted_struct_loss),
+    ):
+        value = fn(labels, tf.constant(x16))
+        add(
+            f"float16/{fn_name}",
+            {
+                "fn": fn_name,
+                "margin": 1.0,
+                "metric": "L2",
+                "soft": False,
+                "dtype": value.dtype.name,
+            },
+            labels=labels,
+            x=x16,
+            value=value.numpy(),
+        )
+
+    # Edge layouts where TFA is defined or not (stored as TFA computes them, NaN included).
+    for labels_kind in ("one_class", "singletons"):
+        labels = _labels(rng, labels_kind)
+        x = _unit(rng, len(labels), 4)
+        for fn_name, fn in (
+            ("triplet_semihard_loss", tfa.losses.triplet_semihard_loss),
+            ("triplet_hard_loss", tfa.losses.triplet_hard_loss),
+            ("lifted_struct_loss", tfa.losses.lifted_struct_loss),
+        ):
+            add(
+                f"edge/{labels_kind}/{fn_name}",
+                {"fn": fn_name, "edge": True},
+                labels=labels,
+                x=x,
+                value=fn(labels, x).numpy(),
+            )
+
+    # Contrastive loss: per-pair values, the class's default reduction, sample weights.
+    y = rng.integers(0, 2, size=24).astype(np.int32)
+    d = rng.uniform(0.0, 2.0, size=24).astype(np.float32)
+    w = rng.uniform(0.0, 2.0, size=24).astype(np.float32)
+    for margin in (1.0, 0.5):
+        value, grad = _value_and_grad(lambda p: tfa.losses.contrastive_loss(y, p, margin), d)
+        grad_mean = _value_and_grad(lambda p: tfa.losses.ContrastiveLoss(margin)(y, p), d)
+        weighted = tfa.losses.ContrastiveLoss(margin)(y, d, sample_weight=w).numpy()
+        add(
+            f"contrastive/{margin}",
+            {"fn": "contrastive_loss", "margin": margin},
+            labels=y,
+            x=d,
+            value=value,
+            grad=grad,
+            class_value=grad_mean[0],
+            class_grad=grad_mean[1],
+            weights=w,
+            weighted_value=weighted,
+        )
+
+    # N-pair losses on similarity matrices.
+    for labels_kind in ("pk", "random"):
+        labels = _labels(rng, labels_kind)
+        logits = (rng.standard_normal((len(labels), len(labels))) * 2).astype(np.float32)
+        value, grad = _value_and_grad(lambda s: tfa.losses.npairs_loss(labels, s), logits)
+        add(
+            f"npairs/{labels_kind}",
+            {"fn": "npairs_loss"},
+            labels=labels,
+            x=logits,
+            value=value,
+            grad=grad,
+        )
+    multi = (rng.uniform(size=(16, 5)) < 0.35).astype(np.float32)
+    multi[np.arange(16), rng.integers(0, 5, size=16)] = 1.0  # every sample has a label
+    logits = rng.standard_normal((16, 16)).astype(np.float32)
+    value, grad = _value_and_grad(lambda s: tfa.losses.npairs_multilabel_loss(multi, s), logits)
+    add(
+        "npairs_multilabel/dense",
+        {"fn": "npairs_multilabel_loss"},
+        labels=multi,
+        x=logits,
+        value=value,
+        grad=grad,
+    )
+
+    # Distance matrices (with duplicated rows), through the gradient of a weighted sum.
+    x = _unit(rng, 12, 8)
+    x[5] = x[2]
+    weights = rng.standard_normal((12, 12)).astype(np.float32)
+    for name, fn in (
+        ("pairwise", lambda e: tfa.losses.metric_learning.pairwise_distance(e)),
+        (
+            "pairwise_squared",
+            lambda e: tfa.losses.metric_learning.pairwise_distance(e, squared=True),
+        ),
+        ("angular", lambda e: tfa.losses.metric_learning.angular_distance(e)),
+    ):
+        matrix = fn(tf.constant(x)).numpy()
+        _, grad = _value_and_grad(lambda e: tf.reduce_sum(fn(e) * weights), x)
+        add(f"distance/{name}", {"fn": name}, x=x, value=matrix, grad=grad, weights=weights)
+    return cases, arrays
+
+
+def main(path):
+    cases, arrays = build_cases()
+    meta = {
+        "tensorflow": tf.__version__,
+        "tensorflow_addons": tfa.__version__,
+        "seed": SEED,
+        "cases": cases,
+    }
+    np.savez_compressed(path, __meta__=np.array(json.dumps(meta)), **arrays)
+    print(
+        f"wrote {len(cases)} tensorflow-addons reference cases to {path} "
+        f"(TF {tf.__version__}, TFA {tfa.__version__})"
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

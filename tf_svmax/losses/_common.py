@@ -1,0 +1,103 @@
+"""Helpers shared by the metric-learning losses: labels, masks, masked reductions."""
+
+import numpy as np
+import tensorflow as tf
+
+from tf_svmax.ops import _checks
+
+
+def flat_labels(labels, num_rows, arg="y_true"):
+    """Flattens `[N]` or `[N, 1]` labels and checks there is one per embedding row.
+
+    Labels are compared for equality in their own dtype (never cast to float, which would
+    merge large integer ids).
+    """
+    labels = tf.convert_to_tensor(labels)
+    shape = labels.shape
+    if shape.rank is not None and (
+        shape.rank > 2 or (shape.rank == 2 and shape[1] is not None and shape[1] != 1)
+    ):
+        raise ValueError(
+            _checks.invalid(
+                arg,
+                "class labels of shape [batch_size] or [batch_size, 1]",
+                f"<tensor of shape {shape}>",
+            )
+        )
+    if not (labels.dtype.is_integer or labels.dtype.is_floating or labels.dtype == tf.bool):
+        raise TypeError(
+            _checks.invalid(arg, "numeric class labels", f"<tensor of dtype {labels.dtype.name}>")
+        )
+    labels = tf.reshape(labels, [-1])
+    n_labels = labels.shape[0]
+    if isinstance(num_rows, int) and n_labels is not None and n_labels != num_rows:
+        raise ValueError(
+            f"Invalid value for argument `{arg}`. Expected one label per embedding "
+            f"({num_rows}). Received: {n_labels} labels."
+        )
+    return labels
+
+
+def embeddings_matrix(y_pred, arg="y_pred"):
+    """`(embeddings, input_dtype)` with half precision promoted to float32, like TFA."""
+    x = tf.convert_to_tensor(y_pred)
+    if not x.dtype.is_floating:
+        raise TypeError(
+            _checks.invalid(arg, "a floating-point tensor", f"<tensor of dtype {x.dtype.name}>")
+        )
+    x, dtype = _checks.float_matrix(x, arg)
+    return x, dtype
+
+
+def same_batch(labels, embeddings, arg="y_true"):
+    """Adds a run-time check that labels and embeddings have the same number of rows."""
+    if labels.shape[0] is not None and embeddings.shape[0] is not None:
+        return labels  # checked statically in flat_labels
+    with tf.control_dependencies(
+        [
+            tf.debugging.assert_equal(
+                tf.shape(labels)[0],
+                tf.shape(embeddings)[0],
+                message=f"Invalid value for argument `{arg}`: expected one label per embedding.",
+            )
+        ]
+    ):
+        return tf.identity(labels)
+
+
+def label_masks(labels):
+    """`(same_class, positives)`: boolean `[B, B]`; positives exclude each anchor itself."""
+    same = tf.equal(labels[:, tf.newaxis], labels[tf.newaxis, :])
+    eye = tf.eye(tf.shape(labels)[0], dtype=tf.bool)
+    return same, tf.logical_and(same, tf.logical_not(eye))
+
+
+def masked_max(data, mask):
+    """Row-wise max of `data` over `mask` (`[B, 1]`); the row's minimum where `mask` is empty.
+
+    The empty-mask fallback is tensorflow-addons' (its masked maximum adds back the row minimum).
+    """
+    masked = tf.where(mask, data, tf.constant(-np.inf, data.dtype))
+    has_any = tf.reduce_any(mask, axis=1, keepdims=True)
+    return tf.where(
+        has_any,
+        tf.reduce_max(masked, axis=1, keepdims=True),
+        tf.reduce_min(data, axis=1, keepdims=True),
+    )
+
+
+def masked_min(data, mask):
+    """Row-wise min of `data` over `mask` (`[B, 1]`); the row's maximum where `mask` is empty."""
+    masked = tf.where(mask, data, tf.constant(np.inf, data.dtype))
+    has_any = tf.reduce_any(mask, axis=1, keepdims=True)
+    return tf.where(
+        has_any,
+        tf.reduce_min(masked, axis=1, keepdims=True),
+        tf.reduce_max(data, axis=1, keepdims=True),
+    )
+
+
+def safe_mean_over(total, count):
+    """`total / count`, defined as 0 when `count` is 0 (TFA returns NaN there)."""
+    count = tf.cast(count, total.dtype)
+    return tf.where(count > 0, total / tf.maximum(count, 1.0), tf.zeros_like(total))

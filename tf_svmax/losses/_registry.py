@@ -1,0 +1,45 @@
+"""String names for the losses: ``"tf_svmax>TripletSemiHardLoss"`` in `model.compile`.
+
+Keras 3's `keras.losses.get` (which `compile` calls) resolves strings only from its own table of
+built-in losses and has no public hook for packages. The registered names of our losses
+(``"tf_svmax>ClassName"``, the names `.keras` files use) are added to that table; the table is
+reached through `keras.losses.get`'s module globals, so nothing imports `keras.src`. If a future
+Keras moves the table, string lookup in `compile` is skipped (a RuntimeWarning says so) and
+`tf_svmax.losses.get` keeps working.
+"""
+
+import warnings
+
+import keras
+
+PREFIX = "tf_svmax>"
+
+
+def names(classes):
+    return {f"{PREFIX}{cls.__name__}": cls for cls in classes}
+
+
+def install(classes):
+    table = getattr(keras.losses.get, "__globals__", {}).get("ALL_OBJECTS_DICT")
+    if not isinstance(table, dict):
+        warnings.warn(
+            "tf_svmax: this Keras version has no loss-name table; use instances or "
+            "tf_svmax.losses.get('tf_svmax>Name') instead of strings in compile().",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return
+    table.update(names(classes))
+
+
+def get(identifier, classes):
+    """Resolves ``"tf_svmax>Name"`` (or a Keras loss identifier) to a loss instance."""
+    if isinstance(identifier, str) and identifier.startswith(PREFIX):
+        table = names(classes)
+        if identifier not in table:
+            raise ValueError(
+                f"Invalid value for argument `identifier`. Expected one of {sorted(table)}. "
+                f"Received: identifier={identifier!r}"
+            )
+        return table[identifier]()
+    return keras.losses.get(identifier)

@@ -1,0 +1,46 @@
+"""Contrastive loss on pair distances (Hadsell et al. 2006), tensorflow-addons' semantics."""
+
+import keras
+import tensorflow as tf
+
+from tf_svmax.losses.triplet import _check_margin
+
+
+def contrastive_loss(y_true, y_pred, margin=1.0):
+    """Per-pair contrastive loss ``y d^2 + (1 - y) max(margin - d, 0)^2``.
+
+    Args:
+      y_true: `[batch_size]` binary labels, 1 for a similar pair.
+      y_pred: `[batch_size]` pair distances (e.g. Euclidean distances of embedding pairs).
+      margin: Margin for dissimilar pairs.
+
+    Returns:
+      `[batch_size]` losses (not reduced), in the dtype of `y_pred`.
+
+    Example:
+      >>> contrastive_loss([1, 0], [0.5, 0.3])  # [0.25, 0.49]
+    """
+    y_pred = tf.convert_to_tensor(y_pred)
+    y_true = tf.cast(y_true, y_pred.dtype)
+    dissimilar = tf.square(tf.maximum(margin - y_pred, 0.0))
+    return y_true * tf.square(y_pred) + (1.0 - y_true) * dissimilar
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class ContrastiveLoss(keras.losses.Loss):
+    """Keras loss for `contrastive_loss` (drop-in for `tfa.losses.ContrastiveLoss`).
+
+    Reduced with Keras' `reduction` (default ``"sum_over_batch_size"``, as in TFA).
+    """
+
+    def __init__(
+        self, margin=1.0, reduction="sum_over_batch_size", name="contrastive_loss", **kwargs
+    ):
+        super().__init__(name=name, reduction=reduction, **kwargs)
+        self.margin = _check_margin(margin)
+
+    def call(self, y_true, y_pred):
+        return contrastive_loss(y_true, y_pred, self.margin)
+
+    def get_config(self):
+        return {**super().get_config(), "margin": self.margin}

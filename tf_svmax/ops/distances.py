@@ -1,0 +1,86 @@
+"""Pairwise distance matrices with tensorflow-addons' semantics (values and gradients).
+
+`pairwise_distance` expands ``||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b`` (one matrix product),
+clamps the rounding negatives to zero, and gives exactly zero, with zero gradient, where the
+squared distance is not positive (the diagonal, duplicates). The square root is taken of
+``d^2 + 1e-16`` at those entries only, so its derivative never sees 0.
+"""
+
+import tensorflow as tf
+
+from tf_svmax.ops import _checks
+
+# Added under the square root where the squared distance is <= 0; the result is then masked to
+# zero, so this only keeps the derivative of sqrt finite (sqrt'(0) = inf, and inf * 0 = NaN).
+_SQRT_GUARD = 1e-16
+
+
+def _half_to_float32(x):
+    """Returns `(x_compute, input_dtype)`: half-precision promoted to float32 for the math."""
+    x = tf.convert_to_tensor(x)
+    return tf.cast(x, _checks.compute_dtype(x.dtype)), x.dtype
+
+
+def pairwise_distance(feature, squared=False):
+    """Euclidean distance matrix ``out[i, j] = ||feature[i] - feature[j]||_2``.
+
+    Args:
+      feature: `[n, d]` float tensor.
+      squared: Return squared distances.
+
+    Returns:
+      `[n, n]` tensor of the dtype of `feature` (float16/bfloat16 computed in float32), with an
+      exactly zero diagonal.
+
+    Example:
+      >>> pairwise_distance([[0.0, 0.0], [3.0, 4.0]])  # [[0, 5], [5, 0]]
+    """
+    x, dtype = _half_to_float32(feature)
+    x, _ = _checks.float_matrix(x, "feature")
+    squared_norms = tf.reduce_sum(tf.square(x), axis=1, keepdims=True)
+    d2 = squared_norms + tf.transpose(squared_norms) - 2.0 * tf.matmul(x, x, transpose_b=True)
+    # Rounding can make the expansion slightly negative; a distance is never negative.
+    d2 = tf.maximum(d2, 0.0)
+    zero = d2 <= 0.0
+    if squared:
+        distances = d2
+    else:
+        distances = tf.sqrt(d2 + tf.cast(zero, x.dtype) * _SQRT_GUARD)
+    distances = distances * tf.cast(tf.logical_not(zero), x.dtype)
+    # The diagonal is exactly zero (the expansion leaves rounding noise there).
+    off_diagonal = 1.0 - tf.eye(tf.shape(x)[0], dtype=x.dtype)
+    return tf.cast(distances * off_diagonal, dtype)
+
+
+def angular_distance(feature):
+    """Angular (cosine) distance matrix ``out[i, j] = 1 - cos(feature[i], feature[j])``, >= 0.
+
+    Args:
+      feature: `[n, d]` float tensor (rows need not be normalized).
+
+    Returns:
+      `[n, n]` tensor of the dtype of `feature`.
+    """
+    x, dtype = _half_to_float32(feature)
+    x, _ = _checks.float_matrix(x, "feature")
+    unit = tf.math.l2_normalize(x, axis=1)
+    # Rounding can push 1 - cos slightly below zero for (near-)identical rows.
+    distances = tf.maximum(1.0 - tf.matmul(unit, unit, transpose_b=True), 0.0)
+    return tf.cast(distances, dtype)
+
+
+def distance_matrix(embeddings, distance_metric):
+    """Dispatches TFA's `distance_metric`: "L2", "squared-L2", "angular" or a callable."""
+    if callable(distance_metric):
+        return distance_metric(embeddings)
+    if distance_metric == "L2":
+        return pairwise_distance(embeddings, squared=False)
+    if distance_metric == "squared-L2":
+        return pairwise_distance(embeddings, squared=True)
+    if distance_metric == "angular":
+        return angular_distance(embeddings)
+    raise ValueError(
+        _checks.invalid(
+            "distance_metric", "'L2', 'squared-L2', 'angular' or a callable", distance_metric
+        )
+    )
