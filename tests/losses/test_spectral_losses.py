@@ -167,3 +167,85 @@ def test_mixed_precision_fit(rng):
         assert np.isfinite(history.history["loss"][0])
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_regularized_loss_with_a_lambda_and_a_name_inside_fit(rng):
+    x, y = _data(rng)
+    model = _embedding_model()
+    model.compile(
+        "sgd", loss=RegularizedLoss(lambda yt, yp: tf.reduce_sum(tf.square(yp), -1), [OLELoss()])
+    )
+    assert np.isfinite(model.fit(x, y, batch_size=16, epochs=1, verbose=0).history["loss"][0])
+    e = ref.unit_rows(rng, 8, 4)
+    target = rng.standard_normal((8, 4)).astype(np.float32)
+    np.testing.assert_allclose(
+        tf_svmax.losses.FunctionLoss("mse")(target, e), np.mean((e - target) ** 2), rtol=1e-6
+    )
+
+
+def test_dtype_survives_serialization_and_bad_reduction_is_refused():
+    loss = SVMaxLoss(dtype="float64")
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
+    assert restored.dtype == "float64"
+    with pytest.raises(ValueError, match=r"argument `reduction`"):
+        SVMaxLoss(reduction="sum")
+    with pytest.raises(ValueError, match=r"argument `regularizers`.*Regularizer"):
+        RegularizedLoss("mse", [tf_svmax.regularizers.SVMaxRegularizer()])
+
+
+def test_one_row_remainder_batch_in_fit(rng):
+    x, y = _data(rng, n=33)
+    model = _embedding_model()
+    model.compile("sgd", loss=RegularizedLoss(OLELoss(), [SVMaxLoss()]))
+    history = model.fit(
+        x, y[:33] if len(y) >= 33 else np.resize(y, 33), batch_size=16, epochs=1, verbose=0
+    )
+    assert np.isfinite(history.history["loss"][0])
+
+
+_DISTRIBUTED_SCRIPT = r"""
+import os, json, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np, tensorflow as tf, keras
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tf_svmax.losses import SVMaxLoss, TripletHardLoss
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal((32, 6)).astype(np.float32)
+x /= np.linalg.norm(x, axis=1, keepdims=True)
+y = np.repeat(np.arange(8), 4)
+out = {}
+for name, make in (("svmax", SVMaxLoss), ("triplet", TripletHardLoss)):
+    for replicas in (1, 2):
+        devices = ["/cpu:0", "/cpu:1"][:replicas]
+        strategy = tf.distribute.MirroredStrategy(devices)
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, use_bias=False,
+                                      kernel_initializer="ones")])
+            model.compile(keras.optimizers.SGD(0.1), loss=make())
+        # Per-replica batches of 16 either way: one replica sees 16 rows, two see 16 each.
+        batch = 16 * replicas
+        before = model.get_weights()[0].copy()
+        model.fit(x[:batch], y[:batch], batch_size=batch, epochs=1, shuffle=False, verbose=0)
+        out[f"{name}/{replicas}"] = float(np.abs(model.get_weights()[0] - before).sum())
+print(json.dumps(out))
+"""
+
+
+def test_batch_losses_are_averaged_over_replicas_under_tf_distribute(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "distributed.py"
+    script.write_text(_DISTRIBUTED_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, check=True
+    )
+    updates = json.loads(done.stdout.strip().splitlines()[-1])
+    # Two replicas average two per-replica losses, so the update stays the same size as one
+    # replica's (it would double if every replica's loss counted in full).
+    for name in ("svmax", "triplet"):
+        ratio = updates[f"{name}/2"] / updates[f"{name}/1"]
+        assert 0.5 < ratio < 1.5, (name, updates)

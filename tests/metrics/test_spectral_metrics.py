@@ -51,3 +51,8 @@ def test_bad_arguments():
         SingularValueBound("middle")
     with pytest.raises(ValueError, match=r"argument `method`"):
         MeanSingularValue(method="x")
+
+
+def test_bound_metric_refuses_a_non_matrix():
+    with pytest.raises(ValueError, match=r"argument `y_pred`.*rank-2"):
+        SingularValueBound("upper").update_state(None, np.zeros((2, 3, 4), np.float32))

@@ -174,3 +174,10 @@ def test_half_precision_inputs_are_cast_back(rng, dtype):
     assert value.dtype == dtype.as_numpy_dtype and grad.dtype == dtype.as_numpy_dtype
     ref_value, _ = ole_reference(labels, tf.cast(x, tf.float64).numpy())
     np.testing.assert_allclose(float(value), ref_value, rtol=2e-2, atol=2e-2)
+
+
+def test_xla_compilation_is_refused_with_the_fix_in_the_message(rng):
+    x = tf.constant(rng.standard_normal((8, 4)))
+    fn = tf.function(lambda y, x: ops.ole_loss(y, x), jit_compile=True)
+    with pytest.raises(ValueError, match=r"XLA.*jit_compile=False"):
+        fn(np.repeat(np.arange(2), 4), x)

@@ -147,23 +147,65 @@ def test_bad_arguments_name_the_argument():
         ops.nuclear_norm(tf.eye(3), method="lanczos")
     with pytest.raises(ValueError, match=r"argument `method`.*newton_schulz"):
         ops.singular_values(tf.eye(3), method="newton_schulz")
-    with pytest.raises(ValueError, match=r"argument `embeddings`.*at least 2 row"):
-        ops.svmax(tf.ones([1, 8]))
     with pytest.raises(ValueError, match=r"argument `bounded`"):
         ops.svmax(tf.eye(3), bounded="yes")
 
 
-def test_dynamic_rank_one_batch_is_refused_when_the_graph_runs():
-    fn = tf.function(ops.svmax, input_signature=[tf.TensorSpec([None, 8], tf.float32)])
-    with pytest.raises(tf.errors.InvalidArgumentError, match="at least 2 rows"):
-        fn(tf.ones([1, 8]))
+@pytest.mark.parametrize("graph", [False, True])
+def test_single_row_batches_have_the_defined_penalty_one(graph):
+    """min(b, d) = 1 makes U = L (Eq. 4 is 0/0): the penalty is defined as 1, gradient 0."""
+    fn = ops.svmax
+    if graph:
+        fn = tf.function(fn, input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    for shape in ([1, 8], [5, 1]):
+        x = tf.math.l2_normalize(tf.random.normal(shape), axis=-1)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = fn(x)
+        assert float(value) == 1.0
+        np.testing.assert_array_equal(tape.gradient(value, x).numpy(), 0.0)
+
+
+def _rank_cut_polar(x):
+    """U_1 V_1^T over the singular values above the input dtype's noise floor (float64 SVD).
+
+    The cutoff (10x NumPy's matrix_rank default for the input dtype) separates the genuine
+    directions from the rounding noise of the input itself.
+    """
+    u, s, vt = np.linalg.svd(np.asarray(x, np.float64), full_matrices=False)
+    keep = s > 10 * max(x.shape) * np.finfo(x.dtype).eps * s[0]
+    return u[:, keep] @ vt[keep]
+
+
+@pytest.mark.parametrize("method", ["gram", "svd", "newton_schulz"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["collapsed", "bottleneck", "duplicated_wide"])
+def test_rank_deficient_gradient_is_the_subgradient_u1_v1(rng, kind, dtype, method):
+    if kind == "collapsed":
+        x = np.tile(ref.unit_rows(rng, 1, 16, np.float64), (32, 1))
+    elif kind == "bottleneck":  # 144 x 128 embeddings through a 20-dim linear bottleneck
+        x = rng.standard_normal((144, 20)) @ rng.standard_normal((20, 128))
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+    else:  # b < d with duplicated rows
+        x = ref.unit_rows(rng, 36, 64, np.float64)
+        x = np.vstack([x, x])
+    x = x.astype(dtype)
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        value = ops.nuclear_norm(xt, method=method)
+    grad = tape.gradient(value, xt).numpy().astype(np.float64)
+    expected = _rank_cut_polar(x)
+    tol = 2e-3 if dtype == np.float32 else 1e-6
+    np.testing.assert_allclose(grad, expected, atol=tol)
+    assert np.linalg.norm(grad, 2) <= 1 + tol  # a subgradient of the nuclear norm
 
 
 def test_bounds_reproduce_the_originals_and_the_dissertation():
     lower, upper = ops.svmax_bounds(144, 128)
     assert lower == pytest.approx(0.09375, abs=1e-12)
     assert upper == pytest.approx(1.06066, abs=1e-5)
-    for b, d in [(144, 128), (288, 64), (129, 128), (5924, 128)]:
+    for b, d in [(144, 128), (288, 64), (129, 128), (5924, 128), (64, 16)]:
         np.testing.assert_allclose(ops.svmax_bounds(b, d), ref.original_bounds(b, d), rtol=1e-12)
     for b, d in [(72, 128), (1, 5), (16, 1024)]:
         np.testing.assert_allclose(ops.svmax_bounds(b, d), ref.small_batch_bounds(b, d), rtol=1e-12)
@@ -180,9 +222,29 @@ def test_bounds_accept_tensors_and_reject_bad_values():
         ops.svmax_bounds(0, 128)
     with pytest.raises(TypeError, match=r"argument `dim`"):
         ops.svmax_bounds(4, 2.5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`batch_size`"):
+        ops.svmax_bounds(tf.constant(0), 8)
+    with pytest.raises(ValueError, match=r"argument `batch_size`"):
+        ops.svmax_bounds(-4, tf.constant(8))
+    with pytest.raises(ValueError, match=r"argument `dim`.*scalar"):
+        ops.svmax_bounds(4, tf.constant([8, 8]))
+    with pytest.raises(TypeError, match=r"argument `dtype`"):
+        ops.svmax_bounds(tf.constant(4), 8, dtype=tf.int32)
 
 
-@pytest.mark.parametrize("shape", [(144, 128), (72, 128), (30, 8)])
+@pytest.mark.parametrize("method", ["gram", "svd", "newton_schulz"])
+def test_unknown_rank_inputs_inside_tf_function(rng, method):
+    fn = tf.function(
+        lambda x: ops.svmax(x, method=method), input_signature=[tf.TensorSpec(None, tf.float32)]
+    )
+    x = ref.unit_rows(rng, 20, 6)
+    expected, _ = ref.svmax_reference(x, ref.original_bounds(20, 6))
+    np.testing.assert_allclose(fn(x).numpy(), expected, rtol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="rank-2"):
+        fn(np.zeros([2, 3, 4], np.float32))
+
+
+@pytest.mark.parametrize("shape", [(144, 128), (72, 128), (30, 8), (64, 16), (256, 128)])
 def test_bounds_hold_and_are_attained(rng, shape):
     b, d = shape
     lower, upper = ops.svmax_bounds(b, d)

@@ -50,3 +50,35 @@ def test_bad_arguments():
         SVMaxRegularizer(lambda_=-0.1)
     with pytest.raises(ValueError, match=r"argument `method`"):
         SVMaxRegularizer(method="x")
+
+
+def test_single_example_predict_and_one_row_remainder_batches(rng):
+    inputs = keras.Input((5,))
+    outputs = keras.layers.Dense(4, activity_regularizer=SVMaxRegularizer(lambda_=0.5))(inputs)
+    model = keras.Model(inputs, outputs)
+    model.compile("sgd", "mse")
+    x = rng.standard_normal((33, 5)).astype(np.float32)  # batches of 16, 16 and 1
+    assert model.predict(x[:1], verbose=0).shape == (1, 4)
+    history = model.fit(x, x[:, :4], batch_size=16, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    model(x[:1])
+    (added,) = model.losses
+    # The defined one-row penalty lambda_ * 1 (Keras' division by the batch size is by 1 here).
+    assert float(added) == 0.5
+
+
+def test_mixed_precision_activity_regularizer(rng):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        inputs = keras.Input((5,))
+        hidden = keras.layers.Dense(8, activity_regularizer=SVMaxRegularizer())(inputs)
+        outputs = keras.layers.Dense(4, dtype="float32")(hidden)
+        model = keras.Model(inputs, outputs)
+        model.compile("sgd", "mse")
+        x = rng.standard_normal((32, 5)).astype(np.float32)
+        history = model.fit(x, x[:, :4], batch_size=16, epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"][0])
+        reg = SVMaxRegularizer()(np.eye(4, dtype=np.float16))
+        assert reg.dtype == "float32"
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

@@ -3,16 +3,42 @@
 import keras
 import tensorflow as tf
 
+from tf_svmax.ops import _checks
+
+
+def scale_for_distribution(value):
+    """Divides by the number of replicas of the current `tf.distribute` strategy.
+
+    Keras sums the replicas' gradients, so each replica's loss must be 1/N of its value for the
+    update to be the replicas' mean; Keras' own reductions scale the same way.
+    """
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if replicas > 1:
+        value = value * tf.cast(1.0 / replicas, value.dtype)
+    return value
+
 
 class BatchPenaltyLoss(keras.losses.Loss):
-    """Base class for batch-level penalties (SVMax, OLE): `call` returns one scalar.
+    """Base class for batch-level losses (SVMax, OLE, triplet, ...): `call` returns one scalar.
 
     Keras' default `Loss.__call__` casts `y_true` to the loss dtype (float32), which would
     silently merge integer labels above 2**24 and fails on `y_true=None`; here `y_true` is passed
-    to `call` unchanged. Sample weights scale the batch's penalty by their mean (what Keras'
-    ``"sum_over_batch_size"`` reduction does to a single value). `reduction` is accepted for
-    config compatibility; a batch-level scalar has nothing to reduce.
+    to `call` unchanged. Sample weights scale the batch's value by their mean (what Keras'
+    ``"sum_over_batch_size"`` reduction does to a single value). Under `tf.distribute` each
+    replica contributes its value divided by the number of replicas, like Keras' reductions.
     """
+
+    def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None):
+        if reduction != "sum_over_batch_size":
+            raise ValueError(
+                _checks.invalid(
+                    "reduction",
+                    "'sum_over_batch_size' (a batch-level loss has one value per batch; "
+                    "sample weights scale it by their mean)",
+                    reduction,
+                )
+            )
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with tf.name_scope(self.name):
@@ -21,4 +47,7 @@ class BatchPenaltyLoss(keras.losses.Loss):
             if sample_weight is not None:
                 weights = tf.cast(tf.convert_to_tensor(sample_weight), self.dtype)
                 value = value * tf.reduce_mean(weights)
-            return value
+            return scale_for_distribution(value)
+
+    def get_config(self):
+        return {**super().get_config(), "dtype": self.dtype}

@@ -1,9 +1,17 @@
 """`RegularizedLoss`: any Keras loss plus batch-level regularizers, in one `compile(loss=...)`."""
 
+import re
+
 import keras
 import tensorflow as tf
 
 from tf_svmax.ops import _checks
+
+
+def _scope_name(name):
+    """A valid TensorFlow name scope from a function's name ("<lambda>" -> "lambda")."""
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "", name).lstrip("_-")
+    return name or "function_loss"
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -14,9 +22,13 @@ class FunctionLoss(keras.losses.Loss):
     """
 
     def __init__(self, fn, name=None, **kwargs):
-        if isinstance(fn, (str, dict)):
+        if isinstance(fn, str):
+            fn = keras.losses.get(fn)
+        elif isinstance(fn, dict):
             fn = keras.saving.deserialize_keras_object(fn)
-        super().__init__(name=name or getattr(fn, "__name__", "function_loss"), **kwargs)
+        if not callable(fn):
+            raise ValueError(_checks.invalid("fn", "a loss function fn(y_true, y_pred)", fn))
+        super().__init__(name=name or _scope_name(getattr(fn, "__name__", "")), **kwargs)
         self.fn = fn
 
     def call(self, y_true, y_pred):
@@ -32,6 +44,15 @@ def _as_loss(obj, arg):
         obj = keras.losses.get(obj)
     if isinstance(obj, keras.losses.Loss):
         return obj
+    if isinstance(obj, keras.regularizers.Regularizer):
+        raise ValueError(
+            _checks.invalid(
+                arg,
+                "a loss fn(y_true, y_pred); a keras Regularizer takes one "
+                "tensor (use tf_svmax.losses.SVMaxLoss instead of SVMaxRegularizer)",
+                obj,
+            )
+        )
     if callable(obj):
         return FunctionLoss(obj)
     raise ValueError(_checks.invalid(arg, "a Keras loss (instance, name or function)", obj))

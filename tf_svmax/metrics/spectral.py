@@ -72,8 +72,9 @@ class SingularValueBound(_RunningBatchMean):
         self.bound = bound
 
     def batch_value(self, y_pred):
+        y_pred, _ = _checks.float_matrix(y_pred, "y_pred")
         shape = tf.shape(y_pred)
-        lower, upper = ops.svmax_bounds(shape[0], shape[-1])
+        lower, upper = ops.svmax_bounds(shape[0], shape[1])
         return lower if self.bound == "lower" else upper
 
     def get_config(self):

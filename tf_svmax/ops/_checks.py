@@ -62,10 +62,14 @@ def float_matrix(x, arg, min_rows=1, min_cols=1):
             )
         )
     if rank is None:
-        # Unknown rank at trace time: check when the graph runs.
-        tf.debugging.assert_rank(
+        # Unknown rank at trace time: check when the graph runs, and give the graph the static
+        # rank the code below relies on (loop shapes, transposes).
+        check = tf.debugging.assert_rank(
             x, 2, message=invalid(arg, "a rank-2 tensor", "<tensor of another rank>")
         )
+        with tf.control_dependencies([check]):
+            x = tf.identity(x)
+        x.set_shape([None, None])  # static rank only; the assert above does the run-time check
     rows, cols = (x.shape[0], x.shape[1]) if rank == 2 else (None, None)
     if rows is not None and rows < min_rows:
         raise ValueError(

@@ -9,7 +9,7 @@ Spectral paths (argument `method`):
   (``E^T E`` or ``E E^T``), then each singular value is recomputed from ``E`` itself as
   ``s_i = ||E v_i||``. Recomputing from ``E`` keeps the absolute error near ``eps * s_1`` instead
   of the ``sqrt(eps) * s_1`` that ``sqrt(eigenvalue)`` would give. On a CPU it is about twice as
-  fast as TensorFlow's SVD kernel, and it compiles under XLA (which the SVD kernel barely does).
+  fast as TensorFlow's SVD kernel.
 * ``"svd"``: one ``tf.linalg.svd(compute_uv=True)``. TensorFlow's own gradient of
   ``svd(compute_uv=False)`` runs a second SVD; ours reuses the factors of the first.
 * ``"newton_schulz"`` (nuclear norm and mean singular value only; the default under XLA): the
@@ -19,8 +19,14 @@ Spectral paths (argument `method`):
 All paths use the same gradient, ``sum_i g_i u_i v_i^T`` (for the nuclear norm ``U V^T``),
 computed from factors saved in the forward pass. Unlike the gradient through ``U`` and ``V``, it
 has no ``1 / (s_i^2 - s_j^2)`` terms, so repeated singular values (tensorflow#17476) and
-rank-deficient batches give finite gradients. Directions whose singular value is zero get zero
-gradient (a valid subgradient of the nuclear norm, the ``W = 0`` choice of the OLE paper, Eq. 5).
+rank-deficient batches give finite gradients. Directions whose singular value is numerically zero
+(at most ``max(b, d) * eps * s_1``) get zero gradient, so ``U V^T`` is a genuine subgradient of
+the nuclear norm (the ``W = 0`` choice of the OLE paper, Eq. 5).
+
+Accuracy of the ``"gram"`` path: each ``s_i`` is typically within a few ``eps * s_1`` of the
+exact value; for ill-conditioned float32 input (``s_1 / s_min`` in the thousands) errors of a few
+hundred ``eps * s_1`` were measured. Pass float64 input, or ``method="svd"``, where the small
+singular values themselves matter; the mean and its gradient are far less sensitive.
 
 Non-finite inputs: if any entry of the input is NaN or +-inf, every output and every gradient
 entry is NaN (the decompositions themselves are never fed non-finite values: Eigen's
@@ -86,12 +92,27 @@ def _nan_unless(all_finite, value):
     return tf.where(all_finite, value, tf.constant(np.nan, value.dtype))
 
 
+def _numerical_rank_mask(s, x_tall):
+    """1.0 where `s_i` is above the numerical-rank cutoff ``max(M, N) * eps * s_1``, else 0.0.
+
+    A singular value that is zero in exact arithmetic comes out of any float decomposition as
+    ~eps * s_1, with a singular vector pair that is noise (on the Gram path, a unit vector inside
+    the span of the genuine directions). Keeping it would make ``U V^T`` a non-subgradient
+    (spectral norm > 1); the cutoff is NumPy's `matrix_rank` default.
+    """
+    dtype = x_tall.dtype
+    size = tf.cast(tf.reduce_max(tf.shape(x_tall)[-2:]), dtype)
+    cutoff = size * float(np.finfo(dtype.as_numpy_dtype).eps)
+    cutoff = cutoff * tf.reduce_max(s, axis=-1, keepdims=True)
+    return tf.cast(s > cutoff, dtype)
+
+
 def gram_factors(x_tall):
     """Thin SVD factors of `x_tall` (`[..., M, N]`, `M >= N`) from the `N x N` Gram matrix.
 
     Returns `(s, u, v)` with `s: [..., N]`, `u: [..., M, N]`, `v: [..., N, N]` in the order of
-    decreasing eigenvalue (not re-sorted by the recomputed `s`). Columns of `u` for zero singular
-    values are zero.
+    decreasing eigenvalue (not re-sorted by the recomputed `s`). Columns of `u` for singular
+    values below the numerical-rank cutoff are zero (see `_numerical_rank_mask`).
     """
     gram = tf.matmul(x_tall, x_tall, transpose_a=True)
     _, v = tf.linalg.eigh(gram)  # ascending eigenvalues
@@ -101,14 +122,15 @@ def gram_factors(x_tall):
     s = tf.norm(p, axis=-2)
     # Clamp to the smallest normal float so a zero column gives u_i = 0, not 0/0 = NaN.
     u = p / tf.maximum(s, _tiny(x_tall.dtype))[..., tf.newaxis, :]
+    u = u * _numerical_rank_mask(s, x_tall)[..., tf.newaxis, :]
     return s, u, v
 
 
 def svd_factors(x_tall):
     """Thin SVD factors `(s, u, v)` of `x_tall` from one `tf.linalg.svd` call."""
     s, u, v = tf.linalg.svd(x_tall, full_matrices=False)
-    # Zero singular values get zero gradient, as on the Gram path.
-    u = u * tf.cast(s > 0, u.dtype)[..., tf.newaxis, :]
+    # Numerically zero singular values get zero gradient, as on the Gram path.
+    u = u * _numerical_rank_mask(s, x_tall)[..., tf.newaxis, :]
     return s, u, v
 
 
@@ -338,16 +360,35 @@ def svmax_bounds(batch_size, dim, dtype=tf.float32):
         b, d = float(batch_size), float(dim)
         k = min(b, d)
         return float(np.sqrt(b) / k), float(np.sqrt(b * d / max(b, d)) * np.sqrt(b) / k)
+    dtype = tf.as_dtype(dtype)
+    if not dtype.is_floating:
+        raise TypeError(_checks.invalid("dtype", "a floating-point dtype", dtype.name))
+    checks = []
     for arg, value in (("batch_size", batch_size), ("dim", dim)):
         if isinstance(value, bool) or not (
             _is_static_int(value) or (tf.is_tensor(value) and value.dtype.is_integer)
         ):
             raise TypeError(_checks.invalid(arg, "an int or an integer scalar tensor", value))
-    b = tf.cast(batch_size, dtype)
-    d = tf.cast(dim, dtype)
+        if _is_static_int(value):
+            if value < 1:
+                raise ValueError(_checks.invalid(arg, "an int >= 1", value))
+            continue
+        if value.shape.rank not in (None, 0):
+            raise ValueError(_checks.invalid(arg, "a scalar", f"<tensor of shape {value.shape}>"))
+        checks.append(
+            tf.debugging.assert_positive(
+                value, message=f"Invalid value for argument `{arg}`: expected an int >= 1."
+            )
+        )
+    with tf.control_dependencies(checks):
+        return _bounds(tf.cast(batch_size, dtype), tf.cast(dim, dtype))
+
+
+def _bounds(b, d):
+    """(L, U) for float tensors b, d >= 1 (no validation)."""
     k = tf.minimum(b, d)
-    lower = tf.sqrt(b) / k
-    upper = tf.sqrt(b * d / tf.maximum(b, d)) * tf.sqrt(b) / k
+    lower = tf.sqrt(b) / k  # Eq. 2: rank-1 batch, s_1 = sqrt(b)
+    upper = tf.sqrt(b * d / tf.maximum(b, d)) * tf.sqrt(b) / k  # Eq. 3
     return lower, upper
 
 
@@ -358,6 +399,10 @@ def svmax(embeddings, *, bounded=True, method="auto"):
     L2-normalized rows; ``bounded=False``: ``-s_mu`` (Eq. 1). The bounds come from the batch's
     own shape (dynamic batch sizes are fine). The penalty is label-oblivious.
 
+    A batch with ``min(b, d) < 2`` (one row, e.g. a remainder batch or a single-example
+    `predict`) has ``U = L`` and Eq. 4 is 0/0: its bounded penalty is defined as 1, the minimum
+    (one row is as spread out as it can be), with zero gradient.
+
     Args:
       embeddings: `[b, d]` floating tensor, normally L2-normalized rows.
       bounded: Use the bounded form (Eq. 4) or the plain negative mean (Eq. 1).
@@ -367,29 +412,20 @@ def svmax(embeddings, *, bounded=True, method="auto"):
       A scalar of the dtype of `embeddings`.
 
     Raises:
-      ValueError: rank is not 2, or (bounded) ``min(b, d) < 2`` where ``U = L`` and Eq. 4 is 0/0.
+      ValueError: `embeddings` is not rank 2, or `bounded`/`method` is invalid.
     """
     bounded = _checks.check_bool(bounded, "bounded")
-    x, dtype = _checks.float_matrix(
-        embeddings, "embeddings", min_rows=2 if bounded else 1, min_cols=2 if bounded else 1
-    )
+    x, dtype = _checks.float_matrix(embeddings, "embeddings")
     method = _resolve_method(method, want_vector=False)
     s_mu = _nuclear_norm(x, method) / _min_dim(x)
     if not bounded:
         return tf.cast(-s_mu, dtype)  # Eq. 1
     shape = tf.shape(x)
-    if x.shape[0] is None or x.shape[1] is None:
-        with tf.control_dependencies(
-            [
-                tf.debugging.assert_greater_equal(
-                    tf.minimum(shape[0], shape[1]),
-                    2,
-                    message="Invalid value for argument `embeddings`: the bounded SVMax "
-                    "penalty needs at least 2 rows and 2 columns (U = L otherwise); drop batches "
-                    "of size 1, e.g. with drop_remainder=True.",
-                )
-            ]
-        ):
-            s_mu = tf.identity(s_mu)
-    lower, upper = svmax_bounds(shape[0], shape[1], dtype=x.dtype)
-    return tf.cast(tf.exp((upper - s_mu) / (upper - lower)), dtype)  # Eq. 4
+    lower, upper = _bounds(tf.cast(shape[0], x.dtype), tf.cast(shape[1], x.dtype))
+    spread = upper - lower  # 0 exactly when min(b, d) = 1
+    defined = spread > 0
+    # Guard the denominator so the unselected branch stays finite (its gradient is multiplied
+    # by zero, and 0 * inf would be NaN).
+    ratio = (upper - s_mu) / tf.where(defined, spread, tf.ones_like(spread))
+    penalty = tf.where(defined, tf.exp(ratio), tf.ones_like(ratio))  # Eq. 4
+    return tf.cast(penalty, dtype)

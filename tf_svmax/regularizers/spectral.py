@@ -1,6 +1,7 @@
 """SVMax as a Keras activity regularizer."""
 
 import keras
+import tensorflow as tf
 
 from tf_svmax import ops
 from tf_svmax.losses.spectral import _check_method
@@ -17,6 +18,9 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
     paper's lambda, prefer ``RegularizedLoss(loss, [SVMaxLoss(lambda_)])``, which adds exactly
     ``lambda_ * svmax(E)``; or pass ``lambda_ = paper_lambda * b`` here.
 
+    A single-row output (e.g. `predict` on one example) gets the defined penalty ``lambda_``
+    (see `tf_svmax.ops.svmax`), never an error.
+
     Args:
       lambda_: Weight, a float >= 0.
       bounded: Bounded (Eq. 4) or unbounded (Eq. 1) form.
@@ -32,6 +36,10 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
         self.method = _check_method(method)
 
     def __call__(self, x):
+        # Returned in the compute dtype (float32 for float16/bfloat16 activations): Keras adds
+        # activity losses to float32 totals and fails on a float16 value under mixed precision.
+        x = tf.convert_to_tensor(x)
+        x = tf.cast(x, _checks.compute_dtype(x.dtype))
         return self.lambda_ * ops.svmax(x, bounded=self.bounded, method=self.method)
 
     def get_config(self):
