@@ -2,6 +2,8 @@
 tensorflow-addons metric-learning losses (same names, signatures, values and gradients)."""
 
 from tf_svmax.losses import _registry
+from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_loss
+from tf_svmax.losses.center import CenterLoss
 from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
 from tf_svmax.losses.contrastive import ContrastiveLoss, contrastive_loss
 from tf_svmax.losses.lifted import LiftedStructLoss, lifted_struct_loss
@@ -11,7 +13,18 @@ from tf_svmax.losses.npairs import (
     npairs_loss,
     npairs_multilabel_loss,
 )
+from tf_svmax.losses.pk_pairs import (
+    PKAngularLoss,
+    PKContrastiveLoss,
+    PKNpairLoss,
+    pk_angular_loss,
+    pk_contrastive_loss,
+    pk_contrastive_pairs,
+    pk_npair_loss,
+)
+from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss, proxy_anchor_loss
 from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
+from tf_svmax.losses.spread_out import SpreadOutLoss, random_negatives, spread_out_loss
 from tf_svmax.losses.triplet import (
     TripletHardLoss,
     TripletSemiHardLoss,
@@ -21,7 +34,13 @@ from tf_svmax.losses.triplet import (
 
 # Losses constructible without arguments, hence nameable by a string in `compile`.
 _CLASSES = (
+    BatchHardTripletLoss,
     ContrastiveLoss,
+    PKAngularLoss,
+    PKContrastiveLoss,
+    PKNpairLoss,
+    ProxyAnchorLoss,
+    SpreadOutLoss,
     LiftedStructLoss,
     NpairsLoss,
     NpairsMultilabelLoss,
@@ -40,6 +59,21 @@ def get(identifier):
 
 __all__ = [
     "get",
+    "BatchHardTripletLoss",
+    "CenterLoss",
+    "PKAngularLoss",
+    "PKContrastiveLoss",
+    "PKNpairLoss",
+    "ProxyAnchorLoss",
+    "SpreadOutLoss",
+    "batch_hard_triplet_loss",
+    "pk_angular_loss",
+    "pk_contrastive_loss",
+    "pk_contrastive_pairs",
+    "pk_npair_loss",
+    "proxy_anchor_loss",
+    "random_negatives",
+    "spread_out_loss",
     "ContrastiveLoss",
     "FunctionLoss",
     "LiftedStructLoss",

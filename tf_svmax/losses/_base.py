@@ -51,3 +51,40 @@ class BatchPenaltyLoss(keras.losses.Loss):
 
     def get_config(self):
         return {**super().get_config(), "dtype": self.dtype}
+
+
+PER_SAMPLE_REDUCTIONS = ("sum_over_batch_size", "sum", None, "none")
+
+
+class PerSampleLabelLoss(keras.losses.Loss):
+    """Base class for label-aware losses whose `call` returns one value per sample `[B]`.
+
+    Like Keras' `Loss.__call__` (sample weights, ``"sum_over_batch_size"``/``"sum"``/``None``
+    reductions, scaling for `tf.distribute` on the mean reduction) except that `y_true` reaches
+    `call` uncast: Keras casts it to float32, which merges integer labels above 2**24.
+    """
+
+    def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None):
+        if reduction not in PER_SAMPLE_REDUCTIONS:
+            raise ValueError(
+                _checks.invalid("reduction", f"one of {PER_SAMPLE_REDUCTIONS}", reduction)
+            )
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        with tf.name_scope(self.name):
+            y_pred = tf.cast(tf.convert_to_tensor(y_pred), self.dtype)
+            values = tf.cast(self.call(y_true, y_pred), self.dtype)
+            if sample_weight is not None:
+                weights = tf.cast(tf.convert_to_tensor(sample_weight), self.dtype)
+                values = values * tf.reshape(weights, tf.shape(values))
+            if self.reduction in (None, "none"):
+                return values
+            total = tf.reduce_sum(values)
+            if self.reduction == "sum":
+                return total
+            total = total / tf.cast(tf.size(values), self.dtype)
+            return scale_for_distribution(total)
+
+    def get_config(self):
+        return {**super().get_config(), "dtype": self.dtype}

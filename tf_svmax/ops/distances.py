@@ -84,3 +84,34 @@ def distance_matrix(embeddings, distance_metric):
             "distance_metric", "'L2', 'squared-L2', 'angular' or a callable", distance_metric
         )
     )
+
+
+# Added inside the square root of the "euclidean" metric, as in the SVMax/retrieval originals
+# (ahmdtaha/tf_retrieval_baseline `cdist`): keeps sqrt differentiable at zero distance, so the
+# diagonal is 1e-6 rather than 0.
+EUCLIDEAN_EPSILON = 1e-12
+CDIST_METRICS = ("euclidean", "sqeuclidean", "cityblock", "cosine")
+
+
+def cdist(a, b, metric="euclidean"):
+    """All-pairs distances between the rows of `a` (`[n, d]`) and `b` (`[m, d]`).
+
+    Computed from explicit differences (no Gram-expansion cancellation), like the originals:
+    ``"euclidean"`` ``sqrt(sum (a - b)^2 + 1e-12)``, ``"sqeuclidean"`` ``sum (a - b)^2``,
+    ``"cityblock"`` ``sum |a - b|``, ``"cosine"`` ``1 - a.b`` (rows assumed L2-normalized, as in
+    the originals; nothing is normalized here).
+
+    Returns:
+      `[n, m]` tensor.
+    """
+    if metric not in CDIST_METRICS:
+        raise ValueError(_checks.invalid("metric", f"one of {CDIST_METRICS}", metric))
+    if metric == "cosine":
+        return 1.0 - tf.matmul(a, b, transpose_b=True)
+    diffs = a[:, tf.newaxis, :] - b[tf.newaxis, :, :]
+    if metric == "cityblock":
+        return tf.reduce_sum(tf.abs(diffs), axis=-1)
+    squared = tf.reduce_sum(tf.square(diffs), axis=-1)
+    if metric == "sqeuclidean":
+        return squared
+    return tf.sqrt(squared + EUCLIDEAN_EPSILON)

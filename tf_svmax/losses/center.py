@@ -1,0 +1,136 @@
+"""Center loss with moving class centers (Wen et al. 2016), as in the two-head baseline.
+
+Semantics of ahmdtaha/softmax_triplet_loss (`ranking/center_loss.py`; dissertation `001`,
+Sec. 5.3, Eq. 5.2): ``lambda_ * 0.5 * sum_i ||x_i - c_{y_i}||^2`` (a sum over the batch), centers
+initialized from N(0, 1), not trained by the optimizer but moved every training step by
+``c_j <- c_j - alpha * sum_{i: y_i = j} (c_j - x_i) / (1 + n_j)`` from the pre-update centers.
+
+The update runs in the backward pass (it is part of the gradient computation), so it happens
+exactly in training steps and never in `evaluate`/`predict`, which compute no gradient.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_svmax.losses._base import scale_for_distribution
+from tf_svmax.ops import _checks
+
+
+def _positive_int(value, arg):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(_checks.invalid(arg, "an int >= 1", value))
+    return int(value)
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class CenterLoss(keras.losses.Loss):
+    """Center loss whose centers are non-trainable state saved with the loss's config.
+
+    Args:
+      num_classes: Number of classes C (labels in [0, C)).
+      embedding_dim: Feature dimension D.
+      lambda_: Weight (two-head baseline: 0.003).
+      alpha: Center update rate (0.5).
+      centers: Optional `[C, D]` initial centers (a saved model passes its trained ones).
+      seed: Seed of the N(0, 1) initialization.
+
+    `y_true`: `[B]` integer labels or `[B, C]` one-hot rows; `y_pred`: `[B, D]` features.
+    Sample weights scale the batch's value by their mean.
+    """
+
+    def __init__(
+        self,
+        num_classes,
+        embedding_dim,
+        lambda_=0.003,
+        alpha=0.5,
+        centers=None,
+        seed=None,
+        name="center_loss",
+        **kwargs,
+    ):
+        super().__init__(name=name, **kwargs)
+        self.num_classes = _positive_int(num_classes, "num_classes")
+        self.embedding_dim = _positive_int(embedding_dim, "embedding_dim")
+        self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
+        self.alpha = _checks.check_non_negative_number(alpha, "alpha")
+        self.seed = seed
+        if centers is None:
+            centers = np.random.default_rng(seed).standard_normal(
+                (self.num_classes, self.embedding_dim)
+            )
+        centers = np.asarray(centers, dtype=np.float32)
+        if centers.shape != (self.num_classes, self.embedding_dim):
+            raise ValueError(
+                _checks.invalid(
+                    "centers",
+                    f"shape ({self.num_classes}, {self.embedding_dim})",
+                    f"<array of shape {centers.shape}>",
+                )
+            )
+        self.centers = tf.Variable(centers, trainable=False, name="centers")
+
+    def _labels(self, y_true):
+        y_true = tf.convert_to_tensor(y_true)
+        if y_true.shape.rank == 2 and y_true.shape[-1] not in (None, 1):
+            y_true = tf.argmax(y_true, axis=-1)  # one-hot rows, as the original
+        labels = tf.cast(tf.reshape(y_true, [-1]), tf.int32)
+        check = tf.debugging.assert_less(
+            labels,
+            self.num_classes,
+            message=f"Invalid value for argument `y_true`: labels must be in [0, "
+            f"{self.num_classes}).",
+        )
+        check2 = tf.debugging.assert_non_negative(
+            labels, message="Invalid value for argument `y_true`: labels must be >= 0."
+        )
+        with tf.control_dependencies([check, check2]):
+            return tf.identity(labels)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        with tf.name_scope(self.name):
+            x = tf.cast(tf.convert_to_tensor(y_pred), tf.float32)
+            x, _ = _checks.float_matrix(x, "y_pred")
+            labels = self._labels(y_true)
+            centers_before = tf.convert_to_tensor(self.centers)
+            batch_centers = tf.gather(centers_before, labels)
+            value = self.lambda_ * self._sum_and_update(x, batch_centers, labels, centers_before)
+            if sample_weight is not None:
+                value = value * tf.reduce_mean(tf.cast(sample_weight, value.dtype))
+            return tf.cast(scale_for_distribution(value), self.dtype)
+
+    def _sum_and_update(self, x, batch_centers, labels, centers_before):
+        variable, alpha, num_classes = self.centers, self.alpha, self.num_classes
+
+        @tf.custom_gradient
+        def forward(x):
+            diff = x - batch_centers
+            value = 0.5 * tf.reduce_sum(tf.square(diff))
+
+            def grad(upstream):
+                # Moving centers, from the pre-update centers (the original's scatter_sub).
+                counts = tf.math.unsorted_segment_sum(
+                    tf.ones_like(labels, tf.float32), labels, num_classes
+                )
+                pulls = tf.math.unsorted_segment_sum(batch_centers - x, labels, num_classes)
+                delta = alpha * pulls / (1.0 + counts)[:, tf.newaxis]
+                update = variable.assign(centers_before - delta)
+                with tf.control_dependencies([update]):
+                    return tf.identity(upstream * diff)
+
+            return value, grad
+
+        return forward(x)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_classes": self.num_classes,
+            "embedding_dim": self.embedding_dim,
+            "lambda_": self.lambda_,
+            "alpha": self.alpha,
+            "seed": self.seed,
+            "dtype": self.dtype,
+            "centers": self.centers.numpy().tolist(),
+        }

@@ -1,0 +1,218 @@
+"""The SVMax papers' pair-based losses on P x K batches: contrastive (K=4), N-pair and angular
+(K=2), with the originals' pair layouts, epsilons and L2 terms.
+
+Semantics of ahmdtaha/tf_retrieval_baseline (`ranking/contrastive.py`, `npair.py`,
+`angular.py` and the pair construction in `train.py`), as used by the SVMax paper (seed `000`,
+Sec. 4.1; dissertation `001`, Sec. 3.4.1). Batches are P classes x K consecutive rows.
+"""
+
+import math
+import numbers
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_svmax.losses import _common
+from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.ops import _checks
+
+# Added under the square root of the pair distance, as in the original contrastive loss (its
+# README: avoids NaN gradients at zero distance). Note 10e-6 = 1e-5.
+CONTRASTIVE_EPSILON = 1e-5
+# Within each group of two classes (8 rows, K=4), the originals pair rows (0,1), (4,3), (2,5),
+# (6,7): two same-class pairs and two cross-class pairs, every image used once.
+_CONTRASTIVE_ORDER = np.array([0, 1, 4, 3, 2, 5, 6, 7])
+
+
+def _check_pk(labels, x, batch_k, expected_k):
+    """Validates a P x K layout; returns labels `[B]`."""
+    if batch_k != expected_k:
+        raise ValueError(
+            _checks.invalid("batch_k", f"{expected_k} (the originals' pair layout)", batch_k)
+        )
+    labels = _common.flat_labels(labels, x.shape[0], arg="labels")
+    labels = _common.same_batch(labels, x, arg="labels")
+    group = 2 * batch_k if expected_k == 4 else batch_k
+    rows = x.shape[0]
+    if rows is not None and rows % group:
+        raise ValueError(
+            f"Invalid value for argument `embeddings`. Expected a batch of P x K = "
+            f"{'an even number of classes x ' if expected_k == 4 else ''}{batch_k} rows "
+            f"(a multiple of {group}). Received: {rows} rows."
+        )
+    blocks = tf.reshape(labels, [-1, batch_k])
+    checks = [
+        tf.debugging.assert_equal(
+            tf.shape(labels)[0] % group,
+            0,
+            message=f"Invalid value for argument `embeddings`: the batch must be a multiple of "
+            f"{group} rows (P x K with K={batch_k}).",
+        ),
+        tf.debugging.assert_equal(
+            blocks,
+            tf.tile(blocks[:, :1], [1, batch_k]),
+            message=f"Invalid value for argument `labels`: expected {batch_k} consecutive rows "
+            "per class (a P x K batch).",
+        ),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(labels)
+
+
+def pk_contrastive_pairs(labels, embeddings, *, batch_k=4):
+    """The originals' contrastive pairs from a P x 4 batch.
+
+    In every group of two classes A, B (rows A0..A3, B0..B3) the pairs are (A0, A1) similar,
+    (B0, A3) dissimilar, (A2, B1) dissimilar, (B2, B3) similar: ``B / 2`` pairs, half similar.
+    (At b = 144 that is 36 + 36 pairs; the papers' text says "72 positive and 72 negative".)
+
+    Args:
+      labels: `[B]` labels, K = 4 consecutive rows per class, an even number of classes.
+      embeddings: `[B, D]`.
+      batch_k: Must be 4.
+
+    Returns:
+      `(first [B/2, D], second [B/2, D], similar [B/2] float)`; `similar` is computed from the
+      labels (the originals hard-code the pattern 1, 0, 0, 1).
+    """
+    x = tf.convert_to_tensor(embeddings)
+    labels = _check_pk(labels, x, batch_k, expected_k=4)
+    groups = tf.shape(x)[0] // 8
+    order = tf.reshape(
+        _CONTRASTIVE_ORDER[tf.newaxis, :] + 8 * tf.range(groups)[:, tf.newaxis], [-1, 2]
+    )
+    first, second = tf.gather(x, order[:, 0]), tf.gather(x, order[:, 1])
+    similar = tf.equal(tf.gather(labels, order[:, 0]), tf.gather(labels, order[:, 1]))
+    return first, second, tf.cast(similar, x.dtype)
+
+
+def pk_contrastive_loss(labels, embeddings, *, margin=1.0, batch_k=4):
+    """Per-pair contrastive loss of the SVMax experiments on a P x 4 batch.
+
+    ``d = sqrt(||a - b||^2 + 1e-5)``; ``y d^2 + (1 - y) max(margin - d, 0)^2`` (no 1/2).
+
+    Returns:
+      `[B / 2]` pair losses (the originals average them).
+    """
+    x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
+    first, second, similar = pk_contrastive_pairs(labels, x, batch_k=batch_k)
+    d = tf.sqrt(tf.reduce_sum(tf.square(first - second), axis=1) + CONTRASTIVE_EPSILON)
+    loss = similar * tf.square(d) + (1.0 - similar) * tf.square(tf.maximum(margin - d, 0.0))
+    return tf.cast(loss, dtype)
+
+
+def _anchor_positive_halves(labels, embeddings):
+    x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
+    labels = _check_pk(labels, x, 2, expected_k=2)
+    pairs = tf.reshape(x, [-1, 2, tf.shape(x)[1]])
+    anchor_labels = tf.reshape(labels, [-1, 2])[:, 0]
+    same = tf.cast(tf.equal(anchor_labels[:, None], anchor_labels[None, :]), x.dtype)
+    targets = same / tf.reduce_sum(same, axis=1, keepdims=True)
+    return pairs[:, 0], pairs[:, 1], targets, dtype
+
+
+def _l2_term(anchors, positives, l2_reg):
+    # 0.25 * l2_reg * (mean ||a||^2 + mean ||p||^2), the originals' constant factors.
+    return (
+        0.25
+        * l2_reg
+        * (
+            tf.reduce_mean(tf.reduce_sum(tf.square(anchors), axis=1))
+            + tf.reduce_mean(tf.reduce_sum(tf.square(positives), axis=1))
+        )
+    )
+
+
+def pk_npair_loss(labels, embeddings, *, l2_reg=0.002):
+    """Per-anchor N-pair loss (Sohn 2016) on a P x 2 batch, with the originals' L2 term.
+
+    Even rows are anchors, odd rows their positives. ``softmax_xent(A P^T, T)`` per anchor with
+    targets ``T`` uniform over anchors of the same class, plus
+    ``0.25 * l2_reg * (mean ||a||^2 + mean ||p||^2)`` (paper: l2_reg = 0.002).
+
+    Returns:
+      `[B / 2]` values whose mean is the originals' loss.
+    """
+    anchors, positives, targets, dtype = _anchor_positive_halves(labels, embeddings)
+    logits = tf.matmul(anchors, positives, transpose_b=True)
+    xent = tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    return tf.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
+
+
+def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002):
+    """Per-anchor angular loss (Wang et al. 2017, the "angular-mc" form) on a P x 2 batch.
+
+    With ``t = tan^2(alpha)``: ``f_ii = 2 (1 + t) a_i.p_i`` and, for ``j != i``,
+    ``f_ij = 4 t (a_i + p_i).p_j``; softmax cross-entropy of each row against the same targets
+    as N-pair, plus the same L2 term (``l2_reg = 0`` disables it). Paper: alpha = 45 degrees.
+
+    Returns:
+      `[B / 2]` values whose mean is the originals' loss.
+    """
+    anchors, positives, targets, dtype = _anchor_positive_halves(labels, embeddings)
+    t = math.tan(math.radians(alpha)) ** 2
+    off_diagonal = 4.0 * t * tf.matmul(anchors + positives, positives, transpose_b=True)
+    diagonal = 2.0 * (1.0 + t) * tf.reduce_sum(anchors * positives, axis=1)
+    logits = tf.linalg.set_diag(off_diagonal, diagonal)
+    xent = tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    return tf.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
+
+
+def _non_negative(value, arg):
+    return _checks.check_non_negative_number(value, arg)
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class PKContrastiveLoss(BatchPenaltyLoss):
+    """Keras loss for `pk_contrastive_loss` (mean over the batch's pairs).
+
+    The SVMax experiments: L2-normalized embeddings, margin 1.0, 36 x 4 batches, and
+    ``RegularizedLoss(PKContrastiveLoss(), [SVMaxLoss(lambda_=1.0)])``.
+    """
+
+    def __init__(self, margin=1.0, batch_k=4, name="pk_contrastive", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.margin = _non_negative(margin, "margin")
+        if batch_k != 4:
+            raise ValueError(_checks.invalid("batch_k", "4 (the originals' pair layout)", batch_k))
+        self.batch_k = batch_k
+
+    def call(self, y_true, y_pred):
+        return tf.reduce_mean(pk_contrastive_loss(y_true, y_pred, margin=self.margin))
+
+    def get_config(self):
+        return {**super().get_config(), "margin": self.margin, "batch_k": self.batch_k}
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class PKNpairLoss(BatchPenaltyLoss):
+    """Keras loss for `pk_npair_loss` (mean over anchors); 72 x 2 batches in the paper."""
+
+    def __init__(self, l2_reg=0.002, name="pk_npair", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.l2_reg = _non_negative(l2_reg, "l2_reg")
+
+    def call(self, y_true, y_pred):
+        return tf.reduce_mean(pk_npair_loss(y_true, y_pred, l2_reg=self.l2_reg))
+
+    def get_config(self):
+        return {**super().get_config(), "l2_reg": self.l2_reg}
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class PKAngularLoss(BatchPenaltyLoss):
+    """Keras loss for `pk_angular_loss` (mean over anchors); 72 x 2 batches in the paper."""
+
+    def __init__(self, alpha=45.0, l2_reg=0.002, name="pk_angular", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < 90:
+            raise ValueError(_checks.invalid("alpha", "an angle in degrees in (0, 90)", alpha))
+        self.alpha = float(alpha)
+        self.l2_reg = _non_negative(l2_reg, "l2_reg")
+
+    def call(self, y_true, y_pred):
+        return tf.reduce_mean(pk_angular_loss(y_true, y_pred, alpha=self.alpha, l2_reg=self.l2_reg))
+
+    def get_config(self):
+        return {**super().get_config(), "alpha": self.alpha, "l2_reg": self.l2_reg}
