@@ -182,3 +182,16 @@ def test_tf_svmax_namespace_exports_everything_tfa_had():
     ):
         assert hasattr(tf_svmax.losses, name), name
     assert callable(tf_svmax.ops.pairwise_distance) and callable(tf_svmax.ops.angular_distance)
+
+
+def test_lifted_gradient_is_exact_at_ties_between_row_shifts():
+    # Integer-grid embeddings make several rows' stabilizing shifts tie exactly; the loss is
+    # smooth there (the shift cancels), so finite differences give its gradient.
+    rng = np.random.default_rng(3)
+    grid = rng.integers(-1, 2, size=(5, 3)).astype(np.float64)
+    x = tf.constant(grid[rng.integers(0, 5, size=12)] + np.repeat(np.eye(3), 4, axis=0) * 0.5)
+    labels = tf.constant(np.repeat(np.arange(3), 4))
+    theoretical, numerical = tf.test.compute_gradient(
+        lambda e: losses.lifted_struct_loss(labels, e), [x], delta=1e-6
+    )
+    np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-5)

@@ -130,6 +130,47 @@ def build_cases():
             grad=grad,
         )
 
+    # Exact ties: embeddings on an integer grid, rows repeated across classes. TFA's masked
+    # max/min split the gradient among tied entries; ours must split it the same way. (The
+    # lifted loss is left out: at ties TFA's gradient is not the loss's gradient, see lifted.py.)
+    tie_labels = np.repeat(np.arange(6), 3).astype(np.int32)
+    grid = rng.integers(-2, 3, size=(6, 3)).astype(np.float32)
+    x = grid[rng.integers(0, 6, size=18)]
+    for metric in ("L2", "squared-L2"):
+        for fn_name, fn in (
+            ("triplet_semihard_loss", tfa.losses.triplet_semihard_loss),
+            ("triplet_hard_loss", tfa.losses.triplet_hard_loss),
+        ):
+            value, grad = _value_and_grad(
+                lambda e: fn(tie_labels, e, 1.0, distance_metric=metric), x
+            )
+            add(
+                f"ties/{fn_name}/{metric}",
+                {"fn": fn_name, "margin": 1.0, "metric": metric, "soft": False},
+                labels=tie_labels,
+                x=x,
+                value=value,
+                grad=grad,
+            )
+
+    # Near-duplicate rows, where the Gram expansion cancels and rounding order matters.
+    x = _unit(rng, 16, 8)
+    x[9] = x[3] + 1e-3 * rng.standard_normal(8).astype(np.float32)
+    near_labels = np.repeat(np.arange(4), 4).astype(np.int32)
+    for fn_name, fn in (
+        ("triplet_hard_loss", tfa.losses.triplet_hard_loss),
+        ("lifted_struct_loss", tfa.losses.lifted_struct_loss),
+    ):
+        value, grad = _value_and_grad(lambda e: fn(near_labels, e), x)
+        add(
+            f"near_duplicates/{fn_name}",
+            {"fn": fn_name, "margin": 1.0, "metric": "L2", "soft": False},
+            labels=near_labels,
+            x=x,
+            value=value,
+            grad=grad,
+        )
+
     # Half precision: TFA computes in float32 and casts back.
     x16 = _unit(rng, 32, 16).astype(np.float16)
     for fn_name, fn in (

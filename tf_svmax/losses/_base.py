@@ -77,13 +77,16 @@ class PerSampleLabelLoss(keras.losses.Loss):
             values = tf.cast(self.call(y_true, y_pred), self.dtype)
             if sample_weight is not None:
                 weights = tf.cast(tf.convert_to_tensor(sample_weight), self.dtype)
-                values = values * tf.reshape(weights, tf.shape(values))
+                if weights.shape.rank != 0:  # a scalar weight broadcasts, as in Keras
+                    weights = tf.reshape(weights, tf.shape(values))
+                values = values * weights
             if self.reduction in (None, "none"):
                 return values
             total = tf.reduce_sum(values)
             if self.reduction == "sum":
                 return total
-            total = total / tf.cast(tf.size(values), self.dtype)
+            # divide_no_nan: an empty per-replica batch (uneven last batch) contributes 0.
+            total = tf.math.divide_no_nan(total, tf.cast(tf.size(values), self.dtype))
             return scale_for_distribution(total)
 
     def get_config(self):

@@ -1,6 +1,5 @@
 """Helpers shared by the metric-learning losses: labels, masks, masked reductions."""
 
-import numpy as np
 import tensorflow as tf
 
 from tf_svmax.ops import _checks
@@ -72,29 +71,21 @@ def label_masks(labels):
     return same, tf.logical_and(same, tf.logical_not(eye))
 
 
-def masked_max(data, mask):
-    """Row-wise max of `data` over `mask` (`[B, 1]`); the row's minimum where `mask` is empty.
+def masked_max(data, mask, axis=1):
+    """Max of `data` over `mask` along `axis` (kept); the minimum along `axis` where it is empty.
 
-    The empty-mask fallback is tensorflow-addons' (its masked maximum adds back the row minimum).
+    Written as ``max((data - min) * mask) + min``, the formulation tensorflow-addons uses: the
+    values are the masked maxima, and at exact ties (a masked-out entry ties with the shifted
+    zero) TensorFlow's max gradient is split among the tied entries exactly as in TFA.
     """
-    masked = tf.where(mask, data, tf.constant(-np.inf, data.dtype))
-    has_any = tf.reduce_any(mask, axis=1, keepdims=True)
-    return tf.where(
-        has_any,
-        tf.reduce_max(masked, axis=1, keepdims=True),
-        tf.reduce_min(data, axis=1, keepdims=True),
-    )
+    low = tf.reduce_min(data, axis=axis, keepdims=True)
+    return tf.reduce_max((data - low) * tf.cast(mask, data.dtype), axis=axis, keepdims=True) + low
 
 
-def masked_min(data, mask):
-    """Row-wise min of `data` over `mask` (`[B, 1]`); the row's maximum where `mask` is empty."""
-    masked = tf.where(mask, data, tf.constant(np.inf, data.dtype))
-    has_any = tf.reduce_any(mask, axis=1, keepdims=True)
-    return tf.where(
-        has_any,
-        tf.reduce_min(masked, axis=1, keepdims=True),
-        tf.reduce_max(data, axis=1, keepdims=True),
-    )
+def masked_min(data, mask, axis=1):
+    """Min of `data` over `mask` along `axis` (kept); the maximum where it is empty."""
+    high = tf.reduce_max(data, axis=axis, keepdims=True)
+    return tf.reduce_min((data - high) * tf.cast(mask, data.dtype), axis=axis, keepdims=True) + high
 
 
 def safe_mean_over(total, count):

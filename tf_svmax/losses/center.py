@@ -13,7 +13,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax.losses._base import scale_for_distribution
 from tf_svmax.ops import _checks
 
 
@@ -36,7 +35,8 @@ class CenterLoss(keras.losses.Loss):
       seed: Seed of the N(0, 1) initialization.
 
     `y_true`: `[B]` integer labels or `[B, C]` one-hot rows; `y_pred`: `[B, D]` features.
-    Sample weights scale the batch's value by their mean.
+    Sample weights scale the batch's value by their mean. Not supported under a multi-replica
+    `tf.distribute` strategy (raises ValueError): the center update would be per replica.
     """
 
     def __init__(
@@ -89,6 +89,13 @@ class CenterLoss(keras.losses.Loss):
             return tf.identity(labels)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
+        if tf.distribute.get_strategy().num_replicas_in_sync > 1:
+            # Each replica would move its own copy of the centers with its half of the batch,
+            # and the copies would silently drift apart.
+            raise ValueError(
+                "CenterLoss does not support tf.distribute with more than one replica: the "
+                "moving-center update is per replica. Train it on one device."
+            )
         with tf.name_scope(self.name):
             x = tf.cast(tf.convert_to_tensor(y_pred), tf.float32)
             x, _ = _checks.float_matrix(x, "y_pred")
@@ -98,7 +105,9 @@ class CenterLoss(keras.losses.Loss):
             value = self.lambda_ * self._sum_and_update(x, batch_centers, labels, centers_before)
             if sample_weight is not None:
                 value = value * tf.reduce_mean(tf.cast(sample_weight, value.dtype))
-            return tf.cast(scale_for_distribution(value), self.dtype)
+            # A sum over the batch: replicas' sums add up to the global batch's sum, so, like
+            # Keras' "sum" reduction, no division by the number of replicas.
+            return tf.cast(value, self.dtype)
 
     def _sum_and_update(self, x, batch_centers, labels, centers_before):
         variable, alpha, num_classes = self.centers, self.alpha, self.num_classes

@@ -26,7 +26,9 @@ def lifted_struct_loss(labels, embeddings, margin=1.0):
 
     Returns:
       A scalar of the embeddings' dtype. 0 when the batch has no positive pair, and pairs with
-      no negative at all contribute 0 (tensorflow-addons returns NaN in both cases).
+      no negative at all contribute 0 (tensorflow-addons returns NaN in both cases). At exact
+      ties between two rows' stabilizing shifts the gradient here is the true one, while
+      tensorflow-addons' is not (it differentiates through the shift).
     """
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
     labels = _common.flat_labels(labels, x.shape[0], arg="labels")
@@ -37,7 +39,9 @@ def lifted_struct_loss(labels, embeddings, margin=1.0):
 
     # Per row: sum over negatives of exp(margin - d), kept as (shift, scaled sum) for stability.
     diff = margin - pdist
-    shift = _common.masked_max(diff, negatives)  # [B, 1]
+    # The shifts only keep exp() in range; the log-sum-exp is invariant to them, so they carry no
+    # gradient (letting it flow breaks at ties between two rows' shifts, as it does in TFA).
+    shift = tf.stop_gradient(_common.masked_max(diff, negatives))  # [B, 1]
     # The exponent is masked before exp: an unselected overflow would still poison the gradient.
     exponent = tf.where(negatives, diff - shift, 0.0)
     scaled = tf.reduce_sum(tf.where(negatives, tf.exp(exponent), 0.0), axis=1, keepdims=True)

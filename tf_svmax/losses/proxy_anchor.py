@@ -44,7 +44,18 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1):
     dtype = s.dtype
     s = tf.cast(s, _checks.compute_dtype(dtype))
     labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
-    positive = tf.cast(tf.one_hot(labels, tf.shape(s)[1]), tf.bool)  # [B, C]
+    in_range = tf.logical_and(labels >= 0, labels < tf.shape(s)[1])
+    with tf.control_dependencies(
+        [
+            tf.debugging.assert_equal(
+                tf.reduce_all(in_range),
+                True,
+                message="Invalid value for argument `labels`: expected class ids in "
+                "[0, num_classes), num_classes = similarities.shape[1].",
+            )
+        ]
+    ):
+        positive = tf.cast(tf.one_hot(labels, tf.shape(s)[1]), tf.bool)  # [B, C]
     negative = tf.logical_not(positive)
     with_positive = tf.reduce_any(positive, axis=0)  # P+
     pos_terms = _log1p_sum_exp(-alpha * (s - delta), positive, axis=0)

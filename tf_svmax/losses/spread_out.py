@@ -24,8 +24,16 @@ def random_negatives(labels, uniform):
     """
     labels = tf.reshape(labels, [-1])
     other_class = tf.not_equal(labels[:, tf.newaxis], labels[tf.newaxis, :])
-    # The argmax of iid uniforms restricted to a set is uniform over that set.
-    choice = tf.argmax(tf.where(other_class, uniform, -1.0), axis=1, output_type=tf.int32)
+    # The argmax of iid uniforms restricted to a set is uniform over that set. A column of -1
+    # keeps argmax defined for an empty batch (an uneven last batch under tf.distribute).
+    scores = tf.concat(
+        [
+            tf.where(other_class, tf.cast(uniform, tf.float32), -1.0),
+            -tf.ones_like(labels[:, tf.newaxis], tf.float32),
+        ],
+        axis=1,
+    )
+    choice = tf.argmax(scores, axis=1, output_type=tf.int32)
     return tf.where(tf.reduce_any(other_class, axis=1), choice, -1)
 
 

@@ -6,6 +6,9 @@ Differences from tensorflow-addons 0.23.0 (documented, tested):
 * no positive pair in the batch (all singleton classes): the semi-hard loss is 0, not NaN;
 * float64 embeddings are supported (TFA raises a TypeError);
 * the classes accept `sample_weight` (scales the batch's loss by the weights' mean; TFA raises);
+* the soft margin is `softplus`, finite where TFA's `log1p(exp(.))` overflows to inf (large
+  unnormalized distances); equal elsewhere;
+* an empty batch gives 0 (TFA: NaN);
 * labels are never cast to float (TFA's Keras 2 classes compare float32 copies of them).
 """
 
@@ -56,9 +59,7 @@ def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2"):
     farther = tf.logical_and(
         negatives[:, tf.newaxis, :], pdist[:, tf.newaxis, :] > pdist[:, :, tf.newaxis]
     )
-    closest_farther = tf.reduce_min(
-        tf.where(farther, pdist[:, tf.newaxis, :], tf.constant(np.inf, pdist.dtype)), axis=2
-    )
+    closest_farther = _common.masked_min(pdist[:, tf.newaxis, :], farther, axis=2)[:, :, 0]
     # Fallback: the farthest negative of the anchor (its nearest point if it has none).
     farthest_negative = _common.masked_max(pdist, negatives)
     semi_hard = tf.where(tf.reduce_any(farther, axis=2), closest_farther, farthest_negative)
@@ -95,7 +96,9 @@ def triplet_hard_loss(y_true, y_pred, margin=1.0, soft=False, distance_metric="L
         per_anchor = tf.math.softplus(hard_positives - hard_negatives)
     else:
         per_anchor = tf.maximum(hard_positives - hard_negatives + margin, 0.0)
-    return tf.cast(tf.reduce_mean(per_anchor), dtype)
+    # Mean over anchors; 0 for an empty batch (an uneven last batch under tf.distribute).
+    total = tf.reduce_sum(per_anchor)
+    return tf.cast(_common.safe_mean_over(total, tf.size(per_anchor)), dtype)
 
 
 def _check_margin(margin):

@@ -37,8 +37,14 @@ def pairwise_distance(feature, squared=False):
     """
     x, dtype = _half_to_float32(feature)
     x, _ = _checks.float_matrix(x, "feature")
-    squared_norms = tf.reduce_sum(tf.square(x), axis=1, keepdims=True)
-    d2 = squared_norms + tf.transpose(squared_norms) - 2.0 * tf.matmul(x, x, transpose_b=True)
+    # Row norms as a column plus column norms as a row, minus twice the Gram matrix. The same
+    # sequence of operations as tensorflow-addons, so that the rounding, and hence the gradient
+    # for near-duplicate rows (where the expansion cancels), matches it to the last bits.
+    x_t = tf.transpose(x)
+    d2 = tf.add(
+        tf.reduce_sum(tf.square(x), axis=1, keepdims=True),
+        tf.reduce_sum(tf.square(x_t), axis=0, keepdims=True),
+    ) - 2.0 * tf.matmul(x, x_t)
     # Rounding can make the expansion slightly negative; a distance is never negative.
     d2 = tf.maximum(d2, 0.0)
     zero = d2 <= 0.0
