@@ -27,7 +27,7 @@ setup(
     extras_require={
         "cpu": ["tensorflow-cpu>=2.16"],
         "gpu": ["tensorflow[and-cuda]>=2.16"],
-        "test": ["tensorflow-cpu>=2.16", "pytest", "scipy", "ruff"],
+        "test": ["tensorflow-cpu>=2.16", "pytest", "scipy", "ruff", "matplotlib"],
         "bench": ["scipy", "matplotlib"],
     },
     license="Apache-2.0",

@@ -1,28 +1,99 @@
-"""The benchmark programs run end to end on a tiny problem (no timing is asserted)."""
+"""The benchmark programs run end to end on tiny grids (no timing is asserted).
+
+Each runs as `python -m benchmarks.<program>` in a subprocess: absl flags are process-global.
+"""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
-from absl.testing import flagsaver
-
-from benchmarks import spectral_speed
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_spectral_speed_runs_and_writes_json(tmp_path):
+def _run(program, *flags):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{program}", *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_spectral_speed(tmp_path):
     output = tmp_path / "out.json"
-    with flagsaver.flagsaver(
-        batch_size=12,
-        embedding_dim=8,
-        classes_per_batch=3,
-        repeats=2,
-        xla=False,
-        torch=False,
-        output=str(output),
-    ):
-        spectral_speed.FLAGS(["spectral_speed"])
-        spectral_speed.main([])
+    stdout = _run(
+        "spectral_speed",
+        "--batch_size=12",
+        "--embedding_dim=8",
+        "--classes_per_batch=3",
+        "--repeats=2",
+        "--noxla",
+        "--notorch",
+        f"--output={output}",
+    )
     results = json.loads(output.read_text())
     assert set(results["versions"]) >= {"tensorflow", "keras", "tf_svmax"}
     assert "tf_svmax.svmax[gram]" in results["svmax_forward_backward"]
     assert "tf_svmax.ole_loss" in results["ole_forward_backward"]
-    table = spectral_speed.format_table(results)
-    assert "scipy" in table and "in-graph" in table
+    assert "scipy" in stdout and "in-graph" in stdout
+
+
+def test_svd_cost(tmp_path):
+    _run(
+        "svd_cost",
+        "--batch_sizes=8,16",
+        "--dims=4,8",
+        "--sweep_batch=8",
+        "--sweep_dim=4",
+        "--dtypes=float32",
+        "--modes=function,xla",
+        "--repeats=2",
+        "--seconds_per_point=0.01",
+        f"--output_dir={tmp_path}",
+    )
+    results = json.loads((tmp_path / "svd_cost.json").read_text())
+    paths = {r["path"] for r in results["results"]}
+    assert {"tf:gram", "tf:svd", "tf:newton_schulz", "tf:naive", "tf:auto"} <= paths
+    assert any(e["exponent_in_b"] is not None for e in results["growth_exponents"])
+    assert (tmp_path / "svd_cost.csv").exists()
+    assert (tmp_path / "svmax_cost_vs_b_float32.png").stat().st_size > 0
+
+
+def test_ole_cost(tmp_path):
+    _run(
+        "ole_cost",
+        "--batch_sizes=8,16",
+        "--dims=4",
+        "--rows_per_class=2",
+        "--base_batch=8",
+        "--base_dim=4",
+        "--base_rows_per_class=2",
+        "--repeats=2",
+        f"--output_dir={tmp_path}",
+    )
+    results = json.loads((tmp_path / "ole_cost.json").read_text())
+    assert len(results["speedups"]) == 2
+    assert (tmp_path / "ole_cost_vs_N.png").stat().st_size > 0
+
+
+def test_step_overhead(tmp_path):
+    _run(
+        "step_overhead",
+        "--backbone=small_cnn",
+        "--image_size=16",
+        "--batch_sizes=8",
+        "--dims=4",
+        "--sweep_batch=8",
+        "--sweep_dim=4",
+        "--repeats=1",
+        f"--output_dir={tmp_path}",
+    )
+    results = json.loads((tmp_path / "step_overhead.json").read_text())
+    assert {r["loss"] for r in results["overheads"]} == {"ranking+svmax", "ranking+ole"}

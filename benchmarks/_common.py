@@ -1,0 +1,144 @@
+"""Shared helpers for the benchmark programs: timing, environment record, files, plots."""
+
+import csv
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+
+def progress(program, message):
+    print(f"[{program}] {message}", file=sys.stderr, flush=True)
+
+
+def summarize(seconds):
+    """Median and spread (10th-90th percentile) in milliseconds."""
+    ms = np.asarray(seconds, dtype=np.float64) * 1e3
+    return {
+        "median_ms": float(np.median(ms)),
+        "p10_ms": float(np.percentile(ms, 10)),
+        "p90_ms": float(np.percentile(ms, 90)),
+        "repeats": int(len(ms)),
+    }
+
+
+def time_calls(fn, repeats, warmup=2):
+    """Times `fn()` `repeats` times after `warmup` untimed calls (compilation, caches)."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return summarize(out)
+
+
+def materialize(result):
+    """Forces a TensorFlow result (nested) to the host, so the timing includes the work."""
+    import tensorflow as tf
+
+    for value in tf.nest.flatten(result):
+        np.asarray(value)
+
+
+def environment():
+    """Machine, device and library versions to store beside every result."""
+    import keras
+    import tensorflow as tf
+
+    import tf_svmax
+
+    versions = {
+        "tf_svmax": tf_svmax.__version__,
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "numpy": np.__version__,
+    }
+    for name in ("scipy", "torch"):
+        try:
+            versions[name] = __import__(name).__version__
+        except ImportError:
+            versions[name] = None
+    gpus = tf.config.list_physical_devices("GPU")
+    return {
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "gpus": [gpu.name for gpu in gpus],
+        },
+        "versions": versions,
+    }
+
+
+def write_json(path, payload):
+    """Atomic write: a reader never sees a half-written file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2)
+    os.replace(tmp, path)
+
+
+def write_csv(path, rows):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fields = sorted({key for row in rows for key in row})
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+def loglog_slope(sizes, times):
+    """Least-squares exponent p of ``time ~ size**p`` (None with fewer than two points)."""
+    sizes, times = np.asarray(sizes, float), np.asarray(times, float)
+    keep = (sizes > 0) & (times > 0)
+    if keep.sum() < 2:
+        return None
+    slope, _ = np.polyfit(np.log(sizes[keep]), np.log(times[keep]), 1)
+    return float(slope)
+
+
+def parse_ints(values, flag):
+    try:
+        out = [int(v) for v in values]
+    except ValueError as error:
+        raise ValueError(
+            f"Invalid value for flag `{flag}`. Expected positive integers. Received: {values}"
+        ) from error
+    if any(v < 1 for v in out):
+        raise ValueError(
+            f"Invalid value for flag `{flag}`. Expected positive integers. Received: {values}"
+        )
+    return out
+
+
+def line_plot(path, series, xlabel, ylabel, title):
+    """`series`: {label: (xs, ys)} drawn on log-log axes, saved as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, (xs, ys) in series.items():
+        if len(xs):
+            ax.plot(xs, ys, marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
