@@ -56,10 +56,14 @@ def run(grid, repeats):
         x = rng.standard_normal((n, d)).astype(np.float32)
         _common.progress(PROGRAM, f"N={n} D={d} K={k} tf_svmax")
         y_t, x_t = tf.constant(labels), tf.constant(x)
-        ours = _common.time_calls(lambda: _common.materialize(_tf_step(y_t, x_t)), repeats)
+        ours = _common.time_calls(
+            lambda y_t=y_t, x_t=x_t: _common.materialize(_tf_step(y_t, x_t)), repeats
+        )
         _common.progress(PROGRAM, f"N={n} D={d} K={k} scipy")
         x64 = x.astype(np.float64)
-        ref = _common.time_calls(lambda: ole_reference(labels, x64), max(3, repeats // 3))
+        ref = _common.time_calls(
+            lambda labels=labels, x64=x64: ole_reference(labels, x64), max(3, repeats // 3)
+        )
         rows.append(
             {"N": n, "D": d, "K": k, "classes": n // k, "path": "tf_svmax.ole_loss", **ours}
         )
@@ -113,7 +117,7 @@ def main(argv):
             for r in rows
             if r["path"] == path and r["D"] == d0 and r["K"] == k0
         )
-        series[path] = tuple(zip(*pts)) if pts else ((), ())
+        series[path] = tuple(zip(*pts, strict=True)) if pts else ((), ())
     _common.line_plot(
         os.path.join(out, "ole_cost_vs_N.png"),
         series,

@@ -81,7 +81,9 @@ def run(configs, backbone, image_size, repeats):
             keras.utils.set_random_seed(0)
             model = build_model(backbone, image_size, d)
             model.compile(keras.optimizers.SGD(1e-3, momentum=0.9), loss=make(), jit_compile=False)
-            timing = _common.time_calls(lambda m=model: m.train_on_batch(x, y), repeats, warmup=2)
+            timing = _common.time_calls(
+                lambda m=model, x=x, y=y: m.train_on_batch(x, y), repeats, warmup=2
+            )
             rows.append(
                 {
                     "b": b,
@@ -141,7 +143,7 @@ def main(argv):
             for r in rows
             if r["loss"] == name and r["d"] == FLAGS.sweep_dim
         )
-        series[name] = tuple(zip(*pts)) if pts else ((), ())
+        series[name] = tuple(zip(*pts, strict=True)) if pts else ((), ())
     _common.line_plot(
         os.path.join(out, "step_time_vs_b.png"),
         series,

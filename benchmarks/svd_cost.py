@@ -168,7 +168,7 @@ def run(config):
             if mode != "xla" and path == "auto":
                 continue  # outside XLA "auto" is "gram", timed under its own name
             fn = _tf_callable(path, mode, backward)
-            call = lambda fn=fn: _common.materialize(fn(x))  # noqa: E731
+            call = lambda fn=fn, x=x: _common.materialize(fn(x))  # noqa: E731
             _common.progress(PROGRAM, f"b={b} d={d} {dtype} {pass_name} {mode} {path}")
             repeats = _budgeted_repeats(call, config["repeats"], config["seconds_per_point"])
             rows.append(
@@ -218,8 +218,12 @@ def growth_exponents(rows, sweep_batch, sweep_dim):
                 "pass": pass_name,
                 "mode": mode,
                 "path": path,
-                "exponent_in_b": _common.loglog_slope(*zip(*in_b)) if len(in_b) > 1 else None,
-                "exponent_in_d": _common.loglog_slope(*zip(*in_d)) if len(in_d) > 1 else None,
+                "exponent_in_b": _common.loglog_slope(*zip(*in_b, strict=True))
+                if len(in_b) > 1
+                else None,
+                "exponent_in_d": _common.loglog_slope(*zip(*in_d, strict=True))
+                if len(in_d) > 1
+                else None,
             }
         )
     return out
@@ -258,7 +262,7 @@ def plots(rows, output_dir, sweep_batch, sweep_dim):
                     if (r["mode"], r["path"]) == (mode, path) and r[fixed_name] == fixed
                 )
                 if len(points) > 1:
-                    series[f"{path} ({mode})"] = tuple(zip(*points))
+                    series[f"{path} ({mode})"] = tuple(zip(*points, strict=True))
             if series:
                 _common.line_plot(
                     os.path.join(output_dir, f"svmax_cost_vs_{axis}_{dtype}.png"),
