@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -26,6 +25,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 import tf_svmax  # noqa: E402
+from benchmarks import _common  # noqa: E402
 from tests.reference_ole import ole_reference  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -39,30 +39,11 @@ flags.DEFINE_bool("torch", True, "Also time torch.linalg.svdvals when torch is i
 flags.DEFINE_string("output", None, "Where to write the JSON results (none: print only).")
 
 
-def _summary(seconds):
-    ms = np.asarray(seconds) * 1e3
-    return {
-        "median_ms": float(np.median(ms)),
-        "p10_ms": float(np.percentile(ms, 10)),
-        "p90_ms": float(np.percentile(ms, 90)),
-        "repeats": len(ms),
-    }
-
-
 def _time(fn, repeats):
-    for _ in range(3):
-        fn()
-    out = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return _summary(out)
+    return _common.time_calls(fn, repeats, warmup=3)
 
 
-def _materialize(result):
-    for value in tf.nest.flatten(result):
-        np.asarray(value)
+_materialize = _common.materialize
 
 
 def _tf_step(penalty, jit_compile=False):

@@ -140,6 +140,14 @@ def _peer_callables(x_np, backward):
     return peers
 
 
+def _measure(call, config, meta):
+    """Times `call` within the per-point budget; returns `meta` plus the timing summary."""
+    label = " ".join(str(meta[k]) for k in ("b", "d", "dtype", "pass", "mode", "path"))
+    _common.progress(PROGRAM, label)
+    repeats = _budgeted_repeats(call, config["repeats"], config["seconds_per_point"])
+    return {**meta, **_common.time_calls(call, repeats, warmup=1)}
+
+
 def run(config):
     rows = []
     rng = np.random.default_rng(0)
@@ -158,6 +166,7 @@ def run(config):
         x_np = (x_np / np.linalg.norm(x_np, axis=1, keepdims=True)).astype(dtype)
         x = tf.constant(x_np)
         pass_name = "forward_backward" if backward else "forward"
+        point = {"b": b, "d": d, "dtype": dtype, "pass": pass_name}
         for mode, path in itertools.product(config["modes"], config["paths"]):
             if (
                 mode == "xla"
@@ -169,34 +178,10 @@ def run(config):
                 continue  # outside XLA "auto" is "gram", timed under its own name
             fn = _tf_callable(path, mode, backward)
             call = lambda fn=fn, x=x: _common.materialize(fn(x))  # noqa: E731
-            _common.progress(PROGRAM, f"b={b} d={d} {dtype} {pass_name} {mode} {path}")
-            repeats = _budgeted_repeats(call, config["repeats"], config["seconds_per_point"])
-            rows.append(
-                {
-                    "b": b,
-                    "d": d,
-                    "dtype": dtype,
-                    "pass": pass_name,
-                    "mode": mode,
-                    "path": f"tf:{path}",
-                    **_common.time_calls(call, repeats, warmup=1),
-                }
-            )
+            rows.append(_measure(call, config, {**point, "mode": mode, "path": f"tf:{path}"}))
         if config["peers"]:
             for name, call in _peer_callables(x_np, backward).items():
-                _common.progress(PROGRAM, f"b={b} d={d} {dtype} {pass_name} {name}")
-                repeats = _budgeted_repeats(call, config["repeats"], config["seconds_per_point"])
-                rows.append(
-                    {
-                        "b": b,
-                        "d": d,
-                        "dtype": dtype,
-                        "pass": pass_name,
-                        "mode": "peer",
-                        "path": name,
-                        **_common.time_calls(call, repeats, warmup=1),
-                    }
-                )
+                rows.append(_measure(call, config, {**point, "mode": "peer", "path": name}))
     return rows
 
 

@@ -8,15 +8,13 @@ from tf_svmax.ops import _checks
 
 
 class _RunningBatchMean(keras.metrics.Metric):
-    """Mean over batches of a per-batch scalar computed from `y_pred` (sample weights unused)."""
+    """Mean over batches of a per-batch scalar `self.batch_value(y_pred)` (defined by each
+    subclass; sample weights unused)."""
 
     def __init__(self, name, dtype=None):
         super().__init__(name=name, dtype=dtype)
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", name="count")
-
-    def batch_value(self, y_pred):
-        raise NotImplementedError  # pragma: no cover - abstract
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         # A metric only observes; no gradient flows through it.
