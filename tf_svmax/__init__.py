@@ -14,6 +14,6 @@ if tuple(int(p) for p in _tf.__version__.split(".")[:2]) < (2, 16):  # pragma: n
         f"tf_svmax needs TensorFlow >= 2.16 with Keras 3; found TensorFlow {_tf.__version__}."
     )
 
-from tf_svmax import losses, metrics, models, ops, regularizers  # noqa: E402
+from tf_svmax import data, losses, metrics, models, ops, regularizers  # noqa: E402
 
-__all__ = ["losses", "metrics", "models", "ops", "regularizers", "__version__"]
+__all__ = ["data", "losses", "metrics", "models", "ops", "regularizers", "__version__"]
