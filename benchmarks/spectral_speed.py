@@ -40,10 +40,8 @@ flags.DEFINE_string("output", None, "Where to write the JSON results (none: prin
 
 
 def _time(fn, repeats):
+    """Timing with three warm-up calls (tracing and compilation happen in the first)."""
     return _common.time_calls(fn, repeats, warmup=3)
-
-
-_materialize = _common.materialize
 
 
 def _tf_step(penalty, jit_compile=False):
@@ -115,7 +113,7 @@ def run(batch_size, embedding_dim, classes_per_batch, repeats, xla_naive_repeats
 
     def measure(name, step, n=repeats):
         _progress(f"{name} ...")
-        svmax[name] = _time(lambda: _materialize(step()), n)
+        svmax[name] = _time(lambda: _common.materialize(step()), n)
 
     in_graph_calls = 20
     in_graph = {}
@@ -128,13 +126,13 @@ def run(batch_size, embedding_dim, classes_per_batch, repeats, xla_naive_repeats
         )
         _progress(f"tf_svmax.svmax[{method}] in-graph ...")
         in_graph[f"tf_svmax.svmax[{method}]"] = _per_call(
-            _time(lambda lp=loop: _materialize(lp(x)), max(5, repeats // 10)), in_graph_calls
+            _time(lambda lp=loop: _common.materialize(lp(x)), max(5, repeats // 10)), in_graph_calls
         )
     naive = _tf_step(_naive_s_mu)
     measure("tf.linalg.svd(compute_uv=False) autodiff", lambda: naive(x))
     loop = _in_graph(naive.python_function, in_graph_calls)
     in_graph["tf.linalg.svd(compute_uv=False) autodiff"] = _per_call(
-        _time(lambda: _materialize(loop(x)), max(5, repeats // 10)), in_graph_calls
+        _time(lambda: _common.materialize(loop(x)), max(5, repeats // 10)), in_graph_calls
     )
     torch_version = None
     if use_torch:
@@ -154,12 +152,13 @@ def run(batch_size, embedding_dim, classes_per_batch, repeats, xla_naive_repeats
     ole_step = tf.function(_tf_step_with_labels)
     y = tf.constant(labels)
     _progress("OLE tf_svmax ...")
-    ole["tf_svmax.ole_loss"] = _time(lambda: _materialize(ole_step(y, x)), repeats)
+    ole["tf_svmax.ole_loss"] = _time(lambda: _common.materialize(ole_step(y, x)), repeats)
     ole_loop = _in_graph(_tf_step_with_labels, in_graph_calls)
     _progress("OLE tf_svmax in-graph ...")
     ole_in_graph = {
         "tf_svmax.ole_loss": _per_call(
-            _time(lambda: _materialize(ole_loop(y, x)), max(5, repeats // 10)), in_graph_calls
+            _time(lambda: _common.materialize(ole_loop(y, x)), max(5, repeats // 10)),
+            in_graph_calls,
         )
     }
     _progress("OLE scipy gesvd reference ...")

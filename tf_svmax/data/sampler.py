@@ -14,12 +14,6 @@ import tensorflow as tf
 from tf_svmax.ops import _checks
 
 
-def _positive(value, arg):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(_checks.invalid(arg, "an int >= 1", value))
-    return int(value)
-
-
 def pk_index_batches(labels, *, batch_p, batch_k, seed=None):
     """An infinite dataset of `[P * K]` int64 index batches into `labels`.
 
@@ -32,7 +26,10 @@ def pk_index_batches(labels, *, batch_p, batch_k, seed=None):
     Raises:
       ValueError: bad P or K, or fewer than P classes.
     """
-    batch_p, batch_k = _positive(batch_p, "batch_p"), _positive(batch_k, "batch_k")
+    batch_p, batch_k = (
+        _checks.check_positive_int(batch_p, "batch_p"),
+        _checks.check_positive_int(batch_k, "batch_k"),
+    )
     labels = np.asarray(labels).reshape(-1)
     classes, inverse = np.unique(labels, return_inverse=True)
     if len(classes) < batch_p:

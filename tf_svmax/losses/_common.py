@@ -39,13 +39,7 @@ def flat_labels(labels, num_rows, arg="y_true"):
 
 def embeddings_matrix(y_pred, arg="y_pred"):
     """`(embeddings, input_dtype)` with half precision promoted to float32, like TFA."""
-    x = tf.convert_to_tensor(y_pred)
-    if not x.dtype.is_floating:
-        raise TypeError(
-            _checks.invalid(arg, "a floating-point tensor", f"<tensor of dtype {x.dtype.name}>")
-        )
-    x, dtype = _checks.float_matrix(x, arg)
-    return x, dtype
+    return _checks.float_matrix(y_pred, arg)
 
 
 def same_batch(labels, embeddings, arg="y_true"):

@@ -16,12 +16,6 @@ import tensorflow as tf
 from tf_svmax.ops import _checks
 
 
-def _positive_int(value, arg):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(_checks.invalid(arg, "an int >= 1", value))
-    return int(value)
-
-
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class CenterLoss(keras.losses.Loss):
     """Center loss whose centers are non-trainable state saved with the loss's config.
@@ -51,8 +45,8 @@ class CenterLoss(keras.losses.Loss):
         **kwargs,
     ):
         super().__init__(name=name, **kwargs)
-        self.num_classes = _positive_int(num_classes, "num_classes")
-        self.embedding_dim = _positive_int(embedding_dim, "embedding_dim")
+        self.num_classes = _checks.check_positive_int(num_classes, "num_classes")
+        self.embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")
         self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
         self.alpha = _checks.check_non_negative_number(alpha, "alpha")
         self.seed = seed

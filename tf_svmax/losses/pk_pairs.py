@@ -159,10 +159,6 @@ def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002):
     return tf.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
 
 
-def _non_negative(value, arg):
-    return _checks.check_non_negative_number(value, arg)
-
-
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class PKContrastiveLoss(BatchPenaltyLoss):
     """Keras loss for `pk_contrastive_loss` (mean over the batch's pairs).
@@ -173,7 +169,7 @@ class PKContrastiveLoss(BatchPenaltyLoss):
 
     def __init__(self, margin=1.0, batch_k=4, name="pk_contrastive", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.margin = _non_negative(margin, "margin")
+        self.margin = _checks.check_non_negative_number(margin, "margin")
         if batch_k != 4:
             raise ValueError(_checks.invalid("batch_k", "4 (the originals' pair layout)", batch_k))
         self.batch_k = batch_k
@@ -191,7 +187,7 @@ class PKNpairLoss(BatchPenaltyLoss):
 
     def __init__(self, l2_reg=0.002, name="pk_npair", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.l2_reg = _non_negative(l2_reg, "l2_reg")
+        self.l2_reg = _checks.check_non_negative_number(l2_reg, "l2_reg")
 
     def call(self, y_true, y_pred):
         return tf.reduce_mean(pk_npair_loss(y_true, y_pred, l2_reg=self.l2_reg))
@@ -209,7 +205,7 @@ class PKAngularLoss(BatchPenaltyLoss):
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < 90:
             raise ValueError(_checks.invalid("alpha", "an angle in degrees in (0, 90)", alpha))
         self.alpha = float(alpha)
-        self.l2_reg = _non_negative(l2_reg, "l2_reg")
+        self.l2_reg = _checks.check_non_negative_number(l2_reg, "l2_reg")
 
     def call(self, y_true, y_pred):
         return tf.reduce_mean(pk_angular_loss(y_true, y_pred, alpha=self.alpha, l2_reg=self.l2_reg))

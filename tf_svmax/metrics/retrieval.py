@@ -5,8 +5,7 @@ references), so memory stays at ``block_size x N`` distances, never ``N x N``. T
 is never its own neighbour. Ties in distance are broken by the smaller index (deterministic).
 
 Queries whose class has no other member in the set cannot retrieve a positive: they are left
-out of Recall@K and MAP@R (their number is reported as ``"queries_without_positive"``) and
-kept for NMI.
+out of Recall@K and MAP@R and kept for NMI.
 """
 
 import numpy as np

@@ -29,6 +29,13 @@ def check_non_negative_number(value, arg):
     return float(value)
 
 
+def check_positive_int(value, arg):
+    """Returns `value` as an int, raising ValueError unless it is an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(invalid(arg, "an int >= 1", value))
+    return int(value)
+
+
 def check_bool(value, arg):
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(invalid(arg, "a bool", value))

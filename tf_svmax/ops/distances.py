@@ -15,12 +15,6 @@ from tf_svmax.ops import _checks
 _SQRT_GUARD = 1e-16
 
 
-def _half_to_float32(x):
-    """Returns `(x_compute, input_dtype)`: half-precision promoted to float32 for the math."""
-    x = tf.convert_to_tensor(x)
-    return tf.cast(x, _checks.compute_dtype(x.dtype)), x.dtype
-
-
 def pairwise_distance(feature, squared=False):
     """Euclidean distance matrix ``out[i, j] = ||feature[i] - feature[j]||_2``.
 
@@ -35,8 +29,7 @@ def pairwise_distance(feature, squared=False):
     Example:
       >>> pairwise_distance([[0.0, 0.0], [3.0, 4.0]])  # [[0, 5], [5, 0]]
     """
-    x, dtype = _half_to_float32(feature)
-    x, _ = _checks.float_matrix(x, "feature")
+    x, dtype = _checks.float_matrix(feature, "feature")  # half precision computed in float32
     # Row norms as a column plus column norms as a row, minus twice the Gram matrix. The same
     # sequence of operations as tensorflow-addons, so that the rounding, and hence the gradient
     # for near-duplicate rows (where the expansion cancels), matches it to the last bits.
@@ -67,8 +60,7 @@ def angular_distance(feature):
     Returns:
       `[n, n]` tensor of the dtype of `feature`.
     """
-    x, dtype = _half_to_float32(feature)
-    x, _ = _checks.float_matrix(x, "feature")
+    x, dtype = _checks.float_matrix(feature, "feature")  # half precision computed in float32
     unit = tf.math.l2_normalize(x, axis=1)
     # Rounding can push 1 - cos slightly below zero for (near-)identical rows.
     distances = tf.maximum(1.0 - tf.matmul(unit, unit, transpose_b=True), 0.0)
