@@ -1,6 +1,40 @@
-"""tf.data input: P x K sampling and the embedded digits split (dataset readers come next)."""
+"""tf.data input: P x K sampling, dataset readers, image preprocessing, the embedded digits."""
 
+from tf_svmax.data.datasets import (
+    DatasetFormatError,
+    read_cars196,
+    read_cub200,
+    read_dataset,
+    read_fgvr_lists,
+    read_image_folder,
+    read_sop,
+)
 from tf_svmax.data.digits import load_digits_open_set
+from tf_svmax.data.preprocessing import (
+    decode_image,
+    default_resize_size,
+    image_dataset,
+    image_loader,
+    test_transform,
+    train_transform,
+)
 from tf_svmax.data.sampler import pk_batches, pk_index_batches
 
-__all__ = ["load_digits_open_set", "pk_batches", "pk_index_batches"]
+__all__ = [
+    "DatasetFormatError",
+    "decode_image",
+    "default_resize_size",
+    "image_dataset",
+    "image_loader",
+    "load_digits_open_set",
+    "pk_batches",
+    "pk_index_batches",
+    "read_cars196",
+    "read_cub200",
+    "read_dataset",
+    "read_fgvr_lists",
+    "read_image_folder",
+    "read_sop",
+    "test_transform",
+    "train_transform",
+]

@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.data import fake_trees
+from tf_svmax import data
+
+
+def test_default_resize_keeps_the_originals_ratio():
+    assert data.default_resize_size(224) == 256
+    assert data.default_resize_size(299) == 342
+
+
+def test_decode_jpeg_and_png(tmp_path):
+    for fmt in ("jpeg", "png"):
+        path = str(tmp_path / f"x.{fmt}")
+        fake_trees.write_image(path, 3, size=(12, 10), fmt=fmt)
+        image = data.decode_image(path).numpy()
+        assert image.shape == (12, 10, 3) and image.dtype == np.float32
+        assert 0 <= image.min() and image.max() <= 255
+    png = data.decode_image(str(tmp_path / "x.png")).numpy()
+    expected = np.random.default_rng(3).integers(0, 256, size=(12, 10, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(png, expected)  # lossless: exact pixels
+
+
+def test_test_transform_is_the_central_crop_of_the_resize(rng):
+    image = tf.constant(rng.uniform(0, 255, size=(17, 23, 3)).astype(np.float32))
+    out = data.test_transform(image, input_size=8, resize_size=12).numpy()
+    resized = tf.image.resize(image, [12, 12]).numpy()
+    np.testing.assert_array_equal(out, resized[2:10, 2:10])
+
+
+def test_train_transform_is_a_window_of_the_resize_maybe_flipped(rng):
+    image = tf.constant(rng.uniform(0, 255, size=(17, 23, 3)).astype(np.float32))
+    resized = tf.image.resize(image, [12, 12]).numpy()
+    windows = [
+        w
+        for i in range(5)
+        for j in range(5)
+        for w in (resized[i : i + 8, j : j + 8], resized[i : i + 8, j : j + 8][:, ::-1])
+    ]
+    flips = set()
+    for _ in range(20):
+        out = data.train_transform(image, input_size=8, resize_size=12).numpy()
+        matches = [k for k, w in enumerate(windows) if np.array_equal(out, w)]
+        assert matches
+        flips.add(matches[0] % 2)
+    assert flips == {0, 1}  # both flipped and unflipped crops occur
+
+
+def test_bad_sizes():
+    with pytest.raises(ValueError, match=r"argument `resize_size`.*>= input_size"):
+        data.image_loader(training=True, input_size=224, resize_size=200)
+    with pytest.raises(ValueError, match=r"argument `input_size`"):
+        data.image_loader(training=False, input_size=0)
+
+
+def test_pk_batches_from_a_fake_cub_tree(tmp_path):
+    split = data.read_cub200(fake_trees.make_cub(str(tmp_path)))
+    paths, labels = split["train"]
+    loader = data.image_loader(training=True, input_size=8, resize_size=10)
+    batches = data.pk_batches(paths, labels, batch_p=3, batch_k=2, seed=0, map_fn=loader)
+    images, batch_labels = next(iter(batches))
+    assert images.shape == (6, 8, 8, 3)
+    assert set(batch_labels.numpy().tolist()) == {1, 2, 100}
+    test = data.image_dataset(*split["test"], input_size=8, resize_size=10, batch_size=4)
+    got = np.concatenate([y.numpy() for _, y in test])
+    np.testing.assert_array_equal(got, split["test"][1])  # order kept for evaluation

@@ -1,0 +1,74 @@
+"""Image decoding and the originals' augmentation (ahmdtaha/tf_retrieval_baseline).
+
+Training: resize to a square of `resize_size` (aspect ratio not kept, as in the originals),
+random `input_size` crop, random horizontal flip. Test: the same resize, then the central
+`input_size` crop. Output is float32 RGB in [0, 255]; the backbone's own normalisation
+(`keras.applications.*.preprocess_input`) belongs to the model.
+
+The originals use 256 -> 224 for 224-pixel backbones; `default_resize_size` keeps that ratio for
+other input sizes (299 -> 342).
+"""
+
+import tensorflow as tf
+
+from tf_svmax.ops import _checks
+
+
+def default_resize_size(input_size):
+    """The pre-crop size for a backbone input: 256 for 224 (the originals), same ratio else."""
+    return int(round(_checks.check_positive_int(input_size, "input_size") * 256 / 224))
+
+
+def decode_image(path):
+    """Reads an image file (JPEG, PNG, BMP, GIF) as `[h, w, 3]` float32 in [0, 255]."""
+    image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+    return tf.cast(image, tf.float32)
+
+
+def _sizes(input_size, resize_size):
+    input_size = _checks.check_positive_int(input_size, "input_size")
+    if resize_size is None:
+        resize_size = default_resize_size(input_size)
+    resize_size = _checks.check_positive_int(resize_size, "resize_size")
+    if resize_size < input_size:
+        raise ValueError(
+            _checks.invalid("resize_size", f"an int >= input_size ({input_size})", resize_size)
+        )
+    return input_size, resize_size
+
+
+def train_transform(image, *, input_size=224, resize_size=None):
+    """Resize to `resize_size` squared, random `input_size` crop, random horizontal flip."""
+    input_size, resize_size = _sizes(input_size, resize_size)
+    image = tf.image.resize(image, [resize_size, resize_size])
+    image = tf.image.random_crop(image, [input_size, input_size, 3])
+    return tf.image.random_flip_left_right(image)
+
+
+def test_transform(image, *, input_size=224, resize_size=None):
+    """Resize to `resize_size` squared, then the central `input_size` crop."""
+    input_size, resize_size = _sizes(input_size, resize_size)
+    image = tf.image.resize(image, [resize_size, resize_size])
+    offset = (resize_size - input_size) // 2
+    return tf.image.crop_to_bounding_box(image, offset, offset, input_size, input_size)
+
+
+def image_loader(*, training, input_size=224, resize_size=None):
+    """A `path -> image` function for `pk_batches(map_fn=...)` or `Dataset.map`."""
+    input_size, resize_size = _sizes(input_size, resize_size)
+    transform = train_transform if training else test_transform
+
+    def load(path):
+        return transform(decode_image(path), input_size=input_size, resize_size=resize_size)
+
+    return load
+
+
+def image_dataset(paths, labels, *, input_size=224, resize_size=None, batch_size=64):
+    """Test-time `(image, label)` batches of `paths` in order (center crop, no shuffling)."""
+    load = image_loader(training=False, input_size=input_size, resize_size=resize_size)
+    data = tf.data.Dataset.from_tensor_slices((paths, labels))
+    data = data.map(lambda p, y: (load(p), y), num_parallel_calls=tf.data.AUTOTUNE)
+    return data.batch(_checks.check_positive_int(batch_size, "batch_size")).prefetch(
+        tf.data.AUTOTUNE
+    )
