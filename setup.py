@@ -22,7 +22,9 @@ setup(
         "keras>=3.0",
         "numpy",
         "absl-py",
-        "scikit-learn",
+        "scikit-learn",  # NMI's k-means; brings SciPy (read_cars196 loads .mat files)
+        "tensorboard",  # tf.summary for RetrievalEvaluation and the trainers (TF >= 2.20 dropped it)
+        "matplotlib",  # the trainers' and benchmarks' plots
     ],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.16"],

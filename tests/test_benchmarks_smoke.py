@@ -97,3 +97,21 @@ def test_step_overhead(tmp_path):
     )
     results = json.loads((tmp_path / "step_overhead.json").read_text())
     assert {r["loss"] for r in results["overheads"]} == {"ranking+svmax", "ranking+ole"}
+
+
+def test_retrieval_eval(tmp_path):
+    output = tmp_path / "eval.json"
+    _run(
+        "retrieval_eval",
+        "--num_embeddings=300",
+        "--num_classes=60",
+        "--dim=16",
+        "--ks=1,10",
+        "--reference_kmeans_max_iter=50",
+        "--spot_check_queries=20",
+        f"--output={output}",
+    )
+    results = json.loads(output.read_text())
+    assert results["spot_check"] == {"queries": 20, "rank_mismatches": 0}
+    assert {"recall_at_1", "recall_at_10", "map_at_r", "nmi"} <= set(results["results"])
+    assert results["peak_rss_mb"] > 0 and results["reference_kmeans"]["kmeans_converged"]

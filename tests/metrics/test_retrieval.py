@@ -64,11 +64,112 @@ def test_perfect_and_known_values():
     assert retrieval.recall_at_k(x, y_bad, ks=(1,)) == {1: 0.0}
 
 
-def test_nmi_matches_sklearn_with_the_same_seed(rng):
-    x = rng.standard_normal((60, 5)).astype(np.float32) + np.repeat(np.eye(5)[:3] * 4, 20, 0)
+def _geometric_nmi(y, clusters):
+    """I(Y; C) / sqrt(H(Y) H(C)) from the contingency table (dissertation Sec. 5.4.3)."""
+    _, yi = np.unique(y, return_inverse=True)
+    _, ci = np.unique(clusters, return_inverse=True)
+    joint = np.zeros((yi.max() + 1, ci.max() + 1))
+    np.add.at(joint, (yi, ci), 1.0)
+    joint /= joint.sum()
+    py, pc = joint.sum(1), joint.sum(0)
+    nz = joint > 0
+    mutual = (joint[nz] * np.log(joint[nz] / np.outer(py, pc)[nz])).sum()
+    entropy = lambda p: -(p[p > 0] * np.log(p[p > 0])).sum()  # noqa: E731
+    return mutual / np.sqrt(entropy(py) * entropy(pc))
+
+
+@pytest.mark.parametrize("init", ["k-means++", "random"])
+def test_nmi_is_the_geometric_nmi_of_seeded_kmeans(rng, init):
+    x = rng.standard_normal((60, 5)).astype(np.float32) + np.repeat(np.eye(5)[:3] * 1.5, 20, 0)
     y = np.repeat(np.arange(3), 20)
-    clusters = KMeans(n_clusters=3, n_init=1, random_state=7).fit_predict(x)
-    assert retrieval.nmi(x, y, seed=7) == pytest.approx(normalized_mutual_info_score(y, clusters))
+    clusters = KMeans(n_clusters=3, n_init=1, random_state=7, init=init).fit_predict(x)
+    expected = _geometric_nmi(y, clusters)
+    assert retrieval.nmi(x, y, seed=7, init=init) == pytest.approx(expected, abs=1e-12)
+    # Not sklearn's default (arithmetic) normalisation when the two entropies differ.
+    arithmetic = normalized_mutual_info_score(y, clusters)
+    if abs(arithmetic - expected) > 1e-9:
+        assert retrieval.nmi(x, y, seed=7, init=init) != pytest.approx(arithmetic, abs=1e-9)
+
+
+def _brute_first_positive_ranks(x, y):
+    nbrs = _brute_neighbors(x, y)
+    out = []
+    for i in range(len(y)):
+        hits = np.flatnonzero(y[nbrs[i]] == y[i])
+        out.append(hits[0] if len(hits) else -1)
+    return np.array(out)
+
+
+def _random_case(rng):
+    n = int(rng.integers(3, 50))
+    kind = rng.integers(3)
+    if kind == 0:  # integer grid: many exact ties
+        x = rng.integers(-2, 3, size=(n, int(rng.integers(1, 4)))).astype(np.float32)
+    elif kind == 1:  # collapsed embedding: every distance tied
+        x = np.ones((n, 3), np.float32)
+    else:
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+    y = rng.integers(0, int(rng.integers(1, 20)), size=n)
+    return x, y
+
+
+@pytest.mark.parametrize("bound_columns", [1, 3, 4096])
+def test_metrics_match_brute_force_on_random_tied_and_collapsed_sets(
+    rng, monkeypatch, bound_columns
+):
+    # A small column sample forces the MAP@R candidate bound to be loose (the SOP-scale path).
+    monkeypatch.setattr(retrieval, "_BOUND_COLUMNS", bound_columns)
+    for _ in range(40):
+        x, y = _random_case(rng)
+        if np.bincount(y).max() < 2:
+            continue
+        block = int(rng.integers(1, 9))
+        np.testing.assert_array_equal(
+            retrieval.first_positive_ranks(x, y, block_size=block),
+            _brute_first_positive_ranks(x, y),
+        )
+        assert retrieval.map_at_r(x, y, block_size=block) == pytest.approx(
+            _brute_map_at_r(x, y), abs=1e-12
+        )
+
+
+def test_evaluate_retrieval_matches_the_references(rng):
+    y = np.repeat(np.arange(8), 6)
+    y[-1] = 99  # a single-image class: no positive, kept for NMI only
+    x = rng.standard_normal((48, 6)).astype(np.float32) + 2.0 * np.eye(6)[y % 6]
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    out = retrieval.evaluate_retrieval(x, y, ks=(1, 4), seed=3)
+    for k in (1, 4):
+        assert out[f"recall_at_{k}"] == pytest.approx(_brute_recall(x, y, k), abs=1e-12)
+    assert out["map_at_r"] == pytest.approx(_brute_map_at_r(x, y), abs=1e-12)
+    clusters = KMeans(n_clusters=9, n_init=1, random_state=3).fit_predict(x)
+    assert out["nmi"] == pytest.approx(_geometric_nmi(y, clusters), abs=1e-12)
+    singular = np.linalg.svd(x.astype(np.float64), compute_uv=False)
+    assert out["s_mu"] == pytest.approx(singular.mean(), rel=1e-6)
+    assert out["s_mu_lower"] == pytest.approx(np.sqrt(48) / 6)
+    assert out["s_mu_upper"] == pytest.approx(np.sqrt(48 / 6))
+    assert (out["num_queries"], out["num_embeddings"], out["num_classes"]) == (47, 48, 9)
+    assert out["kmeans_converged"] and out["kmeans_iterations"] >= 1
+    assert out["seconds"] >= out["seconds_neighbors"] > 0
+
+
+def test_spectrum_of_the_cub_test_split_shape(rng):
+    # Dissertation Fig. 3.9: CUB test b = 5924, d = 128 gives U = sqrt(5924 / 128) = 6.80.
+    x = rng.standard_normal((5924, 128)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y = np.arange(5924) % 100
+    out = retrieval.evaluate_retrieval(x, y, compute_nmi=False, compute_map_at_r=False)
+    assert round(out["s_mu_upper"], 2) == 6.80
+    assert out["s_mu_lower"] == pytest.approx(np.sqrt(5924) / 128)
+    assert out["s_mu_lower"] <= out["s_mu"] <= out["s_mu_upper"]
+    assert "nmi" not in out and "map_at_r" not in out
+
+
+def test_progress_bar(rng, capsys):
+    x = rng.standard_normal((30, 3)).astype(np.float32)
+    retrieval.evaluate_retrieval(x, np.arange(30) % 3, block_size=8, verbose=1)
+    out = capsys.readouterr().out
+    assert "30/30" in out and "k-means with 3 clusters" in out
 
 
 def test_bad_input():
@@ -78,3 +179,9 @@ def test_bad_input():
         retrieval.map_at_r(np.array([[np.nan, 0.0], [0.0, 0.0]]), [0, 0])
     with pytest.raises(ValueError, match=r"argument `ks`"):
         retrieval.recall_at_k(np.zeros((3, 2)), [0, 0, 1], ks=(0,))
+    with pytest.raises(ValueError, match=r"argument `init`"):
+        retrieval.nmi(np.zeros((3, 2)), [0, 0, 1], init="kmeans")
+    with pytest.raises(ValueError, match=r"argument `compute_nmi`"):
+        retrieval.evaluate_retrieval(np.zeros((3, 2)), [0, 0, 1], compute_nmi="yes")
+    with pytest.raises(ValueError, match=r"argument `embeddings`.*at least 2 rows"):
+        retrieval.evaluate_retrieval(np.zeros((1, 2)), [0])

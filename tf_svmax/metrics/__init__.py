@@ -1,11 +1,22 @@
 """Keras 3 metrics and retrieval evaluation (Recall@K, MAP@R, NMI)."""
 
-from tf_svmax.metrics.retrieval import map_at_r, nearest_neighbors, nmi, recall_at_k
+from tf_svmax.metrics.callbacks import RetrievalEvaluation
+from tf_svmax.metrics.retrieval import (
+    evaluate_retrieval,
+    first_positive_ranks,
+    map_at_r,
+    nearest_neighbors,
+    nmi,
+    recall_at_k,
+)
 from tf_svmax.metrics.spectral import MeanSingularValue, SingularValueBound, svmax_metrics
 
 __all__ = [
     "MeanSingularValue",
+    "RetrievalEvaluation",
     "SingularValueBound",
+    "evaluate_retrieval",
+    "first_positive_ranks",
     "map_at_r",
     "nearest_neighbors",
     "nmi",

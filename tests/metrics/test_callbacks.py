@@ -1,0 +1,83 @@
+import glob
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.metrics.test_retrieval import _brute_recall
+from tf_svmax.metrics import RetrievalEvaluation
+
+
+def _model():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((5,))
+    outputs = keras.layers.UnitNormalization()(keras.layers.Dense(4)(inputs))
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    return model
+
+
+def _data(rng):
+    x_test = rng.standard_normal((40, 5)).astype(np.float32)
+    y_test = np.repeat(np.arange(8), 5)
+    x_train = rng.standard_normal((32, 5)).astype(np.float32)
+    y_train = rng.standard_normal((32, 4)).astype(np.float32)
+    return x_train, y_train, x_test, y_test
+
+
+def _scalars(log_dir):
+    from tensorflow.core.util import event_pb2
+
+    out = {}
+    for path in glob.glob(f"{log_dir}/**/events.out.tfevents.*", recursive=True):
+        for record in tf.data.TFRecordDataset(path):
+            event = event_pb2.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                out.setdefault(value.tag, []).append(
+                    (event.step, float(tf.make_ndarray(value.tensor)))
+                )
+    return out
+
+
+def test_every_epoch_logs_history_and_tensorboard(rng, tmp_path):
+    x_train, y_train, x_test, y_test = _data(rng)
+    model = _model()
+    callback = RetrievalEvaluation(
+        x_test, y_test, log_dir=str(tmp_path), ks=(1, 2), compute_nmi=False
+    )
+    history = model.fit(x_train, y_train, batch_size=8, epochs=2, verbose=0, callbacks=[callback])
+    recalls = history.history["test_recall_at_1"]
+    assert len(recalls) == 2
+    final = model.predict(x_test, verbose=0)
+    assert recalls[-1] == pytest.approx(_brute_recall(final, y_test, 1))
+    assert [r["step"] for r in callback.history] == [4, 8]
+    assert [r["epoch"] for r in callback.history] == [1, 2]
+    scalars = _scalars(tmp_path)
+    assert [s for s, _ in scalars["test_recall_at_1"]] == [4, 8]
+    assert scalars["test_recall_at_2"][-1][1] == pytest.approx(
+        history.history["test_recall_at_2"][-1]
+    )
+    assert "test_s_mu" in scalars and "test_num_queries" not in scalars
+
+
+def test_every_n_steps_and_dataset_input(rng):
+    x_train, y_train, x_test, y_test = _data(rng)
+    model = _model()
+    test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(16)
+    callback = RetrievalEvaluation(test, every_n_steps=3, compute_nmi=False)
+    model.fit(x_train, y_train, batch_size=8, epochs=2, verbose=0, callbacks=[callback])
+    assert [r["step"] for r in callback.history] == [3, 6]
+    embeddings, labels = callback.embed()
+    np.testing.assert_array_equal(labels, y_test)
+    np.testing.assert_allclose(embeddings, model.predict(x_test, verbose=0), atol=1e-6)
+
+
+def test_bad_arguments(rng):
+    _, _, x_test, y_test = _data(rng)
+    with pytest.raises(ValueError, match=r"`every_n_epochs` or `every_n_steps`"):
+        RetrievalEvaluation(x_test, y_test, every_n_epochs=1, every_n_steps=2)
+    with pytest.raises(ValueError, match=r"argument `labels`"):
+        RetrievalEvaluation(x_test)
+    with pytest.raises(ValueError, match=r"argument `every_n_steps`"):
+        RetrievalEvaluation(x_test, y_test, every_n_steps=0)

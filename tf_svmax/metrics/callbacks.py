@@ -1,0 +1,140 @@
+"""A Keras callback that evaluates retrieval on a held-out split during training."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_svmax.metrics import retrieval
+from tf_svmax.ops import _checks
+
+# Keys of `evaluate_retrieval`'s result that are metrics (logged), not bookkeeping.
+_METRIC_PREFIXES = ("recall_at_", "map_at_r", "nmi", "s_mu")
+
+
+def _is_metric(key):
+    return key.startswith(_METRIC_PREFIXES)
+
+
+class RetrievalEvaluation(keras.callbacks.Callback):
+    """Runs `evaluate_retrieval` on a test split every N epochs or every N steps.
+
+    Per-epoch results are added to the epoch logs as ``<prefix><metric>`` (so they appear in
+    ``model.fit(...).history`` and in later callbacks such as `keras.callbacks.CSVLogger`); every
+    evaluation is also appended to `self.history` (with its epoch and optimizer step) and, with
+    `log_dir`, written to TensorBoard at the optimizer step.
+
+    Args:
+      data: Test inputs: an array (with `labels`) or a `tf.data.Dataset` of `(inputs, labels)`
+        batches, iterated in order once per evaluation.
+      labels: `[n]` labels when `data` is an array.
+      every_n_epochs: Evaluate after every N-th epoch (default 1).
+      every_n_steps: Evaluate every N optimizer steps instead (exclusive with `every_n_epochs`).
+      prefix: Prepended to the metric names in logs and TensorBoard.
+      log_dir: TensorBoard directory for the scalars, or None.
+      batch_size: Batch size for embedding an array `data`.
+      verbose: 1 prints one line per evaluation.
+      **evaluate_kwargs: Passed to `evaluate_retrieval` (`ks`, `kmeans_max_iter`, ...).
+
+    Example:
+      >>> callback = RetrievalEvaluation(x_test, y_test, every_n_epochs=5, log_dir="logs")
+      >>> model.fit(train_batches, epochs=50, steps_per_epoch=100, callbacks=[callback])
+    """
+
+    def __init__(
+        self,
+        data,
+        labels=None,
+        *,
+        every_n_epochs=None,
+        every_n_steps=None,
+        prefix="test_",
+        log_dir=None,
+        batch_size=256,
+        verbose=0,
+        **evaluate_kwargs,
+    ):
+        super().__init__()
+        if every_n_epochs is not None and every_n_steps is not None:
+            raise ValueError(
+                "Invalid arguments: pass `every_n_epochs` or `every_n_steps`, not both. "
+                f"Received: every_n_epochs={every_n_epochs}, every_n_steps={every_n_steps}"
+            )
+        if every_n_steps is None:
+            every_n_epochs = _checks.check_positive_int(
+                1 if every_n_epochs is None else every_n_epochs, "every_n_epochs"
+            )
+        else:
+            every_n_steps = _checks.check_positive_int(every_n_steps, "every_n_steps")
+        if isinstance(data, tf.data.Dataset):
+            if labels is not None:
+                raise ValueError(
+                    "Invalid value for argument `labels`. Expected None when `data` is a "
+                    "tf.data.Dataset of (inputs, labels). Received: an array of labels."
+                )
+        elif labels is None:
+            raise ValueError(
+                "Invalid value for argument `labels`. Expected the labels of the array `data`. "
+                "Received: labels=None"
+            )
+        self.data, self.labels = data, labels
+        self.every_n_epochs, self.every_n_steps = every_n_epochs, every_n_steps
+        self.prefix, self.log_dir = str(prefix), log_dir
+        self.batch_size = _checks.check_positive_int(batch_size, "batch_size")
+        self.verbose = verbose
+        self.evaluate_kwargs = evaluate_kwargs
+        self.history = []
+        self._writer = None
+        self._epoch = 0
+
+    def embed(self):
+        """`(embeddings, labels)` of the test split under the current weights."""
+        if isinstance(self.data, tf.data.Dataset):
+            outputs, labels = [], []
+            for inputs, batch_labels in self.data:
+                outputs.append(np.asarray(self.model(inputs, training=False)))
+                labels.append(np.asarray(batch_labels))
+            return np.concatenate(outputs), np.concatenate(labels)
+        embeddings = self.model.predict(self.data, batch_size=self.batch_size, verbose=0)
+        return np.asarray(embeddings), np.asarray(self.labels)
+
+    def evaluate(self):
+        """Evaluates now; returns and records the result dict."""
+        embeddings, labels = self.embed()
+        results = retrieval.evaluate_retrieval(embeddings, labels, **self.evaluate_kwargs)
+        step = int(self.model.optimizer.iterations) if self.model.optimizer is not None else 0
+        record = {"epoch": self._epoch, "step": step, **results}
+        self.history.append(record)
+        self._write_tensorboard(step, results)
+        if self.verbose:
+            shown = ", ".join(f"{k}={v:.4f}" for k, v in results.items() if _is_metric(k))
+            print(f"[retrieval @ step {step}] {shown}", flush=True)
+        return record
+
+    def _write_tensorboard(self, step, results):
+        if self.log_dir is None:
+            return
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(str(self.log_dir))
+        with self._writer.as_default(step=step):
+            for key, value in results.items():
+                if _is_metric(key):
+                    tf.summary.scalar(self.prefix + key, value)
+        self._writer.flush()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._epoch = epoch + 1
+        if self.every_n_epochs is not None and (epoch + 1) % self.every_n_epochs == 0:
+            results = self.evaluate()
+            if logs is not None:
+                logs.update({self.prefix + k: v for k, v in results.items() if _is_metric(k)})
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.every_n_steps is None:
+            return
+        if int(self.model.optimizer.iterations) % self.every_n_steps == 0:
+            self.evaluate()
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
