@@ -107,3 +107,13 @@ def test_pk_batches_feed_the_pk_losses_in_fit():
     batches = data.pk_batches(x, y, batch_p=4, batch_k=4, seed=0)
     history = model.fit(batches, steps_per_epoch=3, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_start_batch_continues_the_same_stream():
+    pk_index_batches, pk_batches = data.pk_index_batches, data.pk_batches
+    labels = np.repeat(np.arange(7), 3)
+    full = [b.numpy() for b in pk_index_batches(labels, batch_p=3, batch_k=2, seed=5).take(9)]
+    x = np.arange(len(labels))
+    resumed = pk_batches(x, labels, batch_p=3, batch_k=2, seed=5, start_batch=4).take(5)
+    for expected, (features, _) in zip(full[4:], resumed, strict=True):
+        np.testing.assert_array_equal(features.numpy(), x[expected])

@@ -185,3 +185,31 @@ def test_bad_input():
         retrieval.evaluate_retrieval(np.zeros((3, 2)), [0, 0, 1], compute_nmi="yes")
     with pytest.raises(ValueError, match=r"argument `embeddings`.*at least 2 rows"):
         retrieval.evaluate_retrieval(np.zeros((1, 2)), [0])
+
+
+def test_identical_rows_tie_whatever_the_block_size(rng):
+    # BLAS rounds the same dot product differently by position; duplicates must still tie.
+    v = rng.standard_normal((1, 128)).astype(np.float32)
+    x = np.concatenate([np.tile(v, (60, 1)), rng.standard_normal((20, 128)).astype(np.float32)])
+    y = np.arange(80) % 7
+    expected = _brute_first_positive_ranks(x, y)
+    for block in (1, 3, 1024):
+        np.testing.assert_array_equal(
+            retrieval.first_positive_ranks(x, y, block_size=block), expected
+        )
+        assert retrieval.map_at_r(x, y, block_size=block) == pytest.approx(
+            _brute_map_at_r(x, y), abs=1e-12
+        )
+
+
+def test_collapsed_rows_take_the_exact_per_row_path(rng, monkeypatch):
+    monkeypatch.setattr(retrieval, "_count", lambda mask: np.full(len(mask), 10**9))
+    x, y = np.ones((30, 2), np.float32), np.arange(30) % 4
+    x[::5] = 0.0
+    assert retrieval.map_at_r(x, y, block_size=7) == pytest.approx(_brute_map_at_r(x, y))
+
+
+def test_huge_values_are_refused():
+    x = np.array([[1e20, 0], [1e20, 1], [0, 0], [0, 1]], np.float32)
+    with pytest.raises(ValueError, match=r"argument `embeddings`.*fit in float32"):
+        retrieval.map_at_r(x, [0, 0, 1, 1])

@@ -1,10 +1,10 @@
 """Readers for the retrieval datasets in their official on-disk layouts, with the papers'
 open-set splits (SVMax paper Sec. 4.1; Oh Song et al. 2016 for the class splits).
 
-Every reader returns ``{"train": (paths, labels), "test": (paths, labels)}``: image paths under
-`data_dir` (a NumPy string array) and int64 class labels, test classes disjoint from training classes
-except for the FGVR classification lists. A missing directory, list file or image, or a malformed
-line, raises an error that names the path and what was expected there.
+Every reader returns ``{"train": (paths, labels), "test": (paths, labels)}``: image paths
+under `data_dir` (a NumPy string array) and int64 class labels, test classes disjoint from
+training classes except for the FGVR classification lists. A missing directory, list file or
+image, or a malformed line, raises an error that names the path and what was expected there.
 
 - CUB-200-2011: ``images.txt``, ``image_class_labels.txt``, ``images/``; classes 1-100 train,
   101-200 test.

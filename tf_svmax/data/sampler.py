@@ -72,7 +72,7 @@ def pk_index_batches(labels, *, batch_p, batch_k, seed=None):
     return indices.batch(batch_p).map(lambda block: tf.reshape(block, [-1]))
 
 
-def pk_batches(features, labels, *, batch_p, batch_k, seed=None, map_fn=None):
+def pk_batches(features, labels, *, batch_p, batch_k, seed=None, map_fn=None, start_batch=0):
     """An infinite, prefetched dataset of P x K `(features, labels)` batches.
 
     Rows of one class are consecutive (the layout the P x K losses check).
@@ -83,6 +83,8 @@ def pk_batches(features, labels, *, batch_p, batch_k, seed=None, map_fn=None):
       batch_p, batch_k, seed: See `pk_index_batches`.
       map_fn: Optional per-sample function `feature -> tensor` (decode, preprocess), run in
         parallel in a deterministic order.
+      start_batch: Skip this many batches first (cheaply: before any decoding), so that a run
+        resumed at step n sees the batches an uninterrupted run would.
     """
     features = np.asarray(features)
     labels = np.asarray(labels).reshape(-1)
@@ -93,6 +95,8 @@ def pk_batches(features, labels, *, batch_p, batch_k, seed=None, map_fn=None):
         )
     features_t, labels_t = tf.constant(features), tf.constant(labels)
     batches = pk_index_batches(labels, batch_p=batch_p, batch_k=batch_k, seed=seed)
+    if start_batch:
+        batches = batches.skip(_checks.check_positive_int(start_batch, "start_batch"))
     if map_fn is None:
         batches = batches.map(
             lambda idx: (tf.gather(features_t, idx), tf.gather(labels_t, idx)),

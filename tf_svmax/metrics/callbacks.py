@@ -101,7 +101,8 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         """Evaluates now; returns and records the result dict."""
         embeddings, labels = self.embed()
         results = retrieval.evaluate_retrieval(embeddings, labels, **self.evaluate_kwargs)
-        step = int(self.model.optimizer.iterations) if self.model.optimizer is not None else 0
+        optimizer = getattr(self.model, "optimizer", None)  # absent on an uncompiled model
+        step = int(optimizer.iterations) if optimizer is not None else 0
         record = {"epoch": self._epoch, "step": step, **results}
         self.history.append(record)
         self._write_tensorboard(step, results)

@@ -46,6 +46,12 @@ def _check_inputs(embeddings, labels):
         raise ValueError(_checks.invalid("embeddings", "at least 2 rows", f"<shape {x.shape}>"))
     if not np.all(np.isfinite(x)):
         raise ValueError(_checks.invalid("embeddings", "finite values", "<array with NaN/inf>"))
+    if not np.all(np.isfinite(np.einsum("ij,ij->i", x, x))):
+        raise ValueError(
+            _checks.invalid(
+                "embeddings", "squared norms that fit in float32 (< 3.4e38)", "<huge values>"
+            )
+        )
     return x, y
 
 
@@ -150,9 +156,22 @@ def _average_precision_at_r(d, rows, classes, stride, farthest_positive):
     sampled = np.partition(d[:, ::stride], r_max - 1, axis=1)[:, :r_max]
     sampled_bound = np.sort(sampled, axis=1)[np.arange(m), np.maximum(r, 1) - 1]
     bound = np.where(r > 0, np.minimum(sampled_bound, farthest_positive), -np.inf)
-    flat = np.flatnonzero(d <= bound[:, None])  # 1-D nonzero: far faster than 2-D
+    mask = d <= bound[:, None]
+    # Rows with very many keys under the bound (a collapsed embedding: everything tied) take
+    # an exact per-row selection instead, so memory stays O(block), not O(block x n).
+    crowded = np.flatnonzero(_count(mask) > max(4096, 32 * r_max))
+    mask[crowded] = False
+    flat = np.flatnonzero(mask)  # 1-D nonzero: far faster than 2-D
     cand_rows, cand_cols = np.divmod(flat, n)
-    cand_d = d.reshape(-1)[flat]
+    extra_rows, extra_cols = [cand_rows], [cand_cols]
+    for i in crowded:
+        kth = np.partition(d[i], r[i] - 1)[r[i] - 1]
+        below = np.flatnonzero(d[i] < kth)
+        cols = np.concatenate([below, np.flatnonzero(d[i] == kth)[: r[i] - len(below)]])
+        extra_rows.append(np.full(len(cols), i))
+        extra_cols.append(cols)
+    cand_rows, cand_cols = np.concatenate(extra_rows), np.concatenate(extra_cols)
+    cand_d = d[cand_rows, cand_cols]
     # Exact order by (query, distance, index); each query's first R candidates are its first R
     # neighbours because everything up to the bound is a candidate.
     order = np.lexsort((cand_cols, cand_d, cand_rows))
@@ -176,6 +195,14 @@ def _scan(x, classes, *, need_map, block_size, progress=None):
     squared = np.einsum("ij,ij->i", x, x)
     # At least 2R + 1 sampled columns, so that R of them are finite (one may be the query).
     stride = max(1, n // max(_BOUND_COLUMNS, 2 * int(classes.others.max()) + 1))
+    # Identical rows must get identical keys, but BLAS rounds differently by position in the
+    # product: compute keys for the distinct rows only and copy them to their duplicates.
+    distinct, inverse = np.unique(x, axis=0, return_inverse=True)
+    duplicates = len(distinct) < n
+    if duplicates:
+        x_t = np.ascontiguousarray(distinct.T)
+        squared = np.einsum("ij,ij->i", distinct, distinct)
+        keys = np.empty((min(block_size, n), len(distinct)), dtype=np.float32)
     rank = np.zeros(n, dtype=np.int64)
     ap = np.zeros(n)
     buffer = np.empty((min(block_size, n), n), dtype=np.float32)
@@ -190,7 +217,11 @@ def _scan(x, classes, *, need_map, block_size, progress=None):
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         for start in range(0, n, block_size):
             stop = min(start + block_size, n)
-            d = _ranking_keys(x[start:stop], x_t, squared, out=buffer[: stop - start])
+            if duplicates:
+                part = _ranking_keys(x[start:stop], x_t, squared, out=keys[: stop - start])
+                d = np.take(part, inverse.reshape(-1), axis=1, out=buffer[: stop - start])
+            else:
+                d = _ranking_keys(x[start:stop], x_t, squared, out=buffer[: stop - start])
             # NumPy releases the GIL in these array passes: split the rows over the cores.
             chunks = np.array_split(np.arange(start, stop), workers)
             futures = [
