@@ -23,7 +23,7 @@ setup(
         "numpy",
         "absl-py",
         "scikit-learn",  # NMI's k-means; brings SciPy (read_cars196 loads .mat files)
-        "tensorboard",  # tf.summary for RetrievalEvaluation and the trainers (TF >= 2.20 dropped it)
+        "tensorboard",  # tf.summary for RetrievalEvaluation and the trainers (not in TF 2.21)
         "matplotlib",  # the trainers' and benchmarks' plots
     ],
     extras_require={

@@ -1,0 +1,245 @@
+"""The retrieval trainer: flag resolution, schedule, smoke runs, resume, divergence, results."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from tests.data import fake_trees
+from tests.metrics.test_retrieval import _brute_recall
+from tf_svmax import data
+from trainers import retrieval
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config(tmp_path, **kwargs):
+    defaults = dict(output_dir=str(tmp_path / "run"), train_steps=6, eval_every=3, verbose=0)
+    return retrieval.RetrievalConfig(**{**defaults, **kwargs})
+
+
+def test_paper_defaults_per_loss():
+    base = retrieval.RetrievalConfig(output_dir="x", dataset="cub200", data_dir="d")
+    expected = {
+        "contrastive": (36, 4, 1.0, 1.0),
+        "triplet_hard": (24, 6, 0.1, 0.2),
+        "npair": (72, 2, 1.0, None),
+        "angular": (72, 2, 2.0, None),
+    }
+    for loss, (p, k, lam, margin) in expected.items():
+        c = retrieval.resolve(retrieval.dataclasses.replace(base, loss=loss), num_train_classes=100)
+        assert (c.batch_p, c.batch_k, c.svmax_lambda, c.margin) == (p, k, lam, margin)
+        assert c.batch_p * c.batch_k == 144 and c.train_steps == 5000
+    digits = retrieval.resolve(retrieval.RetrievalConfig(output_dir="x"), num_train_classes=5)
+    assert (digits.batch_p, digits.batch_k) == (4, 4)  # P capped to an even 4 of 5 classes
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(loss="npair", batch_k=4), r"--loss=npair .*--batch_k=2; received --batch_k=4"),
+        (dict(loss="contrastive", batch_k=2), r"--batch_k=4"),
+        (dict(loss="contrastive", batch_p=3), r"even --batch_p; received --batch_p=3"),
+        (dict(batch_p=8), r"--batch_p=8 exceeds the 5 training classes"),
+        (dict(train_steps=10, eval_every=3), r"--train_steps \(10\).*--eval_every \(3\)"),
+        (dict(backbone="resnet50"), r"--backbone=resnet50 needs RGB"),
+        (dict(dataset="cub200"), r"--dataset=cub200 needs --data_dir"),
+        (dict(learning_rate=0.0), r"--learning_rate must be > 0"),
+    ],
+)
+def test_refused_combinations(kwargs, message):
+    config = retrieval.RetrievalConfig(output_dir="x", **kwargs)
+    with pytest.raises(retrieval.ConfigError, match=message):
+        retrieval.resolve(config, num_train_classes=5)
+
+
+def test_schedule_is_constant_then_linear_to_1e_7():
+    schedule = retrieval.ConstantThenPolynomialDecay(0.01, 1000)
+    for step, expected in (
+        (0, 0.01),
+        (499, 0.01),
+        (500, 0.01),
+        (750, 0.005 + 0.5e-7),
+        (1000, 1e-7),
+    ):
+        assert float(schedule(step)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_digits_smoke_results_schema_and_outputs(tmp_path):
+    results = retrieval.train_retrieval(_config(tmp_path))
+    run = tmp_path / "run"
+    on_disk = json.loads((run / "results.json").read_text())
+    assert on_disk["status"] == results["status"] == "completed"
+    assert {"config", "versions", "device", "evaluations", "trace", "wall_seconds"} <= set(on_disk)
+    assert on_disk["config"]["loss"] == "contrastive" and on_disk["config"]["batch_p"] == 4
+    assert [e["step"] for e in on_disk["evaluations"]] == [3, 6]
+    assert [t["step"] for t in on_disk["trace"]] == [3, 6]
+    for key in ("recall_at_1", "recall_at_8", "nmi", "map_at_r", "s_mu", "s_mu_upper"):
+        assert key in on_disk["evaluations"][-1]
+    assert "mean_singular_value" in on_disk["trace"][-1]
+    assert {"tensorflow", "keras", "tf_svmax"} <= set(on_disk["versions"])
+    for name in ("training.png", "recall.png", "embedding_model.keras"):
+        assert (run / name).stat().st_size > 0
+    assert list((run / "tensorboard").rglob("events.out.tfevents.*"))
+    # The logged Recall@K is the brute-force recall of the saved model's test embeddings.
+    model = keras.models.load_model(run / "embedding_model.keras")
+    x_test, y_test = data.load_digits_open_set()["test"]
+    embeddings = model.predict(x_test, verbose=0)
+    for k in (1, 8):
+        assert on_disk["evaluations"][-1][f"recall_at_{k}"] == pytest.approx(
+            _brute_recall(embeddings, y_test, k), abs=1e-9
+        )
+
+
+def test_fake_cub_tree_smoke(tmp_path):
+    root = fake_trees.make_cub(str(tmp_path / "cub"))
+    config = _config(
+        tmp_path,
+        dataset="cub200",
+        data_dir=root,
+        input_size=16,
+        loss="triplet_hard",
+        batch_p=3,
+        batch_k=2,
+        train_steps=2,
+        eval_every=2,
+    )
+    results = retrieval.train_retrieval(config)
+    assert results["status"] == "completed"
+    assert results["evaluations"][-1]["num_embeddings"] == 9  # classes 101, 150, 200 x 3
+
+
+class _Interrupt(keras.callbacks.Callback):
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations) == self.step:
+            raise KeyboardInterrupt
+
+
+def _weights(run_dir):
+    model = keras.models.load_model(Path(run_dir) / "embedding_model.keras")
+    return [w.numpy() for w in model.weights]
+
+
+def test_resume_continues_where_it_stopped(tmp_path):
+    config = _config(tmp_path, train_steps=8, eval_every=4)
+    with pytest.raises(KeyboardInterrupt):
+        retrieval.train_retrieval(config, callbacks=[_Interrupt(6)])
+    partial = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert [e["step"] for e in partial["evaluations"]] == [4] and partial["status"] == "running"
+    keras.backend.clear_session()
+    results = retrieval.train_retrieval(config)
+    assert [e["step"] for e in results["evaluations"]] == [4, 8]
+    assert results["resumed_at_steps"] == [4]
+    # Same batches and state as an uninterrupted run.
+    keras.backend.clear_session()
+    reference = retrieval.train_retrieval(
+        retrieval.dataclasses.replace(config, output_dir=str(tmp_path / "ref"))
+    )
+    assert reference["evaluations"][-1]["recall_at_1"] == pytest.approx(
+        results["evaluations"][-1]["recall_at_1"]
+    )
+    for a, b in zip(_weights(tmp_path / "run"), _weights(tmp_path / "ref"), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_other_config_in_the_same_output_dir_is_refused(tmp_path):
+    retrieval.train_retrieval(_config(tmp_path, train_steps=3, eval_every=3))
+    with pytest.raises(retrieval.ConfigError, match=r"different configuration.*learning_rate"):
+        retrieval.train_retrieval(_config(tmp_path, train_steps=3, eval_every=3, learning_rate=0.1))
+
+
+class _Poison(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations) == 4:
+            kernel = self.model.get_layer("embedding").kernel
+            kernel.assign(kernel * np.nan)
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    config = _config(tmp_path, train_steps=9, eval_every=3)
+    results = retrieval.train_retrieval(config, callbacks=[_Poison()])
+    assert results["status"] == "diverged"
+    assert "Non-finite loss at step 5" in results["message"]
+    assert "checkpoint (step 3)" in results["message"]
+    assert [e["step"] for e in results["evaluations"]] == [3]
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["status"] == "diverged"
+    assert not (tmp_path / "run" / "embedding_model.keras").exists()
+
+
+def _cli(*flags, wait=True):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "trainers.train_retrieval", *flags]
+    if not wait:
+        return subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_cli_refuses_bad_flags_and_documents_defaults():
+    done = _cli("--loss=npair", "--batch_k=4", "--output_dir=/tmp/never")
+    assert done.returncode == 2 and "--batch_k=2" in done.stderr
+    help_text = " ".join(_cli("--helpfull").stdout.split())  # absl wraps long help lines
+    for text in ("0.1 triplet", "72 N-pair", "5000 CUB", "--flagfile"):
+        assert text in help_text
+
+
+def test_cli_resumes_after_sigkill(tmp_path):
+    out = tmp_path / "cli"
+    flags = [f"--output_dir={out}", "--train_steps=60", "--eval_every=10", "--verbose=0"]
+    process = _cli(*flags, wait=False)
+    deadline = time.time() + 300
+    while not list((out / "checkpoints").glob("ckpt-*.index")) and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = json.loads((out / "results.json").read_text())
+    assert killed_at["status"] == "running" and killed_at["evaluations"]
+    done = _cli(*flags)
+    assert done.returncode == 0, done.stderr[-2000:]
+    final = json.loads((out / "results.json").read_text())
+    assert [e["step"] for e in final["evaluations"]] == [10, 20, 30, 40, 50, 60]
+    assert final["status"] == "completed" and final["resumed_at_steps"]
+
+
+def test_reproduce_table1_writes_the_table(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    table = tmp_path / "t.md"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainers.reproduce_table1",
+            "--losses=npair",
+            "--learning_rates=0.01",
+            "--train_steps=2",
+            f"--output_dir={tmp_path}",
+            f"--table={table}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = table.read_text()
+    for row in ("| **npair** |", "| Vanilla |", "| Spread-out |", "| SVMax |", "Wall time"):
+        assert row in text
+    runs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert runs == ["npair_none_lr0.01", "npair_spread_out_lr0.01", "npair_svmax_lr0.01"]
+    svmax = json.loads((tmp_path / "npair_svmax_lr0.01" / "results.json").read_text())
+    r1 = 100 * svmax["evaluations"][-1]["recall_at_1"]
+    assert f"{r1:.2f}" in text

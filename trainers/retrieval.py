@@ -1,0 +1,507 @@
+"""The retrieval experiment behind `trainers/train_retrieval.py`, callable without flags.
+
+SVMax paper Sec. 4.1 (dissertation Sec. 3.4.1): an embedding network trained on P x K batches
+with a ranking loss and optionally a regularizer, SGD with momentum 0.9, the learning rate fixed
+for K/2 steps then decayed polynomially to 1e-7 at step K, evaluated on the test classes with
+Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bounds.
+
+    config = RetrievalConfig(output_dir="/tmp/run")      # digits, contrastive + SVMax
+    results = train_retrieval(config)                     # also written to results.json
+"""
+
+import dataclasses
+import json
+import os
+import platform
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tf_svmax
+from tf_svmax import data, losses, metrics, models, ops
+
+LOSSES = (
+    "contrastive",
+    "triplet_hard",
+    "triplet_semihard",
+    "npair",
+    "angular",
+    "lifted",
+)
+REGULARIZERS = ("none", "svmax", "svmax_unbounded", "spread_out")
+DATASETS = ("digits", "cub200", "cars196", "sop", "folder")
+
+# The paper's P x K per loss (b = 144) and SVMax lambda (Sec. 4.1).
+PAPER_BATCH = {
+    "contrastive": (36, 4),
+    "triplet_hard": (24, 6),
+    "triplet_semihard": (24, 6),
+    "lifted": (24, 6),
+    "npair": (72, 2),
+    "angular": (72, 2),
+}
+PAPER_LAMBDA = {
+    "contrastive": 1.0,
+    "npair": 1.0,
+    "angular": 2.0,
+    "triplet_hard": 0.1,
+    "triplet_semihard": 0.1,
+    "lifted": 1.0,
+}
+PAPER_MARGIN = {"contrastive": 1.0, "triplet_hard": 0.2, "triplet_semihard": 0.2, "lifted": 1.0}
+# K = 5,000 for CUB-200 and CARS196, 20,000 for SOP; the digits default fits a few minutes.
+DEFAULT_STEPS = {"digits": 2000, "cub200": 5000, "cars196": 5000, "sop": 20000, "folder": 5000}
+END_LEARNING_RATE = 1e-7
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalConfig:
+    """One retrieval run. `None` fields take the paper's (or the dataset's) default."""
+
+    output_dir: str
+    dataset: str = "digits"
+    data_dir: str | None = None
+    backbone: str = "small_cnn"
+    weights: str | None = None
+    input_size: int | None = None
+    embedding_dim: int = 128
+    loss: str = "contrastive"
+    regularizer: str = "svmax"
+    svmax_lambda: float | None = None
+    spread_out_alpha: float = 1.0
+    margin: float | None = None
+    learning_rate: float = 0.01
+    train_steps: int | None = None
+    batch_p: int | None = None
+    batch_k: int | None = None
+    eval_every: int | None = None
+    recall_ks: tuple = (1, 2, 4, 8)
+    kmeans_init: str = "k-means++"
+    kmeans_max_iter: int = 300
+    eval_batch_size: int = 128
+    seed: int = 0
+    jit_compile: bool = False
+    verbose: int = 1
+
+
+class ConfigError(ValueError):
+    """A flag combination the experiment cannot run; the message names the flags."""
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax_trainers")
+class ConstantThenPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """`learning_rate` for the first half of `total_steps`, then linear (power-1 polynomial)
+    decay to `end_learning_rate` at `total_steps` (SVMax paper Sec. 4.1)."""
+
+    def __init__(self, learning_rate, total_steps, end_learning_rate=END_LEARNING_RATE):
+        self.learning_rate = float(learning_rate)
+        self.total_steps = int(total_steps)
+        self.end_learning_rate = float(end_learning_rate)
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        half = self.total_steps // 2
+        progress = tf.clip_by_value((step - half) / max(self.total_steps - half, 1), 0.0, 1.0)
+        decayed = (self.learning_rate - self.end_learning_rate) * (1.0 - progress)
+        return decayed + self.end_learning_rate
+
+    def get_config(self):
+        return {
+            "learning_rate": self.learning_rate,
+            "total_steps": self.total_steps,
+            "end_learning_rate": self.end_learning_rate,
+        }
+
+
+def resolve(config, num_train_classes=None):
+    """The config with every default filled in, checked; raises ConfigError naming flags."""
+    c = config
+    for field, allowed in (
+        ("dataset", DATASETS),
+        ("loss", LOSSES),
+        ("regularizer", REGULARIZERS),
+        ("backbone", models.BACKBONES),
+    ):
+        if getattr(c, field) not in allowed:
+            raise ConfigError(f"--{field}={getattr(c, field)!r} is not one of {list(allowed)}.")
+    if c.dataset != "digits" and not c.data_dir:
+        raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
+    if c.dataset == "digits" and c.backbone != "small_cnn":
+        raise ConfigError(
+            f"--dataset=digits has 8 x 8 grey images; --backbone={c.backbone} needs RGB images "
+            "of at least 32 x 32. Use --backbone=small_cnn."
+        )
+    paper_p, paper_k = PAPER_BATCH[c.loss]
+    batch_k = paper_k if c.batch_k is None else c.batch_k
+    batch_p = paper_p if c.batch_p is None else c.batch_p
+    if c.batch_p is None and num_train_classes is not None and batch_p > num_train_classes:
+        batch_p = num_train_classes  # e.g. digits: 5 training classes
+        if c.loss == "contrastive":
+            batch_p -= batch_p % 2
+    required_k = {"contrastive": 4, "npair": 2, "angular": 2}.get(c.loss)
+    if required_k is not None and batch_k != required_k:
+        raise ConfigError(
+            f"--loss={c.loss} pairs the rows of each class as the original does and needs "
+            f"--batch_k={required_k}; received --batch_k={batch_k}."
+        )
+    if c.loss == "contrastive" and batch_p % 2:
+        raise ConfigError(
+            f"--loss=contrastive pairs the classes two by two as the original does and needs "
+            f"an even --batch_p; received --batch_p={batch_p}."
+        )
+    if batch_k < 2:
+        raise ConfigError(f"--batch_k must be >= 2 (positives per class); received {batch_k}.")
+    if batch_p < 2:
+        raise ConfigError(f"--batch_p must be >= 2 (negatives need 2 classes); got {batch_p}.")
+    if num_train_classes is not None and batch_p > num_train_classes:
+        raise ConfigError(
+            f"--batch_p={batch_p} exceeds the {num_train_classes} training classes of "
+            f"--dataset={c.dataset}."
+        )
+    train_steps = DEFAULT_STEPS[c.dataset] if c.train_steps is None else c.train_steps
+    eval_every = c.eval_every if c.eval_every is not None else max(1, train_steps // 4)
+    if train_steps < 1 or eval_every < 1 or train_steps % eval_every:
+        raise ConfigError(
+            f"--train_steps ({train_steps}) must be a positive multiple of --eval_every "
+            f"({eval_every})."
+        )
+    if not c.learning_rate > 0:
+        raise ConfigError(f"--learning_rate must be > 0; received {c.learning_rate}.")
+    return dataclasses.replace(
+        c,
+        batch_p=batch_p,
+        batch_k=batch_k,
+        train_steps=train_steps,
+        eval_every=eval_every,
+        svmax_lambda=PAPER_LAMBDA[c.loss] if c.svmax_lambda is None else c.svmax_lambda,
+        margin=PAPER_MARGIN.get(c.loss) if c.margin is None else c.margin,
+        input_size=c.input_size or models.default_input_size(c.backbone),
+        recall_ks=tuple(int(k) for k in c.recall_ks),
+    )
+
+
+def _load_split(config):
+    """`(train, test, input_shape, map_fns)`; images in memory for digits, paths otherwise."""
+    if config.dataset == "digits":
+        split = data.load_digits_open_set()
+        return split["train"], split["test"], split["train"][0].shape[1:], None
+    split = data.read_dataset(config.dataset, config.data_dir)
+    size = config.input_size or models.default_input_size(config.backbone) or 224
+    loaders = (
+        data.image_loader(training=True, input_size=size),
+        data.image_loader(training=False, input_size=size),
+    )
+    return split["train"], split["test"], (size, size, 3), loaders
+
+
+def build_loss(config):
+    """The ranking loss, composed with the regularizer through `RegularizedLoss`."""
+    name, margin = config.loss, config.margin
+    ranking = {
+        "contrastive": lambda: losses.PKContrastiveLoss(margin=margin),
+        "triplet_hard": lambda: losses.BatchHardTripletLoss(margin=margin),
+        "triplet_semihard": lambda: losses.TripletSemiHardLoss(margin=margin),
+        "npair": losses.PKNpairLoss,
+        "angular": losses.PKAngularLoss,
+        "lifted": lambda: losses.LiftedStructLoss(margin=margin),
+    }[name]()
+    regularizers = {
+        "none": [],
+        "svmax": [losses.SVMaxLoss(lambda_=config.svmax_lambda)],
+        "svmax_unbounded": [losses.SVMaxLoss(lambda_=config.svmax_lambda, bounded=False)],
+        "spread_out": [losses.SpreadOutLoss(alpha=config.spread_out_alpha, seed=config.seed)],
+    }[config.regularizer]
+    return losses.RegularizedLoss(ranking, regularizers) if regularizers else ranking
+
+
+def _versions():
+    return {
+        "tf_svmax": tf_svmax.__version__,
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _device():
+    gpus = tf.config.list_physical_devices("GPU")
+    cpu = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    return ", ".join(g.name for g in gpus) if gpus else cpu
+
+
+def _write_json(path, payload):
+    """Atomic: write a temporary file, then rename over the old one."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2, default=float)
+    os.replace(tmp, path)
+
+
+class _Run(keras.callbacks.Callback):
+    """Per interval: NaN guard, evaluation, results.json, checkpoint, plots (in that order)."""
+
+    def __init__(self, config, paths, results, manager, evaluator, bounds, started):
+        super().__init__()
+        self.config, self.paths, self.results = config, paths, results
+        self.manager, self.evaluator, self.bounds = manager, evaluator, bounds
+        self.started, self.diverged_at = started, None
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.isfinite(float(loss)):
+            self.diverged_at = int(self.model.optimizer.iterations)
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.diverged_at is not None:
+            return  # never evaluate or checkpoint non-finite weights
+        logs = logs or {}
+        step = int(self.model.optimizer.iterations)
+        self.results["trace"] = [t for t in self.results["trace"] if t["step"] < step]
+        self.results["trace"].append({"step": step, **{k: float(v) for k, v in logs.items()}})
+        self.evaluator._epoch = epoch + 1
+        record = self.evaluator.evaluate()
+        logs.update({f"test_{k}": v for k, v in record.items() if metrics_key(k)})
+        evaluations = [e for e in self.results["evaluations"] if e["step"] < step]
+        self.results["evaluations"] = evaluations + [record]
+        self.results["wall_seconds"] = self.results["wall_seconds_before"] + (
+            time.perf_counter() - self.started
+        )
+        _write_json(self.paths["results"], self.results)
+        self.manager.save(checkpoint_number=step)
+        plot_run(self.results, self.bounds, self.paths["plots"])
+
+
+def metrics_key(key):
+    return key.startswith(("recall_at_", "map_at_r", "nmi", "s_mu"))
+
+
+def _paths(output_dir):
+    paths = {
+        "results": os.path.join(output_dir, "results.json"),
+        "checkpoints": os.path.join(output_dir, "checkpoints"),
+        "tensorboard": os.path.join(output_dir, "tensorboard"),
+        "plots": output_dir,
+    }
+    os.makedirs(output_dir, exist_ok=True)
+    return paths
+
+
+def _previous_results(paths, config_dict):
+    if not os.path.exists(paths["results"]):
+        return None
+    with open(paths["results"]) as f:
+        previous = json.load(f)
+    if previous.get("config") != config_dict:
+        changed = sorted(
+            k
+            for k in set(config_dict) | set(previous.get("config", {}))
+            if previous.get("config", {}).get(k) != config_dict.get(k)
+        )
+        raise ConfigError(
+            f"--output_dir={os.path.dirname(paths['results'])!r} holds a run with a different "
+            f"configuration (differs in: {', '.join(changed)}). Use a new --output_dir to start "
+            "a new run, or the same flags to resume that one."
+        )
+    return previous
+
+
+def train_retrieval(config, *, callbacks=()):
+    """Trains, evaluates every `eval_every` steps, resumes from `output_dir` if interrupted.
+
+    Returns the results dict (also in ``output_dir/results.json``), whose ``status`` is
+    ``"completed"`` or ``"diverged"`` (non-finite loss: training stopped, the last good
+    checkpoint kept, ``message`` says where).
+    """
+    started = time.perf_counter()
+    keras.utils.set_random_seed(config.seed)
+    resolve(config)  # refuse bad flags before reading any data
+    train, test, input_shape, loaders = _load_split(config)
+    config = resolve(config, num_train_classes=len(np.unique(train[1])))
+    config_dict = dataclasses.asdict(config)
+    config_dict["recall_ks"] = list(config.recall_ks)
+    paths = _paths(config.output_dir)
+    previous = _previous_results(paths, config_dict)
+
+    model = models.build_embedding_model(
+        config.backbone,
+        input_shape=input_shape,
+        embedding_dim=config.embedding_dim,
+        weights=config.weights,
+    )
+    optimizer = keras.optimizers.SGD(
+        ConstantThenPolynomialDecay(config.learning_rate, config.train_steps), momentum=0.9
+    )
+    model.compile(
+        optimizer=optimizer,
+        loss=build_loss(config),
+        metrics=metrics.svmax_metrics(),
+        jit_compile=config.jit_compile,
+    )
+    model.optimizer.build(model.trainable_variables)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    manager = tf.train.CheckpointManager(checkpoint, paths["checkpoints"], max_to_keep=2)
+    start_step = 0
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        start_step = int(model.optimizer.iterations)
+    results = previous or {"evaluations": [], "trace": [], "resumed_at_steps": []}
+    results["evaluations"] = [e for e in results["evaluations"] if e["step"] <= start_step]
+    results["trace"] = [t for t in results["trace"] if t["step"] <= start_step]
+    if start_step:
+        results["resumed_at_steps"] = results.get("resumed_at_steps", []) + [start_step]
+    batch = config.batch_p * config.batch_k
+    lower, upper = ops.svmax_bounds(batch, config.embedding_dim)
+    results.update(
+        config=config_dict,
+        versions=_versions(),
+        device=_device(),
+        status="running",
+        message="",
+        train_batch_bounds={"batch_size": batch, "lower": lower, "upper": upper},
+        wall_seconds_before=results.get("wall_seconds", 0.0),
+    )
+    if config.verbose:
+        where = f"resuming at step {start_step}" if start_step else "starting"
+        print(
+            f"[train_retrieval] {where}: {config.dataset}, {config.backbone}, "
+            f"{config.loss} + {config.regularizer}, P x K = {config.batch_p} x "
+            f"{config.batch_k}, lr {config.learning_rate}, {config.train_steps} steps "
+            f"-> {config.output_dir}",
+            flush=True,
+        )
+
+    train_batches = data.pk_batches(
+        *train,
+        batch_p=config.batch_p,
+        batch_k=config.batch_k,
+        seed=config.seed,
+        map_fn=loaders[0] if loaders else None,
+        start_batch=start_step,
+    )
+    if loaders:
+        test_data = data.image_dataset(
+            *test, input_size=input_shape[0], batch_size=config.eval_batch_size
+        )
+        evaluator = metrics.RetrievalEvaluation(test_data, **_eval_kwargs(config, paths))
+    else:
+        evaluator = metrics.RetrievalEvaluation(
+            test[0], test[1], batch_size=config.eval_batch_size, **_eval_kwargs(config, paths)
+        )
+    evaluator.set_model(model)
+    run = _Run(config, paths, results, manager, evaluator, (lower, upper), started)
+    epochs = config.train_steps // config.eval_every
+    if start_step < config.train_steps:
+        model.fit(
+            train_batches,
+            epochs=epochs,
+            initial_epoch=start_step // config.eval_every,
+            steps_per_epoch=config.eval_every,
+            callbacks=[
+                run,
+                keras.callbacks.TensorBoard(paths["tensorboard"]),
+                *callbacks,
+            ],
+            verbose=config.verbose,
+            shuffle=False,  # P x K batches must keep their layout
+        )
+    if run.diverged_at is not None:
+        results["status"] = "diverged"
+        results["message"] = (
+            f"Non-finite loss at step {run.diverged_at}: training stopped. The last good "
+            f"checkpoint (step {start_step_of(manager)}) is kept in {paths['checkpoints']}; "
+            "lower --learning_rate or check the data."
+        )
+    else:
+        results["status"] = "completed"
+        model.save(os.path.join(config.output_dir, "embedding_model.keras"))
+    results["wall_seconds"] = results.pop("wall_seconds_before") + time.perf_counter() - started
+    _write_json(paths["results"], results)
+    plot_run(results, (lower, upper), paths["plots"])
+    if config.verbose:
+        print(f"[train_retrieval] {results['status']}: {summary(results)}", flush=True)
+        if results["message"]:
+            print(f"[train_retrieval] {results['message']}", flush=True)
+    return results
+
+
+def start_step_of(manager):
+    latest = manager.latest_checkpoint
+    return int(latest.rsplit("-", 1)[-1]) if latest else 0
+
+
+def _eval_kwargs(config, paths):
+    return {
+        "prefix": "",
+        "log_dir": os.path.join(paths["tensorboard"], "test"),
+        "ks": config.recall_ks,
+        "kmeans_init": config.kmeans_init,
+        "kmeans_max_iter": config.kmeans_max_iter,
+        "seed": config.seed,
+        "verbose": 0,
+    }
+
+
+def summary(results):
+    if not results["evaluations"]:
+        return "no evaluation"
+    last = results["evaluations"][-1]
+    shown = [f"{k}={v:.4f}" for k, v in last.items() if metrics_key(k)]
+    return f"step {last['step']}: " + ", ".join(shown)
+
+
+def plot_run(results, bounds, directory):
+    """``training.png`` (loss; s_mu of the training batches and of the test set, with the
+    training batch's [L, U]) and ``recall.png`` (Recall@K over steps and at the last step)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trace, evaluations = results["trace"], results["evaluations"]
+    if not trace:
+        return
+    steps = [t["step"] for t in trace]
+    fig, (ax_loss, ax_s) = plt.subplots(1, 2, figsize=(11, 4))
+    ax_loss.plot(steps, [t.get("loss", np.nan) for t in trace], marker="o")
+    ax_loss.set(xlabel="step", ylabel="training loss (mean over the interval)", title="Loss")
+    ax_s.plot(
+        steps,
+        [t.get("mean_singular_value", np.nan) for t in trace],
+        marker="o",
+        label="s_mu, training batches",
+    )
+    ax_s.axhline(bounds[0], color="gray", ls="--", label=f"L = {bounds[0]:.3f}")
+    ax_s.axhline(bounds[1], color="gray", ls=":", label=f"U = {bounds[1]:.3f}")
+    ax_s.set(xlabel="step", ylabel="mean singular value", title="s_mu of the training batches")
+    ax_s.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, os.path.join(directory, "training.png"))
+    if not evaluations:
+        return
+    ks = sorted(int(k.split("_")[-1]) for k in evaluations[-1] if k.startswith("recall_at_"))
+    fig, (ax_t, ax_k) = plt.subplots(1, 2, figsize=(11, 4))
+    for k in ks:
+        ax_t.plot(
+            [e["step"] for e in evaluations],
+            [e[f"recall_at_{k}"] for e in evaluations],
+            marker="o",
+            label=f"R@{k}",
+        )
+    ax_t.set(xlabel="step", ylabel="recall", title="Test Recall@K over training")
+    ax_t.legend(fontsize=8)
+    ax_k.plot(ks, [evaluations[-1][f"recall_at_{k}"] for k in ks], marker="o")
+    ax_k.set_xscale("log", base=2)
+    ax_k.set(xlabel="K", ylabel="Recall@K", title=f"Test recall at step {evaluations[-1]['step']}")
+    fig.tight_layout()
+    _save(fig, os.path.join(directory, "recall.png"))
+    plt.close("all")
+
+
+def _save(fig, path):
+    tmp = f"{path}.tmp.png"
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, path)
