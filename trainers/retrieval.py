@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import tf_svmax
 from tf_svmax import data, losses, metrics, models, ops
+from tf_svmax.metrics.callbacks import is_metric_key
 
 LOSSES = (
     "contrastive",
@@ -264,7 +265,7 @@ class _Run(keras.callbacks.Callback):
         self.results["trace"].append({"step": step, **{k: float(v) for k, v in logs.items()}})
         self.evaluator._epoch = epoch + 1
         record = self.evaluator.evaluate()
-        logs.update({f"test_{k}": v for k, v in record.items() if metrics_key(k)})
+        logs.update({f"test_{k}": v for k, v in record.items() if is_metric_key(k)})
         evaluations = [e for e in self.results["evaluations"] if e["step"] < step]
         self.results["evaluations"] = evaluations + [record]
         self.results["wall_seconds"] = self.results["wall_seconds_before"] + (
@@ -273,10 +274,6 @@ class _Run(keras.callbacks.Callback):
         _write_json(self.paths["results"], self.results)
         self.manager.save(checkpoint_number=step)
         plot_run(self.results, self.bounds, self.paths["plots"])
-
-
-def metrics_key(key):
-    return key.startswith(("recall_at_", "map_at_r", "nmi", "s_mu"))
 
 
 def _paths(output_dir):
@@ -449,7 +446,7 @@ def summary(results):
     if not results["evaluations"]:
         return "no evaluation"
     last = results["evaluations"][-1]
-    shown = [f"{k}={v:.4f}" for k, v in last.items() if metrics_key(k)]
+    shown = [f"{k}={v:.4f}" for k, v in last.items() if is_metric_key(k)]
     return f"step {last['step']}: " + ", ".join(shown)
 
 

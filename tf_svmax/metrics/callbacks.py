@@ -11,7 +11,8 @@ from tf_svmax.ops import _checks
 _METRIC_PREFIXES = ("recall_at_", "map_at_r", "nmi", "s_mu")
 
 
-def _is_metric(key):
+def is_metric_key(key):
+    """True for the keys of `evaluate_retrieval` results that are metrics, not bookkeeping."""
     return key.startswith(_METRIC_PREFIXES)
 
 
@@ -107,7 +108,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         self.history.append(record)
         self._write_tensorboard(step, results)
         if self.verbose:
-            shown = ", ".join(f"{k}={v:.4f}" for k, v in results.items() if _is_metric(k))
+            shown = ", ".join(f"{k}={v:.4f}" for k, v in results.items() if is_metric_key(k))
             print(f"[retrieval @ step {step}] {shown}", flush=True)
         return record
 
@@ -118,7 +119,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
             self._writer = tf.summary.create_file_writer(str(self.log_dir))
         with self._writer.as_default(step=step):
             for key, value in results.items():
-                if _is_metric(key):
+                if is_metric_key(key):
                     tf.summary.scalar(self.prefix + key, value)
         self._writer.flush()
 
@@ -127,7 +128,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         if self.every_n_epochs is not None and (epoch + 1) % self.every_n_epochs == 0:
             results = self.evaluate()
             if logs is not None:
-                logs.update({self.prefix + k: v for k, v in results.items() if _is_metric(k)})
+                logs.update({self.prefix + k: v for k, v in results.items() if is_metric_key(k)})
 
     def on_train_batch_end(self, batch, logs=None):
         if self.every_n_steps is None:
