@@ -30,6 +30,7 @@ LOSSES = (
     "npair",
     "angular",
     "lifted",
+    "proxy_anchor",
 )
 REGULARIZERS = ("none", "svmax", "svmax_unbounded", "spread_out")
 DATASETS = ("digits", "cub200", "cars196", "sop", "folder")
@@ -42,6 +43,9 @@ PAPER_BATCH = {
     "lifted": (24, 6),
     "npair": (72, 2),
     "angular": (72, 2),
+    # Dissertation Table 3.3 (ResNet50): b = 256. The Proxy-Anchor original samples batches at
+    # random; any P x K batch serves the same loss.
+    "proxy_anchor": (64, 4),
 }
 PAPER_LAMBDA = {
     "contrastive": 1.0,
@@ -50,8 +54,17 @@ PAPER_LAMBDA = {
     "triplet_hard": 0.1,
     "triplet_semihard": 0.1,
     "lifted": 1.0,
+    "proxy_anchor": 1e-4,  # dissertation Sec. 3.4.1: "a single lambda = 1e-4" for Proxy-Anchor
 }
-PAPER_MARGIN = {"contrastive": 1.0, "triplet_hard": 0.2, "triplet_semihard": 0.2, "lifted": 1.0}
+# Proxy-Anchor's margin is its delta (0.1; its scale alpha stays at the original's 32).
+PAPER_MARGIN = {
+    "contrastive": 1.0,
+    "triplet_hard": 0.2,
+    "triplet_semihard": 0.2,
+    "lifted": 1.0,
+    "proxy_anchor": 0.1,
+}
+PROXY_ANCHOR_ALPHA = 32.0
 # K = 5,000 for CUB-200 and CARS196, 20,000 for SOP; the digits default fits a few minutes.
 DEFAULT_STEPS = {"digits": 2000, "cub200": 5000, "cars196": 5000, "sop": 20000, "folder": 5000}
 END_LEARNING_RATE = 1e-7
@@ -78,6 +91,8 @@ class RetrievalConfig:
     batch_p: int | None = None
     batch_k: int | None = None
     eval_every: int | None = None
+    trace_every: int | None = None
+    evaluate_untrained: bool = True
     recall_ks: tuple = (1, 2, 4, 8)
     kmeans_init: str = "k-means++"
     kmeans_max_iter: int = 300
@@ -168,6 +183,9 @@ def resolve(config, num_train_classes=None):
             f"--train_steps ({train_steps}) must be a positive multiple of --eval_every "
             f"({eval_every})."
         )
+    trace_every = max(1, eval_every // 20) if c.trace_every is None else c.trace_every
+    if trace_every < 1:
+        raise ConfigError(f"--trace_every must be >= 1; received {trace_every}.")
     if not c.learning_rate > 0:
         raise ConfigError(f"--learning_rate must be > 0; received {c.learning_rate}.")
     return dataclasses.replace(
@@ -176,6 +194,7 @@ def resolve(config, num_train_classes=None):
         batch_k=batch_k,
         train_steps=train_steps,
         eval_every=eval_every,
+        trace_every=trace_every,
         svmax_lambda=PAPER_LAMBDA[c.loss] if c.svmax_lambda is None else c.svmax_lambda,
         margin=PAPER_MARGIN.get(c.loss) if c.margin is None else c.margin,
         input_size=c.input_size or models.default_input_size(c.backbone),
@@ -198,8 +217,19 @@ def _load_split(config):
 
 
 def build_loss(config):
-    """The ranking loss, composed with the regularizer through `RegularizedLoss`."""
+    """The ranking loss, composed with the regularizer through `RegularizedLoss`.
+
+    For ``proxy_anchor`` a dict for the two outputs of `build_training_model`: the loss on the
+    proxy similarities and the regularizer (if any) on the embeddings.
+    """
     name, margin = config.loss, config.margin
+    regularizers = _regularizers(config)
+    if name == "proxy_anchor":
+        proxy_loss = losses.ProxyAnchorLoss(alpha=PROXY_ANCHOR_ALPHA, delta=margin)
+        out = {"proxies": proxy_loss}
+        if regularizers:
+            (out["embedding"],) = regularizers  # one regularizer per run
+        return out
     ranking = {
         "contrastive": lambda: losses.PKContrastiveLoss(margin=margin),
         "triplet_hard": lambda: losses.BatchHardTripletLoss(margin=margin),
@@ -208,13 +238,30 @@ def build_loss(config):
         "angular": losses.PKAngularLoss,
         "lifted": lambda: losses.LiftedStructLoss(margin=margin),
     }[name]()
-    regularizers = {
+    return losses.RegularizedLoss(ranking, regularizers) if regularizers else ranking
+
+
+def _regularizers(config):
+    return {
         "none": [],
         "svmax": [losses.SVMaxLoss(lambda_=config.svmax_lambda)],
         "svmax_unbounded": [losses.SVMaxLoss(lambda_=config.svmax_lambda, bounded=False)],
         "spread_out": [losses.SpreadOutLoss(alpha=config.spread_out_alpha, seed=config.seed)],
     }[config.regularizer]
-    return losses.RegularizedLoss(ranking, regularizers) if regularizers else ranking
+
+
+def build_training_model(config, embedding_model, num_classes):
+    """The model `fit` trains: the embedding model itself, or for ``proxy_anchor`` the
+    embedding model with a `CosineProxies` head (outputs ``{"embedding", "proxies"}``)."""
+    if config.loss != "proxy_anchor":
+        return embedding_model
+    embeddings = embedding_model.output
+    similarities = models.CosineProxies(num_classes, name="proxies")(embeddings)
+    return keras.Model(
+        embedding_model.input,
+        {"embedding": embeddings, "proxies": similarities},
+        name="proxy_anchor_training_model",
+    )
 
 
 def _versions():
@@ -249,22 +296,39 @@ class _Run(keras.callbacks.Callback):
         self.config, self.paths, self.results = config, paths, results
         self.manager, self.evaluator, self.bounds = manager, evaluator, bounds
         self.started, self.diverged_at = started, None
+        self.schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
+        self._window_start = (0, {})
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._window_start = (0, {})  # Keras resets its running means at each epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
+        logs = logs or {}
+        loss = logs.get("loss")
         if loss is not None and not np.isfinite(float(loss)):
             self.diverged_at = int(self.model.optimizer.iterations)
             self.model.stop_training = True
+            return
+        done = batch + 1
+        if done % self.config.trace_every and done != self.config.eval_every:
+            return
+        # Keras logs running means since the epoch began; the window's mean is the difference of
+        # the running sums (mean x count) at its two ends.
+        start, start_sums = self._window_start
+        sums = {k: float(v) * done for k, v in logs.items() if np.ndim(v) == 0}
+        step = int(self.model.optimizer.iterations)
+        entry = window_means(start_sums, start, sums, done)
+        entry.update(step=step, steps=done - start, learning_rate=float(self.schedule(step - 1)))
+        self.results["trace"].append(entry)
+        self._window_start = (done, sums)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.diverged_at is not None:
             return  # never evaluate or checkpoint non-finite weights
-        logs = logs or {}
+        logs = logs if logs is not None else {}
         step = int(self.model.optimizer.iterations)
-        self.results["trace"] = [t for t in self.results["trace"] if t["step"] < step]
-        self.results["trace"].append({"step": step, **{k: float(v) for k, v in logs.items()}})
         self.evaluator._epoch = epoch + 1
-        record = self.evaluator.evaluate()
+        record = self.evaluator.evaluate(step=step)
         logs.update({f"test_{k}": v for k, v in record.items() if is_metric_key(k)})
         evaluations = [e for e in self.results["evaluations"] if e["step"] < step]
         self.results["evaluations"] = evaluations + [record]
@@ -274,6 +338,12 @@ class _Run(keras.callbacks.Callback):
         _write_json(self.paths["results"], self.results)
         self.manager.save(checkpoint_number=step)
         plot_run(self.results, self.bounds, self.paths["plots"])
+
+
+def window_means(start_sums, start_count, end_sums, end_count):
+    """Means over steps ``start_count + 1 .. end_count`` from running sums at both ends."""
+    width = end_count - start_count
+    return {k: (v - start_sums.get(k, 0.0)) / width for k, v in end_sums.items()}
 
 
 def _paths(output_dir):
@@ -323,19 +393,22 @@ def train_retrieval(config, *, callbacks=()):
     paths = _paths(config.output_dir)
     previous = _previous_results(paths, config_dict)
 
-    model = models.build_embedding_model(
+    embedding_model = models.build_embedding_model(
         config.backbone,
         input_shape=input_shape,
         embedding_dim=config.embedding_dim,
         weights=config.weights,
     )
+    train_classes, train_labels = np.unique(train[1], return_inverse=True)
+    model = build_training_model(config, embedding_model, len(train_classes))
     optimizer = keras.optimizers.SGD(
         ConstantThenPolynomialDecay(config.learning_rate, config.train_steps), momentum=0.9
     )
+    proxies = config.loss == "proxy_anchor"
     model.compile(
         optimizer=optimizer,
         loss=build_loss(config),
-        metrics=metrics.svmax_metrics(),
+        metrics={"embedding": metrics.svmax_metrics()} if proxies else metrics.svmax_metrics(),
         jit_compile=config.jit_compile,
     )
     model.optimizer.build(model.trainable_variables)
@@ -372,13 +445,20 @@ def train_retrieval(config, *, callbacks=()):
         )
 
     train_batches = data.pk_batches(
-        *train,
+        train[0],
+        # Proxy-Anchor indexes one proxy per class: labels become 0 .. C-1 (order kept, so the
+        # batches are those of the original labels).
+        train_labels if proxies else train[1],
         batch_p=config.batch_p,
         batch_k=config.batch_k,
         seed=config.seed,
         map_fn=loaders[0] if loaders else None,
         start_batch=start_step,
     )
+    if proxies:
+        train_batches = train_batches.map(
+            lambda x, y: (x, {"embedding": y, "proxies": y}), num_parallel_calls=tf.data.AUTOTUNE
+        )
     if loaders:
         test_data = data.image_dataset(
             *test, input_size=input_shape[0], batch_size=config.eval_batch_size
@@ -388,7 +468,12 @@ def train_retrieval(config, *, callbacks=()):
         evaluator = metrics.RetrievalEvaluation(
             test[0], test[1], batch_size=config.eval_batch_size, **_eval_kwargs(config, paths)
         )
-    evaluator.set_model(model)
+    evaluator.set_model(embedding_model)
+    if config.evaluate_untrained and start_step == 0:
+        # Step 0: where training starts from (the backbone's own retrieval quality).
+        results["evaluations"] = [evaluator.evaluate(step=0)]
+        results["wall_seconds"] = time.perf_counter() - started
+        _write_json(paths["results"], results)
     run = _Run(config, paths, results, manager, evaluator, (lower, upper), started)
     epochs = config.train_steps // config.eval_every
     if start_step < config.train_steps:
@@ -414,7 +499,7 @@ def train_retrieval(config, *, callbacks=()):
         )
     else:
         results["status"] = "completed"
-        model.save(os.path.join(config.output_dir, "embedding_model.keras"))
+        embedding_model.save(os.path.join(config.output_dir, "embedding_model.keras"))
     results["wall_seconds"] = results.pop("wall_seconds_before") + time.perf_counter() - started
     _write_json(paths["results"], results)
     plot_run(results, (lower, upper), paths["plots"])
@@ -462,14 +547,21 @@ def plot_run(results, bounds, directory):
     if not trace:
         return
     steps = [t["step"] for t in trace]
+    widths = sorted({t.get("steps", 1) for t in trace})
+    window = f"mean of {widths[0]} steps" if len(widths) == 1 else "mean of each window"
     fig, (ax_loss, ax_s) = plt.subplots(1, 2, figsize=(11, 4))
-    ax_loss.plot(steps, [t.get("loss", np.nan) for t in trace], marker="o")
-    ax_loss.set(xlabel="step", ylabel="training loss (mean over the interval)", title="Loss")
+    ax_loss.plot(steps, [t.get("loss", np.nan) for t in trace], label="loss")
+    ax_loss.set(xlabel="step", ylabel=f"training loss ({window})", title="Loss")
+    ax_lr = ax_loss.twinx()
+    ax_lr.plot(steps, [t.get("learning_rate", np.nan) for t in trace], color="gray", ls="--")
+    ax_lr.set_ylabel("learning rate (dashed)")
     ax_s.plot(
         steps,
-        [t.get("mean_singular_value", np.nan) for t in trace],
-        marker="o",
-        label="s_mu, training batches",
+        [
+            t.get("mean_singular_value", t.get("embedding_mean_singular_value", np.nan))
+            for t in trace
+        ],
+        label=f"s_mu, training batches ({window})",
     )
     ax_s.axhline(bounds[0], color="gray", ls="--", label=f"L = {bounds[0]:.3f}")
     ax_s.axhline(bounds[1], color="gray", ls=":", label=f"U = {bounds[1]:.3f}")

@@ -48,7 +48,13 @@ flags.DEFINE_integer(
     "backbone's, 224 or 299; resize is 256/224 of it).",
 )
 flags.DEFINE_integer("embedding_dim", 128, "Embedding size, L2-normalised (paper: 128).")
-flags.DEFINE_enum("loss", "contrastive", list(retrieval.LOSSES), "Ranking loss.")
+flags.DEFINE_enum(
+    "loss",
+    "contrastive",
+    list(retrieval.LOSSES),
+    "Ranking loss. proxy_anchor adds one learnable proxy per training class (alpha 32); it "
+    "trains with this trainer's SGD schedule, not the Proxy-Anchor original's AdamW recipe.",
+)
 flags.DEFINE_enum(
     "regularizer",
     "svmax",
@@ -59,10 +65,15 @@ flags.DEFINE_enum(
 flags.DEFINE_float(
     "svmax_lambda",
     None,
-    "SVMax weight (paper: 1 contrastive and N-pair, 0.1 triplet, 2 angular; 1 lifted).",
+    "SVMax weight (paper: 1 contrastive and N-pair, 0.1 triplet, 2 angular, 1e-4 "
+    "Proxy-Anchor; 1 lifted).",
 )
 flags.DEFINE_float("spread_out_alpha", 1.0, "Spread-out weight (paper: 1).")
-flags.DEFINE_float("margin", None, "Margin (paper: 1.0 contrastive, 0.2 triplet; 1.0 lifted).")
+flags.DEFINE_float(
+    "margin",
+    None,
+    "Margin (paper: 1.0 contrastive, 0.2 triplet, delta 0.1 Proxy-Anchor; 1.0 lifted).",
+)
 flags.DEFINE_float(
     "learning_rate",
     0.01,
@@ -75,14 +86,28 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "batch_p",
     None,
-    "Classes per batch P (paper: 36 contrastive, 24 triplet, "
-    "72 N-pair/angular; capped at the training classes when unset).",
+    "Classes per batch P (paper: 36 contrastive, 24 triplet, 72 N-pair/angular, "
+    "64 Proxy-Anchor; capped at the training classes when unset).",
 )
 flags.DEFINE_integer(
-    "batch_k", None, "Images per class K (paper: 4 contrastive, 6 triplet, 2 N-pair/angular)."
+    "batch_k",
+    None,
+    "Images per class K (paper: 4 contrastive and Proxy-Anchor, 6 triplet, 2 N-pair/angular).",
 )
 flags.DEFINE_integer(
     "eval_every", None, "Steps between evaluations and checkpoints (default: train_steps / 4)."
+)
+flags.DEFINE_integer(
+    "trace_every",
+    None,
+    "Steps per point of the loss / s_mu / learning-rate trace in results.json and "
+    "training.png (default: eval_every / 20).",
+)
+flags.DEFINE_bool(
+    "evaluate_untrained",
+    True,
+    "Also evaluate before the first step (step 0: the starting point the curves and tables "
+    "compare against).",
 )
 flags.DEFINE_list("recall_ks", ["1", "2", "4", "8"], "K of Recall@K (SOP papers: 1,10,100,1000).")
 flags.DEFINE_enum("kmeans_init", "k-means++", ["k-means++", "random"], "NMI k-means seeding.")
@@ -123,6 +148,8 @@ def config_from_flags():
         batch_p=FLAGS.batch_p,
         batch_k=FLAGS.batch_k,
         eval_every=FLAGS.eval_every,
+        trace_every=FLAGS.trace_every,
+        evaluate_untrained=FLAGS.evaluate_untrained,
         recall_ks=tuple(int(k) for k in FLAGS.recall_ks),
         kmeans_init=FLAGS.kmeans_init,
         kmeans_max_iter=FLAGS.kmeans_max_iter,

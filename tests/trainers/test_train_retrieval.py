@@ -12,6 +12,8 @@ import keras
 import numpy as np
 import pytest
 
+from tests import reference_ranking as rr
+from tests import reference_spectral as ref
 from tests.data import fake_trees
 from tests.metrics.test_retrieval import _brute_recall
 from tf_svmax import data
@@ -79,8 +81,8 @@ def test_digits_smoke_results_schema_and_outputs(tmp_path):
     assert on_disk["status"] == results["status"] == "completed"
     assert {"config", "versions", "device", "evaluations", "trace", "wall_seconds"} <= set(on_disk)
     assert on_disk["config"]["loss"] == "contrastive" and on_disk["config"]["batch_p"] == 4
-    assert [e["step"] for e in on_disk["evaluations"]] == [3, 6]
-    assert [t["step"] for t in on_disk["trace"]] == [3, 6]
+    assert [e["step"] for e in on_disk["evaluations"]] == [0, 3, 6]  # 0: untrained
+    assert [t["step"] for t in on_disk["trace"]] == [1, 2, 3, 4, 5, 6]  # trace_every = 1
     for key in ("recall_at_1", "recall_at_8", "nmi", "map_at_r", "s_mu", "s_mu_upper"):
         assert key in on_disk["evaluations"][-1]
     assert "mean_singular_value" in on_disk["trace"][-1]
@@ -116,6 +118,79 @@ def test_fake_cub_tree_smoke(tmp_path):
     assert results["evaluations"][-1]["num_embeddings"] == 9  # classes 101, 150, 200 x 3
 
 
+class _KeepModel(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.trained = self.model
+
+
+def test_proxy_anchor_trace_is_each_steps_loss_and_s_mu(tmp_path):
+    """trace_every=1 gives every step's loss: with a learning rate too small to move the
+    weights, step i's loss is the NumPy Proxy-Anchor + SVMax value of batch i."""
+    config = _config(
+        tmp_path,
+        loss="proxy_anchor",
+        learning_rate=1e-9,
+        train_steps=4,
+        eval_every=2,
+        trace_every=1,
+        evaluate_untrained=False,
+    )
+    keep = _KeepModel()
+    results = retrieval.train_retrieval(config, callbacks=[keep])
+    resolved = retrieval.resolve(config, num_train_classes=5)
+    assert (resolved.batch_p, resolved.batch_k, resolved.svmax_lambda) == (5, 4, 1e-4)
+    assert resolved.margin == 0.1
+    assert [e["step"] for e in results["evaluations"]] == [2, 4]
+    train = data.load_digits_open_set()["train"]
+    batches = data.pk_batches(*train, batch_p=5, batch_k=4, seed=config.seed).take(4)
+    bounds = ref.small_batch_bounds(20, 128)
+    for step, (x, y) in enumerate(batches, start=1):
+        outputs = keep.trained(x, training=True)
+        embeddings, similarities = outputs["embedding"].numpy(), outputs["proxies"].numpy()
+        expected = rr.proxy_anchor(y.numpy(), similarities, 32.0, 0.1)
+        expected += 1e-4 * ref.svmax_reference(embeddings, bounds)[0]
+        entry = results["trace"][step - 1]
+        assert entry["step"] == step and entry["steps"] == 1
+        assert entry["loss"] == pytest.approx(expected, rel=1e-4)
+        assert entry["embedding_mean_singular_value"] == pytest.approx(
+            ref.singular_values(embeddings).mean(), rel=1e-4
+        )
+        # The rate the step used: 1e-9 for K/2 = 2 steps, then linear to 1e-7 at K = 4.
+        rate = 1e-9 + (1e-7 - 1e-9) * max(step - 1 - 2, 0) / 2
+        assert entry["learning_rate"] == pytest.approx(rate, rel=1e-5)
+    # The saved model is the embedding model alone; its recall is what was logged.
+    model = keras.models.load_model(tmp_path / "run" / "embedding_model.keras")
+    assert model.output_shape == (None, 128)
+    x_test, y_test = data.load_digits_open_set()["test"]
+    embeddings = model.predict(x_test, verbose=0)
+    assert results["evaluations"][-1]["recall_at_1"] == pytest.approx(
+        _brute_recall(embeddings, y_test, 1), abs=1e-9
+    )
+
+
+def test_proxy_anchor_remaps_class_ids_and_resumes(tmp_path):
+    # CUB's training ids here are 1, 2 and 100; the proxies are indexed 0, 1, 2.
+    root = fake_trees.make_cub(str(tmp_path / "cub"))
+    config = _config(
+        tmp_path,
+        dataset="cub200",
+        data_dir=root,
+        input_size=16,
+        loss="proxy_anchor",
+        batch_k=2,
+        train_steps=4,
+        eval_every=2,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        retrieval.train_retrieval(config, callbacks=[_Interrupt(3)])
+    keras.backend.clear_session()
+    keep = _KeepModel()
+    results = retrieval.train_retrieval(config, callbacks=[keep])
+    assert results["status"] == "completed" and results["resumed_at_steps"] == [2]
+    assert [e["step"] for e in results["evaluations"]] == [0, 2, 4]
+    assert keep.trained.get_layer("proxies").proxies.shape == (3, 128)
+
+
 class _Interrupt(keras.callbacks.Callback):
     def __init__(self, step):
         super().__init__()
@@ -136,10 +211,12 @@ def test_resume_continues_where_it_stopped(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         retrieval.train_retrieval(config, callbacks=[_Interrupt(6)])
     partial = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert [e["step"] for e in partial["evaluations"]] == [4] and partial["status"] == "running"
+    assert [e["step"] for e in partial["evaluations"]] == [0, 4]
+    assert partial["status"] == "running"
     keras.backend.clear_session()
     results = retrieval.train_retrieval(config)
-    assert [e["step"] for e in results["evaluations"]] == [4, 8]
+    assert [e["step"] for e in results["evaluations"]] == [0, 4, 8]
+    assert [t["step"] for t in results["trace"]] == list(range(1, 9))
     assert results["resumed_at_steps"] == [4]
     # Same batches and state as an uninterrupted run.
     keras.backend.clear_session()
@@ -172,7 +249,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     assert results["status"] == "diverged"
     assert "Non-finite loss at step 5" in results["message"]
     assert "checkpoint (step 3)" in results["message"]
-    assert [e["step"] for e in results["evaluations"]] == [3]
+    assert [e["step"] for e in results["evaluations"]] == [0, 3]
+    assert [t["step"] for t in results["trace"]] == [1, 2, 3, 4]  # step 5's loss was NaN
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["status"] == "diverged"
     assert not (tmp_path / "run" / "embedding_model.keras").exists()
@@ -192,7 +270,7 @@ def test_cli_refuses_bad_flags_and_documents_defaults():
     done = _cli("--loss=npair", "--batch_k=4", "--output_dir=/tmp/never")
     assert done.returncode == 2 and "--batch_k=2" in done.stderr
     help_text = " ".join(_cli("--helpfull").stdout.split())  # absl wraps long help lines
-    for text in ("0.1 triplet", "72 N-pair", "5000 CUB", "--flagfile"):
+    for text in ("0.1 triplet", "72 N-pair", "5000 CUB", "--flagfile", "1e-4 Proxy-Anchor"):
         assert text in help_text
 
 
@@ -210,7 +288,7 @@ def test_cli_resumes_after_sigkill(tmp_path):
     done = _cli(*flags)
     assert done.returncode == 0, done.stderr[-2000:]
     final = json.loads((out / "results.json").read_text())
-    assert [e["step"] for e in final["evaluations"]] == [10, 20, 30, 40, 50, 60]
+    assert [e["step"] for e in final["evaluations"]] == [0, 10, 20, 30, 40, 50, 60]
     assert final["status"] == "completed" and final["resumed_at_steps"]
 
 

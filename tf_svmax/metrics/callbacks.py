@@ -98,12 +98,18 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         embeddings = self.model.predict(self.data, batch_size=self.batch_size, verbose=0)
         return np.asarray(embeddings), np.asarray(self.labels)
 
-    def evaluate(self):
-        """Evaluates now; returns and records the result dict."""
+    def evaluate(self, step=None):
+        """Evaluates now; returns and records the result dict.
+
+        Args:
+          step: The training step to record (default: the model's optimizer iterations, 0 for
+            an uncompiled model; pass it when the model evaluated is part of the one trained).
+        """
         embeddings, labels = self.embed()
         results = retrieval.evaluate_retrieval(embeddings, labels, **self.evaluate_kwargs)
-        optimizer = getattr(self.model, "optimizer", None)  # absent on an uncompiled model
-        step = int(optimizer.iterations) if optimizer is not None else 0
+        if step is None:
+            optimizer = getattr(self.model, "optimizer", None)  # absent on an uncompiled model
+            step = int(optimizer.iterations) if optimizer is not None else 0
         record = {"epoch": self._epoch, "step": step, **results}
         self.history.append(record)
         self._write_tensorboard(step, results)
