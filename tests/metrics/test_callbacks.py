@@ -73,6 +73,32 @@ def test_every_n_steps_and_dataset_input(rng):
     np.testing.assert_allclose(embeddings, model.predict(x_test, verbose=0), atol=1e-6)
 
 
+def test_every_n_steps_with_several_steps_per_execution(rng):
+    # 16 steps in executions of 3: callbacks see steps 3, 6, 9, 12, 15, 16 and evaluate once
+    # at each that passed a multiple of 2 (a modulo test would only fire at 6, 12 and 16).
+    x_train, y_train, x_test, y_test = _data(rng)
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=3)
+    callback = RetrievalEvaluation(x_test, y_test, every_n_steps=2, compute_nmi=False)
+    model.fit(x_train, y_train, batch_size=2, epochs=1, verbose=0, callbacks=[callback])
+    assert [r["step"] for r in callback.history] == [3, 6, 9, 12, 15, 16]
+
+
+def test_dataset_with_sample_weights_and_without_labels(rng):
+    _, _, x_test, y_test = _data(rng)
+    model = _model()
+    weighted = tf.data.Dataset.from_tensor_slices((x_test, y_test, np.ones(40))).batch(16)
+    callback = RetrievalEvaluation(weighted, compute_nmi=False)
+    callback.set_model(model)
+    embeddings, labels = callback.embed()
+    np.testing.assert_array_equal(labels, y_test)
+    assert embeddings.shape == (40, 4)
+    unlabeled = RetrievalEvaluation(tf.data.Dataset.from_tensor_slices(x_test).batch(16))
+    unlabeled.set_model(model)
+    with pytest.raises(ValueError, match=r"`data`.*\(inputs, labels\).*Received a batch of type"):
+        unlabeled.embed()
+
+
 def test_bad_arguments(rng):
     _, _, x_test, y_test = _data(rng)
     with pytest.raises(ValueError, match=r"`every_n_epochs` or `every_n_steps`"):

@@ -29,7 +29,8 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         batches, iterated in order once per evaluation.
       labels: `[n]` labels when `data` is an array.
       every_n_epochs: Evaluate after every N-th epoch (default 1).
-      every_n_steps: Evaluate every N optimizer steps instead (exclusive with `every_n_epochs`).
+      every_n_steps: Evaluate every N optimizer steps instead (exclusive with `every_n_epochs`);
+        with ``steps_per_execution > 1``, once after each execution that passed a multiple of N.
       prefix: Prepended to the metric names in logs and TensorBoard.
       log_dir: TensorBoard directory for the scalars, or None.
       batch_size: Batch size for embedding an array `data`.
@@ -86,12 +87,20 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         self.history = []
         self._writer = None
         self._epoch = 0
+        self._last_step = 0
 
     def embed(self):
         """`(embeddings, labels)` of the test split under the current weights."""
         if isinstance(self.data, tf.data.Dataset):
             outputs, labels = [], []
-            for inputs, batch_labels in self.data:
+            for batch in self.data:
+                if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+                    raise ValueError(
+                        "Invalid value for argument `data`: expected a dataset of "
+                        "`(inputs, labels)` or `(inputs, labels, sample_weights)` batches. "
+                        f"Received a batch of type {type(batch).__name__}."
+                    )
+                inputs, batch_labels = batch[0], batch[1]  # sample weights are not used
                 outputs.append(np.asarray(self.model(inputs, training=False)))
                 labels.append(np.asarray(batch_labels))
             return np.concatenate(outputs), np.concatenate(labels)
@@ -136,11 +145,19 @@ class RetrievalEvaluation(keras.callbacks.Callback):
             if logs is not None:
                 logs.update({self.prefix + k: v for k, v in results.items() if is_metric_key(k)})
 
+    def on_train_begin(self, logs=None):
+        optimizer = getattr(self.model, "optimizer", None)
+        self._last_step = int(optimizer.iterations) if optimizer is not None else 0
+
     def on_train_batch_end(self, batch, logs=None):
         if self.every_n_steps is None:
             return
-        if int(self.model.optimizer.iterations) % self.every_n_steps == 0:
+        # With steps_per_execution > 1 this runs once per execution and the step jumps by
+        # several: evaluate whenever a multiple of every_n_steps was passed since the last call.
+        step = int(self.model.optimizer.iterations)
+        if step // self.every_n_steps > self._last_step // self.every_n_steps:
             self.evaluate()
+        self._last_step = step
 
     def on_train_end(self, logs=None):
         if self._writer is not None:
