@@ -1,13 +1,13 @@
 """Shared helpers for the benchmark programs: timing, environment record, files, plots."""
 
 import csv
-import json
 import os
-import platform
 import sys
 import time
 
 import numpy as np
+
+from tf_svmax import records
 
 
 def progress(program, message):
@@ -45,44 +45,9 @@ def materialize(result):
         np.asarray(value)
 
 
-def environment():
-    """Machine, device and library versions to store beside every result."""
-    import keras
-    import tensorflow as tf
-
-    import tf_svmax
-
-    versions = {
-        "tf_svmax": tf_svmax.__version__,
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "numpy": np.__version__,
-    }
-    for name in ("scipy", "torch"):
-        try:
-            versions[name] = __import__(name).__version__
-        except ImportError:
-            versions[name] = None
-    gpus = tf.config.list_physical_devices("GPU")
-    return {
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "gpus": [gpu.name for gpu in gpus],
-        },
-        "versions": versions,
-    }
-
-
-def write_json(path, payload):
-    """Atomic write: a reader never sees a half-written file."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2)
-    os.replace(tmp, path)
+# Shared with the trainers' results.json.
+environment = records.environment
+write_json = records.write_json
 
 
 def write_csv(path, rows):

@@ -14,6 +14,15 @@ if tuple(int(p) for p in _tf.__version__.split(".")[:2]) < (2, 16):  # pragma: n
         f"tf_svmax needs TensorFlow >= 2.16 with Keras 3; found TensorFlow {_tf.__version__}."
     )
 
-from tf_svmax import data, losses, metrics, models, ops, regularizers  # noqa: E402
+from tf_svmax import data, losses, metrics, models, ops, records, regularizers  # noqa: E402
 
-__all__ = ["data", "losses", "metrics", "models", "ops", "regularizers", "__version__"]
+__all__ = [
+    "data",
+    "losses",
+    "metrics",
+    "models",
+    "ops",
+    "records",
+    "regularizers",
+    "__version__",
+]

@@ -12,15 +12,13 @@ Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bounds.
 import dataclasses
 import json
 import os
-import platform
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-import tf_svmax
-from tf_svmax import data, losses, metrics, models, ops
+from tf_svmax import data, losses, metrics, models, ops, records
 from tf_svmax.metrics.callbacks import is_metric_key
 
 LOSSES = (
@@ -264,32 +262,10 @@ def build_training_model(config, embedding_model, num_classes):
     )
 
 
-def _versions():
-    return {
-        "tf_svmax": tf_svmax.__version__,
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-    }
-
-
-def _device():
-    gpus = tf.config.list_physical_devices("GPU")
-    cpu = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-    return ", ".join(g.name for g in gpus) if gpus else cpu
-
-
-def _write_json(path, payload):
-    """Atomic: write a temporary file, then rename over the old one."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, default=float)
-    os.replace(tmp, path)
-
-
 class _Run(keras.callbacks.Callback):
-    """Per interval: NaN guard, evaluation, results.json, checkpoint, plots (in that order)."""
+    """Per step: NaN guard, and every `trace_every` steps a trace point (window means of the
+    logged loss and metrics, with the learning rate). Per interval: evaluation, results.json,
+    checkpoint, plots (in that order)."""
 
     def __init__(self, config, paths, results, manager, evaluator, bounds, started):
         super().__init__()
@@ -335,7 +311,7 @@ class _Run(keras.callbacks.Callback):
         self.results["wall_seconds"] = self.results["wall_seconds_before"] + (
             time.perf_counter() - self.started
         )
-        _write_json(self.paths["results"], self.results)
+        records.write_json(self.paths["results"], self.results)
         self.manager.save(checkpoint_number=step)
         plot_run(self.results, self.bounds, self.paths["plots"])
 
@@ -423,12 +399,14 @@ def train_retrieval(config, *, callbacks=()):
     results["trace"] = [t for t in results["trace"] if t["step"] <= start_step]
     if start_step:
         results["resumed_at_steps"] = results.get("resumed_at_steps", []) + [start_step]
+    environment = records.environment()
     batch = config.batch_p * config.batch_k
     lower, upper = ops.svmax_bounds(batch, config.embedding_dim)
     results.update(
         config=config_dict,
-        versions=_versions(),
-        device=_device(),
+        versions=environment["versions"],
+        machine=environment["machine"],
+        device=records.device(environment["machine"]),
         status="running",
         message="",
         train_batch_bounds={"batch_size": batch, "lower": lower, "upper": upper},
@@ -473,7 +451,9 @@ def train_retrieval(config, *, callbacks=()):
         # Step 0: where training starts from (the backbone's own retrieval quality).
         results["evaluations"] = [evaluator.evaluate(step=0)]
         results["wall_seconds"] = time.perf_counter() - started
-        _write_json(paths["results"], results)
+        records.write_json(paths["results"], results)
+        if config.verbose:
+            print(f"[train_retrieval] untrained: {summary(results)}", flush=True)
     run = _Run(config, paths, results, manager, evaluator, (lower, upper), started)
     epochs = config.train_steps // config.eval_every
     if start_step < config.train_steps:
@@ -501,7 +481,7 @@ def train_retrieval(config, *, callbacks=()):
         results["status"] = "completed"
         embedding_model.save(os.path.join(config.output_dir, "embedding_model.keras"))
     results["wall_seconds"] = results.pop("wall_seconds_before") + time.perf_counter() - started
-    _write_json(paths["results"], results)
+    records.write_json(paths["results"], results)
     plot_run(results, (lower, upper), paths["plots"])
     if config.verbose:
         print(f"[train_retrieval] {results['status']}: {summary(results)}", flush=True)

@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import sys  # noqa: E402
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 from trainers import retrieval  # noqa: E402
 
@@ -162,6 +162,10 @@ def config_from_flags():
 
 def main(argv):
     del argv
+    if not FLAGS["verbosity"].present:
+        # TensorFlow's checkpoint saver logs one INFO line per save through absl, which would
+        # interleave with the progress lines; --verbosity=0 brings them back.
+        logging.set_verbosity(logging.WARNING)
     try:
         results = retrieval.train_retrieval(config_from_flags())
     except retrieval.ConfigError as error:
