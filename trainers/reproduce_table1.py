@@ -7,7 +7,10 @@
 Every run is `trainers.retrieval.train_retrieval` with the paper's per-loss settings, in its own
 folder under --output_dir (re-running resumes or skips finished runs). The markdown table has
 Table 1's layout: NMI, R@1, R@8 and Delta R@1 (against the vanilla loss at the same learning
-rate) per learning rate; the triplet loss gets SVMax rows with lambda = 1 and 0.1.
+rate) per learning rate; the triplet loss gets SVMax rows with lambda = 1 and 0.1. A first row
+shows the untrained network (every run's step-0 evaluation: same seed, same initial weights), a
+second table the final test embeddings' s_mu against its [L, U] bounds (a collapsed embedding
+sits near L). The file starts with the command, the machine and the settings the runs used.
 """
 
 import os
@@ -15,10 +18,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import dataclasses  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 
 import keras  # noqa: E402
-from absl import app, flags  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 from trainers import retrieval  # noqa: E402
 
@@ -51,7 +56,8 @@ def rows_for(loss):
 def run_all(base, losses, learning_rates):
     """{(loss, method label, lr): (status, final evaluation dict)}; the key ``"untrained"``
     holds the step-0 evaluations (every run starts from the same seeded weights)."""
-    out = {"untrained": []}
+    out = {"untrained": [], "runs": []}
+    total = sum(len(rows_for(loss)) for loss in losses) * len(learning_rates)
     for loss in losses:
         for label, regularizer, lam in rows_for(loss):
             for lr in learning_rates:
@@ -64,9 +70,15 @@ def run_all(base, losses, learning_rates):
                     learning_rate=lr,
                     output_dir=os.path.join(base.output_dir, name),
                 )
-                print(f"[reproduce_table1] {name}", flush=True)
+                print(f"[reproduce_table1] {len(out['runs']) + 1}/{total} {name}", flush=True)
                 keras.backend.clear_session()
                 results = retrieval.train_retrieval(config)
+                out["runs"].append(results)
+                print(
+                    f"[reproduce_table1]   {results['status']} in {results['wall_seconds']:.0f} s: "
+                    f"{retrieval.summary(results)}",
+                    flush=True,
+                )
                 evaluations = results["evaluations"]
                 last = evaluations[-1] if evaluations and evaluations[-1]["step"] else None
                 out[(loss, label, lr)] = (results["status"], last)
@@ -139,8 +151,82 @@ def s_mu_markdown(results, losses, learning_rates):
     return "\n".join(lines) + "\n"
 
 
+def plot(results, losses, learning_rates, path):
+    """Grouped bars of the final test R@1 per loss and method, one panel per learning rate, with
+    the untrained network as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [label for label, _, _ in METHODS[:2]] + ["SVMax"]
+    fig, axes = plt.subplots(
+        1, len(learning_rates), figsize=(4.5 * len(learning_rates), 4), sharey=True, squeeze=False
+    )
+    for ax, lr in zip(axes[0], learning_rates, strict=True):
+        for m, label in enumerate(labels):
+            heights = []
+            for loss in losses:
+                # Triplet: the SVMax row with the paper's lambda (0.1).
+                row = "SVMax λ = 0.1" if label == "SVMax" and loss.startswith("triplet") else label
+                status, ev = results[(loss, row, lr)]
+                ok = ev is not None and status == "completed"
+                heights.append(100 * ev["recall_at_1"] if ok else np.nan)
+            xs = np.arange(len(losses)) + (m - 1) * 0.27
+            ax.bar(xs, heights, width=0.27, label=label)
+        if results["untrained"]:
+            start = 100 * results["untrained"][0]["recall_at_1"]
+            ax.axhline(start, color="k", ls="--", lw=1, label="untrained network")
+        ax.set_xticks(np.arange(len(losses)), losses, rotation=15)
+        ax.set_title(f"lr = {lr:g}")
+        ax.set_ylabel("test Recall@1 (%)")
+    finals = [results[k][1] for k in results if isinstance(k, tuple)]
+    low = min([100 * ev["recall_at_1"] for ev in finals if ev is not None] or [0.0])
+    axes[0][0].set_ylim(max(0.0, low - 5), 100)  # the differences are a few points
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.92))  # room for the legend above the panels
+    tmp = f"{path}.tmp.png"
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, path)
+    plt.close(fig)
+
+
+def header(runs, argv):
+    """Command, machine, versions and the per-loss settings the runs resolved to."""
+    first = runs[0]
+    config = first["config"]
+    settings = sorted(
+        {
+            (r["config"]["loss"], r["config"]["batch_p"], r["config"]["batch_k"])
+            + (r["config"]["svmax_lambda"], r["config"]["margin"])
+            for r in runs
+        }
+    )
+    lines = [
+        f"# SVMax Table 1 protocol on `{config['dataset']}`",
+        "",
+        "Generated by `python -m trainers.reproduce_table1 " + " ".join(argv[1:]) + "`",
+        f"on {first['device']} with TensorFlow {first['versions']['tensorflow']}, Keras "
+        f"{first['versions']['keras']}, tf_svmax {first['versions']['tf_svmax']}.",
+        "",
+        f"Every run: backbone `{config['backbone']}`, d = {config['embedding_dim']}, "
+        f"{config['train_steps']} steps (lr fixed for half, then linear to 1e-7), SGD momentum "
+        f"0.9, seed {config['seed']}, evaluated on the test classes every {config['eval_every']} "
+        "steps; the table shows the last evaluation. Per loss (P × K, SVMax λ, margin): "
+        + "; ".join(
+            f"{loss} {p} × {k}, λ {lam:g}{'' if m is None else f', margin {m:g}'}"
+            for loss, p, k, lam, m in settings
+        )
+        + ". Triplet rows: `triplet_hard` (batch-hard mining).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv):
-    del argv
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # no INFO line per checkpoint save
     learning_rates = [float(v) for v in FLAGS.learning_rates]
     base = retrieval.RetrievalConfig(
         output_dir=FLAGS.output_dir,
@@ -154,7 +240,9 @@ def main(argv):
     )
     started = time.perf_counter()
     results = run_all(base, FLAGS.losses, learning_rates)
-    table = markdown(results, FLAGS.losses, learning_rates)
+    del argv  # absl keeps only positional arguments; the header shows the whole command
+    table = header(results["runs"], sys.argv) + "\n"
+    table += markdown(results, FLAGS.losses, learning_rates)
     table += "\nTest-set mean singular value of the final embeddings:\n\n"
     table += s_mu_markdown(results, FLAGS.losses, learning_rates)
     starts = {round(e["recall_at_1"], 9) for e in results["untrained"]}
@@ -166,9 +254,15 @@ def main(argv):
     path = FLAGS.table or os.path.join(FLAGS.output_dir, "table1.md")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        f.write(f"{table}\nWall time of this invocation: {minutes:.1f} min.\n")
+        run_minutes = sum(r["wall_seconds"] for r in results["runs"]) / 60
+        f.write(
+            f"{table}\nWall time of this invocation: {minutes:.1f} min; the runs' own wall times "
+            f"(training + evaluations, summed over resumptions) add up to {run_minutes:.1f} min.\n"
+        )
+    figure = os.path.splitext(path)[0] + ".png"
+    plot(results, FLAGS.losses, learning_rates, figure)
     print(table)
-    print(f"[reproduce_table1] wrote {path} ({minutes:.1f} min)")
+    print(f"[reproduce_table1] wrote {path} and {figure} ({minutes:.1f} min)")
 
 
 if __name__ == "__main__":

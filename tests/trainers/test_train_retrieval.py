@@ -316,6 +316,15 @@ def test_reproduce_table1_writes_the_table(tmp_path):
     text = table.read_text()
     for row in ("| **npair** |", "| Vanilla |", "| Spread-out |", "| SVMax |", "Wall time"):
         assert row in text
+    assert "reproduce_table1 --losses=npair --learning_rates=0.01" in text
+    assert "npair 5 × 2, λ 1" in text
+    untrained = json.loads((tmp_path / "npair_none_lr0.01" / "results.json").read_text())
+    start = untrained["evaluations"][0]
+    assert start["step"] == 0
+    assert (
+        f"| Untrained network (step 0) | {start['nmi']:.3f} | {100 * start['recall_at_1']:.2f}"
+        in (text)
+    )
     runs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
     assert runs == ["npair_none_lr0.01", "npair_spread_out_lr0.01", "npair_svmax_lr0.01"]
     svmax = json.loads((tmp_path / "npair_svmax_lr0.01" / "results.json").read_text())
