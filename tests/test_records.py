@@ -13,6 +13,9 @@ def test_environment_names_this_process():
     env = records.environment()
     assert env["versions"]["tensorflow"] == tf.__version__
     assert env["versions"]["numpy"] == np.__version__
+    import sklearn
+
+    assert env["versions"]["sklearn"] == sklearn.__version__
     assert env["machine"]["python"] == platform.python_version()
     gpus = [g.name for g in tf.config.list_physical_devices("GPU")]
     assert env["machine"]["gpus"] == gpus

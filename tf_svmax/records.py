@@ -6,6 +6,7 @@ Shared by the trainers (``results.json``) and the benchmarks (``benchmarks/resul
     >>> records.write_json("out/result.json", {"seconds": 1.5, **records.environment()})
 """
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -26,11 +27,13 @@ def environment():
         "keras": keras.__version__,
         "numpy": np.__version__,
     }
-    for name in ("scipy", "sklearn", "torch"):
+    # Installed versions from package metadata: importing them (torch above all) would load
+    # another runtime into every training process just to read a string.
+    for key, distribution in (("scipy", "scipy"), ("sklearn", "scikit-learn"), ("torch", "torch")):
         try:
-            versions[name] = __import__(name).__version__
-        except ImportError:
-            versions[name] = None
+            versions[key] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            versions[key] = None
     return {
         "machine": {
             "platform": platform.platform(),

@@ -338,12 +338,11 @@ def _previous_results(paths, config_dict):
         return None
     with open(paths["results"]) as f:
         previous = json.load(f)
-    if previous.get("config") != config_dict:
-        changed = sorted(
-            k
-            for k in set(config_dict) | set(previous.get("config", {}))
-            if previous.get("config", {}).get(k) != config_dict.get(k)
-        )
+    old = previous.get("config", {})
+    # Fields added to RetrievalConfig after that run started are absent from its record: it
+    # resumes with their defaults. Any recorded field that differs is a different run.
+    changed = sorted(k for k in old if old[k] != config_dict.get(k))
+    if changed or not old:
         raise ConfigError(
             f"--output_dir={os.path.dirname(paths['results'])!r} holds a run with a different "
             f"configuration (differs in: {', '.join(changed)}). Use a new --output_dir to start "
@@ -360,21 +359,11 @@ def train_retrieval(config, *, callbacks=()):
     checkpoint kept, ``message`` says where).
     """
     started = time.perf_counter()
-    keras.utils.set_random_seed(config.seed)
-    resolve(config)  # refuse bad flags before reading any data
-    train, test, input_shape, loaders = _load_split(config)
-    config = resolve(config, num_train_classes=len(np.unique(train[1])))
+    config, (train, test, input_shape, loaders), embedding_model = _setup(config)
     config_dict = dataclasses.asdict(config)
     config_dict["recall_ks"] = list(config.recall_ks)
     paths = _paths(config.output_dir)
     previous = _previous_results(paths, config_dict)
-
-    embedding_model = models.build_embedding_model(
-        config.backbone,
-        input_shape=input_shape,
-        embedding_dim=config.embedding_dim,
-        weights=config.weights,
-    )
     train_classes, train_labels = np.unique(train[1], return_inverse=True)
     model = build_training_model(config, embedding_model, len(train_classes))
     optimizer = keras.optimizers.SGD(
@@ -394,6 +383,11 @@ def train_retrieval(config, *, callbacks=()):
     if manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
         start_step = int(model.optimizer.iterations)
+    if previous and previous.get("status") == "completed" and start_step >= config.train_steps:
+        # A finished run is reported, not re-recorded (wall time and files stay as they were).
+        if config.verbose:
+            print(f"[train_retrieval] already completed: {summary(previous)}", flush=True)
+        return previous
     results = previous or {"evaluations": [], "trace": [], "resumed_at_steps": []}
     results["evaluations"] = [e for e in results["evaluations"] if e["step"] <= start_step]
     results["trace"] = [t for t in results["trace"] if t["step"] <= start_step]
@@ -437,20 +431,13 @@ def train_retrieval(config, *, callbacks=()):
         train_batches = train_batches.map(
             lambda x, y: (x, {"embedding": y, "proxies": y}), num_parallel_calls=tf.data.AUTOTUNE
         )
-    if loaders:
-        test_data = data.image_dataset(
-            *test, input_size=input_shape[0], batch_size=config.eval_batch_size
-        )
-        evaluator = metrics.RetrievalEvaluation(test_data, **_eval_kwargs(config, paths))
-    else:
-        evaluator = metrics.RetrievalEvaluation(
-            test[0], test[1], batch_size=config.eval_batch_size, **_eval_kwargs(config, paths)
-        )
+    evaluator = _evaluator(config, test, input_shape, loaders, paths["tensorboard"])
     evaluator.set_model(embedding_model)
-    if config.evaluate_untrained and start_step == 0:
-        # Step 0: where training starts from (the backbone's own retrieval quality).
+    if config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
+        # Step 0: where training starts from (the backbone's own retrieval quality); kept if a
+        # restart finds it already recorded.
         results["evaluations"] = [evaluator.evaluate(step=0)]
-        results["wall_seconds"] = time.perf_counter() - started
+        results["wall_seconds"] = results["wall_seconds_before"] + time.perf_counter() - started
         records.write_json(paths["results"], results)
         if config.verbose:
             print(f"[train_retrieval] untrained: {summary(results)}", flush=True)
@@ -490,21 +477,54 @@ def train_retrieval(config, *, callbacks=()):
     return results
 
 
-def start_step_of(manager):
-    latest = manager.latest_checkpoint
-    return int(latest.rsplit("-", 1)[-1]) if latest else 0
+def _setup(config):
+    """Seeds, checks flags, reads the split and builds the embedding model — in that order,
+    so the same config always gives the same initial weights."""
+    keras.utils.set_random_seed(config.seed)
+    resolve(config)  # refuse bad flags before reading any data
+    train, test, input_shape, loaders = _load_split(config)
+    config = resolve(config, num_train_classes=len(np.unique(train[1])))
+    embedding_model = models.build_embedding_model(
+        config.backbone,
+        input_shape=input_shape,
+        embedding_dim=config.embedding_dim,
+        weights=config.weights,
+    )
+    return config, (train, test, input_shape, loaders), embedding_model
 
 
-def _eval_kwargs(config, paths):
-    return {
+def _evaluator(config, test, input_shape, loaders, tensorboard_dir):
+    kwargs = {
         "prefix": "",
-        "log_dir": os.path.join(paths["tensorboard"], "test"),
+        "log_dir": None if tensorboard_dir is None else os.path.join(tensorboard_dir, "test"),
         "ks": config.recall_ks,
         "kmeans_init": config.kmeans_init,
         "kmeans_max_iter": config.kmeans_max_iter,
         "seed": config.seed,
         "verbose": 0,
     }
+    if loaders:
+        test_data = data.image_dataset(
+            *test, input_size=input_shape[0], batch_size=config.eval_batch_size
+        )
+        return metrics.RetrievalEvaluation(test_data, **kwargs)
+    return metrics.RetrievalEvaluation(
+        test[0], test[1], batch_size=config.eval_batch_size, **kwargs
+    )
+
+
+def evaluate_untrained(config):
+    """The step-0 evaluation of `config`'s run without training or writing anything: the
+    initial weights are those `train_retrieval(config)` starts from (same seed, same order)."""
+    config, (_, test, input_shape, loaders), embedding_model = _setup(config)
+    evaluator = _evaluator(config, test, input_shape, loaders, None)
+    evaluator.set_model(embedding_model)
+    return evaluator.evaluate(step=0)
+
+
+def start_step_of(manager):
+    latest = manager.latest_checkpoint
+    return int(latest.rsplit("-", 1)[-1]) if latest else 0
 
 
 def summary(results):

@@ -168,6 +168,26 @@ def test_proxy_anchor_trace_is_each_steps_loss_and_s_mu(tmp_path):
     )
 
 
+def test_proxy_anchor_resume_restores_the_proxies(tmp_path):
+    config = _config(tmp_path, loss="proxy_anchor", train_steps=4, eval_every=2)
+    with pytest.raises(KeyboardInterrupt):
+        retrieval.train_retrieval(config, callbacks=[_Interrupt(3)])
+    keras.backend.clear_session()
+    resumed = _KeepModel()
+    results = retrieval.train_retrieval(config, callbacks=[resumed])
+    assert results["resumed_at_steps"] == [2]
+    keras.backend.clear_session()
+    reference = _KeepModel()
+    retrieval.train_retrieval(
+        retrieval.dataclasses.replace(config, output_dir=str(tmp_path / "ref")),
+        callbacks=[reference],
+    )
+    for a, b in zip(resumed.trained.weights, reference.trained.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    proxies = resumed.trained.get_layer("proxies").proxies
+    assert proxies.shape == (5, 128) and np.all(np.isfinite(proxies.numpy()))
+
+
 def test_proxy_anchor_remaps_class_ids_and_resumes(tmp_path):
     # CUB's training ids here are 1, 2 and 100; the proxies are indexed 0, 1, 2.
     root = fake_trees.make_cub(str(tmp_path / "cub"))
@@ -228,6 +248,21 @@ def test_resume_continues_where_it_stopped(tmp_path):
     )
     for a, b in zip(_weights(tmp_path / "run"), _weights(tmp_path / "ref"), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_finished_run_is_reported_unchanged_and_old_records_resume(tmp_path):
+    config = _config(tmp_path, train_steps=3, eval_every=3)
+    first = retrieval.train_retrieval(config)
+    path = tmp_path / "run" / "results.json"
+    # A record written before trace_every / evaluate_untrained existed still matches.
+    record = json.loads(path.read_text())
+    del record["config"]["trace_every"], record["config"]["evaluate_untrained"]
+    path.write_text(json.dumps(record))
+    keras.backend.clear_session()
+    again = retrieval.train_retrieval(config)
+    assert again["wall_seconds"] == first["wall_seconds"]
+    assert again.get("resumed_at_steps") == first.get("resumed_at_steps") == []
+    assert json.loads(path.read_text()) == record  # not re-recorded
 
 
 def test_other_config_in_the_same_output_dir_is_refused(tmp_path):
@@ -318,15 +353,22 @@ def test_reproduce_table1_writes_the_table(tmp_path):
         assert row in text
     assert "reproduce_table1 --losses=npair --learning_rates=0.01" in text
     assert "npair 5 × 2, λ 1" in text
-    untrained = json.loads((tmp_path / "npair_none_lr0.01" / "results.json").read_text())
-    start = untrained["evaluations"][0]
+    # The one untrained evaluation is a standalone run's step 0 (same seed, same weights).
+    keras.backend.clear_session()
+    alone = retrieval.train_retrieval(
+        _config(tmp_path / "alone", loss="npair", train_steps=2, eval_every=2)
+    )
+    start = alone["evaluations"][0]
     assert start["step"] == 0
+    grid_run = json.loads((tmp_path / "npair_none_lr0.01" / "results.json").read_text())
+    assert [e["step"] for e in grid_run["evaluations"]] == [1, 2]  # no step 0 per run
     assert (
         f"| Untrained network (step 0) | {start['nmi']:.3f} | {100 * start['recall_at_1']:.2f}"
         in (text)
     )
-    runs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    runs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and p.name != "alone")
     assert runs == ["npair_none_lr0.01", "npair_spread_out_lr0.01", "npair_svmax_lr0.01"]
+    assert (tmp_path / "t.png").stat().st_size > 0
     svmax = json.loads((tmp_path / "npair_svmax_lr0.01" / "results.json").read_text())
     r1 = 100 * svmax["evaluations"][-1]["recall_at_1"]
     assert f"{r1:.2f}" in text
