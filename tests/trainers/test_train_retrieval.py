@@ -100,19 +100,15 @@ def test_digits_smoke_results_schema_and_outputs(tmp_path):
         )
 
 
-def test_fake_cub_tree_smoke(tmp_path):
+def _fake_cub_config(tmp_path, **kwargs):
+    """A run on a fake CUB tree (training ids 1, 2, 100; test ids 101, 150, 200; 16 px)."""
     root = fake_trees.make_cub(str(tmp_path / "cub"))
-    config = _config(
-        tmp_path,
-        dataset="cub200",
-        data_dir=root,
-        input_size=16,
-        loss="triplet_hard",
-        batch_p=3,
-        batch_k=2,
-        train_steps=2,
-        eval_every=2,
-    )
+    defaults = dict(dataset="cub200", data_dir=root, input_size=16, batch_k=2)
+    return _config(tmp_path, **{**defaults, **kwargs})
+
+
+def test_fake_cub_tree_smoke(tmp_path):
+    config = _fake_cub_config(tmp_path, loss="triplet_hard", batch_p=3, train_steps=2, eval_every=2)
     results = retrieval.train_retrieval(config)
     assert results["status"] == "completed"
     assert results["evaluations"][-1]["num_embeddings"] == 9  # classes 101, 150, 200 x 3
@@ -190,17 +186,7 @@ def test_proxy_anchor_resume_restores_the_proxies(tmp_path):
 
 def test_proxy_anchor_remaps_class_ids_and_resumes(tmp_path):
     # CUB's training ids here are 1, 2 and 100; the proxies are indexed 0, 1, 2.
-    root = fake_trees.make_cub(str(tmp_path / "cub"))
-    config = _config(
-        tmp_path,
-        dataset="cub200",
-        data_dir=root,
-        input_size=16,
-        loss="proxy_anchor",
-        batch_k=2,
-        train_steps=4,
-        eval_every=2,
-    )
+    config = _fake_cub_config(tmp_path, loss="proxy_anchor", train_steps=4, eval_every=2)
     with pytest.raises(KeyboardInterrupt):
         retrieval.train_retrieval(config, callbacks=[_Interrupt(3)])
     keras.backend.clear_session()
