@@ -267,12 +267,12 @@ class _Run(keras.callbacks.Callback):
     logged loss and metrics, with the learning rate). Per interval: evaluation, results.json,
     checkpoint, plots (in that order)."""
 
-    def __init__(self, config, paths, results, manager, evaluator, bounds, started):
+    def __init__(self, config, paths, results, manager, evaluator, bounds, schedule, started):
         super().__init__()
         self.config, self.paths, self.results = config, paths, results
         self.manager, self.evaluator, self.bounds = manager, evaluator, bounds
+        self.schedule = schedule  # the optimizer's, to record the rate each window ended with
         self.started, self.diverged_at = started, None
-        self.schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
         self._window_start = (0, {})
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -308,12 +308,15 @@ class _Run(keras.callbacks.Callback):
         logs.update({f"test_{k}": v for k, v in record.items() if is_metric_key(k)})
         evaluations = [e for e in self.results["evaluations"] if e["step"] < step]
         self.results["evaluations"] = evaluations + [record]
-        self.results["wall_seconds"] = self.results["wall_seconds_before"] + (
-            time.perf_counter() - self.started
-        )
+        self.results["wall_seconds"] = _wall_seconds(self.results, self.started)
         records.write_json(self.paths["results"], self.results)
         self.manager.save(checkpoint_number=step)
         plot_run(self.results, self.bounds, self.paths["plots"])
+
+
+def _wall_seconds(results, started):
+    """Earlier attempts' wall time plus this one's so far."""
+    return results["wall_seconds_before"] + time.perf_counter() - started
 
 
 def window_means(start_sums, start_count, end_sums, end_count):
@@ -366,9 +369,8 @@ def train_retrieval(config, *, callbacks=()):
     previous = _previous_results(paths, config_dict)
     train_classes, train_labels = np.unique(train[1], return_inverse=True)
     model = build_training_model(config, embedding_model, len(train_classes))
-    optimizer = keras.optimizers.SGD(
-        ConstantThenPolynomialDecay(config.learning_rate, config.train_steps), momentum=0.9
-    )
+    schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
+    optimizer = keras.optimizers.SGD(schedule, momentum=0.9)
     proxies = config.loss == "proxy_anchor"
     model.compile(
         optimizer=optimizer,
@@ -437,11 +439,11 @@ def train_retrieval(config, *, callbacks=()):
         # Step 0: where training starts from (the backbone's own retrieval quality); kept if a
         # restart finds it already recorded.
         results["evaluations"] = [evaluator.evaluate(step=0)]
-        results["wall_seconds"] = results["wall_seconds_before"] + time.perf_counter() - started
+        results["wall_seconds"] = _wall_seconds(results, started)
         records.write_json(paths["results"], results)
         if config.verbose:
             print(f"[train_retrieval] untrained: {summary(results)}", flush=True)
-    run = _Run(config, paths, results, manager, evaluator, (lower, upper), started)
+    run = _Run(config, paths, results, manager, evaluator, (lower, upper), schedule, started)
     epochs = config.train_steps // config.eval_every
     if start_step < config.train_steps:
         model.fit(
@@ -467,7 +469,8 @@ def train_retrieval(config, *, callbacks=()):
     else:
         results["status"] = "completed"
         embedding_model.save(os.path.join(config.output_dir, "embedding_model.keras"))
-    results["wall_seconds"] = results.pop("wall_seconds_before") + time.perf_counter() - started
+    results["wall_seconds"] = _wall_seconds(results, started)
+    del results["wall_seconds_before"]
     records.write_json(paths["results"], results)
     plot_run(results, (lower, upper), paths["plots"])
     if config.verbose:

@@ -164,13 +164,18 @@ def test_proxy_anchor_trace_is_each_steps_loss_and_s_mu(tmp_path):
     )
 
 
+def _interrupt_then_resume(config, at_step):
+    """Runs `config`, interrupted after step `at_step`, then again; (results, trained model)."""
+    with pytest.raises(KeyboardInterrupt):
+        retrieval.train_retrieval(config, callbacks=[_Interrupt(at_step)])
+    keras.backend.clear_session()
+    keep = _KeepModel()
+    return retrieval.train_retrieval(config, callbacks=[keep]), keep.trained
+
+
 def test_proxy_anchor_resume_restores_the_proxies(tmp_path):
     config = _config(tmp_path, loss="proxy_anchor", train_steps=4, eval_every=2)
-    with pytest.raises(KeyboardInterrupt):
-        retrieval.train_retrieval(config, callbacks=[_Interrupt(3)])
-    keras.backend.clear_session()
-    resumed = _KeepModel()
-    results = retrieval.train_retrieval(config, callbacks=[resumed])
+    results, resumed = _interrupt_then_resume(config, 3)
     assert results["resumed_at_steps"] == [2]
     keras.backend.clear_session()
     reference = _KeepModel()
@@ -178,23 +183,19 @@ def test_proxy_anchor_resume_restores_the_proxies(tmp_path):
         retrieval.dataclasses.replace(config, output_dir=str(tmp_path / "ref")),
         callbacks=[reference],
     )
-    for a, b in zip(resumed.trained.weights, reference.trained.weights, strict=True):
+    for a, b in zip(resumed.weights, reference.trained.weights, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
-    proxies = resumed.trained.get_layer("proxies").proxies
+    proxies = resumed.get_layer("proxies").proxies
     assert proxies.shape == (5, 128) and np.all(np.isfinite(proxies.numpy()))
 
 
 def test_proxy_anchor_remaps_class_ids_and_resumes(tmp_path):
     # CUB's training ids here are 1, 2 and 100; the proxies are indexed 0, 1, 2.
     config = _fake_cub_config(tmp_path, loss="proxy_anchor", train_steps=4, eval_every=2)
-    with pytest.raises(KeyboardInterrupt):
-        retrieval.train_retrieval(config, callbacks=[_Interrupt(3)])
-    keras.backend.clear_session()
-    keep = _KeepModel()
-    results = retrieval.train_retrieval(config, callbacks=[keep])
+    results, trained = _interrupt_then_resume(config, 3)
     assert results["status"] == "completed" and results["resumed_at_steps"] == [2]
     assert [e["step"] for e in results["evaluations"]] == [0, 2, 4]
-    assert keep.trained.get_layer("proxies").proxies.shape == (3, 128)
+    assert trained.get_layer("proxies").proxies.shape == (3, 128)
 
 
 class _Interrupt(keras.callbacks.Callback):
