@@ -234,26 +234,35 @@ def _scan(x, classes, *, need_map, block_size, progress=None):
     return rank, ap
 
 
+def _checked_scan(embeddings, labels, block_size, *, need_map, verbose=0):
+    """Checks the inputs, then one `_scan` (with a progress bar if `verbose`):
+    ``(x, y, classes, ranks, average precisions)``."""
+    x, y = _check_inputs(embeddings, labels)
+    block_size = _checks.check_positive_int(block_size, "block_size")
+    classes = _ClassIndex(y)
+    progress = None
+    if verbose:
+        import keras
+
+        progress = keras.utils.Progbar(len(x), unit_name="query").update
+    rank, ap = _scan(x, classes, need_map=need_map, block_size=block_size, progress=progress)
+    return x, y, classes, rank, ap
+
+
 def first_positive_ranks(embeddings, labels, *, block_size=1024):
     """`[n]` int64: how many items rank before each query's nearest same-class item.
 
     Recall@K is ``mean(ranks < K)`` over queries with a positive; ``-1`` marks a query whose
     class has no other member.
     """
-    x, y = _check_inputs(embeddings, labels)
-    block_size = _checks.check_positive_int(block_size, "block_size")
-    classes = _ClassIndex(y)
-    rank, _ = _scan(x, classes, need_map=False, block_size=block_size)
+    _, _, classes, rank, _ = _checked_scan(embeddings, labels, block_size, need_map=False)
     return np.where(classes.others > 0, rank, -1)
 
 
 def recall_at_k(embeddings, labels, ks=(1, 2, 4, 8), *, block_size=1024):
     """{k: fraction of queries with a same-class item among their k nearest neighbours}."""
-    x, y = _check_inputs(embeddings, labels)
     ks = _check_ks(ks)
-    block_size = _checks.check_positive_int(block_size, "block_size")
-    classes = _ClassIndex(y)
-    rank, _ = _scan(x, classes, need_map=False, block_size=block_size)
+    _, _, classes, rank, _ = _checked_scan(embeddings, labels, block_size, need_map=False)
     return _recalls(rank, classes, ks)
 
 
@@ -267,10 +276,7 @@ def _recalls(rank, classes, ks):
 def map_at_r(embeddings, labels, *, block_size=1024):
     """MAP@R (Musgrave et al., 2020): R = number of other members of the query's class;
     ``(1/R) sum_{i<=R} P(i) * rel(i)`` averaged over queries that have a positive."""
-    x, y = _check_inputs(embeddings, labels)
-    block_size = _checks.check_positive_int(block_size, "block_size")
-    classes = _ClassIndex(y)
-    _, ap = _scan(x, classes, need_map=True, block_size=block_size)
+    _, _, classes, _, ap = _checked_scan(embeddings, labels, block_size, need_map=True)
     return _mean_ap(ap, classes)
 
 
@@ -353,24 +359,15 @@ def evaluate_retrieval(
       >>> evaluate_retrieval(embeddings, labels, ks=(1, 10, 100, 1000))["recall_at_1"]
     """
     started = time.perf_counter()
-    x, y = _check_inputs(embeddings, labels)
     ks = _check_ks(ks)
-    block_size = _checks.check_positive_int(block_size, "block_size")
     for arg, value in (
         ("compute_nmi", compute_nmi),
         ("compute_map_at_r", compute_map_at_r),
         ("compute_spectrum", compute_spectrum),
     ):
         _checks.check_bool(value, arg)
-    classes = _ClassIndex(y)
-    progress = None
-    if verbose:
-        import keras
-
-        bar = keras.utils.Progbar(len(x), unit_name="query")
-        progress = bar.update
-    rank, ap = _scan(
-        x, classes, need_map=compute_map_at_r, block_size=block_size, progress=progress
+    x, y, classes, rank, ap = _checked_scan(
+        embeddings, labels, block_size, need_map=compute_map_at_r, verbose=verbose
     )
     results = {f"recall_at_{k}": v for k, v in _recalls(rank, classes, ks).items()}
     if compute_map_at_r:
