@@ -24,7 +24,9 @@ setup(
         "absl-py",
         "scikit-learn",  # NMI's k-means; brings SciPy (read_cars196 loads .mat files)
         "tensorboard",  # tf.summary for RetrievalEvaluation and the trainers (not in TF 2.21)
-        "matplotlib",  # the trainers' and benchmarks' plots
+        "matplotlib",  # plots; its bundled fonts are drawn into the embedded glyph set
+        "pillow",  # renders the glyph set (also a matplotlib dependency)
+        "fonttools",  # reads the fonts' character maps (also a matplotlib dependency)
     ],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.16"],

@@ -1,16 +1,23 @@
-"""SVMax paper Table 1 on any dataset: {vanilla, spread-out, SVMax} x learning rates x losses.
+"""SVMax paper Table 1 on any dataset: {vanilla, spread-out, SVMax} x learning rates x losses
+x seeds, reported as mean ± std over the seeds.
 
-    python -m trainers.reproduce_table1 --dataset=digits --table=docs/table1_digits.md
+    python -m trainers.reproduce_table1 --table=docs/table1_glyphs.md    # 117 runs, ~1.5 h
+    python -m trainers.reproduce_table1 --losses=contrastive,npair \\
+        --methods=vanilla,svmax --learning_rates=0.01 --table=/tmp/quick.md  # 12 runs, ~10 min
     python -m trainers.reproduce_table1 --dataset=cub200 --data_dir=/data/CUB_200_2011 \\
-        --backbone=inception_v3 --weights=imagenet --table=docs/table1_cub200.md
+        --backbone=inception_v3 --weights=imagenet --seeds=0 --table=docs/table1_cub200.md
 
 Every run is `trainers.retrieval.train_retrieval` with the paper's per-loss settings, in its own
-folder under --output_dir (re-running resumes or skips finished runs). The markdown table has
-Table 1's layout: NMI, R@1, R@8 and Delta R@1 (against the vanilla loss at the same learning
-rate) per learning rate; the triplet loss gets SVMax rows with lambda = 1 and 0.1. A first row
-shows the untrained network (evaluated once: every run starts from the same seeded weights), a
-second table the final test embeddings' s_mu against its [L, U] bounds (a collapsed embedding
-sits near L). The file starts with the command, the machine and the settings the runs used.
+folder ``<loss>_<regularizer>_lr<lr>_seed<seed>`` under --output_dir (re-running resumes
+unfinished runs and reuses finished ones, so a subset run first and the whole grid later share
+their runs). The markdown table has Table 1's layout: NMI, R@1, R@8 and Delta R@1 (the per-seed
+difference to the vanilla loss at the same learning rate) per learning rate; the triplet loss
+gets SVMax rows with lambda = 1 and 0.1. A first row shows the untrained network (evaluated once
+per seed: every run of a seed starts from the same seeded weights), a second table the final
+test embeddings' s_mu against its [L, U] bounds (a collapsed embedding sits near L). Two figures
+beside the table: the final R@1 per loss and method (``<table>.png``) and the training batches'
+s_mu over training between the batch's L and U (``<table>_s_mu.png``, dissertation Fig. 3.5).
+The file starts with the command, the machine and the settings the runs used.
 """
 
 import os
@@ -28,8 +35,8 @@ from absl import app, flags, logging  # noqa: E402
 from trainers import retrieval  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("dataset", "digits", list(retrieval.DATASETS), "Dataset (see train_retrieval).")
-flags.DEFINE_string("data_dir", None, "Dataset folder (unless digits).")
+flags.DEFINE_enum("dataset", "glyphs", list(retrieval.DATASETS), "Dataset (see train_retrieval).")
+flags.DEFINE_string("data_dir", None, "Dataset folder (not for the embedded glyphs, digits).")
 flags.DEFINE_enum("backbone", "small_cnn", list(retrieval.models.BACKBONES), "Backbone.")
 flags.DEFINE_string("weights", None, "Backbone weights (see train_retrieval).")
 flags.DEFINE_list(
@@ -37,119 +44,191 @@ flags.DEFINE_list(
     ["contrastive", "triplet_hard", "npair", "angular"],
     "Ranking losses (Table 1: contrastive, triplet, N-pair, angular).",
 )
+flags.DEFINE_list(
+    "methods",
+    ["vanilla", "spread_out", "svmax"],
+    "Rows per loss: vanilla (no regularizer), spread_out, svmax (the triplet loss gets "
+    "SVMax with lambda 1 and 0.1).",
+)
 flags.DEFINE_list("learning_rates", ["0.01", "0.001", "0.0001"], "Table 1's learning rates.")
-flags.DEFINE_integer("train_steps", None, "Steps per run (default: the dataset's).")
-flags.DEFINE_integer("seed", 0, "Seed of every run.")
+flags.DEFINE_integer(
+    "train_steps",
+    None,
+    "Steps per run (default: 600 on glyphs, which keeps the 117-run grid of 3 seeds under 3 "
+    "hours on 2 CPU cores; otherwise the dataset's train_retrieval default).",
+)
+flags.DEFINE_integer(
+    "eval_every",
+    None,
+    "Steps between test evaluations (default: train_steps, one evaluation at the end; the "
+    "table shows the last).",
+)
+flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; every cell is the mean ± std over them.")
 flags.DEFINE_string("output_dir", "runs/table1", "Parent folder of the runs.")
 flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/table1.md).")
 
-METHODS = (("Vanilla", "none", None), ("Spread-out", "spread_out", None), ("SVMax", "svmax", None))
+# Steps per grid run where they differ from train_retrieval's dataset default.
+GRID_STEPS = {"glyphs": 600}
+# method flag -> (row label, regularizer, SVMax lambda (None: the paper's for the loss)).
+METHODS = {
+    "vanilla": (("Vanilla", "none", None),),
+    "spread_out": (("Spread-out", "spread_out", None),),
+    "svmax": (("SVMax", "svmax", None),),
+}
 TRIPLET_SVMAX = (("SVMax λ = 1", "svmax", 1.0), ("SVMax λ = 0.1", "svmax", 0.1))
 
 
-def rows_for(loss):
-    if loss.startswith("triplet"):
-        return METHODS[:2] + TRIPLET_SVMAX
-    return METHODS
+def rows_for(loss, methods=tuple(METHODS)):
+    rows = []
+    for method in methods:
+        if method == "svmax" and loss.startswith("triplet"):
+            rows += TRIPLET_SVMAX
+        else:
+            rows += METHODS[method]
+    return rows
 
 
-def run_all(base, losses, learning_rates):
-    """{(loss, method label, lr): (status, final evaluation dict)}; ``"untrained"`` holds the
-    evaluation of the initial weights, ``"runs"`` every run's results."""
-    # Every run builds the same seeded network, so one step-0 evaluation serves the grid
-    # (on CUB or SOP an evaluation costs minutes; 39 copies of it would be waste).
-    base = dataclasses.replace(base, loss=losses[0], evaluate_untrained=False)
-    untrained = retrieval.evaluate_untrained(base)
-    print(f"[reproduce_table1] untrained network: R@1 {untrained['recall_at_1']:.4f}", flush=True)
-    out = {"untrained": [untrained], "runs": []}
-    total = sum(len(rows_for(loss)) for loss in losses) * len(learning_rates)
-    for loss in losses:
-        for label, regularizer, lam in rows_for(loss):
-            for lr in learning_rates:
-                name = f"{loss}_{regularizer}{'' if lam is None else f'_l{lam:g}'}_lr{lr:g}"
-                config = dataclasses.replace(
-                    base,
-                    loss=loss,
-                    regularizer=regularizer,
-                    svmax_lambda=lam,
-                    learning_rate=lr,
-                    output_dir=os.path.join(base.output_dir, name),
-                )
-                print(f"[reproduce_table1] {len(out['runs']) + 1}/{total} {name}", flush=True)
-                keras.backend.clear_session()
-                results = retrieval.train_retrieval(config)
-                out["runs"].append(results)
-                print(
-                    f"[reproduce_table1]   {results['status']} in {results['wall_seconds']:.0f} s: "
-                    f"{retrieval.summary(results)}",
-                    flush=True,
-                )
-                evaluations = results["evaluations"]
-                last = evaluations[-1] if evaluations and evaluations[-1]["step"] else None
-                out[(loss, label, lr)] = (results["status"], last)
+def run_name(loss, regularizer, lam, lr, seed):
+    return f"{loss}_{regularizer}{'' if lam is None else f'_l{lam:g}'}_lr{lr:g}_seed{seed}"
+
+
+def run_all(base, losses, methods, learning_rates, seeds):
+    """Trains the grid. Returns ``{"untrained": {seed: evaluation}, "runs": [results],
+    (loss, row label, lr): [(status, final evaluation or None, trace) per seed]}``."""
+    out = {"untrained": {}, "runs": []}
+    total = sum(len(rows_for(loss, methods)) for loss in losses) * len(learning_rates) * len(seeds)
+    for seed in seeds:
+        # Every run of a seed builds the same seeded network, so one step-0 evaluation per seed
+        # serves its runs (on CUB or SOP an evaluation costs minutes).
+        seeded = dataclasses.replace(base, seed=seed, evaluate_untrained=False)
+        untrained = retrieval.evaluate_untrained(dataclasses.replace(seeded, loss=losses[0]))
+        out["untrained"][seed] = untrained
+        print(
+            f"[reproduce_table1] seed {seed}: untrained network R@1 {untrained['recall_at_1']:.4f}",
+            flush=True,
+        )
+        for loss in losses:
+            for label, regularizer, lam in rows_for(loss, methods):
+                for lr in learning_rates:
+                    name = run_name(loss, regularizer, lam, lr, seed)
+                    config = dataclasses.replace(
+                        seeded,
+                        loss=loss,
+                        regularizer=regularizer,
+                        svmax_lambda=lam,
+                        learning_rate=lr,
+                        output_dir=os.path.join(base.output_dir, name),
+                    )
+                    print(f"[reproduce_table1] {len(out['runs']) + 1}/{total} {name}", flush=True)
+                    keras.backend.clear_session()
+                    results = retrieval.train_retrieval(config)
+                    out["runs"].append(results)
+                    print(
+                        f"[reproduce_table1]   {results['status']} in "
+                        f"{results['wall_seconds']:.0f} s: {retrieval.summary(results)}",
+                        flush=True,
+                    )
+                    evaluations = results["evaluations"]
+                    last = evaluations[-1] if evaluations and evaluations[-1]["step"] else None
+                    out.setdefault((loss, label, lr), []).append(
+                        (results["status"], last, results["trace"])
+                    )
     return out
 
 
-def markdown(results, losses, learning_rates):
+def mean_std(values, scale=1.0, digits=2):
+    """``"m ± s"`` (sample std over seeds, ddof = 1; ``"m"`` alone for one value)."""
+    values = scale * np.asarray(values, np.float64)
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
+
+
+def _finals(cell):
+    """The cell's final evaluations, or None when any seed's run did not complete."""
+    if any(status != "completed" or ev is None for status, ev, _ in cell):
+        return None
+    return [ev for _, ev, _ in cell]
+
+
+def _failed(cell):
+    return ", ".join(sorted({status for status, _, _ in cell if status != "completed"}))
+
+
+def markdown(results, losses, methods, learning_rates):
+    """Table 1's layout with mean ± std over seeds: NMI, R@1, R@8 and Δ R@1 (the per-seed
+    difference to the vanilla run of the same seed and lr, averaged)."""
     head = (
         "| Method | "
         + " | ".join(f"NMI | R@1 | R@8 | Δ R@1 (lr={lr:g})" for lr in learning_rates)
         + " |"
     )
     lines = [head, "|---|" + "---:|" * (4 * len(learning_rates))]
-    if results["untrained"]:
-        ev = results["untrained"][0]
-        cells = [f"{ev['nmi']:.3f}", f"{100 * ev['recall_at_1']:.2f}"]
-        cells += [f"{100 * ev['recall_at_8']:.2f}", ""]
+    untrained = list(results["untrained"].values())
+    if untrained:
+        cells = [
+            mean_std([e["nmi"] for e in untrained], digits=3),
+            mean_std([e["recall_at_1"] for e in untrained], 100),
+            mean_std([e["recall_at_8"] for e in untrained], 100),
+            "",
+        ]
         lines.append(
             "| Untrained network (step 0) | " + " | ".join(cells * len(learning_rates)) + " |"
         )
     for loss in losses:
         lines.append(f"| **{loss}** |" + " |" * (4 * len(learning_rates)))
-        for label, _, _ in rows_for(loss):
+        for label, _, _ in rows_for(loss, methods):
             cells = []
             for lr in learning_rates:
-                status, ev = results[(loss, label, lr)]
-                vanilla_status, vanilla = results[(loss, "Vanilla", lr)]
-                if vanilla_status != "completed":
-                    vanilla = None  # no Δ against a diverged run's last evaluation
-                if ev is None or status != "completed":
-                    cells += [status, "", "", ""]
+                finals = _finals(results[(loss, label, lr)])
+                if finals is None:
+                    cells += [_failed(results[(loss, label, lr)]), "", "", ""]
                     continue
-                r1, r8 = 100 * ev["recall_at_1"], 100 * ev["recall_at_8"]
-                delta = (
-                    ""
-                    if label == "Vanilla" or vanilla is None
-                    else (f"{r1 - 100 * vanilla['recall_at_1']:+.2f}")
-                )
-                cells += [f"{ev['nmi']:.3f}", f"{r1:.2f}", f"{r8:.2f}", delta]
+                vanilla = results.get((loss, "Vanilla", lr))
+                vanilla = None if vanilla is None else _finals(vanilla)
+                delta = ""
+                if label != "Vanilla" and vanilla is not None:
+                    delta = mean_std(
+                        [
+                            e["recall_at_1"] - v["recall_at_1"]
+                            for e, v in zip(finals, vanilla, strict=True)
+                        ],
+                        100,
+                    )
+                    delta = delta if delta.startswith("-") else f"+{delta}"
+                cells += [
+                    mean_std([e["nmi"] for e in finals], digits=3),
+                    mean_std([e["recall_at_1"] for e in finals], 100),
+                    mean_std([e["recall_at_8"] for e in finals], 100),
+                    delta,
+                ]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def s_mu_markdown(results, losses, learning_rates):
-    """s_mu of the final test embedding with its [L, U] (collapse shows as s_mu near L)."""
+def s_mu_markdown(results, losses, methods, learning_rates):
+    """s_mu of the final test embedding (mean ± std over seeds) with its [L, U] (collapse
+    shows as s_mu near L)."""
     lines = [
         "| Loss | Method | " + " | ".join(f"s_μ (lr={lr:g})" for lr in learning_rates) + " |",
         "|---|---|" + "---:|" * len(learning_rates),
     ]
     bounds = None
     for loss in losses:
-        for label, _, _ in rows_for(loss):
+        for label, _, _ in rows_for(loss, methods):
             cells = []
             for lr in learning_rates:
-                status, ev = results[(loss, label, lr)]
-                if ev is None or status != "completed":
-                    cells.append(status)
+                finals = _finals(results[(loss, label, lr)])
+                if finals is None:
+                    cells.append(_failed(results[(loss, label, lr)]))
                     continue
-                cells.append(f"{ev['s_mu']:.3f}")
-                bounds = (ev["s_mu_lower"], ev["s_mu_upper"])
+                cells.append(mean_std([e["s_mu"] for e in finals], digits=3))
+                bounds = (finals[0]["s_mu_lower"], finals[0]["s_mu_upper"])
             lines.append(f"| {loss} | {label} | " + " | ".join(cells) + " |")
-    if results["untrained"]:
-        s_mu = results["untrained"][0]["s_mu"]
-        lines.append(
-            "| | Untrained network | " + " | ".join([f"{s_mu:.3f}"] * len(learning_rates)) + " |"
-        )
+    untrained = list(results["untrained"].values())
+    if untrained:
+        s_mu = mean_std([e["s_mu"] for e in untrained], digits=3)
+        lines.append("| | Untrained network | " + " | ".join([s_mu] * len(learning_rates)) + " |")
     if bounds:
         lines.append(
             f"\nBounds for the test set's shape: L = {bounds[0]:.4f}, U = {bounds[1]:.4f}."
@@ -157,48 +236,106 @@ def s_mu_markdown(results, losses, learning_rates):
     return "\n".join(lines) + "\n"
 
 
-def plot(results, losses, learning_rates, path):
-    """Grouped bars of the final test R@1 per loss and method, one panel per learning rate, with
-    the untrained network as a dashed line."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [label for label, _, _ in METHODS[:2]] + ["SVMax"]
-    fig, axes = plt.subplots(
-        1, len(learning_rates), figsize=(4.5 * len(learning_rates), 4), sharey=True, squeeze=False
-    )
-    for ax, lr in zip(axes[0], learning_rates, strict=True):
-        for m, label in enumerate(labels):
-            heights = []
-            for loss in losses:
-                # Triplet: the SVMax row with the paper's lambda (0.1).
-                row = "SVMax λ = 0.1" if label == "SVMax" and loss.startswith("triplet") else label
-                status, ev = results[(loss, row, lr)]
-                ok = ev is not None and status == "completed"
-                heights.append(100 * ev["recall_at_1"] if ok else np.nan)
-            xs = np.arange(len(losses)) + (m - 1) * 0.27
-            ax.bar(xs, heights, width=0.27, label=label)
-        if results["untrained"]:
-            start = 100 * results["untrained"][0]["recall_at_1"]
-            ax.axhline(start, color="k", ls="--", lw=1, label="untrained network")
-        ax.set_xticks(np.arange(len(losses)), losses, rotation=15)
-        ax.set_title(f"lr = {lr:g}")
-        ax.set_ylabel("test Recall@1 (%)")
-    finals = [results[k][1] for k in results if isinstance(k, tuple)]
-    low = min([100 * ev["recall_at_1"] for ev in finals if ev is not None] or [0.0])
-    axes[0][0].set_ylim(max(0.0, low - 5), 100)  # the differences are a few points
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.92))  # room for the legend above the panels
+    return plt
+
+
+def _save(fig, path):
     tmp = f"{path}.tmp.png"
     fig.savefig(tmp, dpi=100)
     os.replace(tmp, path)
+
+
+def plot(results, losses, methods, learning_rates, path, title):
+    """Grouped bars of the final test R@1 per loss and method (mean, with ± std over seeds as
+    error bars), one panel per learning rate, the untrained network as a dashed line."""
+    plt = _pyplot()
+    labels = [METHODS[m][0][0] for m in methods]
+    width = 0.8 / len(labels)
+    fig, axes = plt.subplots(
+        1, len(learning_rates), figsize=(4.5 * len(learning_rates), 4.4), sharey=True, squeeze=False
+    )
+    lowest = 100.0
+    for ax, lr in zip(axes[0], learning_rates, strict=True):
+        for m, label in enumerate(labels):
+            means, stds = [], []
+            for loss in losses:
+                # Triplet: the SVMax row with the paper's lambda (0.1).
+                row = "SVMax λ = 0.1" if label == "SVMax" and loss.startswith("triplet") else label
+                finals = _finals(results[(loss, row, lr)])
+                r1 = [100 * e["recall_at_1"] for e in finals] if finals else [np.nan]
+                means.append(np.mean(r1))
+                stds.append(np.std(r1, ddof=1) if len(r1) > 1 else 0.0)
+            lowest = min([lowest] + [v for v in means if np.isfinite(v)])
+            xs = np.arange(len(losses)) + (m - (len(labels) - 1) / 2) * width
+            ax.bar(xs, means, width=width, yerr=stds, capsize=2, label=label)
+        untrained = [100 * e["recall_at_1"] for e in results["untrained"].values()]
+        if untrained:
+            ax.axhline(np.mean(untrained), color="k", ls="--", lw=1, label="untrained network")
+        ax.set_xticks(np.arange(len(losses)), losses, rotation=15)
+        ax.set_title(f"lr = {lr:g}")
+        ax.set_ylabel("test Recall@1 (%)")
+    if untrained:
+        lowest = min(lowest, np.mean(untrained))
+    axes[0][0].set_ylim(max(0.0, lowest - 5), 100)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.suptitle(title, fontsize=10)
+    fig.legend(
+        handles, names, loc="upper center", ncol=len(names), fontsize=9, bbox_to_anchor=(0.5, 0.94)
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.86))  # room for the title and legend above the panels
+    _save(fig, path)
     plt.close(fig)
 
 
-def header(runs, argv):
+def plot_s_mu(results, losses, methods, learning_rates, bounds, path, title):
+    """s_mu of the training batches over training (mean over seeds of the windowed trace), one
+    panel per (lr, loss), every method, with the training batch's L and U (dissertation
+    Fig. 3.5)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(
+        len(learning_rates),
+        len(losses),
+        figsize=(3.6 * len(losses), 2.8 * len(learning_rates)),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
+    for row, lr in enumerate(learning_rates):
+        for col, loss in enumerate(losses):
+            ax = axes[row][col]
+            for label, _, _ in rows_for(loss, methods):
+                traces = [t for _, _, t in results[(loss, label, lr)] if t]
+                if not traces:
+                    continue
+                length = min(len(t) for t in traces)
+                steps = [p["step"] for p in traces[0][:length]]
+                values = np.mean(
+                    [[p.get("mean_singular_value", np.nan) for p in t[:length]] for t in traces],
+                    axis=0,
+                )
+                ax.plot(steps, values, label=label)
+            ax.axhline(bounds[0], color="gray", ls="--", lw=1, label=f"L = {bounds[0]:.3f}")
+            ax.axhline(bounds[1], color="gray", ls=":", lw=1, label=f"U = {bounds[1]:.3f}")
+            ax.set_title(f"{loss}, lr = {lr:g}", fontsize=9)
+            if row == len(learning_rates) - 1:
+                ax.set_xlabel("step")
+            if col == 0:
+                ax.set_ylabel("training-batch s_μ")
+            if row == 0 and col == 0 or loss.startswith("triplet") and row == 0:
+                ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    _save(fig, path)
+    plt.close(fig)
+
+
+def header(runs, seeds, argv):
     """Command, machine, versions and the per-loss settings the runs resolved to."""
     first = runs[0]
     config = first["config"]
@@ -218,8 +355,10 @@ def header(runs, argv):
         "",
         f"Every run: backbone `{config['backbone']}`, d = {config['embedding_dim']}, "
         f"{config['train_steps']} steps (lr fixed for half, then linear to 1e-7), SGD momentum "
-        f"0.9, seed {config['seed']}, evaluated on the test classes every {config['eval_every']} "
-        "steps; the table shows the last evaluation. Per loss (P × K, SVMax λ, margin): "
+        f"0.9, seeds {', '.join(str(seed) for seed in seeds)}, evaluated on the test classes "
+        f"every {config['eval_every']} steps; the table shows the last evaluation as mean ± std "
+        "over the seeds (sample std, ddof = 1; Δ R@1 is the per-seed difference to the vanilla "
+        "run with the same seed and lr). Per loss (P × K, SVMax λ, margin): "
         + "; ".join(
             f"{loss} {p} × {k}, λ {lam:g}{'' if m is None else f', margin {m:g}'}"
             for loss, p, k, lam, m in settings
@@ -238,24 +377,49 @@ def header(runs, argv):
 def main(argv):
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # no INFO line per checkpoint save
-    learning_rates = [float(v) for v in FLAGS.learning_rates]
+    try:
+        learning_rates = [float(v) for v in FLAGS.learning_rates]
+        seeds = [int(v) for v in FLAGS.seeds]
+    except ValueError as error:
+        print(f"reproduce_table1: refused: --learning_rates / --seeds: {error}", file=sys.stderr)
+        return 2
+    losses, methods = FLAGS.losses, FLAGS.methods
+    refused = [m for m in methods if m not in METHODS] + [
+        loss for loss in losses if loss not in retrieval.LOSSES or loss == "proxy_anchor"
+    ]
+    if refused or not (losses and methods and learning_rates and seeds):
+        print(
+            f"reproduce_table1: refused: --losses from {list(retrieval.LOSSES[:-1])}, --methods "
+            f"from {list(METHODS)}, non-empty --learning_rates and --seeds; received "
+            f"{refused or 'an empty list'}.",
+            file=sys.stderr,
+        )
+        return 2
+    train_steps = FLAGS.train_steps or GRID_STEPS.get(FLAGS.dataset)
     base = retrieval.RetrievalConfig(
         output_dir=FLAGS.output_dir,
         dataset=FLAGS.dataset,
         data_dir=FLAGS.data_dir,
         backbone=FLAGS.backbone,
         weights=FLAGS.weights,
-        train_steps=FLAGS.train_steps,
-        seed=FLAGS.seed,
+        train_steps=train_steps,
+        eval_every=FLAGS.eval_every or train_steps,
         verbose=0,
     )
+    try:  # refuse impossible flags before any training
+        for loss in losses:
+            for lr in learning_rates:
+                retrieval.resolve(dataclasses.replace(base, loss=loss, learning_rate=lr))
+    except retrieval.ConfigError as error:
+        print(f"reproduce_table1: refused: {error}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
-    results = run_all(base, FLAGS.losses, learning_rates)
+    results = run_all(base, losses, methods, learning_rates, seeds)
     del argv  # absl keeps only positional arguments; the header shows the whole command
-    table = header(results["runs"], sys.argv) + "\n"
-    table += markdown(results, FLAGS.losses, learning_rates)
-    table += "\nTest-set mean singular value of the final embeddings:\n\n"
-    table += s_mu_markdown(results, FLAGS.losses, learning_rates)
+    table = header(results["runs"], seeds, sys.argv) + "\n"
+    table += markdown(results, losses, methods, learning_rates)
+    table += "\nTest-set mean singular value of the final embeddings (mean ± std over seeds):\n\n"
+    table += s_mu_markdown(results, losses, methods, learning_rates)
     minutes = (time.perf_counter() - started) / 60
     path = FLAGS.table or os.path.join(FLAGS.output_dir, "table1.md")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -265,10 +429,33 @@ def main(argv):
             f"{table}\nWall time of this invocation: {minutes:.1f} min; the runs' own wall times "
             f"(training + evaluations, summed over resumptions) add up to {run_minutes:.1f} min.\n"
         )
-    figure = os.path.splitext(path)[0] + ".png"
-    plot(results, FLAGS.losses, learning_rates, figure)
+    stem = os.path.splitext(path)[0]
+    first = results["runs"][0]
+    what = (
+        f"{first['config']['dataset']}, {first['config']['backbone']}, "
+        f"{first['config']['train_steps']} steps, seeds {', '.join(map(str, seeds))}"
+    )
+    plot(
+        results,
+        losses,
+        methods,
+        learning_rates,
+        f"{stem}.png",
+        f"SVMax Table 1 protocol: final test Recall@1, mean ± std over seeds ({what})",
+    )
+    batch = first["train_batch_bounds"]
+    plot_s_mu(
+        results,
+        losses,
+        methods,
+        learning_rates,
+        (batch["lower"], batch["upper"]),
+        f"{stem}_s_mu.png",
+        f"s_μ of the training batches (b = {batch['batch_size']}, d = "
+        f"{first['config']['embedding_dim']}) between its bounds, mean over seeds ({what})",
+    )
     print(table)
-    print(f"[reproduce_table1] wrote {path} and {figure} ({minutes:.1f} min)")
+    print(f"[reproduce_table1] wrote {path}, {stem}.png, {stem}_s_mu.png ({minutes:.1f} min)")
 
 
 if __name__ == "__main__":

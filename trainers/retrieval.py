@@ -5,7 +5,7 @@ with a ranking loss and optionally a regularizer, SGD with momentum 0.9, the lea
 for K/2 steps then decayed polynomially to 1e-7 at step K, evaluated on the test classes with
 Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bounds.
 
-    config = RetrievalConfig(output_dir="/tmp/run")      # digits, contrastive + SVMax
+    config = RetrievalConfig(output_dir="/tmp/run")      # glyphs, contrastive + SVMax
     results = train_retrieval(config)                     # also written to results.json
 """
 
@@ -31,7 +31,9 @@ LOSSES = (
     "proxy_anchor",
 )
 REGULARIZERS = ("none", "svmax", "svmax_unbounded", "spread_out")
-DATASETS = ("digits", "cub200", "cars196", "sop", "folder")
+DATASETS = ("glyphs", "digits", "cub200", "cars196", "sop", "folder")
+# Data sets that come with the package (in memory, no --data_dir): name -> loader.
+EMBEDDED = {"glyphs": data.load_glyphs_open_set, "digits": data.load_digits_open_set}
 
 # The paper's P x K per loss (b = 144) and SVMax lambda (Sec. 4.1).
 PAPER_BATCH = {
@@ -63,8 +65,15 @@ PAPER_MARGIN = {
     "proxy_anchor": 0.1,
 }
 PROXY_ANCHOR_ALPHA = 32.0
-# K = 5,000 for CUB-200 and CARS196, 20,000 for SOP; the digits default fits a few minutes.
-DEFAULT_STEPS = {"digits": 2000, "cub200": 5000, "cars196": 5000, "sop": 20000, "folder": 5000}
+# K = 5,000 for CUB-200 and CARS196, 20,000 for SOP; the embedded sets' fit a few minutes.
+DEFAULT_STEPS = {
+    "glyphs": 3000,
+    "digits": 2000,
+    "cub200": 5000,
+    "cars196": 5000,
+    "sop": 20000,
+    "folder": 5000,
+}
 END_LEARNING_RATE = 1e-7
 
 
@@ -73,7 +82,7 @@ class RetrievalConfig:
     """One retrieval run. `None` fields take the paper's (or the dataset's) default."""
 
     output_dir: str
-    dataset: str = "digits"
+    dataset: str = "glyphs"
     data_dir: str | None = None
     backbone: str = "small_cnn"
     weights: str | None = None
@@ -140,12 +149,12 @@ def resolve(config, num_train_classes=None):
     ):
         if getattr(c, field) not in allowed:
             raise ConfigError(f"--{field}={getattr(c, field)!r} is not one of {list(allowed)}.")
-    if c.dataset != "digits" and not c.data_dir:
+    if c.dataset not in EMBEDDED and not c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
-    if c.dataset == "digits" and c.backbone != "small_cnn":
+    if c.dataset in EMBEDDED and c.backbone != "small_cnn":
         raise ConfigError(
-            f"--dataset=digits has 8 x 8 grey images; --backbone={c.backbone} needs RGB images "
-            "of at least 32 x 32. Use --backbone=small_cnn."
+            f"--dataset={c.dataset} has small grey images; --backbone={c.backbone} needs RGB "
+            "images of at least 32 x 32. Use --backbone=small_cnn."
         )
     paper_p, paper_k = PAPER_BATCH[c.loss]
     batch_k = paper_k if c.batch_k is None else c.batch_k
@@ -201,9 +210,10 @@ def resolve(config, num_train_classes=None):
 
 
 def _load_split(config):
-    """`(train, test, input_shape, map_fns)`; images in memory for digits, paths otherwise."""
-    if config.dataset == "digits":
-        split = data.load_digits_open_set()
+    """`(train, test, input_shape, map_fns)`; images in memory for the embedded sets, paths
+    otherwise."""
+    if config.dataset in EMBEDDED:
+        split = EMBEDDED[config.dataset]()
         return split["train"], split["test"], split["train"][0].shape[1:], None
     split = data.read_dataset(config.dataset, config.data_dir)
     size = config.input_size or models.default_input_size(config.backbone) or 224

@@ -1,6 +1,6 @@
 """Retrieval training with a ranking loss and SVMax (SVMax paper Sec. 4.1, Table 1).
 
-    python -m trainers.train_retrieval                       # digits, contrastive + SVMax
+    python -m trainers.train_retrieval                       # glyphs, contrastive + SVMax
     python -m trainers.train_retrieval --dataset=cub200 --data_dir=/data/CUB_200_2011 \\
         --backbone=resnet50 --weights=imagenet --loss=triplet_hard --learning_rate=0.001
 
@@ -23,12 +23,13 @@ from trainers import retrieval  # noqa: E402
 FLAGS = flags.FLAGS
 flags.DEFINE_enum(
     "dataset",
-    "digits",
+    "glyphs",
     list(retrieval.DATASETS),
-    "digits: embedded scikit-learn digits, train 0-4 / test 5-9 (no download). "
+    "glyphs: embedded rendered characters, 285 classes (first half train, second half test; "
+    "no download). digits: scikit-learn's 8 x 8 digits, train 0-4 / test 5-9 (tiny, fast). "
     "cub200, cars196, sop, folder read --data_dir in the official layout.",
 )
-flags.DEFINE_string("data_dir", None, "Dataset folder (required unless --dataset=digits).")
+flags.DEFINE_string("data_dir", None, "Dataset folder (not for the embedded glyphs, digits).")
 flags.DEFINE_enum(
     "backbone",
     "small_cnn",
@@ -81,7 +82,9 @@ flags.DEFINE_float(
     "decayed polynomially to 1e-7 (paper: 0.01, 0.001, 0.0001).",
 )
 flags.DEFINE_integer(
-    "train_steps", None, "Training steps K (paper: 5000 CUB/CARS, 20000 SOP; default digits: 2000)."
+    "train_steps",
+    None,
+    "Training steps K (paper: 5000 CUB/CARS, 20000 SOP; default glyphs: 3000, digits: 2000).",
 )
 flags.DEFINE_integer(
     "batch_p",

@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _config(tmp_path, **kwargs):
-    defaults = dict(output_dir=str(tmp_path / "run"), train_steps=6, eval_every=3, verbose=0)
+    defaults = dict(
+        output_dir=str(tmp_path / "run"), dataset="digits", train_steps=6, eval_every=3, verbose=0
+    )
     return retrieval.RetrievalConfig(**{**defaults, **kwargs})
 
 
@@ -39,8 +41,14 @@ def test_paper_defaults_per_loss():
         c = retrieval.resolve(retrieval.dataclasses.replace(base, loss=loss), num_train_classes=100)
         assert (c.batch_p, c.batch_k, c.svmax_lambda, c.margin) == (p, k, lam, margin)
         assert c.batch_p * c.batch_k == 144 and c.train_steps == 5000
-    digits = retrieval.resolve(retrieval.RetrievalConfig(output_dir="x"), num_train_classes=5)
+    digits = retrieval.RetrievalConfig(output_dir="x", dataset="digits")
+    digits = retrieval.resolve(digits, num_train_classes=5)
     assert (digits.batch_p, digits.batch_k) == (4, 4)  # P capped to an even 4 of 5 classes
+    # The default run: the embedded glyphs in the paper's regime, b = 144 > d = 128.
+    glyphs = retrieval.resolve(retrieval.RetrievalConfig(output_dir="x"), num_train_classes=142)
+    assert (glyphs.dataset, glyphs.loss, glyphs.regularizer) == ("glyphs", "contrastive", "svmax")
+    assert (glyphs.batch_p, glyphs.batch_k, glyphs.embedding_dim) == (36, 4, 128)
+    assert glyphs.svmax_lambda == 1.0
 
 
 @pytest.mark.parametrize(
@@ -98,6 +106,23 @@ def test_digits_smoke_results_schema_and_outputs(tmp_path):
         assert on_disk["evaluations"][-1][f"recall_at_{k}"] == pytest.approx(
             _brute_recall(embeddings, y_test, k), abs=1e-9
         )
+
+
+def test_default_run_is_the_glyph_set_in_the_papers_batch_regime(tmp_path):
+    config = retrieval.RetrievalConfig(
+        output_dir=str(tmp_path / "run"), train_steps=2, eval_every=2, verbose=0
+    )
+    results = retrieval.train_retrieval(config)
+    assert results["status"] == "completed"
+    assert results["config"]["dataset"] == "glyphs"
+    assert (results["config"]["batch_p"], results["config"]["batch_k"]) == (36, 4)
+    bounds = results["train_batch_bounds"]
+    lower, upper = ref.original_bounds(144, 128)  # b = 144 > d = 128
+    assert bounds["batch_size"] == 144
+    assert (bounds["lower"], bounds["upper"]) == (pytest.approx(lower), pytest.approx(upper))
+    x_test, y_test = data.load_glyphs_open_set()["test"]
+    assert results["evaluations"][-1]["num_embeddings"] == len(x_test) == len(y_test)
+    assert len(np.unique(y_test)) >= 100
 
 
 def _fake_cub_config(tmp_path, **kwargs):
@@ -298,7 +323,13 @@ def test_cli_refuses_bad_flags_and_documents_defaults():
 
 def test_cli_resumes_after_sigkill(tmp_path):
     out = tmp_path / "cli"
-    flags = [f"--output_dir={out}", "--train_steps=60", "--eval_every=10", "--verbose=0"]
+    flags = [
+        f"--output_dir={out}",
+        "--dataset=digits",
+        "--train_steps=60",
+        "--eval_every=10",
+        "--verbose=0",
+    ]
     process = _cli(*flags, wait=False)
     deadline = time.time() + 300
     while not list((out / "checkpoints").glob("ckpt-*.index")) and time.time() < deadline:
@@ -322,9 +353,11 @@ def test_reproduce_table1_writes_the_table(tmp_path):
             sys.executable,
             "-m",
             "trainers.reproduce_table1",
+            "--dataset=digits",
             "--losses=npair",
             "--learning_rates=0.01",
             "--train_steps=2",
+            "--seeds=0,1",
             f"--output_dir={tmp_path}",
             f"--table={table}",
         ],
@@ -338,24 +371,63 @@ def test_reproduce_table1_writes_the_table(tmp_path):
     text = table.read_text()
     for row in ("| **npair** |", "| Vanilla |", "| Spread-out |", "| SVMax |", "Wall time"):
         assert row in text
-    assert "reproduce_table1 --losses=npair --learning_rates=0.01" in text
-    assert "npair 5 × 2, λ 1" in text
-    # The one untrained evaluation is a standalone run's step 0 (same seed, same weights).
-    keras.backend.clear_session()
-    alone = retrieval.train_retrieval(
-        _config(tmp_path / "alone", loss="npair", train_steps=2, eval_every=2)
+    assert "reproduce_table1 --dataset=digits --losses=npair --learning_rates=0.01" in text
+    assert "npair 5 × 2, λ 1" in text and "seeds 0, 1" in text
+    # The untrained row is the mean ± sample std of standalone runs' step 0 (same seeds).
+    starts = []
+    for seed in (0, 1):
+        keras.backend.clear_session()
+        alone = retrieval.train_retrieval(
+            _config(tmp_path / f"alone{seed}", loss="npair", train_steps=2, eval_every=2, seed=seed)
+        )
+        assert alone["evaluations"][0]["step"] == 0
+        starts.append(alone["evaluations"][0])
+    r1 = [100 * e["recall_at_1"] for e in starts]
+    expected = f"| Untrained network (step 0) | {np.mean([e['nmi'] for e in starts]):.3f} ± "
+    assert expected in text
+    assert f"| {np.mean(r1):.2f} ± {np.std(r1, ddof=1):.2f} |" in text
+    grid_run = json.loads((tmp_path / "npair_none_lr0.01_seed1" / "results.json").read_text())
+    assert [e["step"] for e in grid_run["evaluations"]] == [2]  # one evaluation, no step 0
+    assert grid_run["config"]["seed"] == 1
+    runs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and "alone" not in p.name)
+    assert runs == sorted(
+        f"npair_{m}_lr0.01_seed{s}" for m in ("none", "spread_out", "svmax") for s in (0, 1)
     )
-    start = alone["evaluations"][0]
-    assert start["step"] == 0
-    grid_run = json.loads((tmp_path / "npair_none_lr0.01" / "results.json").read_text())
-    assert [e["step"] for e in grid_run["evaluations"]] == [1, 2]  # no step 0 per run
-    assert (
-        f"| Untrained network (step 0) | {start['nmi']:.3f} | {100 * start['recall_at_1']:.2f}"
-        in (text)
-    )
-    runs = sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and p.name != "alone")
-    assert runs == ["npair_none_lr0.01", "npair_spread_out_lr0.01", "npair_svmax_lr0.01"]
-    assert (tmp_path / "t.png").stat().st_size > 0
-    svmax = json.loads((tmp_path / "npair_svmax_lr0.01" / "results.json").read_text())
-    r1 = 100 * svmax["evaluations"][-1]["recall_at_1"]
-    assert f"{r1:.2f}" in text
+    assert (tmp_path / "t.png").stat().st_size > 0 and (tmp_path / "t_s_mu.png").stat().st_size
+    final = [
+        100
+        * json.loads((tmp_path / f"npair_svmax_lr0.01_seed{s}" / "results.json").read_text())[
+            "evaluations"
+        ][-1]["recall_at_1"]
+        for s in (0, 1)
+    ]
+    assert f"{np.mean(final):.2f} ± {np.std(final, ddof=1):.2f}" in text
+
+
+def test_reproduce_table1_refuses_bad_flags_before_training(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for flag, message in (
+        ("--methods=vanilla,dropout", "dropout"),
+        ("--seeds=a", "--seeds"),
+        ("--losses=proxy_anchor", "proxy_anchor"),
+        ("--train_steps=10", "--eval_every"),
+    ):
+        extra = ["--eval_every=3"] if flag == "--train_steps=10" else []
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainers.reproduce_table1",
+                "--dataset=digits",
+                flag,
+                *extra,
+                f"--output_dir={tmp_path}",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2 and message in done.stderr, (flag, done.stderr[-500:])
+        assert not any(tmp_path.iterdir())

@@ -1,4 +1,5 @@
-"""tf.data input: P x K sampling, dataset readers, image preprocessing, the embedded digits."""
+"""tf.data input: P x K sampling, dataset readers, image preprocessing, the embedded sets
+(rendered glyphs, digits)."""
 
 from tf_svmax.data.datasets import (
     DatasetFormatError,
@@ -10,6 +11,7 @@ from tf_svmax.data.datasets import (
     read_sop,
 )
 from tf_svmax.data.digits import load_digits_open_set
+from tf_svmax.data.glyphs import load_glyphs_open_set
 from tf_svmax.data.preprocessing import (
     decode_image,
     default_resize_size,
@@ -27,6 +29,7 @@ __all__ = [
     "image_dataset",
     "image_loader",
     "load_digits_open_set",
+    "load_glyphs_open_set",
     "pk_batches",
     "pk_index_batches",
     "read_cars196",

@@ -1,0 +1,388 @@
+"""The embedded many-class open-set image set: characters rendered from the fonts matplotlib ships.
+
+Several hundred character classes (Latin, Greek, Cyrillic, Armenian, Georgian, digits and
+symbols), each image drawn with its own font (DejaVu Sans / Sans Mono / Serif and STIX in
+regular, bold, italic and bold italic; Computer Modern for letters and digits), stroke width,
+affine warp, position, contrast and noise. Nothing is downloaded: the fonts come with
+matplotlib, the rasteriser with Pillow.
+
+Classes that render alike (Latin ``A``, Greek ``Α``, Cyrillic ``А``; ``l``/``I``/``1``;
+``O``/``0``) would be indistinguishable, so they are reduced to one class by a rule computed
+from the fonts themselves (`confusable_groups`): every character is drawn once per font with
+no warp (its advance centred, its baseline fixed, so x-height and cap height keep their
+sizes), and two characters are one class when in at least `MERGE_QUANTILE` of the fonts that
+have both their drawings differ by less than `MERGE_DISTANCE` (RMS pixel value in [0, 1]).
+Groups close transitively; the first member (in `CANDIDATES` order) stays, the others are
+dropped. `trainers/glyphs_report.py` writes every merge and the closest kept pairs to
+``docs/glyphs.md``.
+
+The classes are put in a seeded random order; the first half is the training split and the
+disjoint second half the test split, as the papers split CUB-200, CARS196 and SOP.
+
+    split = load_glyphs_open_set()        # < 1 s from the cache, ~6 s to generate
+    x_train, y_train = split["train"]     # [n, 32, 32, 1] float32 in [0, 1], int64 labels
+"""
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from tf_svmax.ops import _checks
+
+# Bumped whenever the generator's output changes for the same arguments (part of the cache key).
+GENERATOR_VERSION = 1
+
+# Font families: every style of each. Computer Modern (TeX's OT1 encoding puts other symbols at
+# the ASCII punctuation codes) is used for letters and digits only.
+FULL_FONTS = (
+    "DejaVuSans.ttf",
+    "DejaVuSans-Bold.ttf",
+    "DejaVuSans-Oblique.ttf",
+    "DejaVuSans-BoldOblique.ttf",
+    "DejaVuSansMono.ttf",
+    "DejaVuSansMono-Bold.ttf",
+    "DejaVuSansMono-Oblique.ttf",
+    "DejaVuSansMono-BoldOblique.ttf",
+    "DejaVuSerif.ttf",
+    "DejaVuSerif-Bold.ttf",
+    "DejaVuSerif-Italic.ttf",
+    "DejaVuSerif-BoldItalic.ttf",
+    "STIXGeneral.ttf",
+    "STIXGeneralBol.ttf",
+    "STIXGeneralItalic.ttf",
+    "STIXGeneralBolIta.ttf",
+)
+ALPHANUMERIC_FONTS = ("cmr10.ttf", "cmb10.ttf", "cmti10.ttf", "cmss10.ttf", "cmtt10.ttf")
+_ALPHANUMERIC = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def _span(first, last, skip=""):
+    return "".join(chr(c) for c in range(ord(first), ord(last) + 1) if chr(c) not in skip)
+
+
+# Candidate characters in priority order (a confusable group keeps its first member).
+CANDIDATES = (
+    _span("A", "Z")
+    + _span("a", "z")
+    + _span("0", "9")
+    + "#$%&?@{}<>[]()*+=/\\~^!"
+    + _span("Α", "Ω", skip="\u03a2")
+    + _span("α", "ω")
+    + _span("А", "я")
+    + "ЁЄІЇЎЂЋЉЊЏҐёєіїўђћљњџґ"
+    + "∑∏∫√∞≈≠≤≥←→↑↓↔♠♣♥♦●■▲▼◆○□△▽◇⊕⊗∂∇∀∃∈∉∩∪⊂⊃∧∨¬±×÷§¶©®€£¥¢ßæœøþðÆŒØÞ"
+    + _span("Ա", "Ֆ")
+    + _span("ა", "ჰ")
+)
+
+# A character needs this many fonts to be a class: intra-class variation comes from the fonts.
+MIN_FONTS = 8
+# Two characters are one class when, in at least MERGE_QUANTILE of the fonts that have both,
+# their canonical 32 x 32 renderings differ by less than MERGE_DISTANCE (RMS pixel value):
+# see `confusable_groups`, and docs/glyphs.md for the pairs on either side of the threshold.
+MERGE_DISTANCE = 0.08
+MERGE_QUANTILE = 0.25
+_CANONICAL_SIZE = 32
+# Font size and baseline as fractions of the square canvas: cap height + descender fit inside.
+_FONT_SIZE = 0.66
+_BASELINE = 0.74
+
+
+def font_directory():
+    """matplotlib's bundled TrueType folder."""
+    import matplotlib
+
+    return os.path.join(os.path.dirname(matplotlib.__file__), "mpl-data", "fonts", "ttf")
+
+
+def _font_paths():
+    directory = font_directory()
+    paths = {name: os.path.join(directory, name) for name in FULL_FONTS + ALPHANUMERIC_FONTS}
+    missing = [p for p in paths.values() if not os.path.isfile(p)]
+    if missing:
+        raise FileNotFoundError(f"Font files not found (is matplotlib installed?): {missing}")
+    return paths
+
+
+def font_coverage():
+    """``{character: [font file names that have a glyph for it]}`` for every candidate."""
+    from fontTools.ttLib import TTFont
+
+    coverage = {c: [] for c in CANDIDATES}
+    for name, path in _font_paths().items():
+        cmap = TTFont(path, lazy=True).getBestCmap()
+        for c in CANDIDATES:
+            if ord(c) in cmap and (name in FULL_FONTS or c in _ALPHANUMERIC):
+                coverage[c].append(name)
+    return coverage
+
+
+def _load_fonts(canvas):
+    """Every font, sized for a `canvas`-pixel square (`_FONT_SIZE` of its side)."""
+    from PIL import ImageFont
+
+    size = round(_FONT_SIZE * canvas)
+    return {name: ImageFont.truetype(path, size) for name, path in _font_paths().items()}
+
+
+def _render(font, character, canvas, stroke_width=0):
+    """The character drawn white on black in a `canvas` x `canvas` 8-bit image, its advance
+    centred horizontally and its baseline at `_BASELINE` of the height (no normalisation to its
+    bounding box: x-height, cap height, ascenders and descenders keep their sizes, so ``o``
+    and ``O`` differ as they do in text)."""
+    from PIL import Image, ImageDraw
+
+    image = Image.new("L", (canvas, canvas), 0)
+    ImageDraw.Draw(image).text(
+        (canvas / 2, _BASELINE * canvas),
+        character,
+        fill=255,
+        font=font,
+        anchor="ms",  # middle of the advance, on the baseline
+        stroke_width=stroke_width,
+        stroke_fill=255,
+    )
+    return image
+
+
+def canonical_renderings(characters=CANDIDATES, coverage=None):
+    """``[len(fonts), len(characters), 32 * 32]`` float32 renderings (NaN where a font lacks
+    the character) with no stroke, warp or noise; fonts in `font_coverage` order."""
+    from PIL import Image
+
+    coverage = font_coverage() if coverage is None else coverage
+    loaded = _load_fonts(2 * _CANONICAL_SIZE)
+    out = np.full((len(loaded), len(characters), _CANONICAL_SIZE**2), np.nan, np.float32)
+    for f, (name, font) in enumerate(loaded.items()):
+        for c, character in enumerate(characters):
+            if name in coverage[character]:
+                image = _render(font, character, 2 * _CANONICAL_SIZE)
+                small = image.resize((_CANONICAL_SIZE,) * 2, Image.Resampling.BOX)
+                out[f, c] = np.asarray(small, np.float32).reshape(-1) / 255.0
+    return out
+
+
+def font_distances(renderings):
+    """``[F, C, C]`` RMS pixel difference between characters drawn in the same font (NaN
+    where font ``f`` lacks one of them)."""
+    x = renderings.astype(np.float64)
+    squares = np.sum(x**2, axis=-1)  # NaN rows stay NaN through every step below
+    # Squared distances by the Gram identity; clamped at 0 against cancellation.
+    d2 = squares[:, :, None] + squares[:, None, :] - 2.0 * np.einsum("fcp,fdp->fcd", x, x)
+    return np.sqrt(np.maximum(d2, 0.0) / x.shape[-1])
+
+
+def lower_quantile(values, quantile):
+    """`np.nanquantile(values, quantile, axis=0)` (linear interpolation) for a 3-D array,
+    without its per-element Python loop; NaN where a column has no finite value."""
+    ordered = np.sort(values, axis=0)  # NaN sorts last
+    count = np.sum(~np.isnan(values), axis=0)
+    position = quantile * np.maximum(count - 1, 0)
+    low = np.floor(position).astype(np.int64)
+    high = np.minimum(low + 1, np.maximum(count - 1, 0))
+    take = lambda index: np.take_along_axis(ordered, index[None], axis=0)[0]  # noqa: E731
+    value = take(low) + (position - low) * (take(high) - take(low))
+    return np.where(count > 0, value, np.nan)
+
+
+def confusable_groups(threshold=MERGE_DISTANCE, quantile=MERGE_QUANTILE):
+    """How the classes are chosen, with the evidence.
+
+    Two characters are confusable when, in at least a `quantile` share of the fonts that have
+    both, their canonical renderings differ by less than `threshold` (RMS pixel value): the
+    lower `quantile` of their per-font distances is below `threshold`.
+
+    Returns a dict: ``characters`` (the candidates with at least `MIN_FONTS` fonts),
+    ``distance`` (``[C, C]``, that lower quantile; NaN where no font has both), ``groups``
+    (lists of characters joined by confusable pairs, transitively; the first member is the one
+    kept) and ``classes`` (the kept characters, in `CANDIDATES` order).
+    """
+    coverage = font_coverage()
+    characters = [c for c in CANDIDATES if len(coverage[c]) >= MIN_FONTS]
+    per_font = font_distances(canonical_renderings(characters, coverage=coverage))
+    distance = lower_quantile(per_font, quantile)
+    # Union-find over the confusable pairs; each root is the group's earliest member.
+    parent = list(range(len(characters)))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, j in np.argwhere(np.nan_to_num(distance, nan=np.inf) < threshold):
+        a, b = root(i), root(j)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    groups = {}
+    for i in range(len(characters)):
+        groups.setdefault(root(i), []).append(characters[i])
+    return {
+        "characters": characters,
+        "distance": distance,
+        "groups": [g for g in groups.values() if len(g) > 1],
+        "classes": [characters[r] for r in sorted(groups)],
+    }
+
+
+def _render_instance(font, character, rng, image_size):
+    """One image of `character`: stroke, warp, placement, blur, contrast and noise from `rng`.
+    `font` is loaded at the size for a canvas of twice `image_size`."""
+    from PIL import Image, ImageFilter
+
+    canvas = 2 * image_size
+    image = _render(font, character, canvas, stroke_width=int(rng.integers(0, 3)))
+    # Warp about the canvas centre: rotation, shear, scale and aspect, then a shift.
+    angle = np.deg2rad(rng.uniform(-12, 12))
+    shear = rng.uniform(-0.25, 0.25)
+    scale = np.exp(rng.uniform(-0.12, 0.12))
+    aspect = np.exp(rng.uniform(-0.1, 0.1))
+    rotate = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    forward = scale * rotate @ np.array([[aspect, shear], [0.0, 1.0 / aspect]])
+    inverse = np.linalg.inv(forward)
+    centre = np.array([canvas / 2, canvas / 2])
+    shift = rng.uniform(-0.06, 0.06, size=2) * canvas
+    offset = centre - inverse @ (centre + shift)  # output pixel p samples inverse @ p + offset
+    warped = image.transform(
+        image.size,
+        Image.Transform.AFFINE,
+        data=(*inverse[0], offset[0], *inverse[1], offset[1]),
+        resample=Image.Resampling.BILINEAR,
+    )
+    if rng.uniform() < 0.5:
+        warped = warped.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.3, 1.2))))
+    # Downsample the 2x canvas to the output size (box filter: antialiased).
+    ink = np.asarray(warped.resize((image_size, image_size), Image.Resampling.BOX), np.float32)
+    ink /= 255.0
+    background, foreground = rng.uniform(0.0, 0.35), rng.uniform(0.65, 1.0)
+    image = background + (foreground - background) * ink
+    image += rng.normal(0.0, rng.uniform(0.02, 0.08), size=image.shape)
+    return np.clip(image, 0.0, 1.0).astype(np.float32)
+
+
+def generate_glyphs(*, seed=0, images_per_class=32, image_size=32):
+    """Renders the whole set (no cache): ``(images [n, s, s, 1] float32, labels [n] int64,
+    characters)`` where label ``i`` is ``characters[i]`` and classes come in seeded random order.
+
+    Each image draws its font (among those that have the character), stroke, warp, placement,
+    blur, contrast and noise from a generator seeded by ``(seed, character code, instance)``:
+    the same arguments and font files give identical arrays.
+    """
+    classes = confusable_groups()["classes"]
+    coverage = font_coverage()
+    fonts = _load_fonts(2 * image_size)
+    order = np.random.default_rng([seed, 0]).permutation(len(classes))
+    characters = [classes[i] for i in order]
+    images = np.empty((len(characters) * images_per_class, image_size, image_size, 1), np.float32)
+    for label, character in enumerate(characters):
+        names = sorted(coverage[character])
+        for instance in range(images_per_class):
+            rng = np.random.default_rng([seed, ord(character), instance])
+            font = fonts[names[int(rng.integers(len(names)))]]
+            index = label * images_per_class + instance
+            images[index, ..., 0] = _render_instance(font, character, rng, image_size)
+    labels = np.repeat(np.arange(len(characters), dtype=np.int64), images_per_class)
+    return images, labels, characters
+
+
+def default_cache_dir():
+    """``~/.cache/tf_svmax`` (the user's cache directory)."""
+    return os.path.join(os.path.expanduser("~"), ".cache", "tf_svmax")
+
+
+def cache_key(*, seed, images_per_class, image_size):
+    """Hash of the generator's settings, its version, Pillow's version and the font files."""
+    import PIL
+
+    digest = hashlib.sha256()
+    settings = {
+        "seed": seed,
+        "images_per_class": images_per_class,
+        "image_size": image_size,
+        "generator_version": GENERATOR_VERSION,
+        "pillow": PIL.__version__,
+        "min_fonts": MIN_FONTS,
+        "merge_distance": MERGE_DISTANCE,
+        "merge_quantile": MERGE_QUANTILE,
+        "font_size": _FONT_SIZE,
+        "baseline": _BASELINE,
+        "candidates": CANDIDATES,
+    }
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    for name, path in sorted(_font_paths().items()):
+        with open(path, "rb") as f:
+            digest.update(name.encode() + hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()[:20]
+
+
+def load_glyphs_open_set(*, seed=0, images_per_class=32, image_size=32, cache_dir=None):
+    """The glyph set as an open-set split: ``{"train": (images, labels), "test": (images,
+    labels), "characters": [...]}``.
+
+    The first half of the (seeded) class order trains, the second half tests; labels index
+    ``characters``. Images are ``[n, image_size, image_size, 1]`` float32 in [0, 1].
+
+    Args:
+      seed: Seeds the class order and every image.
+      images_per_class: Images rendered per character (>= 2).
+      image_size: Side of the square images in pixels (>= 16).
+      cache_dir: Folder for the generated arrays (default `default_cache_dir()`); ``False``
+        generates without reading or writing a cache. The file name is `cache_key`, so a change
+        of settings, generator, Pillow or font files generates anew.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(_checks.invalid("seed", "an int >= 0", seed))
+    images_per_class = _checks.check_positive_int(images_per_class, "images_per_class")
+    if images_per_class < 2:
+        raise ValueError(_checks.invalid("images_per_class", "an int >= 2", images_per_class))
+    image_size = _checks.check_positive_int(image_size, "image_size")
+    if image_size < 16:
+        raise ValueError(_checks.invalid("image_size", "an int >= 16", image_size))
+    settings = {"seed": int(seed), "images_per_class": images_per_class, "image_size": image_size}
+    path = None
+    if cache_dir is not False:
+        directory = default_cache_dir() if cache_dir is None else os.fspath(cache_dir)
+        path = os.path.join(directory, f"glyphs-{cache_key(**settings)}.npz")
+    cached = _read_cache(path) if path else None
+    if cached is None:
+        images, labels, characters = generate_glyphs(**settings)
+        if path:
+            _write_cache(path, images, labels, characters)
+    else:
+        images, labels, characters = cached
+    train = labels < len(characters) // 2
+    return {
+        "train": (images[train], labels[train]),
+        "test": (images[~train], labels[~train]),
+        "characters": list(characters),
+    }
+
+
+def _read_cache(path):
+    if not os.path.isfile(path):
+        return None
+    try:
+        with np.load(path) as f:
+            return f["images"], f["labels"], [str(c) for c in f["characters"]]
+    except (OSError, ValueError, KeyError, EOFError):
+        return None  # a damaged cache file is regenerated (and replaced) rather than trusted
+
+
+def _write_cache(path, images, labels, characters):
+    """Atomic: a crash leaves the old file or none, never a half-written one."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    buffer = io.BytesIO()
+    np.savez(buffer, images=images, labels=labels, characters=np.array(characters))
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buffer.getvalue())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
