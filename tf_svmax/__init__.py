@@ -14,7 +14,16 @@ if tuple(int(p) for p in _tf.__version__.split(".")[:2]) < (2, 16):  # pragma: n
         f"tf_svmax needs TensorFlow >= 2.16 with Keras 3; found TensorFlow {_tf.__version__}."
     )
 
-from tf_svmax import data, losses, metrics, models, ops, records, regularizers  # noqa: E402
+from tf_svmax import (  # noqa: E402
+    data,
+    losses,
+    metrics,
+    models,
+    ops,
+    records,
+    regularizers,
+    training,
+)
 
 __all__ = [
     "data",
@@ -24,5 +33,6 @@ __all__ = [
     "ops",
     "records",
     "regularizers",
+    "training",
     "__version__",
 ]

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tf_svmax import data, losses, metrics, models, ops, records
 from tf_svmax.metrics.callbacks import is_metric_key
+from tf_svmax.training import ConstantThenPolynomialDecay
 
 LOSSES = (
     "contrastive",
@@ -74,7 +75,6 @@ DEFAULT_STEPS = {
     "sop": 20000,
     "folder": 5000,
 }
-END_LEARNING_RATE = 1e-7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,31 +111,6 @@ class RetrievalConfig:
 
 class ConfigError(ValueError):
     """A flag combination the experiment cannot run; the message names the flags."""
-
-
-@keras.saving.register_keras_serializable(package="tf_svmax_trainers")
-class ConstantThenPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """`learning_rate` for the first half of `total_steps`, then linear (power-1 polynomial)
-    decay to `end_learning_rate` at `total_steps` (SVMax paper Sec. 4.1)."""
-
-    def __init__(self, learning_rate, total_steps, end_learning_rate=END_LEARNING_RATE):
-        self.learning_rate = float(learning_rate)
-        self.total_steps = int(total_steps)
-        self.end_learning_rate = float(end_learning_rate)
-
-    def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        half = self.total_steps // 2
-        progress = tf.clip_by_value((step - half) / max(self.total_steps - half, 1), 0.0, 1.0)
-        decayed = (self.learning_rate - self.end_learning_rate) * (1.0 - progress)
-        return decayed + self.end_learning_rate
-
-    def get_config(self):
-        return {
-            "learning_rate": self.learning_rate,
-            "total_steps": self.total_steps,
-            "end_learning_rate": self.end_learning_rate,
-        }
 
 
 def resolve(config, num_train_classes=None):
