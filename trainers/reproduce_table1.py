@@ -33,12 +33,22 @@ import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from trainers import retrieval  # noqa: E402
+from trainers.harness import flags as harness_flags  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("dataset", "glyphs", list(retrieval.DATASETS), "Dataset (see train_retrieval).")
-flags.DEFINE_string("data_dir", None, "Dataset folder (not for the embedded glyphs, digits).")
-flags.DEFINE_enum("backbone", "small_cnn", list(retrieval.models.BACKBONES), "Backbone.")
-flags.DEFINE_string("weights", None, "Backbone weights (see train_retrieval).")
+harness_flags.define_flags(
+    retrieval.RetrievalConfig,
+    only=("dataset", "data_dir", "backbone", "weights", "train_steps", "eval_every", "output_dir"),
+    defaults={"output_dir": "runs/table1"},
+    help_overrides={
+        "train_steps": "Steps per run (default: 600 on glyphs, which keeps the 117-run grid of "
+        "3 seeds under 3 hours on 2 CPU cores; otherwise the dataset's train_retrieval default).",
+        "eval_every": "Steps between test evaluations (default: train_steps, one evaluation "
+        "at the end; the table shows the last).",
+        "output_dir": "Parent folder of the runs (one folder per run).",
+    },
+)
+flags.adopt_module_key_flags(harness_flags)  # --help lists them as this program's flags
 flags.DEFINE_list(
     "losses",
     ["contrastive", "triplet_hard", "npair", "angular"],
@@ -51,20 +61,7 @@ flags.DEFINE_list(
     "SVMax with lambda 1 and 0.1).",
 )
 flags.DEFINE_list("learning_rates", ["0.01", "0.001", "0.0001"], "Table 1's learning rates.")
-flags.DEFINE_integer(
-    "train_steps",
-    None,
-    "Steps per run (default: 600 on glyphs, which keeps the 117-run grid of 3 seeds under 3 "
-    "hours on 2 CPU cores; otherwise the dataset's train_retrieval default).",
-)
-flags.DEFINE_integer(
-    "eval_every",
-    None,
-    "Steps between test evaluations (default: train_steps, one evaluation at the end; the "
-    "table shows the last).",
-)
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; every cell is the mean ± std over them.")
-flags.DEFINE_string("output_dir", "runs/table1", "Parent folder of the runs.")
 flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/table1.md).")
 
 # Steps per grid run where they differ from train_retrieval's dataset default.
@@ -396,12 +393,8 @@ def main(argv):
         )
         return 2
     train_steps = FLAGS.train_steps or GRID_STEPS.get(FLAGS.dataset)
-    base = retrieval.RetrievalConfig(
-        output_dir=FLAGS.output_dir,
-        dataset=FLAGS.dataset,
-        data_dir=FLAGS.data_dir,
-        backbone=FLAGS.backbone,
-        weights=FLAGS.weights,
+    base = harness_flags.config_from_flags(
+        retrieval.RetrievalConfig,
         train_steps=train_steps,
         eval_every=FLAGS.eval_every or train_steps,
         verbose=0,

@@ -21,6 +21,7 @@ import tensorflow as tf
 from tf_svmax import data, losses, metrics, models, ops, records
 from tf_svmax.metrics.callbacks import is_metric_key
 from tf_svmax.training import ConstantThenPolynomialDecay
+from trainers.harness.flags import REQUIRED, option
 
 LOSSES = (
     "contrastive",
@@ -79,34 +80,103 @@ DEFAULT_STEPS = {
 
 @dataclasses.dataclass(frozen=True)
 class RetrievalConfig:
-    """One retrieval run. `None` fields take the paper's (or the dataset's) default."""
+    """One retrieval run. `None` fields take the paper's (or the dataset's) default. Each
+    field's help is its command-line flag's (`trainers/train_retrieval.py`)."""
 
-    output_dir: str
-    dataset: str = "glyphs"
-    data_dir: str | None = None
-    backbone: str = "small_cnn"
-    weights: str | None = None
-    input_size: int | None = None
-    embedding_dim: int = 128
-    loss: str = "contrastive"
-    regularizer: str = "svmax"
-    svmax_lambda: float | None = None
-    spread_out_alpha: float = 1.0
-    margin: float | None = None
-    learning_rate: float = 0.01
-    train_steps: int | None = None
-    batch_p: int | None = None
-    batch_k: int | None = None
-    eval_every: int | None = None
-    trace_every: int | None = None
-    evaluate_untrained: bool = True
-    recall_ks: tuple = (1, 2, 4, 8)
-    kmeans_init: str = "k-means++"
-    kmeans_max_iter: int = 300
-    eval_batch_size: int = 128
-    seed: int = 0
-    jit_compile: bool = False
-    verbose: int = 1
+    output_dir: str = option(
+        REQUIRED, "Results, checkpoints, TensorBoard, plots.", flag_default="runs/retrieval"
+    )
+    dataset: str = option(
+        "glyphs",
+        "glyphs: embedded rendered characters, 285 classes (first half train, second half "
+        "test; no download). digits: scikit-learn's 8 x 8 digits, train 0-4 / test 5-9 (tiny, "
+        "fast). cub200, cars196, sop, folder read --data_dir in the official layout.",
+        choices=DATASETS,
+    )
+    data_dir: str | None = option(None, "Dataset folder (not for the embedded glyphs, digits).")
+    backbone: str = option(
+        "small_cnn",
+        "Embedding network; the papers use GoogLeNet and ResNet50 (ImageNet weights).",
+        choices=models.BACKBONES,
+    )
+    weights: str | None = option(
+        None,
+        "Backbone weights: unset (random), 'imagenet' (needs the network or Keras' cache) or "
+        "a .weights.h5 file.",
+    )
+    input_size: int | None = option(
+        None,
+        "Image side fed to the backbone (default: the backbone's, 224 or 299; resize is "
+        "256/224 of it).",
+    )
+    embedding_dim: int = option(128, "Embedding size, L2-normalised (paper: 128).")
+    loss: str = option(
+        "contrastive",
+        "Ranking loss. proxy_anchor adds one learnable proxy per training class (alpha 32); it "
+        "trains with this trainer's SGD schedule, not the Proxy-Anchor original's AdamW recipe.",
+        choices=LOSSES,
+    )
+    regularizer: str = option(
+        "svmax",
+        "svmax: bounded Eq. 4; svmax_unbounded: -lambda s_mu; spread_out: the paper's "
+        "baseline (alpha = --spread_out_alpha).",
+        choices=REGULARIZERS,
+    )
+    svmax_lambda: float | None = option(
+        None,
+        "SVMax weight (paper: 1 contrastive and N-pair, 0.1 triplet, 2 angular, 1e-4 "
+        "Proxy-Anchor; 1 lifted).",
+    )
+    spread_out_alpha: float = option(1.0, "Spread-out weight (paper: 1).")
+    margin: float | None = option(
+        None, "Margin (paper: 1.0 contrastive, 0.2 triplet, delta 0.1 Proxy-Anchor; 1.0 lifted)."
+    )
+    learning_rate: float = option(
+        0.01,
+        "SGD learning rate, fixed for train_steps/2 then decayed polynomially to 1e-7 (paper: "
+        "0.01, 0.001, 0.0001).",
+    )
+    train_steps: int | None = option(
+        None,
+        "Training steps K (paper: 5000 CUB/CARS, 20000 SOP; default glyphs: 3000, digits: 2000).",
+    )
+    batch_p: int | None = option(
+        None,
+        "Classes per batch P (paper: 36 contrastive, 24 triplet, 72 N-pair/angular, 64 "
+        "Proxy-Anchor; capped at the training classes when unset).",
+    )
+    batch_k: int | None = option(
+        None,
+        "Images per class K (paper: 4 contrastive and Proxy-Anchor, 6 triplet, 2 N-pair/angular).",
+    )
+    eval_every: int | None = option(
+        None, "Steps between evaluations and checkpoints (default: train_steps / 4)."
+    )
+    trace_every: int | None = option(
+        None,
+        "Steps per point of the loss / s_mu / learning-rate trace in results.json and "
+        "training.png (default: eval_every / 20).",
+    )
+    evaluate_untrained: bool = option(
+        True,
+        "Also evaluate before the first step (step 0: the starting point the curves and "
+        "tables compare against).",
+    )
+    recall_ks: tuple[int, ...] = option((1, 2, 4, 8), "K of Recall@K (SOP papers: 1,10,100,1000).")
+    kmeans_init: str = option("k-means++", "NMI k-means seeding.", choices=("k-means++", "random"))
+    kmeans_max_iter: int = option(
+        300,
+        "NMI k-means iterations (SOP: 6 with --kmeans_init=random keeps an evaluation under a "
+        "minute on 2 cores).",
+    )
+    eval_batch_size: int = option(128, "Batch size for embedding the test split.")
+    seed: int = option(0, "Seed for weights, batches and k-means.")
+    jit_compile: bool = option(
+        False,
+        "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
+        "cost on CPU).",
+    )
+    verbose: int = option(1, "0 silent, 1 progress bar, 2 one line per interval.")
 
 
 class ConfigError(ValueError):

@@ -1,0 +1,79 @@
+"""Flags derived from a config dataclass: kinds, defaults, parsing back, errors."""
+
+import dataclasses
+
+import pytest
+from absl import flags
+
+from trainers import retrieval
+from trainers.harness.flags import (
+    REQUIRED,
+    FlagValueError,
+    config_from_flags,
+    define_flags,
+    option,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    output_dir: str = option(REQUIRED, "Where.", flag_default="runs/x")
+    mode: str = option("a", "Mode.", choices=("a", "b"))
+    steps: int | None = option(None, "Steps.")
+    rate: float = option(0.5, "Rate.")
+    fast: bool = option(False, "Fast.")
+    ks: tuple[int, ...] = option((1, 2), "Ks.")
+    hidden: int = 3  # no option(): no flag
+
+
+def _parsed(*argv, **kwargs):
+    values = flags.FlagValues()
+    define_flags(Config, flag_values=values, **kwargs)
+    values(["program", *argv])
+    return values
+
+
+def test_defaults_round_trip_to_the_dataclass_defaults():
+    values = _parsed()
+    assert "hidden" not in values
+    assert config_from_flags(Config, values) == Config(output_dir="runs/x")
+
+
+def test_each_kind_parses_to_the_field_type():
+    values = _parsed("--output_dir=o", "--mode=b", "--steps=7", "--rate=2", "--fast", "--ks=4,8")
+    config = config_from_flags(Config, values, hidden=9)
+    assert config == Config(
+        output_dir="o", mode="b", steps=7, rate=2.0, fast=True, ks=(4, 8), hidden=9
+    )
+    assert isinstance(config.ks[0], int) and isinstance(config.rate, float)
+
+
+def test_enum_refuses_other_values_and_lists_refuse_bad_items():
+    with pytest.raises(flags.IllegalFlagValueError):
+        _parsed("--mode=c")
+    with pytest.raises(FlagValueError, match=r"--ks expects a comma-separated list of int"):
+        config_from_flags(Config, _parsed("--ks=1,x"))
+
+
+def test_only_defaults_and_help_overrides():
+    values = flags.FlagValues()
+    define_flags(
+        Config,
+        only=("output_dir", "steps"),
+        defaults={"output_dir": "elsewhere"},
+        help_overrides={"steps": "Other help."},
+        flag_values=values,
+    )
+    assert sorted(values) == ["output_dir", "steps"]
+    assert values["output_dir"].default == "elsewhere" and values["steps"].help == "Other help."
+
+
+def test_every_retrieval_config_field_is_a_flag_with_its_default():
+    values = flags.FlagValues()
+    define_flags(retrieval.RetrievalConfig, flag_values=values)
+    values(["program"])
+    fields = dataclasses.fields(retrieval.RetrievalConfig)
+    assert sorted(values) == sorted(f.name for f in fields)
+    config = config_from_flags(retrieval.RetrievalConfig, values)
+    assert config == retrieval.RetrievalConfig(output_dir="runs/retrieval")
+    assert values["loss"].parser.enum_values == list(retrieval.LOSSES)

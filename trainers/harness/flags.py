@@ -1,0 +1,100 @@
+"""absl flags derived from a trainer's frozen config dataclass: one definition of every option.
+
+Each field is declared once with `option(default, help, choices=...)`; `define_flags` turns the
+fields into flags of the matching kind (enum for choices, bool, integer, float, list for tuples,
+string otherwise) and `config_from_flags` builds the dataclass back from the parsed values.
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        output_dir: str = option(REQUIRED, "Where results go.", flag_default="runs/x")
+        steps: int = option(100, "Training steps.")
+
+    define_flags(Config)                       # --output_dir, --steps (in main's module)
+    config = config_from_flags(Config)         # after absl parsed argv
+"""
+
+import dataclasses
+import types
+import typing
+
+from absl import flags
+
+REQUIRED = dataclasses.MISSING
+
+
+class FlagValueError(ValueError):
+    """A flag value that parses but does not convert to its config field's type."""
+
+
+def option(default, help, *, choices=None, flag_default=REQUIRED):  # noqa: A002
+    """A config field with its flag help (and choices for an enum flag). `flag_default`
+    gives the flag a default where the dataclass field has none (a library caller must pass
+    it, a command-line user need not)."""
+    metadata = {"help": help, "choices": choices, "flag_default": flag_default}
+    if default is REQUIRED:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _base_type(annotation):
+    """``int`` for ``int | None`` and ``Optional[int]``; ``tuple`` for ``tuple[int, ...]``."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        (annotation,) = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return typing.get_origin(annotation) or annotation
+
+
+def _item_type(annotation):
+    args = typing.get_args(annotation)
+    return args[0] if args else str
+
+
+def define_flags(
+    config_class, *, only=None, defaults=None, help_overrides=None, flag_values=flags.FLAGS
+):
+    """Defines one flag per field of `config_class` (or of the names in `only`); `defaults`
+    and `help_overrides` (by field name) change a flag's default and help for one program."""
+    defaults, help_overrides = defaults or {}, help_overrides or {}
+    for field in dataclasses.fields(config_class):
+        if only is not None and field.name not in only or "help" not in field.metadata:
+            continue
+        meta = field.metadata
+        default = field.default if field.default is not REQUIRED else meta["flag_default"]
+        default = defaults.get(field.name, None if default is REQUIRED else default)
+        help_text = help_overrides.get(field.name, meta["help"])
+        kind = _base_type(field.type)
+        kwargs = dict(flag_values=flag_values)
+        if meta["choices"] is not None:
+            flags.DEFINE_enum(field.name, default, list(meta["choices"]), help_text, **kwargs)
+        elif kind is bool:
+            flags.DEFINE_bool(field.name, default, help_text, **kwargs)
+        elif kind is int:
+            flags.DEFINE_integer(field.name, default, help_text, **kwargs)
+        elif kind is float:
+            flags.DEFINE_float(field.name, default, help_text, **kwargs)
+        elif kind is tuple:
+            values = None if default is None else [str(v) for v in default]
+            flags.DEFINE_list(field.name, values, help_text, **kwargs)
+        else:
+            flags.DEFINE_string(field.name, default, help_text, **kwargs)
+
+
+def config_from_flags(config_class, flag_values=flags.FLAGS, **overrides):
+    """`config_class` from the parsed flags of its fields (fields without a flag keep their
+    defaults); `overrides` win. A list flag's items are converted to the tuple's item type;
+    one that does not convert raises FlagValueError naming the flag."""
+    kwargs = {}
+    for field in dataclasses.fields(config_class):
+        if field.name not in flag_values or field.name in overrides:
+            continue
+        value = flag_values[field.name].value
+        if _base_type(field.type) is tuple and value is not None:
+            item = _item_type(field.type)
+            try:
+                value = tuple(item(v) for v in value)
+            except ValueError:
+                raise FlagValueError(
+                    f"--{field.name} expects a comma-separated list of {item.__name__}; "
+                    f"received {','.join(value)!r}."
+                ) from None
+        kwargs[field.name] = value
+    return config_class(**kwargs, **overrides)
