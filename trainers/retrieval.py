@@ -10,7 +10,6 @@ Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bounds.
 """
 
 import dataclasses
-import json
 import os
 import time
 
@@ -22,6 +21,7 @@ from tf_svmax import data, losses, metrics, models, ops, records
 from tf_svmax.metrics.callbacks import is_metric_key
 from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness.flags import REQUIRED, option
+from trainers.harness.run_dir import RunDirectory, RunRefused
 
 LOSSES = (
     "contrastive",
@@ -179,7 +179,7 @@ class RetrievalConfig:
     verbose: int = option(1, "0 silent, 1 progress bar, 2 one line per interval.")
 
 
-class ConfigError(ValueError):
+class ConfigError(RunRefused):
     """A flag combination the experiment cannot run; the message names the flags."""
 
 
@@ -380,48 +380,29 @@ def window_means(start_sums, start_count, end_sums, end_count):
     return {k: (v - start_sums.get(k, 0.0)) / width for k, v in end_sums.items()}
 
 
-def _paths(output_dir):
-    paths = {
-        "results": os.path.join(output_dir, "results.json"),
-        "checkpoints": os.path.join(output_dir, "checkpoints"),
-        "tensorboard": os.path.join(output_dir, "tensorboard"),
-        "plots": output_dir,
-    }
-    os.makedirs(output_dir, exist_ok=True)
-    return paths
-
-
-def _previous_results(paths, config_dict):
-    if not os.path.exists(paths["results"]):
-        return None
-    with open(paths["results"]) as f:
-        previous = json.load(f)
-    old = previous.get("config", {})
-    # Fields added to RetrievalConfig after that run started are absent from its record: it
-    # resumes with their defaults. Any recorded field that differs is a different run.
-    changed = sorted(k for k in old if old[k] != config_dict.get(k))
-    if changed or not old:
-        raise ConfigError(
-            f"--output_dir={os.path.dirname(paths['results'])!r} holds a run with a different "
-            f"configuration (differs in: {', '.join(changed)}). Use a new --output_dir to start "
-            "a new run, or the same flags to resume that one."
-        )
-    return previous
-
-
 def train_retrieval(config, *, callbacks=()):
     """Trains, evaluates every `eval_every` steps, resumes from `output_dir` if interrupted.
 
     Returns the results dict (also in ``output_dir/results.json``), whose ``status`` is
     ``"completed"`` or ``"diverged"`` (non-finite loss: training stopped, the last good
     checkpoint kept, ``message`` says where).
+
+    Raises:
+      ConfigError: a flag combination the experiment cannot run.
+      RunRefused: `output_dir` is in use by another process, holds another configuration,
+        or its record is damaged (`trainers.harness.run_dir`).
     """
     started = time.perf_counter()
-    config, (train, test, input_shape, loaders), embedding_model = _setup(config)
+    config, split, embedding_model = _setup(config)
     config_dict = dataclasses.asdict(config)
     config_dict["recall_ks"] = list(config.recall_ks)
-    paths = _paths(config.output_dir)
-    previous = _previous_results(paths, config_dict)
+    with RunDirectory(config.output_dir, config_dict) as run:
+        return _train(config, config_dict, run, split, embedding_model, started, callbacks)
+
+
+def _train(config, config_dict, run, split, embedding_model, started, callbacks):
+    (train, test, input_shape, loaders), paths = split, run.paths
+    previous = run.previous_results()
     train_classes, train_labels = np.unique(train[1], return_inverse=True)
     model = build_training_model(config, embedding_model, len(train_classes))
     schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)

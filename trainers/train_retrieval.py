@@ -7,7 +7,8 @@
 Flags left unset take the paper's value for the chosen loss (P x K, SVMax lambda, margin) or the
 dataset's (train_steps). Re-running the same command resumes from the last checkpoint in
 --output_dir. `--flagfile=FILE` reads flags from a file; command-line flags after it override it.
-Exit status: 0 completed, 1 diverged (non-finite loss), 2 refused flag combination.
+Exit status: 0 completed, 1 diverged (non-finite loss), 2 refused (flag combination, or
+an --output_dir in use by another run or holding another configuration).
 """
 
 import os
@@ -20,6 +21,7 @@ from absl import app, flags, logging  # noqa: E402
 
 from trainers import retrieval  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
+from trainers.harness.run_dir import RunRefused  # noqa: E402
 
 FLAGS = flags.FLAGS
 harness_flags.define_flags(retrieval.RetrievalConfig)
@@ -35,7 +37,7 @@ def main(argv):
     try:
         config = harness_flags.config_from_flags(retrieval.RetrievalConfig)
         results = retrieval.train_retrieval(config)
-    except (retrieval.ConfigError, harness_flags.FlagValueError) as error:
+    except (RunRefused, harness_flags.FlagValueError) as error:
         print(f"train_retrieval: refused: {error}", file=sys.stderr)
         return 2
     return 0 if results["status"] == "completed" else 1

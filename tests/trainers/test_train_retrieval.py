@@ -18,6 +18,7 @@ from tests.data import fake_trees
 from tests.metrics.test_retrieval import _brute_recall
 from tf_svmax import data
 from trainers import retrieval
+from trainers.harness.run_dir import RunRefused
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -285,7 +286,7 @@ def test_finished_run_is_reported_unchanged_and_old_records_resume(tmp_path):
 
 def test_other_config_in_the_same_output_dir_is_refused(tmp_path):
     retrieval.train_retrieval(_config(tmp_path, train_steps=3, eval_every=3))
-    with pytest.raises(retrieval.ConfigError, match=r"different configuration.*learning_rate"):
+    with pytest.raises(RunRefused, match=r"different configuration.*learning_rate"):
         retrieval.train_retrieval(_config(tmp_path, train_steps=3, eval_every=3, learning_rate=0.1))
 
 
@@ -349,6 +350,22 @@ def test_cli_resumes_after_sigkill(tmp_path):
     final = json.loads((out / "results.json").read_text())
     assert [e["step"] for e in final["evaluations"]] == [0, 10, 20, 30, 40, 50, 60]
     assert final["status"] == "completed" and final["resumed_at_steps"]
+
+
+def test_cli_refuses_a_second_run_in_a_folder_in_use(tmp_path):
+    out = tmp_path / "shared"
+    flags = [f"--output_dir={out}", "--dataset=digits", "--train_steps=4000", "--verbose=0"]
+    first = _cli(*flags, wait=False)
+    try:
+        deadline = time.time() + 300
+        while not (out / "config.json").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        second = _cli(*flags[:-2], "--learning_rate=0.1", "--verbose=0")
+        assert second.returncode == 2 and "in use by a run in progress" in second.stderr
+        assert json.loads((out / "config.json").read_text())["learning_rate"] == 0.01
+    finally:
+        first.kill()
+        first.wait()
 
 
 def test_reproduce_table1_writes_the_table(tmp_path):
