@@ -20,6 +20,7 @@ import tensorflow as tf
 from tf_svmax import data, losses, metrics, models, ops, records
 from tf_svmax.metrics.callbacks import is_metric_key
 from tf_svmax.training import ConstantThenPolynomialDecay
+from trainers.harness.checkpoints import restore_newest_readable
 from trainers.harness.flags import REQUIRED, option
 from trainers.harness.run_dir import RunDirectory, RunRefused
 
@@ -418,8 +419,7 @@ def _train(config, config_dict, run, split, embedding_model, started, callbacks)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     manager = tf.train.CheckpointManager(checkpoint, paths["checkpoints"], max_to_keep=2)
     start_step = 0
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    if restore_newest_readable(checkpoint, manager):
         start_step = int(model.optimizer.iterations)
     if previous and previous.get("status") == "completed" and start_step >= config.train_steps:
         # A finished run is reported, not re-recorded (wall time and files stay as they were).

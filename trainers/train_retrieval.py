@@ -8,7 +8,8 @@ Flags left unset take the paper's value for the chosen loss (P x K, SVMax lambda
 dataset's (train_steps). Re-running the same command resumes from the last checkpoint in
 --output_dir. `--flagfile=FILE` reads flags from a file; command-line flags after it override it.
 Exit status: 0 completed, 1 diverged (non-finite loss), 2 refused (flag combination, or
-an --output_dir in use by another run or holding another configuration).
+an --output_dir in use by another run or holding another configuration), 130 interrupted
+(Ctrl-C; the same command resumes).
 """
 
 import os
@@ -40,6 +41,13 @@ def main(argv):
     except (RunRefused, harness_flags.FlagValueError) as error:
         print(f"train_retrieval: refused: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            f"\ntrain_retrieval: interrupted. The last checkpoint in {config.output_dir} is kept; "
+            "run the same command again to resume from it.",
+            file=sys.stderr,
+        )
+        return 130
     return 0 if results["status"] == "completed" else 1
 
 

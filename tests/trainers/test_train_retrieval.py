@@ -205,6 +205,37 @@ def _interrupt_then_resume(config, at_step):
     return retrieval.train_retrieval(config, callbacks=[keep]), keep.trained
 
 
+def test_a_deleted_latest_checkpoint_resumes_from_the_one_before(tmp_path, capfd):
+    config = _config(tmp_path, train_steps=6, eval_every=2)
+    with pytest.raises(KeyboardInterrupt):
+        retrieval.train_retrieval(config, callbacks=[_Interrupt(5)])  # checkpoints 2 and 4
+    checkpoints = tmp_path / "run" / "checkpoints"
+    for path in checkpoints.glob("ckpt-4.*"):
+        path.unlink()
+    keras.backend.clear_session()
+    keep = _KeepModel()
+    results = retrieval.train_retrieval(config, callbacks=[keep])
+    assert "skipped unreadable" in capfd.readouterr().err
+    assert results["status"] == "completed" and results["resumed_at_steps"] == [2]
+    assert [e["step"] for e in results["evaluations"]] == [0, 2, 4, 6]
+    # Resumed from step 2, the weights are those of an uninterrupted run.
+    keras.backend.clear_session()
+    reference = _KeepModel()
+    retrieval.train_retrieval(
+        retrieval.dataclasses.replace(config, output_dir=str(tmp_path / "ref")),
+        callbacks=[reference],
+    )
+    for a, b in zip(keep.trained.weights, reference.trained.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    # With every checkpoint unreadable the run is refused, not restarted from scratch.
+    for path in checkpoints.glob("ckpt-*.index"):
+        path.unlink()
+    (tmp_path / "run" / "results.json").unlink()
+    keras.backend.clear_session()
+    with pytest.raises(RunRefused, match="No checkpoint in this run folder can be read"):
+        retrieval.train_retrieval(config)
+
+
 def test_proxy_anchor_resume_restores_the_proxies(tmp_path):
     config = _config(tmp_path, loss="proxy_anchor", train_steps=4, eval_every=2)
     results, resumed = _interrupt_then_resume(config, 3)
@@ -350,6 +381,19 @@ def test_cli_resumes_after_sigkill(tmp_path):
     final = json.loads((out / "results.json").read_text())
     assert [e["step"] for e in final["evaluations"]] == [0, 10, 20, 30, 40, 50, 60]
     assert final["status"] == "completed" and final["resumed_at_steps"]
+
+
+def test_cli_ctrl_c_exits_130_and_the_same_command_resumes(tmp_path):
+    out = tmp_path / "cli"
+    flags = [f"--output_dir={out}", "--dataset=digits", "--train_steps=2000", "--eval_every=10"]
+    process = _cli(*flags, "--verbose=0", wait=False)
+    deadline = time.time() + 300
+    while not list((out / "checkpoints").glob("ckpt-*.index")) and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "run the same command again to resume" in stderr and "Traceback" not in stderr
 
 
 def test_cli_refuses_a_second_run_in_a_folder_in_use(tmp_path):
