@@ -19,9 +19,10 @@ import tensorflow as tf
 
 from tf_svmax import data, losses, metrics, models, ops, records
 from tf_svmax.metrics.callbacks import is_metric_key
+from tf_svmax.ops import _checks  # the library's one validator per kind of argument
 from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness.checkpoints import restore_newest_readable
-from trainers.harness.flags import REQUIRED, option
+from trainers.harness.flags import REQUIRED, identity, option
 from trainers.harness.run_dir import RunDirectory, RunRefused
 
 LOSSES = (
@@ -85,7 +86,10 @@ class RetrievalConfig:
     field's help is its command-line flag's (`trainers/train_retrieval.py`)."""
 
     output_dir: str = option(
-        REQUIRED, "Results, checkpoints, TensorBoard, plots.", flag_default="runs/retrieval"
+        REQUIRED,
+        "Results, checkpoints, TensorBoard, plots.",
+        flag_default="runs/retrieval",
+        identity=False,  # a moved run folder resumes
     )
     dataset: str = option(
         "glyphs",
@@ -170,23 +174,53 @@ class RetrievalConfig:
         "NMI k-means iterations (SOP: 6 with --kmeans_init=random keeps an evaluation under a "
         "minute on 2 cores).",
     )
-    eval_batch_size: int = option(128, "Batch size for embedding the test split.")
+    eval_batch_size: int = option(128, "Batch size for embedding the test split.", identity=False)
     seed: int = option(0, "Seed for weights, batches and k-means.")
     jit_compile: bool = option(
         False,
         "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
         "cost on CPU).",
     )
-    verbose: int = option(1, "0 silent, 1 progress bar, 2 one line per interval.")
+    verbose: int = option(1, "0 silent, 1 progress bar, 2 one line per interval.", identity=False)
 
 
 class ConfigError(RunRefused):
     """A flag combination the experiment cannot run; the message names the flags."""
 
 
+# Every numeric flag's kind, checked before any work: (fields, validator, may be None).
+_NUMBER_CHECKS = (
+    (("learning_rate", "spread_out_alpha"), _checks.check_non_negative_number, False),
+    (("svmax_lambda", "margin"), _checks.check_non_negative_number, True),
+    (("embedding_dim", "kmeans_max_iter", "eval_batch_size"), _checks.check_positive_int, False),
+    (("input_size", "train_steps", "eval_every", "trace_every"), _checks.check_positive_int, True),
+)
+
+
+def _check_values(c):
+    """Each value against its kind (the library's validators), as ConfigError naming the flag."""
+    try:
+        for fields, check, optional in _NUMBER_CHECKS:
+            for field in fields:
+                value = getattr(c, field)
+                if not (optional and value is None):
+                    check(value, f"--{field}")
+        if not c.recall_ks:
+            raise ValueError(_checks.invalid("--recall_ks", "at least one K", c.recall_ks))
+        for k in c.recall_ks:
+            _checks.check_positive_int(k, "--recall_ks")
+        if isinstance(c.seed, bool) or not isinstance(c.seed, int) or c.seed < 0:
+            raise ValueError(_checks.invalid("--seed", "an int >= 0", c.seed))
+        if c.verbose not in (0, 1, 2):
+            raise ValueError(_checks.invalid("--verbose", "0, 1 or 2", c.verbose))
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def resolve(config, num_train_classes=None):
     """The config with every default filled in, checked; raises ConfigError naming flags."""
     c = config
+    _check_values(c)
     for field, allowed in (
         ("dataset", DATASETS),
         ("loss", LOSSES),
@@ -239,7 +273,7 @@ def resolve(config, num_train_classes=None):
     trace_every = max(1, eval_every // 20) if c.trace_every is None else c.trace_every
     if trace_every < 1:
         raise ConfigError(f"--trace_every must be >= 1; received {trace_every}.")
-    if not c.learning_rate > 0:
+    if not c.learning_rate > 0:  # finite and >= 0 checked above
         raise ConfigError(f"--learning_rate must be > 0; received {c.learning_rate}.")
     return dataclasses.replace(
         c,
@@ -397,7 +431,7 @@ def train_retrieval(config, *, callbacks=()):
     config, split, embedding_model = _setup(config)
     config_dict = dataclasses.asdict(config)
     config_dict["recall_ks"] = list(config.recall_ks)
-    with RunDirectory(config.output_dir, config_dict) as run:
+    with RunDirectory(config.output_dir, identity(config_dict, RetrievalConfig)) as run:
         return _train(config, config_dict, run, split, embedding_model, started, callbacks)
 
 

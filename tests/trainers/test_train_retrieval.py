@@ -63,6 +63,17 @@ def test_paper_defaults_per_loss():
         (dict(backbone="resnet50"), r"--backbone=resnet50 needs RGB"),
         (dict(dataset="cub200"), r"--dataset=cub200 needs --data_dir"),
         (dict(learning_rate=0.0), r"--learning_rate must be > 0"),
+        (dict(learning_rate=float("inf")), r"`--learning_rate`. Expected a finite float >= 0"),
+        (dict(margin=float("nan")), r"`--margin`. Expected a finite float >= 0"),
+        (dict(svmax_lambda=-1.0), r"`--svmax_lambda`"),
+        (dict(recall_ks=(1, 0)), r"`--recall_ks`. Expected an int >= 1. Received: --recall_ks=0"),
+        (dict(recall_ks=()), r"`--recall_ks`. Expected at least one K"),
+        (dict(kmeans_max_iter=0), r"`--kmeans_max_iter`. Expected an int >= 1"),
+        (dict(eval_batch_size=0), r"`--eval_batch_size`"),
+        (dict(embedding_dim=0), r"`--embedding_dim`"),
+        (dict(trace_every=0), r"`--trace_every`"),
+        (dict(seed=-1), r"`--seed`. Expected an int >= 0"),
+        (dict(verbose=3), r"`--verbose`. Expected 0, 1 or 2"),
     ],
 )
 def test_refused_combinations(kwargs, message):
@@ -315,6 +326,20 @@ def test_finished_run_is_reported_unchanged_and_old_records_resume(tmp_path):
     assert json.loads(path.read_text()) == record  # not re-recorded
 
 
+def test_a_moved_run_resumes_with_other_verbosity_and_eval_batch_size(tmp_path):
+    config = _config(tmp_path, train_steps=4, eval_every=2)
+    with pytest.raises(KeyboardInterrupt):
+        retrieval.train_retrieval(config, callbacks=[_Interrupt(3)])
+    (tmp_path / "run").rename(tmp_path / "moved")
+    keras.backend.clear_session()
+    moved = retrieval.dataclasses.replace(
+        config, output_dir=str(tmp_path / "moved"), verbose=2, eval_batch_size=7
+    )
+    results = retrieval.train_retrieval(moved)
+    assert results["status"] == "completed" and results["resumed_at_steps"] == [2]
+    assert results["config"]["eval_batch_size"] == 7
+
+
 def test_other_config_in_the_same_output_dir_is_refused(tmp_path):
     retrieval.train_retrieval(_config(tmp_path, train_steps=3, eval_every=3))
     with pytest.raises(RunRefused, match=r"different configuration.*learning_rate"):
@@ -354,6 +379,14 @@ def _cli(*flags, wait=True):
 def test_cli_refuses_bad_flags_and_documents_defaults():
     done = _cli("--loss=npair", "--batch_k=4", "--output_dir=/tmp/never")
     assert done.returncode == 2 and "--batch_k=2" in done.stderr
+    for flag, message in (
+        ("--recall_ks=1,a", "--recall_ks expects a comma-separated list of int"),
+        ("--learning_rate=inf", "`--learning_rate`. Expected a finite float"),
+        ("--kmeans_max_iter=0", "`--kmeans_max_iter`"),
+    ):
+        done = _cli("--dataset=digits", flag, "--output_dir=/tmp/never")
+        assert done.returncode == 2 and message in done.stderr, (flag, done.stderr[-500:])
+    assert not os.path.exists("/tmp/never")  # refused before any work
     help_text = " ".join(_cli("--helpfull").stdout.split())  # absl wraps long help lines
     for text in ("0.1 triplet", "72 N-pair", "5000 CUB", "--flagfile", "1e-4 Proxy-Anchor"):
         assert text in help_text

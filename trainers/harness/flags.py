@@ -26,11 +26,17 @@ class FlagValueError(ValueError):
     """A flag value that parses but does not convert to its config field's type."""
 
 
-def option(default, help, *, choices=None, flag_default=REQUIRED):  # noqa: A002
+def option(default, help, *, choices=None, flag_default=REQUIRED, identity=True):  # noqa: A002
     """A config field with its flag help (and choices for an enum flag). `flag_default`
     gives the flag a default where the dataclass field has none (a library caller must pass
-    it, a command-line user need not)."""
-    metadata = {"help": help, "choices": choices, "flag_default": flag_default}
+    it, a command-line user need not). `identity=False` marks a field that does not change
+    what a run computes (where it writes, how much it prints): changing it resumes the run."""
+    metadata = {
+        "help": help,
+        "choices": choices,
+        "flag_default": flag_default,
+        "identity": identity,
+    }
     if default is REQUIRED:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -98,3 +104,11 @@ def config_from_flags(config_class, flag_values=flags.FLAGS, **overrides):
                 ) from None
         kwargs[field.name] = value
     return config_class(**kwargs, **overrides)
+
+
+def identity(config_dict, config_class):
+    """The entries of `config_dict` that define a run (fields not marked ``identity=False``)."""
+    ignored = {
+        f.name for f in dataclasses.fields(config_class) if f.metadata.get("identity") is False
+    }
+    return {k: v for k, v in config_dict.items() if k not in ignored}

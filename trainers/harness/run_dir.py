@@ -24,13 +24,15 @@ class RunRefused(ValueError):
 
 
 def config_differences(old, new):
-    """Fields recorded in `old` whose values differ in `new`. Fields absent from `old` (added
-    to the config after that run started) take their defaults and are no difference."""
-    return sorted(k for k in old if old[k] != new.get(k))
+    """Fields recorded in both `old` and `new` whose values differ. A field absent from `old`
+    (added to the config after that run started) takes its default; one absent from `new` does
+    not define the run (where it writes, how much it prints): neither is a difference."""
+    return sorted(k for k in old if k in new and old[k] != new[k])
 
 
 class RunDirectory:
-    """The run folder for `config_dict` (JSON values) under `output_dir`."""
+    """The run folder under `output_dir` for the run that `config_dict` (JSON values: the
+    fields that define what the run computes) identifies."""
 
     def __init__(self, output_dir, config_dict):
         self.output_dir = output_dir

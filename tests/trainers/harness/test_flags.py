@@ -11,6 +11,7 @@ from trainers.harness.flags import (
     FlagValueError,
     config_from_flags,
     define_flags,
+    identity,
     option,
 )
 
@@ -23,6 +24,7 @@ class Config:
     rate: float = option(0.5, "Rate.")
     fast: bool = option(False, "Fast.")
     ks: tuple[int, ...] = option((1, 2), "Ks.")
+    loud: bool = option(False, "Loud.", identity=False)
     hidden: int = 3  # no option(): no flag
 
 
@@ -77,3 +79,13 @@ def test_every_retrieval_config_field_is_a_flag_with_its_default():
     config = config_from_flags(retrieval.RetrievalConfig, values)
     assert config == retrieval.RetrievalConfig(output_dir="runs/retrieval")
     assert values["loss"].parser.enum_values == list(retrieval.LOSSES)
+
+
+def test_identity_leaves_out_fields_marked_so():
+    config = dataclasses.asdict(Config(output_dir="o"))
+    assert "loud" in config and "loud" not in identity(config, Config)
+    assert identity(config, Config)["ks"] == (1, 2)
+    kept = identity(
+        dataclasses.asdict(retrieval.RetrievalConfig(output_dir="o")), retrieval.RetrievalConfig
+    )
+    assert {"output_dir", "verbose", "eval_batch_size"}.isdisjoint(kept) and "learning_rate" in kept

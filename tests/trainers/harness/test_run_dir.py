@@ -67,6 +67,8 @@ def test_another_configuration_is_refused_naming_the_fields(tmp_path):
     with RunDirectory(str(tmp_path), {**CONFIG, "new_field": 3}):
         pass
     assert config_differences({"a": 1}, {"a": 1, "b": 2}) == []
+    # Fields the new identity leaves out (where the run writes, how much it prints) neither.
+    assert config_differences({"a": 1, "verbose": 2}, {"a": 1}) == []
 
 
 def test_a_deleted_record_does_not_let_another_configuration_resume(tmp_path):
