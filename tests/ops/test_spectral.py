@@ -315,3 +315,38 @@ def test_xla_warns_for_slow_paths(rng):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tf.function(lambda x: ops.svmax(x), jit_compile=True)(x)
+
+
+@pytest.mark.parametrize(
+    "dtype, scales",
+    [
+        (np.float32, (1e-30, 1e-20, 1e-19, 1e19, 1e20, 1e30)),
+        (np.float64, (1e-300, 1e-150, 1e150, 1e300)),
+    ],
+)
+@pytest.mark.parametrize(
+    "method, compile_mode",
+    [(m, c) for m in ("gram", "svd", "newton_schulz") for c in ("eager", "function")]
+    + [("newton_schulz", "xla")],  # XLA's own path (the others warn that they are slow there)
+)
+def test_scale_equivariant_value_and_scale_invariant_gradient(
+    rng, dtype, scales, method, compile_mode
+):
+    """s_mu(c E) = c s_mu(E) and its gradient does not depend on c (numpy float64 reference),
+    at magnitudes where squares overflow or underflow."""
+    x = ref.unit_rows(rng, 12, 5).astype(np.float64)
+    s = np.linalg.svd(x, compute_uv=False)
+    u, _, vt = np.linalg.svd(x, full_matrices=False)
+    expected_grad = (u @ vt) / 5  # d mean / dE = U V^T / k
+    fn = lambda e: ops.mean_singular_value(e, method=method)  # noqa: E731
+    if compile_mode != "eager":
+        fn = tf.function(fn, jit_compile=compile_mode == "xla")
+    for c in scales:
+        e = tf.constant((x * c).astype(dtype))
+        with tf.GradientTape() as tape:
+            tape.watch(e)
+            value = fn(e)
+        grad = tape.gradient(value, e).numpy()
+        tol = 1e-4 if dtype == np.float32 else 1e-9
+        np.testing.assert_allclose(float(value) / c, s.mean(), rtol=tol, err_msg=f"scale {c}")
+        np.testing.assert_allclose(grad, expected_grad, atol=tol, err_msg=f"scale {c}")

@@ -88,6 +88,24 @@ def _finite_guard(x):
     return all_finite, tf.where(all_finite, x, tf.zeros_like(x))
 
 
+def _power_of_two_scale(x):
+    """``2^floor(log2(max|x|))`` when the largest entry of `x` is outside [2^-30, 2^30], else 1.
+
+    Squares and Gram products of entries beyond that range overflow (above ~1e19 in float32) or
+    underflow (below ~1e-19); dividing by a power of two is exact and puts the largest entry in
+    [1, 2), so every path is scale-equivariant. Inside the range nothing is rescaled: results
+    stay bit-identical to the unscaled computation, and the eigensolver was measured ~1.7x
+    slower on typical unit-row batches multiplied by 4. The exponent is taken in float64, where
+    log2 of any float32 or float64 value is finite.
+    """
+    max_abs = tf.cast(tf.reduce_max(tf.abs(x)), tf.float64)
+    exponent = tf.floor(tf.math.log(max_abs) / np.log(2.0))
+    # Within 2^+-30 (and for an all-zero x, whose log is -inf) the scale stays 1.
+    rescale = (max_abs > 0) & (tf.abs(exponent) > 30.0)
+    scale = tf.where(rescale, tf.pow(tf.constant(2.0, tf.float64), exponent), 1.0)
+    return tf.cast(scale, x.dtype)
+
+
 def _nan_unless(all_finite, value):
     return tf.where(all_finite, value, tf.constant(np.nan, value.dtype))
 
@@ -178,8 +196,10 @@ def _singular_values(x, method):
     @tf.custom_gradient
     def forward(x):
         all_finite, x_safe = _finite_guard(x)
+        scale = _power_of_two_scale(x_safe)
         tall = _is_tall(x_safe)
-        s, u, v = _FACTORS[method](_orient(x_safe, tall))
+        s, u, v = _FACTORS[method](_orient(x_safe / scale, tall))
+        s = s * scale  # the factors u, v (and so the gradient) do not depend on the scale
         order = tf.argsort(s, direction="DESCENDING", stable=True)
         s, u, v = tf.gather(s, order), tf.gather(u, order, axis=1), tf.gather(v, order, axis=1)
 
@@ -197,9 +217,10 @@ def _nuclear_norm_factored(x, method):
     @tf.custom_gradient
     def forward(x):
         all_finite, x_safe = _finite_guard(x)
+        scale = _power_of_two_scale(x_safe)
         tall = _is_tall(x_safe)
-        s, u, v = _FACTORS[method](_orient(x_safe, tall))
-        total = tf.reduce_sum(s)
+        s, u, v = _FACTORS[method](_orient(x_safe / scale, tall))
+        total = tf.reduce_sum(s) * scale  # ||cE||_* = c ||E||_*; U V^T does not depend on c
 
         def grad(upstream):
             # d ||E||_* / d E = U V^T (zero-singular-value directions dropped).
@@ -246,10 +267,11 @@ def _nuclear_norm_newton_schulz(x):
     @tf.custom_gradient
     def forward(x):
         all_finite, x_safe = _finite_guard(x)
+        scale = _power_of_two_scale(x_safe)
         tall = _is_tall(x_safe)
-        x_tall = _orient(x_safe, tall)
-        polar = polar_newton_schulz(x_tall)
-        total = tf.reduce_sum(polar * x_tall)  # ||E||_* = <U V^T, E>
+        x_tall = _orient(x_safe / scale, tall)
+        polar = polar_newton_schulz(x_tall)  # ||x_tall||_F cannot overflow or underflow now
+        total = tf.reduce_sum(polar * x_tall) * scale  # ||E||_* = <U V^T, E>
 
         def grad(upstream):
             return _nan_unless(all_finite, _orient(polar * upstream, tall))
