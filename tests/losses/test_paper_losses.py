@@ -199,6 +199,21 @@ def test_center_loss_bad_input():
         losses.CenterLoss(num_classes=2, embedding_dim=4, centers=np.zeros((3, 4)))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"`y_true`.*\[0, 2\)"):
         losses.CenterLoss(num_classes=2, embedding_dim=2)([0, 5], np.eye(2, dtype=np.float32))
+    # Neither truncated (1.7 -> 1) nor wrapped by an int32 cast (2**32 + 1 -> 1).
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`y_true`.*non-integral"):
+        losses.CenterLoss(num_classes=2, embedding_dim=2)([0.0, 1.7], np.eye(2, dtype=np.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`y_true`.*\[0, 2\)"):
+        losses.CenterLoss(num_classes=2, embedding_dim=2)(
+            np.array([0, 2**32 + 1]), np.eye(2, dtype=np.float32)
+        )
+
+
+def test_proxy_anchor_refuses_labels_it_would_truncate_or_wrap():
+    s = np.eye(2, dtype=np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`labels`.*non-integral"):
+        losses.proxy_anchor_loss(np.array([0.0, 1.7]), s)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`labels`.*\[0, num_classes\)"):
+        losses.proxy_anchor_loss(np.array([0, 2**32 + 1]), s)
 
 
 # Proxy-Anchor ---------------------------------------------------------------------------------
@@ -299,8 +314,9 @@ def test_batch_hard_class_reductions_and_label_errors(rng):
     np.testing.assert_allclose(
         losses.BatchHardTripletLoss(reduction=None)(y, x), per_anchor, rtol=1e-6
     )
-    with pytest.raises(ValueError, match=r"argument `margin`"):
-        losses.BatchHardTripletLoss(margin="hard")
+    for margin in ("hard", float("nan"), -0.1, float("inf")):
+        with pytest.raises(ValueError, match=r"argument `margin`"):
+            losses.BatchHardTripletLoss(margin=margin)
     with pytest.raises(ValueError, match=r"argument `metric`"):
         losses.BatchHardTripletLoss(metric="cos")
     with pytest.raises(ValueError, match=r"argument `labels`.*one label per embedding"):

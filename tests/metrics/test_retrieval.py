@@ -177,8 +177,10 @@ def test_bad_input():
         retrieval.recall_at_k(np.zeros((3, 2)), [0, 1])
     with pytest.raises(ValueError, match=r"argument `embeddings`.*finite"):
         retrieval.map_at_r(np.array([[np.nan, 0.0], [0.0, 0.0]]), [0, 0])
-    with pytest.raises(ValueError, match=r"argument `ks`"):
-        retrieval.recall_at_k(np.zeros((3, 2)), [0, 0, 1], ks=(0,))
+    for ks in ((0,), (1.5,), ("a",), (float("nan"),), (True,), ()):
+        with pytest.raises(ValueError, match=r"argument `ks`"):
+            retrieval.recall_at_k(np.zeros((3, 2)), [0, 0, 1], ks=ks)
+    assert retrieval.recall_at_k(np.eye(3), [0, 0, 1], ks=[np.int64(2), 1, 2]).keys() == {1, 2}
     with pytest.raises(ValueError, match=r"argument `init`"):
         retrieval.nmi(np.zeros((3, 2)), [0, 0, 1], init="kmeans")
     with pytest.raises(ValueError, match=r"argument `compute_nmi`"):

@@ -26,9 +26,10 @@ def _check_margin(margin):
         if margin not in MARGIN_MODES:
             raise ValueError(_checks.invalid("margin", "a float >= 0, 'soft' or 'none'", margin))
         return margin
-    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or margin < 0:
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
         raise ValueError(_checks.invalid("margin", "a float >= 0, 'soft' or 'none'", margin))
-    return float(margin)
+    # NaN compares False with everything, so `margin < 0` alone would let it through.
+    return _checks.check_non_negative_number(margin, "margin")
 
 
 def batch_hard_triplet_loss(labels, embeddings, *, margin=0.2, metric="euclidean"):

@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax.ops import _checks
+from tf_svmax.ops.ole import class_labels
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -69,10 +70,12 @@ class CenterLoss(keras.losses.Loss):
         y_true = tf.convert_to_tensor(y_true)
         if y_true.shape.rank == 2 and y_true.shape[-1] not in (None, 1):
             y_true = tf.argmax(y_true, axis=-1)  # one-hot rows, as the original
-        labels = tf.cast(tf.reshape(y_true, [-1]), tf.int32)
+        # Integral values only (1.7 is refused, not truncated), range-checked in int64 before
+        # the int32 cast (2**32 + 1 would otherwise wrap to class 1).
+        labels = class_labels(y_true, "y_true")
         check = tf.debugging.assert_less(
             labels,
-            self.num_classes,
+            tf.constant(self.num_classes, tf.int64),
             message=f"Invalid value for argument `y_true`: labels must be in [0, "
             f"{self.num_classes}).",
         )
@@ -80,7 +83,7 @@ class CenterLoss(keras.losses.Loss):
             labels, message="Invalid value for argument `y_true`: labels must be >= 0."
         )
         with tf.control_dependencies([check, check2]):
-            return tf.identity(labels)
+            return tf.cast(labels, tf.int32)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         if tf.distribute.get_strategy().num_replicas_in_sync > 1:

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.ops import _checks
+from tf_svmax.ops.ole import class_labels
 
 
 def _log1p_sum_exp(z, mask, axis):
@@ -43,8 +44,10 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1):
         )
     dtype = s.dtype
     s = tf.cast(s, _checks.compute_dtype(dtype))
-    labels = tf.cast(tf.reshape(labels, [-1]), tf.int32)
-    in_range = tf.logical_and(labels >= 0, labels < tf.shape(s)[1])
+    # Integral values only (1.7 is refused, not truncated), range-checked in int64 (2**32 + 1
+    # would wrap to class 1 in int32).
+    labels = class_labels(labels)
+    in_range = tf.logical_and(labels >= 0, labels < tf.cast(tf.shape(s)[1], tf.int64))
     with tf.control_dependencies(
         [
             tf.debugging.assert_equal(

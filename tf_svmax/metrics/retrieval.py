@@ -56,10 +56,15 @@ def _check_inputs(embeddings, labels):
 
 
 def _check_ks(ks):
-    ks = sorted({int(k) for k in np.atleast_1d(ks)}) if np.size(ks) else []
-    if not ks or ks[0] < 1:
+    """Sorted distinct K values; each must be an int >= 1 (1.5, "a" or NaN are refused, never
+    truncated)."""
+    values = list(np.atleast_1d(ks)) if np.size(ks) else []
+    if not values:
         raise ValueError(_checks.invalid("ks", "a non-empty list of ints >= 1", ks))
-    return ks
+    for k in values:
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(_checks.invalid("ks", "a non-empty list of ints >= 1", ks))
+    return sorted({int(k) for k in values})
 
 
 def nearest_neighbors(embeddings, k, *, block_size=1024):
