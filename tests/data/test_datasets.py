@@ -128,3 +128,44 @@ def test_read_dataset_dispatch(tmp_path):
     assert set(data.read_dataset("sop", str(tmp_path))) == {"train", "test"}
     with pytest.raises(ValueError, match=r"argument `name`"):
         data.read_dataset("imagenet", str(tmp_path))
+
+
+def _append(path, line):
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
+@pytest.mark.parametrize("entry", ["../../../../etc/passwd", "/etc/hostname", "a/../../x.jpg"])
+def test_list_files_cannot_name_images_outside_the_dataset(tmp_path, entry):
+    cub = fake_trees.make_cub(str(tmp_path / "cub"))
+    _append(os.path.join(cub, "images.txt"), f"999 {entry}")
+    _append(os.path.join(cub, "image_class_labels.txt"), "999 1")
+    with pytest.raises(data.DatasetFormatError, match=r"images\.txt:19: .*leaves the dataset"):
+        data.read_cub200(cub, check_images=False)
+    sop = fake_trees.make_sop(str(tmp_path / "sop"))
+    _append(os.path.join(sop, "Ebay_test.txt"), f"999 4 1 {entry}")
+    with pytest.raises(data.DatasetFormatError, match=r"Ebay_test\.txt:6: .*leaves the dataset"):
+        data.read_sop(sop, check_images=False)
+    fgvr = fake_trees.make_fgvr(str(tmp_path / "fgvr"))
+    _append(os.path.join(fgvr, "lists", "train_all_sub_list.csv"), f"6,0,{entry}")
+    with pytest.raises(data.DatasetFormatError, match=r"train_all_sub_list\.csv:8: .*leaves"):
+        data.read_fgvr_lists(fgvr, image_dir="jpg", check_images=False)
+
+
+def test_duplicate_image_ids_are_refused(tmp_path):
+    cub = fake_trees.make_cub(str(tmp_path))
+    _append(os.path.join(cub, "images.txt"), "3 001.x/dup.jpg")
+    with pytest.raises(
+        data.DatasetFormatError, match=r"images\.txt:19: image id 3 is listed twice"
+    ):
+        data.read_cub200(cub, check_images=False)
+
+
+def test_image_folder_lists_regular_files_only(tmp_path):
+    root = fake_trees.make_folder(str(tmp_path))
+    os.makedirs(os.path.join(root, "ant", "folder.jpg"))
+    os.symlink("loop.jpg", os.path.join(root, "ant", "loop.jpg"))  # points at itself
+    os.symlink(os.path.join(root, "ant", "0.jpg"), os.path.join(root, "ant", "link.jpg"))
+    paths, _ = data.read_image_folder(root)["train"]
+    names = sorted(os.path.basename(p) for p in paths if "/ant/" in p)
+    assert names == ["0.jpg", "1.png", "link.jpg"]

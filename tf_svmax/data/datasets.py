@@ -77,6 +77,29 @@ def _read_columns(path, count, dataset):
     return rows
 
 
+def _inside(root, relative, path, number, dataset):
+    """`root/relative`, refused unless it stays inside `root` (a list file naming
+    ``../../etc/passwd`` or an absolute path would otherwise feed that file to training)."""
+    joined = os.path.normpath(os.path.join(root, relative))
+    base = os.path.normpath(root)
+    if os.path.isabs(relative) or os.path.commonpath([base, joined]) != base:
+        raise DatasetFormatError(
+            f"{dataset}: {path}:{number}: image path {relative!r} leaves the dataset folder "
+            f"{root!r}; list files name images relative to it."
+        )
+    return joined
+
+
+def _unique_id(value, seen, path, number, dataset):
+    """The integer id on this line, refused if an earlier line listed it (it would overwrite)."""
+    image_id = _int(value, path, number, dataset)
+    if image_id in seen:
+        raise DatasetFormatError(
+            f"{dataset}: {path}:{number}: image id {image_id} is listed twice."
+        )
+    return image_id
+
+
 def _int(value, path, number, dataset):
     try:
         return int(value)
@@ -111,14 +134,13 @@ def read_cub200(data_dir, *, check_images=True):
     root = _find_root(data_dir, "images.txt", "CUB_200_2011")
     images_path = _require_file(root, "images.txt", dataset)
     labels_path = _require_file(root, "image_class_labels.txt", dataset)
-    images = {}
+    images, labels = {}, {}
     for number, fields in _read_columns(images_path, 2, dataset):
-        images[_int(fields[0], images_path, number, dataset)] = fields[1]
-    labels = {}
+        image_id = _unique_id(fields[0], images, images_path, number, dataset)
+        images[image_id] = (number, fields[1])
     for number, fields in _read_columns(labels_path, 2, dataset):
-        labels[_int(fields[0], labels_path, number, dataset)] = _int(
-            fields[1], labels_path, number, dataset
-        )
+        image_id = _unique_id(fields[0], labels, labels_path, number, dataset)
+        labels[image_id] = _int(fields[1], labels_path, number, dataset)
     if set(images) != set(labels):
         unmatched = sorted(set(images) ^ set(labels))[:5]
         raise DatasetFormatError(
@@ -126,7 +148,8 @@ def read_cub200(data_dir, *, check_images=True):
             f"(e.g. {unmatched}) in {root!r}."
         )
     ids = sorted(images)
-    paths = [os.path.join(root, "images", images[i]) for i in ids]
+    image_root = os.path.join(root, "images")
+    paths = [_inside(image_root, images[i][1], images_path, images[i][0], dataset) for i in ids]
     classes = np.array([labels[i] for i in ids], dtype=np.int64)
     if check_images:
         _check_images_exist(paths, dataset)
@@ -156,7 +179,7 @@ def read_cars196(data_dir, *, check_images=True):
             f"{dataset}: {mat_path} is not the official annotation file (expected a struct array "
             f"'annotations' with fields 'relative_im_path' and 'class'): {error}"
         ) from error
-    paths = [os.path.join(data_dir, p) for p in relative]
+    paths = [_inside(data_dir, p, mat_path, i + 1, dataset) for i, p in enumerate(relative)]
     if check_images:
         _check_images_exist(paths, dataset)
     return _split(paths, classes, classes <= 98)
@@ -183,7 +206,7 @@ def read_sop(data_dir, *, check_images=True):
                 f"{dataset}: {path}:1: expected the header 'image_id class_id super_class_id path'."
             )
         labels = [_int(fields[1], path, number, dataset) for number, fields in rows[1:]]
-        paths = [os.path.join(root, fields[3]) for _, fields in rows[1:]]
+        paths = [_inside(root, fields[3], path, number, dataset) for number, fields in rows[1:]]
         if check_images:
             _check_images_exist(paths, dataset)
         out[split] = (np.asarray(paths, dtype=str), np.asarray(labels, dtype=np.int64))
@@ -234,7 +257,8 @@ def read_fgvr_lists(
                         f"received {row!r}."
                     )
                 labels.append(_int(row[label_col], path, number, dataset))
-                paths.append(os.path.join(data_dir, image_dir, row[file_col]))
+                image_root = os.path.join(data_dir, image_dir)
+                paths.append(_inside(image_root, row[file_col], path, number, dataset))
         if check_images:
             _check_images_exist(paths, dataset)
         out[split] = (np.asarray(paths, dtype=str), np.asarray(labels, dtype=np.int64))
@@ -251,10 +275,12 @@ def _images_by_class(directory):
     out = {}
     for name in classes:
         folder = os.path.join(directory, name)
+        # Regular files only: a folder named x.jpg or a dangling (or self-looping) link is not
+        # an image.
         out[name] = sorted(
             os.path.join(folder, f)
             for f in os.listdir(folder)
-            if f.lower().endswith(IMAGE_EXTENSIONS)
+            if f.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(folder, f))
         )
     return out
 
