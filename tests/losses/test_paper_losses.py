@@ -118,6 +118,23 @@ def test_pk_layouts_are_validated(rng):
         losses.PKAngularLoss(alpha=90)
 
 
+def test_a_remainder_batch_in_fit_gets_the_layout_message(rng):
+    """A batch of unknown size that is no multiple of 2K (a remainder batch) gets the layout
+    message naming `labels`, not a raw reshape error; in `fit` as in a traced call."""
+    loss = losses.PKContrastiveLoss()
+    spec = [tf.TensorSpec([None], tf.float32), tf.TensorSpec([None, 4], tf.float32)]
+    traced = tf.function(loss.call, input_signature=spec)
+    x = _unit(rng, 4, 4).astype(np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`labels`.*multiple of 8.*remainder"):
+        traced(tf.zeros([4]), tf.constant(x))
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss=loss)
+    rows = _unit(rng, 20, 4).astype(np.float32)
+    data = tf.data.Dataset.from_tensor_slices((rows, np.repeat(np.arange(5), 4)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`labels`.*multiple of 8"):
+        model.fit(data.batch(8), epochs=1, verbose=0)  # 8, 8, then a remainder of 4
+
+
 # Spread-out -----------------------------------------------------------------------------------
 
 

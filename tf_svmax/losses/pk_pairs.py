@@ -41,14 +41,18 @@ def _check_pk(labels, x, batch_k, expected_k):
             f"{'an even number of classes x ' if expected_k == 4 else ''}{batch_k} rows "
             f"(a multiple of {group}). Received: {rows} rows."
         )
-    blocks = tf.reshape(labels, [-1, batch_k])
+    multiple = tf.debugging.assert_equal(
+        tf.shape(labels)[0] % group,
+        0,
+        message=f"Invalid value for argument `labels`: the batch must be a multiple of {group} "
+        f"rows (P x K with K={batch_k}); a remainder batch is not one (batch with "
+        "drop_remainder=True, or use data.pk_batches).",
+    )
+    # The reshape runs only after the multiple check, so a remainder batch gets the message
+    # above rather than a raw reshape error.
+    with tf.control_dependencies([multiple]):
+        blocks = tf.reshape(labels, [-1, batch_k])
     checks = [
-        tf.debugging.assert_equal(
-            tf.shape(labels)[0] % group,
-            0,
-            message=f"Invalid value for argument `embeddings`: the batch must be a multiple of "
-            f"{group} rows (P x K with K={batch_k}).",
-        ),
         tf.debugging.assert_equal(
             blocks,
             tf.tile(blocks[:, :1], [1, batch_k]),
