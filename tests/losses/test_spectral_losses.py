@@ -44,6 +44,18 @@ def test_sample_weights_scale_the_batch_penalty_by_their_mean(rng):
         loss(None, e).numpy() * weights.mean(),
         rtol=1e-6,
     )
+    np.testing.assert_allclose(
+        loss(None, e, sample_weight=weights[:, None]), loss(None, e) * weights.mean(), rtol=1e-6
+    )
+    assert float(loss(None, e, sample_weight=2.0)) == pytest.approx(2 * float(loss(None, e)))
+    with pytest.raises(ValueError, match=r"argument `sample_weight`.*one weight per row"):
+        loss(None, e, sample_weight=weights[:7])
+    traced = tf.function(
+        lambda x, w: loss(None, x, sample_weight=w),
+        input_signature=[tf.TensorSpec([None, 8]), tf.TensorSpec([None])],
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`sample_weight`"):
+        traced(tf.constant(e, tf.float32), tf.constant(weights[:7]))
 
 
 def test_ole_loss_value_matches_reference_and_keeps_large_labels_distinct(rng):

@@ -18,6 +18,28 @@ def scale_for_distribution(value):
     return value
 
 
+def _batch_weights(sample_weight, y_pred, dtype):
+    """`sample_weight` as a scalar or one weight per row of `y_pred` (`[B]` or `[B, 1]`);
+    another length is refused (its mean would silently weight some other batch)."""
+    weights = tf.cast(tf.convert_to_tensor(sample_weight), dtype)
+    if weights.shape.rank == 0:
+        return weights
+    weights = tf.reshape(weights, [-1])
+    rows, count = y_pred.shape[0], weights.shape[0]
+    expected = "a scalar or one weight per row of y_pred"
+    if rows is not None and count is not None:
+        if rows != count:
+            raise ValueError(_checks.invalid("sample_weight", expected, f"<{count} weights>"))
+        return weights
+    check = tf.debugging.assert_equal(
+        tf.size(weights),
+        tf.shape(y_pred)[0],
+        message=f"Invalid value for argument `sample_weight`: expected {expected}.",
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(weights)
+
+
 class BatchPenaltyLoss(keras.losses.Loss):
     """Base class for batch-level losses (SVMax, OLE, triplet, ...): `call` returns one scalar.
 
@@ -45,7 +67,7 @@ class BatchPenaltyLoss(keras.losses.Loss):
             y_pred = tf.cast(tf.convert_to_tensor(y_pred), self.dtype)
             value = tf.cast(self.call(y_true, y_pred), self.dtype)
             if sample_weight is not None:
-                weights = tf.cast(tf.convert_to_tensor(sample_weight), self.dtype)
+                weights = _batch_weights(sample_weight, y_pred, self.dtype)
                 value = value * tf.reduce_mean(weights)
             return scale_for_distribution(value)
 
