@@ -184,8 +184,9 @@ def lower_quantile(values, quantile):
     position = quantile * np.maximum(count - 1, 0)
     low = np.floor(position).astype(np.int64)
     high = np.minimum(low + 1, np.maximum(count - 1, 0))
-    take = lambda index: np.take_along_axis(ordered, index[None], axis=0)[0]  # noqa: E731
-    value = take(low) + (position - low) * (take(high) - take(low))
+    at_low = np.take_along_axis(ordered, low[None], axis=0)[0]
+    at_high = np.take_along_axis(ordered, high[None], axis=0)[0]
+    value = at_low + (position - low) * (at_high - at_low)
     return np.where(count > 0, value, np.nan)
 
 
