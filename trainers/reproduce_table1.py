@@ -274,7 +274,10 @@ def plot(results, losses, methods, learning_rates, path, title):
         untrained = [100 * e["recall_at_1"] for e in results["untrained"].values()]
         if untrained:
             ax.axhline(np.mean(untrained), color="k", ls="--", lw=1, label="untrained network")
-        ax.set_xticks(np.arange(len(losses)), losses, rotation=15)
+        names = [
+            f"{loss}\n(SVMax λ = 0.1)" if loss.startswith("triplet") else loss for loss in losses
+        ]
+        ax.set_xticks(np.arange(len(losses)), names, rotation=15, fontsize=8)
         ax.set_title(f"lr = {lr:g}")
         ax.set_ylabel("test Recall@1 (%)")
     if untrained:
