@@ -16,10 +16,11 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from tf_svmax import metrics, records  # noqa: E402
 from tf_svmax.data import glyphs  # noqa: E402
+from trainers.harness import flags as harness_flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("report", "docs/glyphs.md", "Markdown output.")
@@ -177,4 +178,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    harness_flags.run(main)

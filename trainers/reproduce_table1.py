@@ -30,7 +30,7 @@ import time  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
+from absl import flags, logging  # noqa: E402
 
 from trainers import retrieval  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
@@ -455,4 +455,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    harness_flags.run(main)

@@ -383,11 +383,15 @@ def test_cli_refuses_bad_flags_and_documents_defaults():
         ("--recall_ks=1,a", "--recall_ks expects a comma-separated list of int"),
         ("--learning_rate=inf", "`--learning_rate`. Expected a finite float"),
         ("--kmeans_max_iter=0", "`--kmeans_max_iter`"),
+        ("--no_such_flag", "no_such_flag"),
+        ("--learning_rate=abc", "learning_rate"),
     ):
         done = _cli("--dataset=digits", flag, "--output_dir=/tmp/never")
         assert done.returncode == 2 and message in done.stderr, (flag, done.stderr[-500:])
     assert not os.path.exists("/tmp/never")  # refused before any work
-    help_text = " ".join(_cli("--helpfull").stdout.split())  # absl wraps long help lines
+    helpfull = _cli("--helpfull")
+    assert helpfull.returncode == 0  # absl's own exit status for help is 1 ("diverged" here)
+    help_text = " ".join(helpfull.stdout.split())  # absl wraps long help lines
     for text in ("0.1 triplet", "72 N-pair", "5000 CUB", "--flagfile", "1e-4 Proxy-Anchor"):
         assert text in help_text
 

@@ -14,6 +14,7 @@ string otherwise) and `config_from_flags` builds the dataclass back from the par
 """
 
 import dataclasses
+import sys
 import types
 import typing
 
@@ -112,3 +113,28 @@ def identity(config_dict, config_class):
         f.name for f in dataclasses.fields(config_class) if f.metadata.get("identity") is False
     }
     return {k: v for k, v in config_dict.items() if k not in ignored}
+
+
+HELP_FLAGS = ("-?", "--help", "--helpshort", "--helpfull", "--helpxml")
+
+
+def run(main, argv=None):
+    """`absl.app.run(main)` with the trainers' exit codes where absl exits before `main`: 0
+    after printing help, 2 for a flag it cannot parse (absl exits 1 for both, and the trainers
+    define exit status 1 as "diverged")."""
+    from absl import app
+
+    argv = sys.argv if argv is None else argv
+    ran = []
+
+    def main_ran(args):
+        ran.append(True)
+        return main(args)
+
+    try:
+        app.run(main_ran, argv=argv)
+    except SystemExit as done:
+        if done.code == 1 and not ran:
+            asked = any(arg.split("=")[0] in HELP_FLAGS for arg in argv[1:])
+            raise SystemExit(0 if asked else 2) from None
+        raise

@@ -1,6 +1,10 @@
 """Flags derived from a config dataclass: kinds, defaults, parsing back, errors."""
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from absl import flags
@@ -14,6 +18,8 @@ from trainers.harness.flags import (
     identity,
     option,
 )
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,3 +95,32 @@ def test_identity_leaves_out_fields_marked_so():
         dataclasses.asdict(retrieval.RetrievalConfig(output_dir="o")), retrieval.RetrievalConfig
     )
     assert {"output_dir", "verbose", "eval_batch_size"}.isdisjoint(kept) and "learning_rate" in kept
+
+
+@pytest.mark.parametrize(
+    "arguments, main_returns, expected",
+    [
+        ("", 0, 0),
+        ("", 1, 1),  # main's own status (1: diverged) is kept
+        ("--help", 1, 0),  # absl exits 1 after printing help
+        ("--helpfull", 1, 0),
+        ("--no_such_flag", 0, 2),  # absl exits 1 for a flag it cannot parse
+        ("--count=abc", 0, 2),
+    ],
+)
+def test_run_gives_the_trainers_exit_codes(arguments, main_returns, expected):
+    program = (
+        "from absl import flags\n"
+        "from trainers.harness.flags import run\n"
+        "flags.DEFINE_integer('count', 1, 'A count.')\n"
+        f"run(lambda argv: {main_returns})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, *arguments.split()],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == expected, done.stderr[-1000:]
