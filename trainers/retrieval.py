@@ -69,7 +69,7 @@ PAPER_MARGIN = {
     "proxy_anchor": 0.1,
 }
 PROXY_ANCHOR_ALPHA = 32.0
-# K = 5,000 for CUB-200 and CARS196, 20,000 for SOP; the embedded sets' fit a few minutes.
+# K = 5,000 for CUB-200 and CARS196, 20,000 for SOP; the embedded sets' defaults take minutes.
 DEFAULT_STEPS = {
     "glyphs": 3000,
     "digits": 2000,
