@@ -175,6 +175,11 @@ def test_progress_bar(rng, capsys):
 def test_bad_input():
     with pytest.raises(ValueError, match=r"argument `labels`"):
         retrieval.recall_at_k(np.zeros((3, 2)), [0, 1])
+    for labels in ([0.0, np.nan, np.nan], np.array([1.0, np.inf, 1.0]), np.array([0, None, 1])):
+        with pytest.raises(ValueError, match=r"argument `labels`.*no NaN"):
+            retrieval.recall_at_k(np.eye(3), labels)
+    # String ids work; ties go to the smaller index, the lone "b" has no positive.
+    assert retrieval.recall_at_k(np.eye(3), ["a", "a", "b"], ks=(1,)) == {1: 1.0}
     with pytest.raises(ValueError, match=r"argument `embeddings`.*finite"):
         retrieval.map_at_r(np.array([[np.nan, 0.0], [0.0, 0.0]]), [0, 0])
     for ks in ((0,), (1.5,), ("a",), (float("nan"),), (True,), ()):

@@ -44,6 +44,16 @@ def _check_inputs(embeddings, labels):
         )
     if len(x) < 2:
         raise ValueError(_checks.invalid("embeddings", "at least 2 rows", f"<shape {x.shape}>"))
+    # Labels are class ids: no NaN (np.unique would merge every NaN into one class) and no
+    # object arrays (np.unique cannot order None or mixed objects).
+    if y.dtype == object or (y.dtype.kind == "f" and not np.all(np.isfinite(y))):
+        raise ValueError(
+            _checks.invalid(
+                "labels",
+                "class ids of one type (ints or strings), no NaN/inf",
+                f"<{y.dtype} array>",
+            )
+        )
     if not np.all(np.isfinite(x)):
         raise ValueError(_checks.invalid("embeddings", "finite values", "<array with NaN/inf>"))
     if not np.all(np.isfinite(np.einsum("ij,ij->i", x, x))):
