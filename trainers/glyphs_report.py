@@ -21,6 +21,7 @@ from absl import flags  # noqa: E402
 from tf_svmax import metrics, records  # noqa: E402
 from tf_svmax.data import glyphs  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
+from trainers.harness.plots import pyplot, save_figure  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("report", "docs/glyphs.md", "Markdown output.")
@@ -59,11 +60,7 @@ def _name(character):
 
 
 def sample_grid(split, rows, columns, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     x, y = split["test"]
     labels = np.unique(y)[:rows]
     fig, axes = plt.subplots(rows, columns, figsize=(columns * 0.62, rows * 0.68 + 0.8))
@@ -80,9 +77,7 @@ def sample_grid(split, rows, columns, path):
         fontsize=9,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.96), h_pad=0.1, w_pad=0.1)
-    tmp = f"{path}.tmp.png"
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, path)
+    save_figure(fig, path)
     plt.close(fig)
 
 

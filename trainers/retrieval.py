@@ -23,6 +23,7 @@ from tf_svmax.ops import _checks  # the library's one validator per kind of argu
 from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness.checkpoints import restore_newest_readable
 from trainers.harness.flags import REQUIRED, identity, option
+from trainers.harness.plots import pyplot, save_figure
 from trainers.harness.run_dir import RunDirectory, RunRefused
 
 LOSSES = (
@@ -209,8 +210,7 @@ def _check_values(c):
             raise ValueError(_checks.invalid("--recall_ks", "at least one K", c.recall_ks))
         for k in c.recall_ks:
             _checks.check_positive_int(k, "--recall_ks")
-        if isinstance(c.seed, bool) or not isinstance(c.seed, int) or c.seed < 0:
-            raise ValueError(_checks.invalid("--seed", "an int >= 0", c.seed))
+        _checks.check_non_negative_int(c.seed, "--seed")
         if c.verbose not in (0, 1, 2):
             raise ValueError(_checks.invalid("--verbose", "0, 1 or 2", c.verbose))
     except ValueError as error:
@@ -611,11 +611,7 @@ def summary(results):
 def plot_run(results, bounds, directory):
     """``training.png`` (loss; s_mu of the training batches and of the test set, with the
     training batch's [L, U]) and ``recall.png`` (Recall@K over steps and at the last step)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     trace, evaluations = results["trace"], results["evaluations"]
     if not trace:
         return
@@ -641,7 +637,7 @@ def plot_run(results, bounds, directory):
     ax_s.set(xlabel="step", ylabel="mean singular value", title="s_mu of the training batches")
     ax_s.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, os.path.join(directory, "training.png"))
+    save_figure(fig, os.path.join(directory, "training.png"))
     if not evaluations:
         return
     ks = sorted(int(k.split("_")[-1]) for k in evaluations[-1] if k.startswith("recall_at_"))
@@ -659,11 +655,5 @@ def plot_run(results, bounds, directory):
     ax_k.set_xscale("log", base=2)
     ax_k.set(xlabel="K", ylabel="Recall@K", title=f"Test recall at step {evaluations[-1]['step']}")
     fig.tight_layout()
-    _save(fig, os.path.join(directory, "recall.png"))
+    save_figure(fig, os.path.join(directory, "recall.png"))
     plt.close("all")
-
-
-def _save(fig, path):
-    tmp = f"{path}.tmp.png"
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, path)

@@ -335,15 +335,14 @@ def load_glyphs_open_set(*, seed=0, images_per_class=32, image_size=32, cache_di
         generates without reading or writing a cache. The file name is `cache_key`, so a change
         of settings, generator, Pillow or font files generates anew.
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(_checks.invalid("seed", "an int >= 0", seed))
+    seed = _checks.check_non_negative_int(seed, "seed")
     images_per_class = _checks.check_positive_int(images_per_class, "images_per_class")
     if images_per_class < 2:
         raise ValueError(_checks.invalid("images_per_class", "an int >= 2", images_per_class))
     image_size = _checks.check_positive_int(image_size, "image_size")
     if image_size < 16:
         raise ValueError(_checks.invalid("image_size", "an int >= 16", image_size))
-    settings = {"seed": int(seed), "images_per_class": images_per_class, "image_size": image_size}
+    settings = {"seed": seed, "images_per_class": images_per_class, "image_size": image_size}
     path = None
     if cache_dir is not False:
         directory = default_cache_dir() if cache_dir is None else os.fspath(cache_dir)

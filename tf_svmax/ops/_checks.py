@@ -36,6 +36,13 @@ def check_positive_int(value, arg):
     return int(value)
 
 
+def check_non_negative_int(value, arg):
+    """Returns `value` as an int, raising ValueError unless it is an integer >= 0 (a seed)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(invalid(arg, "an int >= 0", value))
+    return int(value)
+
+
 def check_bool(value, arg):
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(invalid(arg, "a bool", value))

@@ -1,0 +1,21 @@
+"""What every trainer's figures share: a headless pyplot and an atomic PNG write."""
+
+import os
+
+
+def pyplot():
+    """`matplotlib.pyplot` on the non-interactive Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path, dpi=100):
+    """Writes `fig` to `path` through a temporary file, so a reader (or a run killed
+    mid-write) never sees half a PNG."""
+    tmp = f"{path}.tmp.png"
+    fig.savefig(tmp, dpi=dpi)
+    os.replace(tmp, path)
