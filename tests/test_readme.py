@@ -1,16 +1,38 @@
-"""The README's Python examples run as written (in order, sharing one namespace)."""
+"""The README's Python examples run as written, each on its own in a fresh process."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S)
 
 
-def test_readme_python_examples_run():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    assert len(blocks) >= 3
-    namespace = {}
-    for block in blocks:
-        exec(compile(block, str(README), "exec"), namespace)  # noqa: S102
-    lower, upper = namespace["ops"].svmax_bounds(144, 128)
+def test_the_readme_has_its_examples():
+    assert len(BLOCKS) >= 6
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_each_readme_python_example_runs_alone(index, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKS[index]],
+        cwd=tmp_path,  # a user's own folder, not the checkout
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"README block {index}:\n{BLOCKS[index]}\n{done.stderr[-2000:]}"
+
+
+def test_the_functions_example_prints_the_bounds_it_claims():
+    block = next(b for b in BLOCKS if "ops.svmax_bounds(144, 128)" in b)
+    program = block + "\nprint(ops.svmax_bounds(144, 128))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lower, upper = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 (our own print)
     assert (lower, round(upper, 5)) == (0.09375, 1.06066)
