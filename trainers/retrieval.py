@@ -17,14 +17,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax import data, losses, metrics, models, ops, records
+from tf_svmax import data, losses, metrics, models, ops
 from tf_svmax.metrics.callbacks import is_metric_key
 from tf_svmax.ops import _checks  # the library's one validator per kind of argument
 from tf_svmax.training import ConstantThenPolynomialDecay
-from trainers.harness.checkpoints import restore_newest_readable
-from trainers.harness.flags import REQUIRED, identity, option
+from trainers.harness.flags import REQUIRED, option
+from trainers.harness.loop import Job, run_job
+from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
-from trainers.harness.run_dir import RunDirectory, RunRefused
+from trainers.harness.run_dir import RunRefused, layout
 
 LOSSES = (
     "contrastive",
@@ -352,71 +353,9 @@ def build_training_model(config, embedding_model, num_classes):
     )
 
 
-class _Run(keras.callbacks.Callback):
-    """Per step: NaN guard, and every `trace_every` steps a trace point (window means of the
-    logged loss and metrics, with the learning rate). Per interval: evaluation, results.json,
-    checkpoint, plots (in that order)."""
-
-    def __init__(self, config, paths, results, manager, evaluator, bounds, schedule, started):
-        super().__init__()
-        self.config, self.paths, self.results = config, paths, results
-        self.manager, self.evaluator, self.bounds = manager, evaluator, bounds
-        self.schedule = schedule  # the optimizer's, to record the rate each window ended with
-        self.started, self.diverged_at = started, None
-        self._window_start = (0, {})
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._window_start = (0, {})  # Keras resets its running means at each epoch
-
-    def on_train_batch_end(self, batch, logs=None):
-        logs = logs or {}
-        loss = logs.get("loss")
-        if loss is not None and not np.isfinite(float(loss)):
-            self.diverged_at = int(self.model.optimizer.iterations)
-            self.model.stop_training = True
-            return
-        done = batch + 1
-        if done % self.config.trace_every and done != self.config.eval_every:
-            return
-        # Keras logs running means since the epoch began; the window's mean is the difference of
-        # the running sums (mean x count) at its two ends.
-        start, start_sums = self._window_start
-        sums = {k: float(v) * done for k, v in logs.items() if np.ndim(v) == 0}
-        step = int(self.model.optimizer.iterations)
-        entry = window_means(start_sums, start, sums, done)
-        entry.update(step=step, steps=done - start, learning_rate=float(self.schedule(step - 1)))
-        self.results["trace"].append(entry)
-        self._window_start = (done, sums)
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self.diverged_at is not None:
-            return  # never evaluate or checkpoint non-finite weights
-        logs = logs if logs is not None else {}
-        step = int(self.model.optimizer.iterations)
-        self.evaluator._epoch = epoch + 1
-        record = self.evaluator.evaluate(step=step)
-        logs.update({f"test_{k}": v for k, v in record.items() if is_metric_key(k)})
-        evaluations = [e for e in self.results["evaluations"] if e["step"] < step]
-        self.results["evaluations"] = evaluations + [record]
-        self.results["wall_seconds"] = _wall_seconds(self.results, self.started)
-        records.write_json(self.paths["results"], self.results)
-        self.manager.save(checkpoint_number=step)
-        plot_run(self.results, self.bounds, self.paths["plots"])
-
-
-def _wall_seconds(results, started):
-    """Earlier attempts' wall time plus this one's so far."""
-    return results["wall_seconds_before"] + time.perf_counter() - started
-
-
-def window_means(start_sums, start_count, end_sums, end_count):
-    """Means over steps ``start_count + 1 .. end_count`` from running sums at both ends."""
-    width = end_count - start_count
-    return {k: (v - start_sums.get(k, 0.0)) / width for k, v in end_sums.items()}
-
-
 def train_retrieval(config, *, callbacks=()):
-    """Trains, evaluates every `eval_every` steps, resumes from `output_dir` if interrupted.
+    """Trains, evaluates every `eval_every` steps, resumes from `output_dir` if interrupted
+    (the shared loop: `trainers.harness.loop.run_job`).
 
     Returns the results dict (also in ``output_dir/results.json``), whose ``status`` is
     ``"completed"`` or ``"diverged"`` (non-finite loss: training stopped, the last good
@@ -429,125 +368,68 @@ def train_retrieval(config, *, callbacks=()):
     """
     started = time.perf_counter()
     config, split, embedding_model = _setup(config)
-    config_dict = dataclasses.asdict(config)
-    config_dict["recall_ks"] = list(config.recall_ks)
-    with RunDirectory(config.output_dir, identity(config_dict, RetrievalConfig)) as run:
-        return _train(config, config_dict, run, split, embedding_model, started, callbacks)
+    job = _job(config, split, embedding_model, callbacks)
+    return run_job(job, RetrievalConfig, started)
 
 
-def _train(config, config_dict, run, split, embedding_model, started, callbacks):
-    (train, test, input_shape, loaders), paths = split, run.paths
-    previous = run.previous_results()
+def _job(config, split, embedding_model, callbacks):
+    train, test, input_shape, loaders = split
     train_classes, train_labels = np.unique(train[1], return_inverse=True)
     model = build_training_model(config, embedding_model, len(train_classes))
     schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
-    optimizer = keras.optimizers.SGD(schedule, momentum=0.9)
     proxies = config.loss == "proxy_anchor"
     model.compile(
-        optimizer=optimizer,
+        optimizer=keras.optimizers.SGD(schedule, momentum=0.9),
         loss=build_loss(config),
         metrics={"embedding": metrics.svmax_metrics()} if proxies else metrics.svmax_metrics(),
         jit_compile=config.jit_compile,
     )
-    model.optimizer.build(model.trainable_variables)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-    manager = tf.train.CheckpointManager(checkpoint, paths["checkpoints"], max_to_keep=2)
-    start_step = 0
-    if restore_newest_readable(checkpoint, manager):
-        start_step = int(model.optimizer.iterations)
-    if previous and previous.get("status") == "completed" and start_step >= config.train_steps:
-        # A finished run is reported, not re-recorded (wall time and files stay as they were).
-        if config.verbose:
-            print(f"[train_retrieval] already completed: {summary(previous)}", flush=True)
-        return previous
-    results = previous or {"evaluations": [], "trace": [], "resumed_at_steps": []}
-    results["evaluations"] = [e for e in results["evaluations"] if e["step"] <= start_step]
-    results["trace"] = [t for t in results["trace"] if t["step"] <= start_step]
-    if start_step:
-        results["resumed_at_steps"] = results.get("resumed_at_steps", []) + [start_step]
-    environment = records.environment()
     batch = config.batch_p * config.batch_k
-    lower, upper = ops.svmax_bounds(batch, config.embedding_dim)
-    results.update(
-        config=config_dict,
-        versions=environment["versions"],
-        machine=environment["machine"],
-        device=records.device(environment["machine"]),
-        status="running",
-        message="",
-        train_batch_bounds={"batch_size": batch, "lower": lower, "upper": upper},
-        wall_seconds_before=results.get("wall_seconds", 0.0),
-    )
-    if config.verbose:
-        where = f"resuming at step {start_step}" if start_step else "starting"
-        print(
-            f"[train_retrieval] {where}: {config.dataset}, {config.backbone}, "
-            f"{config.loss} + {config.regularizer}, P x K = {config.batch_p} x "
-            f"{config.batch_k}, lr {config.learning_rate}, {config.train_steps} steps "
-            f"-> {config.output_dir}",
-            flush=True,
-        )
+    bounds = ops.svmax_bounds(batch, config.embedding_dim)
 
-    train_batches = data.pk_batches(
-        train[0],
-        # Proxy-Anchor indexes one proxy per class: labels become 0 .. C-1 (order kept, so the
-        # batches are those of the original labels).
-        train_labels if proxies else train[1],
-        batch_p=config.batch_p,
-        batch_k=config.batch_k,
-        seed=config.seed,
-        map_fn=loaders[0] if loaders else None,
-        start_batch=start_step,
+    def batches(start_step):
+        out = data.pk_batches(
+            train[0],
+            # Proxy-Anchor indexes one proxy per class: labels become 0 .. C-1 (order kept, so
+            # the batches are those of the original labels).
+            train_labels if proxies else train[1],
+            batch_p=config.batch_p,
+            batch_k=config.batch_k,
+            seed=config.seed,
+            map_fn=loaders[0] if loaders else None,
+            start_batch=start_step,
+        )
+        if proxies:
+            out = out.map(
+                lambda x, y: (x, {"embedding": y, "proxies": y}),
+                num_parallel_calls=tf.data.AUTOTUNE,
+            )
+        return out
+
+    evaluator = _evaluator(
+        config, test, input_shape, loaders, layout(config.output_dir)["tensorboard"]
     )
-    if proxies:
-        train_batches = train_batches.map(
-            lambda x, y: (x, {"embedding": y, "proxies": y}), num_parallel_calls=tf.data.AUTOTUNE
-        )
-    evaluator = _evaluator(config, test, input_shape, loaders, paths["tensorboard"])
     evaluator.set_model(embedding_model)
-    if config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
-        # Step 0: where training starts from (the backbone's own retrieval quality); kept if a
-        # restart finds it already recorded.
-        results["evaluations"] = [evaluator.evaluate(step=0)]
-        results["wall_seconds"] = _wall_seconds(results, started)
-        records.write_json(paths["results"], results)
-        if config.verbose:
-            print(f"[train_retrieval] untrained: {summary(results)}", flush=True)
-    run = _Run(config, paths, results, manager, evaluator, (lower, upper), schedule, started)
-    epochs = config.train_steps // config.eval_every
-    if start_step < config.train_steps:
-        model.fit(
-            train_batches,
-            epochs=epochs,
-            initial_epoch=start_step // config.eval_every,
-            steps_per_epoch=config.eval_every,
-            callbacks=[
-                run,
-                keras.callbacks.TensorBoard(paths["tensorboard"]),
-                *callbacks,
-            ],
-            verbose=config.verbose,
-            shuffle=False,  # P x K batches must keep their layout
-        )
-    if run.diverged_at is not None:
-        results["status"] = "diverged"
-        results["message"] = (
-            f"Non-finite loss at step {run.diverged_at}: training stopped. The last good "
-            f"checkpoint (step {start_step_of(manager)}) is kept in {paths['checkpoints']}; "
-            "lower --learning_rate or check the data."
-        )
-    else:
-        results["status"] = "completed"
-        embedding_model.save(os.path.join(config.output_dir, "embedding_model.keras"))
-    results["wall_seconds"] = _wall_seconds(results, started)
-    del results["wall_seconds_before"]
-    records.write_json(paths["results"], results)
-    plot_run(results, (lower, upper), paths["plots"])
-    if config.verbose:
-        print(f"[train_retrieval] {results['status']}: {summary(results)}", flush=True)
-        if results["message"]:
-            print(f"[train_retrieval] {results['message']}", flush=True)
-    return results
+    return Job(
+        name="train_retrieval",
+        config=config,
+        model=model,
+        schedule=schedule,
+        batches=batches,
+        evaluate=lambda step, epoch: evaluator.evaluate(step=step, epoch=epoch),
+        is_metric=is_metric_key,
+        plot=lambda results, folder: plot_run(results, bounds, folder),
+        save=lambda folder: embedding_model.save(os.path.join(folder, "embedding_model.keras")),
+        header={
+            "train_batch_bounds": {"batch_size": batch, "lower": bounds[0], "upper": bounds[1]}
+        },
+        description=(
+            f"{config.dataset}, {config.backbone}, {config.loss} + {config.regularizer}, "
+            f"P x K = {config.batch_p} x {config.batch_k}, lr {config.learning_rate}, "
+            f"{config.train_steps} steps"
+        ),
+        callbacks=callbacks,
+    )
 
 
 def _setup(config):
@@ -595,17 +477,9 @@ def evaluate_untrained(config):
     return evaluator.evaluate(step=0)
 
 
-def start_step_of(manager):
-    latest = manager.latest_checkpoint
-    return int(latest.rsplit("-", 1)[-1]) if latest else 0
-
-
 def summary(results):
-    if not results["evaluations"]:
-        return "no evaluation"
-    last = results["evaluations"][-1]
-    shown = [f"{k}={v:.4f}" for k, v in last.items() if is_metric_key(k)]
-    return f"step {last['step']}: " + ", ".join(shown)
+    """One line with the last evaluation's retrieval metrics."""
+    return loop_summary(results, is_metric_key)
 
 
 def plot_run(results, bounds, directory):

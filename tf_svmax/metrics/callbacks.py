@@ -107,13 +107,17 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         embeddings = self.model.predict(self.data, batch_size=self.batch_size, verbose=0)
         return np.asarray(embeddings), np.asarray(self.labels)
 
-    def evaluate(self, step=None):
+    def evaluate(self, step=None, epoch=None):
         """Evaluates now; returns and records the result dict.
 
         Args:
           step: The training step to record (default: the model's optimizer iterations, 0 for
             an uncompiled model; pass it when the model evaluated is part of the one trained).
+          epoch: The epoch to record (default: the number of epochs this callback has seen
+            end; pass it when the callback is not in the `fit` call).
         """
+        if epoch is not None:
+            self._epoch = _checks.check_non_negative_int(epoch, "epoch")
         embeddings, labels = self.embed()
         results = retrieval.evaluate_retrieval(embeddings, labels, **self.evaluate_kwargs)
         if step is None:

@@ -30,6 +30,17 @@ def config_differences(old, new):
     return sorted(k for k in old if k in new and old[k] != new[k])
 
 
+def layout(output_dir):
+    """The paths of a run folder's parts (see the module docstring)."""
+    return {
+        "results": os.path.join(output_dir, "results.json"),
+        "config": os.path.join(output_dir, "config.json"),
+        "checkpoints": os.path.join(output_dir, "checkpoints"),
+        "tensorboard": os.path.join(output_dir, "tensorboard"),
+        "plots": output_dir,
+    }
+
+
 class RunDirectory:
     """The run folder under `output_dir` for the run that `config_dict` (JSON values: the
     fields that define what the run computes) identifies."""
@@ -37,13 +48,7 @@ class RunDirectory:
     def __init__(self, output_dir, config_dict):
         self.output_dir = output_dir
         self.config = config_dict
-        self.paths = {
-            "results": os.path.join(output_dir, "results.json"),
-            "config": os.path.join(output_dir, "config.json"),
-            "checkpoints": os.path.join(output_dir, "checkpoints"),
-            "tensorboard": os.path.join(output_dir, "tensorboard"),
-            "plots": output_dir,
-        }
+        self.paths = layout(output_dir)
         self._lock = None
 
     def __enter__(self):

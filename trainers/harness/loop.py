@@ -1,0 +1,249 @@
+"""The training loop every trainer shares, around `keras.Model.fit`.
+
+A trainer builds a compiled model, its batches, its evaluation and its plots, and hands them
+over as a `Job`; `run_job` does the rest, the same way for every trainer:
+
+- the run folder (`RunDirectory`: lock, configuration identity, records kept);
+- resume from the newest readable checkpoint (model, optimizer and the job's extra state), or
+  report a finished run unchanged;
+- an evaluation before the first step (optional) and every `eval_every` steps, each followed
+  by ``results.json``, a checkpoint and the plots, in that order;
+- a trace point every `trace_every` steps: the window's mean of every logged scalar, the
+  learning rate the window ended with and the window's wall seconds per step;
+- the NaN guard: a non-finite loss stops training before anything non-finite is evaluated or
+  saved; the run ends ``diverged`` with the last good checkpoint kept;
+- TensorBoard, and the final record (``status``, ``message``, ``wall_seconds`` over attempts).
+
+The job's config must have the fields ``output_dir``, ``train_steps``, ``eval_every``,
+``trace_every``, ``evaluate_untrained`` and ``verbose`` (resolved: no None).
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_svmax import records
+from trainers.harness.checkpoints import restore_newest_readable
+from trainers.harness.flags import identity
+from trainers.harness.run_dir import RunDirectory
+
+
+@dataclasses.dataclass
+class Job:
+    """What one trainer contributes to a run.
+
+    Attributes:
+      name: The program's name, prefixed to its progress lines (``train_retrieval``).
+      config: The resolved config dataclass instance.
+      model: The compiled model `fit` trains.
+      schedule: The optimizer's learning-rate schedule (called with a step for the trace).
+      batches: ``start_step -> tf.data.Dataset`` of training batches from that step on.
+      evaluate: ``(step, epoch) -> dict`` of the held-out evaluation; `is_metric` picks the
+        entries logged to TensorBoard and printed.
+      is_metric: ``key -> bool`` for the entries of an evaluation that are metrics.
+      plot: ``(results, folder) -> None``; writes the trainer's figures.
+      save: ``folder -> None``; writes the finished model(s).
+      header: Entries added to the record at every attempt (e.g. the batch's s_mu bounds).
+      description: What the start line says the run is.
+      state: Extra trackables checkpointed with the model and optimizer (name -> object),
+        e.g. a loss's non-trainable state.
+      callbacks: Extra Keras callbacks.
+    """
+
+    name: str
+    config: object
+    model: keras.Model
+    schedule: Callable
+    batches: Callable[[int], tf.data.Dataset]
+    evaluate: Callable[[int, int], dict]
+    is_metric: Callable[[str], bool]
+    plot: Callable[[dict, str], None]
+    save: Callable[[str], None]
+    header: dict = dataclasses.field(default_factory=dict)
+    description: str = ""
+    state: dict = dataclasses.field(default_factory=dict)
+    callbacks: Sequence = ()
+
+
+def config_record(config):
+    """The config as JSON values (tuples become lists), as ``results.json`` records it."""
+    out = dataclasses.asdict(config)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+
+def window_means(start_sums, start_count, end_sums, end_count):
+    """Means over steps ``start_count + 1 .. end_count`` from running sums at both ends."""
+    width = end_count - start_count
+    return {k: (v - start_sums.get(k, 0.0)) / width for k, v in end_sums.items()}
+
+
+def summary(results, is_metric):
+    """One line with the last evaluation's metrics."""
+    if not results["evaluations"]:
+        return "no evaluation"
+    last = results["evaluations"][-1]
+    shown = [f"{k}={v:.4f}" for k, v in last.items() if is_metric(k)]
+    return f"step {last['step']}: " + ", ".join(shown)
+
+
+def start_step_of(manager):
+    latest = manager.latest_checkpoint
+    return int(latest.rsplit("-", 1)[-1]) if latest else 0
+
+
+class _Cadence(keras.callbacks.Callback):
+    """Per step: NaN guard, and every `trace_every` steps a trace point. Per interval:
+    evaluation, results.json, checkpoint, plots (in that order)."""
+
+    def __init__(self, job, paths, results, manager, started):
+        super().__init__()
+        self.job, self.config, self.paths, self.results = job, job.config, paths, results
+        self.manager, self.started, self.diverged_at = manager, started, None
+        self._window_start = (0, {}, time.perf_counter())
+
+    def on_epoch_begin(self, epoch, logs=None):
+        # Keras resets its running means at each epoch; the clock restarts after evaluation.
+        self._window_start = (0, {}, time.perf_counter())
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        loss = logs.get("loss")
+        if loss is not None and not np.isfinite(float(loss)):
+            self.diverged_at = int(self.model.optimizer.iterations)
+            self.model.stop_training = True
+            return
+        done = batch + 1
+        if done % self.config.trace_every and done != self.config.eval_every:
+            return
+        # Keras logs running means since the epoch began; the window's mean is the difference of
+        # the running sums (mean x count) at its two ends.
+        start, start_sums, start_time = self._window_start
+        now = time.perf_counter()
+        sums = {k: float(v) * done for k, v in logs.items() if np.ndim(v) == 0}
+        step = int(self.model.optimizer.iterations)
+        entry = window_means(start_sums, start, sums, done)
+        entry.update(
+            step=step,
+            steps=done - start,
+            learning_rate=float(self.job.schedule(step - 1)),
+            # Includes tracing in a run's first window and input waits: compare medians.
+            step_seconds=(now - start_time) / (done - start),
+        )
+        self.results["trace"].append(entry)
+        self._window_start = (done, sums, now)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.diverged_at is not None:
+            return  # never evaluate or checkpoint non-finite weights
+        logs = logs if logs is not None else {}
+        step = int(self.model.optimizer.iterations)
+        record = self.job.evaluate(step, epoch + 1)
+        logs.update({f"test_{k}": v for k, v in record.items() if self.job.is_metric(k)})
+        evaluations = [e for e in self.results["evaluations"] if e["step"] < step]
+        self.results["evaluations"] = evaluations + [record]
+        self.results["wall_seconds"] = _wall_seconds(self.results, self.started)
+        records.write_json(self.paths["results"], self.results)
+        self.manager.save(checkpoint_number=step)
+        self.job.plot(self.results, self.paths["plots"])
+
+
+def _wall_seconds(results, started):
+    """Earlier attempts' wall time plus this one's so far."""
+    return results["wall_seconds_before"] + time.perf_counter() - started
+
+
+def run_job(job, config_class, started):
+    """Trains `job` in its config's ``output_dir``, resuming what an earlier attempt left.
+
+    Args:
+      job: The `Job`.
+      config_class: The config dataclass (its ``identity=False`` fields may change on resume).
+      started: `time.perf_counter()` when the program began (setup time counts).
+
+    Returns the results dict (also in ``output_dir/results.json``), whose ``status`` is
+    ``"completed"`` or ``"diverged"`` (``message`` says where and what is kept).
+
+    Raises:
+      RunRefused: `output_dir` is in use by another process, holds another configuration,
+        or its record is damaged (`trainers.harness.run_dir`).
+    """
+    config_dict = config_record(job.config)
+    with RunDirectory(job.config.output_dir, identity(config_dict, config_class)) as run:
+        return _run(job, config_dict, run, started)
+
+
+def _say(job, text):
+    if job.config.verbose:
+        print(f"[{job.name}] {text}", flush=True)
+
+
+def _run(job, config_dict, run, started):
+    config, paths, model = job.config, run.paths, job.model
+    previous = run.previous_results()
+    model.optimizer.build(model.trainable_variables)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **job.state)
+    manager = tf.train.CheckpointManager(checkpoint, paths["checkpoints"], max_to_keep=2)
+    start_step = 0
+    if restore_newest_readable(checkpoint, manager):
+        start_step = int(model.optimizer.iterations)
+    if previous and previous.get("status") == "completed" and start_step >= config.train_steps:
+        # A finished run is reported, not re-recorded (wall time and files stay as they were).
+        _say(job, f"already completed: {summary(previous, job.is_metric)}")
+        return previous
+    results = previous or {"evaluations": [], "trace": [], "resumed_at_steps": []}
+    results["evaluations"] = [e for e in results["evaluations"] if e["step"] <= start_step]
+    results["trace"] = [t for t in results["trace"] if t["step"] <= start_step]
+    if start_step:
+        results["resumed_at_steps"] = results.get("resumed_at_steps", []) + [start_step]
+    environment = records.environment()
+    results.update(
+        config=config_dict,
+        versions=environment["versions"],
+        machine=environment["machine"],
+        device=records.device(environment["machine"]),
+        status="running",
+        message="",
+        **job.header,
+        wall_seconds_before=results.get("wall_seconds", 0.0),
+    )
+    where = f"resuming at step {start_step}" if start_step else "starting"
+    _say(job, f"{where}: {job.description} -> {config.output_dir}")
+    if config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
+        # Step 0: where training starts from; kept if a restart finds it already recorded.
+        results["evaluations"] = [job.evaluate(0, 0)]
+        results["wall_seconds"] = _wall_seconds(results, started)
+        records.write_json(paths["results"], results)
+        _say(job, f"untrained: {summary(results, job.is_metric)}")
+    cadence = _Cadence(job, paths, results, manager, started)
+    if start_step < config.train_steps:
+        model.fit(
+            job.batches(start_step),
+            epochs=config.train_steps // config.eval_every,
+            initial_epoch=start_step // config.eval_every,
+            steps_per_epoch=config.eval_every,
+            callbacks=[cadence, keras.callbacks.TensorBoard(paths["tensorboard"]), *job.callbacks],
+            verbose=config.verbose,
+            shuffle=False,  # batches keep the layout their sampler gave them
+        )
+    if cadence.diverged_at is not None:
+        results["status"] = "diverged"
+        results["message"] = (
+            f"Non-finite loss at step {cadence.diverged_at}: training stopped. The last good "
+            f"checkpoint (step {start_step_of(manager)}) is kept in {paths['checkpoints']}; "
+            "lower --learning_rate or check the data."
+        )
+    else:
+        results["status"] = "completed"
+        job.save(config.output_dir)
+    results["wall_seconds"] = _wall_seconds(results, started)
+    del results["wall_seconds_before"]
+    records.write_json(paths["results"], results)
+    job.plot(results, paths["plots"])
+    _say(job, f"{results['status']}: {summary(results, job.is_metric)}")
+    if results["message"]:
+        _say(job, results["message"])
+    return results
