@@ -232,10 +232,10 @@ def resolve(config, num_train_classes=None):
             raise ConfigError(f"--{field}={getattr(c, field)!r} is not one of {list(allowed)}.")
     if c.dataset not in EMBEDDED and not c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
-    if c.dataset in EMBEDDED and c.backbone != "small_cnn":
+    if c.dataset in EMBEDDED and c.backbone not in models.SMALL_BACKBONES:
         raise ConfigError(
             f"--dataset={c.dataset} has small grey images; --backbone={c.backbone} needs RGB "
-            "images of at least 32 x 32. Use --backbone=small_cnn."
+            f"images of at least 32 x 32. Use --backbone from {list(models.SMALL_BACKBONES)}."
         )
     paper_p, paper_k = PAPER_BATCH[c.loss]
     batch_k = paper_k if c.batch_k is None else c.batch_k

@@ -16,40 +16,8 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import sys  # noqa: E402
-
-from absl import flags, logging  # noqa: E402
-
 from trainers import retrieval  # noqa: E402
-from trainers.harness import flags as harness_flags  # noqa: E402
-from trainers.harness.run_dir import RunRefused  # noqa: E402
-
-FLAGS = flags.FLAGS
-harness_flags.define_flags(retrieval.RetrievalConfig)
-flags.adopt_module_key_flags(harness_flags)  # --help lists them as this program's flags
-
-
-def main(argv):
-    del argv
-    if not FLAGS["verbosity"].present:
-        # TensorFlow's checkpoint saver logs one INFO line per save through absl, which would
-        # interleave with the progress lines; --verbosity=0 brings them back.
-        logging.set_verbosity(logging.WARNING)
-    try:
-        config = harness_flags.config_from_flags(retrieval.RetrievalConfig)
-        results = retrieval.train_retrieval(config)
-    except (RunRefused, harness_flags.FlagValueError) as error:
-        print(f"train_retrieval: refused: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(
-            f"\ntrain_retrieval: interrupted. The last checkpoint in {config.output_dir} is kept; "
-            "run the same command again to resume from it.",
-            file=sys.stderr,
-        )
-        return 130
-    return 0 if results["status"] == "completed" else 1
-
+from trainers.harness import cli  # noqa: E402
 
 if __name__ == "__main__":
-    harness_flags.run(main)
+    cli.main(retrieval.RetrievalConfig, retrieval.train_retrieval, "train_retrieval")

@@ -21,9 +21,19 @@ from tf_svmax.data.preprocessing import (
     train_transform,
 )
 from tf_svmax.data.sampler import pk_batches, pk_index_batches
+from tf_svmax.data.subsets import (
+    cap_per_class,
+    long_tail_fractions,
+    long_tailed_subset,
+    split_per_class,
+)
 
 __all__ = [
     "DatasetFormatError",
+    "cap_per_class",
+    "long_tail_fractions",
+    "long_tailed_subset",
+    "split_per_class",
     "decode_image",
     "default_resize_size",
     "image_dataset",

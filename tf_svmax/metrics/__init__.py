@@ -1,6 +1,10 @@
 """Keras 3 metrics and retrieval evaluation (Recall@K, MAP@R, NMI)."""
 
 from tf_svmax.metrics.callbacks import RetrievalEvaluation
+from tf_svmax.metrics.classification import (
+    classification_accuracies,
+    neighbour_agreement_of_errors,
+)
 from tf_svmax.metrics.retrieval import (
     evaluate_retrieval,
     first_positive_ranks,
@@ -14,11 +18,13 @@ from tf_svmax.metrics.spectral import MeanSingularValue, SingularValueBound, svm
 __all__ = [
     "MeanSingularValue",
     "RetrievalEvaluation",
+    "classification_accuracies",
     "SingularValueBound",
     "evaluate_retrieval",
     "first_positive_ranks",
     "map_at_r",
     "nearest_neighbors",
+    "neighbour_agreement_of_errors",
     "nmi",
     "recall_at_k",
     "svmax_metrics",

@@ -3,17 +3,23 @@
 from tf_svmax.models.backbones import (
     APPLICATIONS,
     BACKBONES,
+    SMALL_BACKBONES,
     ApplicationPreprocessing,
     build_embedding_model,
     default_input_size,
+    feature_map,
 )
 from tf_svmax.models.heads import CosineProxies
+from tf_svmax.models.two_head import build_two_head_model
 
 __all__ = [
     "APPLICATIONS",
     "BACKBONES",
+    "SMALL_BACKBONES",
     "ApplicationPreprocessing",
     "CosineProxies",
     "build_embedding_model",
+    "build_two_head_model",
+    "feature_map",
     "default_input_size",
 ]

@@ -1,6 +1,7 @@
 """Embedding networks: a backbone, a linear embedding layer and L2 normalisation.
 
-``small_cnn`` is a three-convolution network for small images (the embedded 8 x 8 digits);
+``small_cnn`` is a three-convolution network for small images (the embedded sets), and
+``small_cnn_bn`` the same with batch normalization;
 the others are `keras.applications` backbones with global average pooling, fed float32 RGB in
 [0, 255] and normalised inside the model by the backbone's own `preprocess_input`.
 """
@@ -18,11 +19,15 @@ APPLICATIONS = {
     "inception_v3": ("InceptionV3", "inception_v3", 299),
     "densenet121": ("DenseNet121", "densenet", 224),
 }
-BACKBONES = ("small_cnn", *APPLICATIONS)
+# small_cnn_bn: the same three convolutions with batch normalization before each ReLU, as the
+# applications have; it trains a softmax head from scratch at the papers' learning rate (0.01),
+# where small_cnn's small activations make that take tens of thousands of steps.
+SMALL_BACKBONES = ("small_cnn", "small_cnn_bn")
+BACKBONES = (*SMALL_BACKBONES, *APPLICATIONS)
 
 
 def default_input_size(backbone):
-    """The input side length a backbone was designed for (None for small_cnn: any size)."""
+    """The input side length a backbone was designed for (None for the small ones: any size)."""
     _check_backbone(backbone)
     return APPLICATIONS[backbone][2] if backbone in APPLICATIONS else None
 
@@ -49,20 +54,63 @@ class ApplicationPreprocessing(keras.layers.Layer):
         return {**super().get_config(), "module": self.module}
 
 
-def _small_cnn(inputs):
+def _small_cnn_map(inputs, batch_norm=False):
     x = inputs
     for filters in (32, 64, 128):
-        x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+        if batch_norm:
+            x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+            x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
+        else:
+            x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
         if x.shape[1] is not None and x.shape[1] >= 4:
             x = keras.layers.MaxPooling2D(2)(x)
-    return keras.layers.GlobalAveragePooling2D()(x)
+    return x
+
+
+def _small_cnn(inputs, batch_norm=False):
+    return keras.layers.GlobalAveragePooling2D()(_small_cnn_map(inputs, batch_norm))
+
+
+def _application(backbone, inputs, weights, pooling):
+    """The keras.applications backbone on `inputs` (its own preprocessing inside)."""
+    name, module, _ = APPLICATIONS[backbone]
+    input_shape = tuple(inputs.shape[1:])
+    if input_shape[-1] != 3 or min(input_shape[:2]) < 32:
+        raise ValueError(
+            _checks.invalid(
+                "input_shape", f"RGB images of at least 32 x 32 for {backbone}", input_shape
+            )
+        )
+    file_weights = weights not in (None, "none", "imagenet")
+    if file_weights and not os.path.isfile(weights):
+        raise FileNotFoundError(f"Backbone weights file not found: {weights!r}.")
+    net = getattr(keras.applications, name)(
+        include_top=False,
+        weights="imagenet" if weights == "imagenet" else None,
+        input_shape=input_shape,
+        pooling=pooling,
+    )
+    if file_weights:
+        net.load_weights(weights)
+    return net(ApplicationPreprocessing(module)(inputs))
+
+
+def feature_map(backbone, inputs, *, weights=None):
+    """The backbone's last convolutional feature map ``h`` (unpooled, `[B, H', W', C]`) on
+    the Keras tensor `inputs`; `weights` as in `build_embedding_model`."""
+    _check_backbone(backbone)
+    if backbone in SMALL_BACKBONES:
+        if weights not in (None, "none"):
+            raise ValueError(_checks.invalid("weights", f"None for {backbone}", weights))
+        return _small_cnn_map(inputs, batch_norm=backbone == "small_cnn_bn")
+    return _application(backbone, inputs, weights, pooling=None)
 
 
 def build_embedding_model(backbone, *, input_shape, embedding_dim=128, weights=None):
     """A `keras.Model` from images to L2-normalised `[B, embedding_dim]` embeddings.
 
     Args:
-      backbone: ``"small_cnn"`` or a key of `APPLICATIONS`.
+      backbone: A name of `SMALL_BACKBONES` or a key of `APPLICATIONS`.
       input_shape: `(height, width, channels)`; applications need 3 channels and >= 32 px.
       embedding_dim: Size of the embedding (the papers: 128).
       weights: None (random), ``"imagenet"`` (downloads unless cached) or a path to a
@@ -71,30 +119,12 @@ def build_embedding_model(backbone, *, input_shape, embedding_dim=128, weights=N
     _check_backbone(backbone)
     embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")
     inputs = keras.Input(tuple(input_shape), name="images")
-    if backbone == "small_cnn":
+    if backbone in SMALL_BACKBONES:
         if weights not in (None, "none"):
-            raise ValueError(_checks.invalid("weights", "None for small_cnn", weights))
-        features = _small_cnn(inputs)
+            raise ValueError(_checks.invalid("weights", f"None for {backbone}", weights))
+        features = _small_cnn(inputs, batch_norm=backbone == "small_cnn_bn")
     else:
-        name, module, _ = APPLICATIONS[backbone]
-        if input_shape[-1] != 3 or min(input_shape[:2]) < 32:
-            raise ValueError(
-                _checks.invalid(
-                    "input_shape", f"RGB images of at least 32 x 32 for {backbone}", input_shape
-                )
-            )
-        file_weights = weights not in (None, "none", "imagenet")
-        if file_weights and not os.path.isfile(weights):
-            raise FileNotFoundError(f"Backbone weights file not found: {weights!r}.")
-        net = getattr(keras.applications, name)(
-            include_top=False,
-            weights="imagenet" if weights == "imagenet" else None,
-            input_shape=tuple(input_shape),
-            pooling="avg",
-        )
-        if file_weights:
-            net.load_weights(weights)
-        features = net(ApplicationPreprocessing(module)(inputs))
+        features = _application(backbone, inputs, weights, pooling="avg")
     embedding = keras.layers.Dense(embedding_dim, name="embedding")(features)
     # Unit-norm rows: the SVMax bounds and the ranking losses' margins assume them.
     outputs = keras.layers.UnitNormalization(name="l2_normalize")(embedding)

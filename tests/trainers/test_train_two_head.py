@@ -1,0 +1,167 @@
+"""The two-head trainer: paper defaults, losses per mode, data protocols, records, resume, CLI."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.data import fake_trees
+from tf_svmax import losses
+from trainers import two_head
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config(tmp_path, **kwargs):
+    base = dict(
+        output_dir=str(tmp_path / "run"),
+        dataset="digits",
+        train_steps=4,
+        eval_every=2,
+        trace_every=1,
+        batch_p=4,
+        embedding_dim=16,
+        kmeans_max_iter=20,
+        verbose=0,
+    )
+    return two_head.TwoHeadConfig(**{**base, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "mode, lam",
+    [("softmax", 0.0), ("center", 0.003), ("semi_hard", 1.0), ("hard", 1.0), ("ole", 0.25)],
+)
+def test_paper_lambda_per_mode(mode, lam):
+    config = two_head.resolve(two_head.TwoHeadConfig(output_dir="x", mode=mode))
+    assert config.regularizer_lambda == lam
+    assert config.batch_p * config.batch_k == 32 and config.embedding_dim == 256
+    assert config.learning_rate == 0.01 and config.recall_ks == (1, 4, 8, 16)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(mode="softmax", regularizer_lambda=1.0), "--mode=softmax has no regularizer"),
+        (dict(imbalance_ratio=0.5), "`--imbalance_ratio`"),
+        (dict(test_fraction=1.0), "`--test_fraction`"),
+        (dict(train_images_per_class=0), "`--train_images_per_class`"),
+        (dict(dataset="fgvr"), "needs --data_dir"),
+        (dict(data_dir="/tmp"), "takes no --data_dir"),
+        (dict(backbone="resnet50"), "small grey images"),
+        (dict(train_steps=10, eval_every=3), "multiple of --eval_every"),
+        (dict(batch_k=1), "--batch_k must be >= 2"),
+    ],
+)
+def test_refused_combinations(kwargs, message):
+    with pytest.raises(two_head.ConfigError, match=message):
+        two_head.resolve(two_head.TwoHeadConfig(output_dir="x", **kwargs))
+
+
+def test_losses_per_mode_sit_on_the_right_outputs():
+    def built(mode, **kwargs):
+        config = two_head.resolve(two_head.TwoHeadConfig(output_dir="x", mode=mode, **kwargs))
+        return two_head.build_losses(config, num_classes=10)
+
+    loss, weights, state = built("softmax")
+    assert set(loss) == {"logits"} and not state
+    loss, weights, state = built("hard")
+    assert isinstance(loss["embedding"], losses.TripletHardLoss) and loss["embedding"].soft
+    assert loss["embedding"].distance_metric == "squared-L2" and weights["embedding"] == 1.0
+    loss, _, _ = built("semi_hard")
+    assert loss["embedding"].margin == 0.2
+    loss, weights, state = built("center")
+    assert loss["embedding"].lambda_ == 0.003 and loss["embedding"].alpha == 0.5
+    assert state["center_loss"] is loss["embedding"].centers
+    loss, weights, _ = built("ole")
+    assert set(loss) == {"logits", "features"} and loss["features"].lambda_ == 0.25
+    # SVMax on the embedding head keeps its own weight when the output is weighted by λ.
+    loss, weights, _ = built("semi_hard", regularizer_lambda=0.5, svmax_lambda=1.0)
+    (svmax,) = loss["embedding"].regularizers
+    assert weights["embedding"] * svmax.lambda_ == pytest.approx(1.0)
+    loss, weights, _ = built("softmax", svmax_lambda=2.0)
+    assert isinstance(loss["embedding"], losses.SVMaxLoss) and weights["embedding"] == 1.0
+
+
+def test_digits_smoke_records_accuracies_retrieval_and_explanations(tmp_path):
+    results = two_head.train_two_head(_config(tmp_path, mode="center"))
+    run = tmp_path / "run"
+    on_disk = json.loads((run / "results.json").read_text())
+    assert on_disk["status"] == results["status"] == "completed"
+    assert [e["step"] for e in on_disk["evaluations"]] == [0, 2, 4]
+    last = on_disk["evaluations"][-1]
+    for key in ("accuracy", "macro_accuracy", "recall_at_1", "recall_at_16", "nmi", "test_errors"):
+        assert key in last
+    assert len(last["per_class_accuracy"]) == 10
+    assert on_disk["data"]["num_classes"] == 10 and on_disk["data"]["embedding_head"]
+    assert all("step_seconds" in t for t in on_disk["trace"])
+    for name in ("training.png", "model.keras"):
+        assert (run / name).stat().st_size > 0
+    # Accuracy recomputed from the saved model on the held-out images.
+    split = two_head.load_split(two_head.resolve(_config(tmp_path)))
+    model = keras.models.load_model(run / "model.keras")
+    predictions = np.argmax(model.predict(split["test"][0], verbose=0)["logits"], axis=1)
+    assert last["accuracy"] == pytest.approx(np.mean(predictions == split["test"][1]))
+    # The center loss's centers are in the checkpoint (a resumed run continues them).
+    names = [n for n, _ in tf.train.list_variables(str(run / "checkpoints"))]
+    assert any(n.startswith("center_loss") for n in names)
+
+
+def test_long_tailed_and_scarce_protocols(tmp_path):
+    scarce = two_head.load_split(two_head.resolve(_config(tmp_path, train_images_per_class=3)))
+    assert np.bincount(scarce["train"][1]).tolist() == [3] * 10
+    balanced = two_head.load_split(two_head.resolve(_config(tmp_path)))
+    assert len(scarce["test"][1]) == len(balanced["test"][1])  # the test split is untouched
+    tail = two_head.load_split(two_head.resolve(_config(tmp_path, imbalance_ratio=10.0)))
+    train_counts = np.bincount(tail["train"][1])
+    test_counts = np.bincount(tail["test"][1])
+    assert train_counts.max() / train_counts.min() >= 7  # ~10 up to rounding
+    # Test classes follow the training distribution (so macro and micro accuracy differ).
+    assert np.corrcoef(train_counts, test_counts)[0, 1] > 0.95
+    assert test_counts.min() >= 1 and train_counts.min() >= 2
+
+
+def test_fgvr_tree_smoke(tmp_path):
+    root = fake_trees.make_fgvr(str(tmp_path / "flowers"), per_class=4)
+    config = _config(
+        tmp_path,
+        dataset="fgvr",
+        data_dir=root,
+        image_dir="jpg",
+        backbone="small_cnn",
+        input_size=32,
+        batch_p=2,
+        recall_ks=(1,),
+        mode="semi_hard",
+    )
+    results = two_head.train_two_head(config)
+    assert results["status"] == "completed"
+    assert results["data"]["num_classes"] == 3 and results["data"]["test_images"] == 12
+
+
+def _cli(*flags):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "trainers.train_two_head", *flags]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_cli_refuses_bad_flags_and_documents_the_papers_values(tmp_path):
+    never = tmp_path / "never"
+    for flags, message in (
+        (("--mode=softmax", "--regularizer_lambda=1"), "--mode=softmax has no regularizer"),
+        (("--imbalance_ratio=0.5",), "--imbalance_ratio"),
+        (("--mode=triplet",), "triplet"),
+    ):
+        done = _cli(*flags, f"--output_dir={never}")
+        assert done.returncode == 2 and message in done.stderr, (flags, done.stderr[-500:])
+    assert not never.exists()
+    done = _cli("--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    for phrase in ("0.003 center", "0.25 ole", "paper: 256", "40000 ResNet-50", "--flagfile"):
+        assert phrase in text, phrase

@@ -1,0 +1,52 @@
+"""The trainers' command line: flags from the config dataclass, the shared exit codes.
+
+    harness.cli.main(retrieval.RetrievalConfig, retrieval.train_retrieval, "train_retrieval")
+
+Exit status: 0 completed, 1 diverged (non-finite loss), 2 refused (a flag absl cannot parse, a
+flag combination the trainer cannot run, an --output_dir in use by another run or holding
+another configuration), 130 interrupted (Ctrl-C; the same command resumes).
+"""
+
+import sys
+
+from absl import flags, logging
+
+from trainers.harness import flags as harness_flags
+from trainers.harness.run_dir import RunRefused
+
+EXIT_COMPLETED, EXIT_DIVERGED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def main(config_class, train, name, argv=None):
+    """Defines `config_class`'s flags, parses `argv` and runs ``train(config)``; exits with
+    the shared codes. Call once, from the program's ``if __name__ == "__main__"``."""
+    before = set(flags.FLAGS)
+    harness_flags.define_flags(config_class)
+    for flag in sorted(set(flags.FLAGS) - before):
+        # --help lists the main module's key flags; these are defined from here.
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[flag])
+
+    def run(argv):
+        del argv
+        if not flags.FLAGS["verbosity"].present:
+            # TensorFlow's checkpoint saver logs one INFO line per save through absl, which
+            # would interleave with the progress lines; --verbosity=0 brings them back.
+            logging.set_verbosity(logging.WARNING)
+        config = None
+        try:
+            config = harness_flags.config_from_flags(config_class)
+            results = train(config)
+        except (RunRefused, harness_flags.FlagValueError) as error:
+            print(f"{name}: refused: {error}", file=sys.stderr)
+            return EXIT_REFUSED
+        except KeyboardInterrupt:
+            where = config.output_dir if config is not None else "the output folder"
+            print(
+                f"\n{name}: interrupted. The last checkpoint in {where} is kept; run the same "
+                "command again to resume from it.",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED
+        return EXIT_COMPLETED if results["status"] == "completed" else EXIT_DIVERGED
+
+    harness_flags.run(run, argv)
