@@ -31,7 +31,9 @@ setup(
     extras_require={
         "cpu": ["tensorflow-cpu>=2.16"],
         "gpu": ["tensorflow[and-cuda]>=2.16"],
-        "test": ["tensorflow-cpu>=2.16", "pytest", "scipy", "ruff", "matplotlib"],
+        # The test tools without TensorFlow (tasks.py adds the cpu or gpu extra), and with it.
+        "testtools": ["pytest", "scipy", "ruff"],
+        "test": ["tensorflow-cpu>=2.16", "pytest", "scipy", "ruff"],
         "bench": ["scipy", "matplotlib"],
     },
     license="Apache-2.0",

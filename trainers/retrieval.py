@@ -482,10 +482,27 @@ def summary(results):
     return loop_summary(results, is_metric_key)
 
 
+def run_title(config):
+    """What a figure shows, so that it stands alone: dataset, loss, regularizer and λ."""
+    c = config
+    regularizer = {
+        "none": "no regularizer",
+        "svmax": f"SVMax λ = {c['svmax_lambda']:g}",
+        "svmax_unbounded": f"unbounded SVMax λ = {c['svmax_lambda']:g}",
+        "spread_out": f"spread-out α = {c['spread_out_alpha']:g}",
+    }[c["regularizer"]]
+    return (
+        f"Retrieval: {c['dataset']}, {c['backbone']}, {c['loss']} + {regularizer}, lr "
+        f"{c['learning_rate']:g}, P × K = {c['batch_p']} × {c['batch_k']}, seed {c['seed']}"
+    )
+
+
 def plot_run(results, bounds, directory):
     """``training.png`` (loss; s_mu of the training batches and of the test set, with the
-    training batch's [L, U]) and ``recall.png`` (Recall@K over steps and at the last step)."""
+    training batch's [L, U]) and ``recall.png`` (Recall@K over steps, step 0 marked as the
+    untrained network, and at the last step); both titled with `run_title`."""
     plt = pyplot()
+    title = run_title(results["config"])
     trace, evaluations = results["trace"], results["evaluations"]
     if not trace:
         return
@@ -510,6 +527,7 @@ def plot_run(results, bounds, directory):
     ax_s.axhline(bounds[1], color="gray", ls=":", label=f"U = {bounds[1]:.3f}")
     ax_s.set(xlabel="step", ylabel="mean singular value", title="s_mu of the training batches")
     ax_s.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     save_figure(fig, os.path.join(directory, "training.png"))
     if not evaluations:
@@ -523,11 +541,20 @@ def plot_run(results, bounds, directory):
             marker="o",
             label=f"R@{k}",
         )
+    if evaluations[0]["step"] == 0:
+        ax_t.annotate(
+            "untrained",
+            (0, evaluations[0][f"recall_at_{ks[0]}"]),
+            textcoords="offset points",
+            xytext=(4, -12),
+            fontsize=8,
+        )
     ax_t.set(xlabel="step", ylabel="recall", title="Test Recall@K over training")
     ax_t.legend(fontsize=8)
     ax_k.plot(ks, [evaluations[-1][f"recall_at_{k}"] for k in ks], marker="o")
     ax_k.set_xscale("log", base=2)
     ax_k.set(xlabel="K", ylabel="Recall@K", title=f"Test recall at step {evaluations[-1]['step']}")
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     save_figure(fig, os.path.join(directory, "recall.png"))
     plt.close("all")

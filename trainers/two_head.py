@@ -493,13 +493,22 @@ def plot_run(results, directory, title):
             ls="--",
             label="test (macro)",
         )
+        k = min(int(key.split("_")[-1]) for key in evaluations[-1] if key.startswith("recall_at_"))
         ax_acc.plot(
             [e["step"] for e in evaluations],
-            [e["recall_at_1"] for e in evaluations if "recall_at_1" in e],
+            [e[f"recall_at_{k}"] for e in evaluations],
             marker="^",
             ls=":",
-            label="test R@1 (embedding)",
+            label=f"test R@{k} (embedding)",
         )
+        if evaluations[0]["step"] == 0:
+            ax_acc.annotate(
+                "untrained",
+                (0, evaluations[0]["accuracy"]),
+                textcoords="offset points",
+                xytext=(4, 6),
+                fontsize=8,
+            )
     ax_acc.set(xlabel="step", ylabel="accuracy", title="Accuracy")
     ax_acc.legend(fontsize=8)
     fig.suptitle(title)

@@ -19,6 +19,7 @@ The job's config must have the fields ``output_dir``, ``train_steps``, ``eval_ev
 """
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -151,6 +152,15 @@ class _Cadence(keras.callbacks.Callback):
         self.job.plot(self.results, self.paths["plots"])
 
 
+def fit_verbosity(verbose, stream=None):
+    """Keras' `verbose` for `fit`: the progress bar (1) only on a terminal; to a file or a CI
+    log (where the bar's carriage returns pile up into megabytes) one line per interval (2)."""
+    stream = sys.stdout if stream is None else stream
+    if verbose == 1 and not (hasattr(stream, "isatty") and stream.isatty()):
+        return 2
+    return verbose
+
+
 def _wall_seconds(results, started):
     """Earlier attempts' wall time plus this one's so far."""
     return results["wall_seconds_before"] + time.perf_counter() - started
@@ -226,7 +236,7 @@ def _run(job, config_dict, run, started):
             initial_epoch=start_step // config.eval_every,
             steps_per_epoch=config.eval_every,
             callbacks=[cadence, keras.callbacks.TensorBoard(paths["tensorboard"]), *job.callbacks],
-            verbose=config.verbose,
+            verbose=fit_verbosity(config.verbose),
             shuffle=False,  # batches keep the layout their sampler gave them
         )
     if cadence.diverged_at is not None:

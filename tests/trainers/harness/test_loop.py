@@ -1,6 +1,7 @@
 """The shared training loop on a toy job: trace windows, cadence, extra state, resume."""
 
 import dataclasses
+import io
 
 import keras
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from trainers.harness.flags import option
-from trainers.harness.loop import Job, run_job, window_means
+from trainers.harness.loop import Job, fit_verbosity, run_job, window_means
 
 
 def test_window_means_are_the_means_of_the_window_steps():
@@ -75,3 +76,14 @@ def test_cadence_trace_and_extra_state_resume(tmp_path):
     again = run_job(_job(config, fresh), ToyConfig, started=0.0)
     assert again == results  # finished: reported unchanged
     assert float(fresh.numpy()) == 3.0  # restored from the checkpoint, not re-counted
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_only_on_a_terminal():
+    assert fit_verbosity(1, _Terminal()) == 1
+    assert fit_verbosity(1, io.StringIO()) == 2  # a log file gets one line per interval
+    assert fit_verbosity(0, io.StringIO()) == 0 and fit_verbosity(2, _Terminal()) == 2

@@ -1,0 +1,29 @@
+"""tasks.py, the README's two commands: argument handling before any setup."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tasks(*args, **env):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tasks.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+
+
+def test_unknown_or_missing_verb_prints_usage_and_exits_2():
+    for args in ((), ("deploy",)):
+        done = _tasks(*args)
+        assert done.returncode == 2 and "usage: python3 tasks.py {run,test}" in done.stderr
+
+
+def test_bad_tensorflow_choice_is_refused_before_setup():
+    done = _tasks("run", TF_SVMAX_TENSORFLOW="tpu")
+    assert done.returncode != 0 and "TF_SVMAX_TENSORFLOW must be 'cpu' or 'gpu'" in done.stderr
