@@ -89,7 +89,8 @@ class RetrievalConfig:
 
     output_dir: str = option(
         REQUIRED,
-        "Results, checkpoints, TensorBoard, plots.",
+        "Results, checkpoints, TensorBoard, plots (a relative path starts at the current "
+        "directory).",
         flag_default="runs/retrieval",
         identity=False,  # a moved run folder resumes
     )

@@ -69,7 +69,8 @@ class TwoHeadConfig:
 
     output_dir: str = option(
         REQUIRED,
-        "Results, checkpoints, TensorBoard, plots.",
+        "Results, checkpoints, TensorBoard, plots (a relative path starts at the current "
+        "directory).",
         flag_default="runs/two_head",
         identity=False,  # a moved run folder resumes
     )

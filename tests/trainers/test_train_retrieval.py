@@ -430,7 +430,9 @@ def test_cli_ctrl_c_exits_130_and_the_same_command_resumes(tmp_path):
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-2000:]
-    assert "run the same command again to resume" in stderr and "Traceback" not in stderr
+    assert "Run the same command to resume from it." in stderr and "Traceback" not in stderr
+    step = int(stderr.split("the checkpoint of step ")[1].split()[0])
+    assert (out / "checkpoints" / f"ckpt-{step}.index").exists()
 
 
 def test_cli_refuses_a_second_run_in_a_folder_in_use(tmp_path):

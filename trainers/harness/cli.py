@@ -9,12 +9,27 @@ another configuration), 130 interrupted (Ctrl-C; the same command resumes).
 
 import sys
 
+import tensorflow as tf
 from absl import flags, logging
 
 from trainers.harness import flags as harness_flags
-from trainers.harness.run_dir import RunRefused
+from trainers.harness.run_dir import RunRefused, layout
 
 EXIT_COMPLETED, EXIT_DIVERGED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def interrupted_message(config):
+    """One line: where the run stopped and how to resume it."""
+    if config is None:
+        return "interrupted before the run started."
+    latest = tf.train.latest_checkpoint(layout(config.output_dir)["checkpoints"])
+    if latest is None:
+        return "interrupted before the first checkpoint; the same command starts the run anew."
+    step = int(latest.rsplit("-", 1)[-1])
+    return (
+        f"interrupted; the checkpoint of step {step} in {config.output_dir} is kept. Run the "
+        "same command to resume from it."
+    )
 
 
 def main(config_class, train, name, argv=None):
@@ -40,12 +55,7 @@ def main(config_class, train, name, argv=None):
             print(f"{name}: refused: {error}", file=sys.stderr)
             return EXIT_REFUSED
         except KeyboardInterrupt:
-            where = config.output_dir if config is not None else "the output folder"
-            print(
-                f"\n{name}: interrupted. The last checkpoint in {where} is kept; run the same "
-                "command again to resume from it.",
-                file=sys.stderr,
-            )
+            print(f"\n{name}: {interrupted_message(config)}", file=sys.stderr)
             return EXIT_INTERRUPTED
         return EXIT_COMPLETED if results["status"] == "completed" else EXIT_DIVERGED
 
