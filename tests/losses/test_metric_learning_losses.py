@@ -195,3 +195,33 @@ def test_lifted_gradient_is_exact_at_ties_between_row_shifts():
         lambda e: losses.lifted_struct_loss(labels, e), [x], delta=1e-6
     )
     np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-5)
+
+
+_ROW_MISMATCH = [
+    ("contrastive", lambda: losses.ContrastiveLoss(), np.array([0.0, 1.0, 1.0]), (2,)),
+    ("npairs_multilabel", lambda: losses.NpairsMultilabelLoss(), np.eye(3), (4, 4)),
+    ("center", lambda: losses.CenterLoss(3, 4), np.array([0, 1, 2]), (4, 4)),
+    ("proxy_anchor", lambda: losses.ProxyAnchorLoss(), np.array([0, 1, 2]), (4, 4)),
+]
+
+
+@pytest.mark.parametrize("name, make, y_true, pred_shape", _ROW_MISMATCH)
+def test_row_mismatch_names_y_true_eagerly_and_in_a_traced_step(name, make, y_true, pred_shape):
+    y_pred = np.random.default_rng(0).random(pred_shape).astype("float32")
+    # The labels argument by its name (`labels` in proxy_anchor_loss, which the class calls).
+    with pytest.raises(ValueError, match=r"argument `(y_true|labels)`. Expected one row per row"):
+        make()(y_true, y_pred)
+    # Unknown batch sizes (a traced step): the run-time assertion carries the same words.
+    loss = make()
+    signature = [
+        tf.TensorSpec([None, *np.shape(y_true)[1:]], tf.as_dtype(np.asarray(y_true).dtype)),
+        tf.TensorSpec([None, *pred_shape[1:]], tf.float32),
+    ]
+    traced = tf.function(lambda a, b: loss(a, b), input_signature=signature)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Expected one row per row of"):
+        traced(y_true, y_pred)
+
+
+def test_center_loss_names_the_feature_width():
+    with pytest.raises(ValueError, match=r"\[batch_size, 4\] features"):
+        losses.CenterLoss(3, 4)(np.array([0, 1, 2]), np.ones((3, 5), "float32"))

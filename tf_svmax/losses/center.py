@@ -96,7 +96,15 @@ class CenterLoss(keras.losses.Loss):
         with tf.name_scope(self.name):
             x = tf.cast(tf.convert_to_tensor(y_pred), tf.float32)
             x, _ = _checks.float_matrix(x, "y_pred")
-            labels = self._labels(y_true)
+            labels = _checks.same_rows(self._labels(y_true), x, "y_true", "y_pred")
+            if x.shape[-1] is not None and x.shape[-1] != self.embedding_dim:
+                raise ValueError(
+                    _checks.invalid(
+                        "y_pred",
+                        f"[batch_size, {self.embedding_dim}] features (embedding_dim)",
+                        f"<tensor of shape {x.shape}>",
+                    )
+                )
             centers_before = tf.convert_to_tensor(self.centers)
             batch_centers = tf.gather(centers_before, labels)
             value = self.lambda_ * self._sum_and_update(x, batch_centers, labels, centers_before)

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from tf_svmax.losses.triplet import _check_margin
+from tf_svmax.ops import _checks
 
 
 def contrastive_loss(y_true, y_pred, margin=1.0):
@@ -21,6 +22,9 @@ def contrastive_loss(y_true, y_pred, margin=1.0):
       >>> contrastive_loss([1, 0], [0.5, 0.3])  # [0.25, 0.49]
     """
     y_pred = tf.convert_to_tensor(y_pred)
+    # One label per distance (TFA would broadcast [B] against [B, 1] into [B, B] silently, or
+    # fail inside Mul).
+    y_true = _checks.same_rows(y_true, y_pred, "y_true", "y_pred")
     y_true = tf.cast(y_true, y_pred.dtype)
     dissimilar = tf.square(tf.maximum(margin - y_pred, 0.0))
     return y_true * tf.square(y_pred) + (1.0 - y_true) * dissimilar

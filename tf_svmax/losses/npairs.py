@@ -9,7 +9,10 @@ from tf_svmax.ops import _checks
 
 
 def _softmax_cross_entropy(targets, logits, dtype):
-    loss = tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    # -sum(t * log_softmax(z)), the value and gradient (softmax - t, rows of t sum to 1) of
+    # tf.nn.softmax_cross_entropy_with_logits, which TFA calls. Not that fused op: in a traced
+    # function its shape error preempts the label-row check and names no argument.
+    loss = -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=1), axis=1)
     return tf.cast(tf.reduce_mean(loss), dtype)
 
 
@@ -68,6 +71,7 @@ def npairs_multilabel_loss(y_true, y_pred):
     if isinstance(y_true, tf.SparseTensor):
         y_true = tf.sparse.to_dense(y_true)
     y_true = tf.cast(tf.convert_to_tensor(y_true), logits.dtype)
+    y_true = _checks.same_rows(y_true, logits, "y_true", "y_pred")
     shared = tf.matmul(y_true, y_true, transpose_b=True)
     row_sums = tf.reduce_sum(shared, axis=1, keepdims=True)
     with tf.control_dependencies(

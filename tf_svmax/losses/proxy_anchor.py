@@ -46,7 +46,7 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1):
     s = tf.cast(s, _checks.compute_dtype(dtype))
     # Integral values only (1.7 is refused, not truncated), range-checked in int64 (2**32 + 1
     # would wrap to class 1 in int32).
-    labels = class_labels(labels)
+    labels = _checks.same_rows(class_labels(labels), s, "labels", "similarities")
     in_range = tf.logical_and(labels >= 0, labels < tf.cast(tf.shape(s)[1], tf.int64))
     with tf.control_dependencies(
         [

@@ -118,3 +118,26 @@ def warn_once(key, message):
     if key not in _WARNED:
         _WARNED.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def same_rows(first, second, first_arg, second_arg):
+    """`first`, checked to have as many rows (first dimension) as `second`: a ValueError naming
+    `first_arg` when both are known statically, otherwise a run-time assertion with the same
+    message (an InvalidArgumentError in a traced function). Rank-0 tensors are not checked."""
+    first, second = tf.convert_to_tensor(first), tf.convert_to_tensor(second)
+    if first.shape.rank == 0 or second.shape.rank == 0:
+        return first
+    message = (
+        f"Invalid value for argument `{first_arg}`. Expected one row per row of `{second_arg}`"
+    )
+    rows, expected = first.shape[0] if first.shape.rank else None, None
+    if second.shape.rank:
+        expected = second.shape[0]
+    if rows is not None and expected is not None:
+        if rows != expected:
+            raise ValueError(f"{message} ({expected}). Received: {rows} rows.")
+        return first
+    with tf.control_dependencies(
+        [tf.debugging.assert_equal(tf.shape(first)[0], tf.shape(second)[0], message=message)]
+    ):
+        return tf.identity(first)
