@@ -22,7 +22,7 @@ from tf_svmax.metrics.callbacks import is_metric_key
 from tf_svmax.ops import _checks  # the library's one validator per kind of argument
 from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness.flags import REQUIRED, option
-from trainers.harness.loop import Job, run_job
+from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
 from trainers.harness.run_dir import RunRefused, layout
@@ -430,6 +430,7 @@ def _job(config, split, embedding_model, callbacks):
             f"{config.train_steps} steps"
         ),
         callbacks=callbacks,
+        diagnose=image_file_diagnosis(train[0], test[0]) if loaders else Job.diagnose,
     )
 
 

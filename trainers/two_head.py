@@ -28,7 +28,7 @@ import tensorflow as tf
 from tf_svmax import data, losses, metrics, models
 from tf_svmax.ops import _checks
 from trainers.harness.flags import REQUIRED, option
-from trainers.harness.loop import Job, run_job
+from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
 from trainers.harness.run_dir import RunRefused
@@ -616,5 +616,10 @@ def train_two_head(config, *, callbacks=()):
         ),
         state=state,
         callbacks=callbacks,
+        diagnose=(
+            image_file_diagnosis(split["train"][0], split["test"][0])
+            if split["loaders"]
+            else Job.diagnose
+        ),
     )
     return run_job(job, TwoHeadConfig, started)

@@ -66,3 +66,16 @@ def test_pk_batches_from_a_fake_cub_tree(tmp_path):
     test = data.image_dataset(*split["test"], input_size=8, resize_size=10, batch_size=4)
     got = np.concatenate([y.numpy() for _, y in test])
     np.testing.assert_array_equal(got, split["test"][1])  # order kept for evaluation
+
+
+def test_unreadable_images_names_corrupt_and_missing_files(tmp_path):
+    good = tmp_path / "good.jpg"
+    fake_trees.write_image(str(good), 0)
+    corrupt = tmp_path / "corrupt.jpg"
+    corrupt.write_bytes(good.read_bytes()[:30] + b"garbage" * 20)
+    missing = tmp_path / "missing.png"
+    paths = [str(good), str(corrupt), str(missing), str(good)]
+    bad = data.unreadable_images(paths)
+    assert [path for path, _ in bad] == [str(corrupt), str(missing)]
+    assert data.unreadable_images(paths, limit=1) == bad[:1]
+    assert data.unreadable_images([str(good)]) == []

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from tests.data import fake_trees
 from tests.metrics.test_retrieval import _brute_recall
 from tf_svmax import data
 from trainers import retrieval
+from trainers.harness.loop import RunFailed
 from trainers.harness.run_dir import RunRefused
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,6 +157,17 @@ def test_fake_cub_tree_smoke(tmp_path):
     results = retrieval.train_retrieval(config)
     assert results["status"] == "completed"
     assert results["evaluations"][-1]["num_embeddings"] == 9  # classes 101, 150, 200 x 3
+
+
+def test_a_corrupt_image_fails_the_run_naming_the_file(tmp_path):
+    config = _fake_cub_config(tmp_path, loss="triplet_hard", batch_p=3, train_steps=2, eval_every=2)
+    images = sorted((Path(config.data_dir) / "images").rglob("*.jpg"))
+    corrupt = images[len(images) // 2]
+    corrupt.write_bytes(corrupt.read_bytes()[:40] + b"not a jpeg any more" * 10)
+    with pytest.raises(RunFailed, match=f"Unreadable image file\\(s\\): {re.escape(str(corrupt))}"):
+        retrieval.train_retrieval(config)
+    record = json.loads((Path(config.output_dir) / "results.json").read_text())
+    assert record["status"] == "failed" and str(corrupt) in record["message"]
 
 
 class _KeepModel(keras.callbacks.Callback):

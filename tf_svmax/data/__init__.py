@@ -19,6 +19,7 @@ from tf_svmax.data.preprocessing import (
     image_loader,
     test_transform,
     train_transform,
+    unreadable_images,
 )
 from tf_svmax.data.sampler import pk_batches, pk_index_batches
 from tf_svmax.data.subsets import (
@@ -50,4 +51,5 @@ __all__ = [
     "read_sop",
     "test_transform",
     "train_transform",
+    "unreadable_images",
 ]

@@ -25,6 +25,24 @@ def decode_image(path):
     return tf.cast(image, tf.float32)
 
 
+def unreadable_images(paths, *, limit=5):
+    """The first `limit` of `paths` that cannot be read and decoded as `decode_image` does,
+    each as ``(path, reason)``. A corrupt file stops a `tf.data` pipeline with the decoder's
+    message ("jpeg::Uncompress failed") and no file name; this finds the file (one eager
+    decode per path: run it after such a failure, not before every run)."""
+    limit = _checks.check_positive_int(limit, "limit")
+    bad = []
+    for path in paths:
+        path = path.decode() if isinstance(path, bytes) else str(path)
+        try:
+            decode_image(path)
+        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as error:
+            bad.append((path, str(error).strip().splitlines()[0][:200]))
+            if len(bad) == limit:
+                break
+    return bad
+
+
 def _sizes(input_size, resize_size):
     input_size = _checks.check_positive_int(input_size, "input_size")
     if resize_size is None:

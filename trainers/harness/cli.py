@@ -2,9 +2,10 @@
 
     harness.cli.main(retrieval.RetrievalConfig, retrieval.train_retrieval, "train_retrieval")
 
-Exit status: 0 completed, 1 diverged (non-finite loss), 2 refused (a flag absl cannot parse, a
-flag combination the trainer cannot run, an --output_dir in use by another run or holding
-another configuration), 130 interrupted (Ctrl-C; the same command resumes).
+Exit status: 0 completed, 1 diverged (non-finite loss) or failed (a named cause, e.g. a corrupt
+image), 2 refused (a flag absl cannot parse, a flag combination the trainer cannot run, an
+--output_dir in use by another run or holding another configuration), 130 interrupted (Ctrl-C;
+the same command resumes).
 """
 
 import sys
@@ -13,6 +14,7 @@ import tensorflow as tf
 from absl import flags, logging
 
 from trainers.harness import flags as harness_flags
+from trainers.harness.loop import RunFailed
 from trainers.harness.run_dir import RunRefused, layout
 
 EXIT_COMPLETED, EXIT_DIVERGED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -54,6 +56,9 @@ def main(config_class, train, name, argv=None):
         except (RunRefused, harness_flags.FlagValueError) as error:
             print(f"{name}: refused: {error}", file=sys.stderr)
             return EXIT_REFUSED
+        except RunFailed as error:
+            print(f"{name}: failed: {error}", file=sys.stderr)
+            return EXIT_DIVERGED
         except KeyboardInterrupt:
             print(f"\n{name}: {interrupted_message(config)}", file=sys.stderr)
             return EXIT_INTERRUPTED

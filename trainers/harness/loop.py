@@ -27,7 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax import records
+from tf_svmax import data, records
 from trainers.harness.checkpoints import restore_newest_readable
 from trainers.harness.flags import identity
 from trainers.harness.run_dir import RunDirectory
@@ -53,6 +53,9 @@ class Job:
       state: Extra trackables checkpointed with the model and optimizer (name -> object),
         e.g. a loss's non-trainable state.
       callbacks: Extra Keras callbacks.
+      diagnose: ``error -> message or None``: for an `InvalidArgumentError` out of the input
+        pipeline (e.g. a corrupt image), a message naming its cause; the run then ends
+        ``failed`` with that message (`RunFailed`) instead of the bare TensorFlow error.
     """
 
     name: str
@@ -68,6 +71,28 @@ class Job:
     description: str = ""
     state: dict = dataclasses.field(default_factory=dict)
     callbacks: Sequence = ()
+    diagnose: Callable[[Exception], str | None] = lambda error: None
+
+
+class RunFailed(RuntimeError):
+    """The run stopped on an error whose cause `Job.diagnose` named (exit status 1)."""
+
+
+def image_file_diagnosis(*path_lists):
+    """A `Job.diagnose` for image-file datasets: names the first unreadable files among
+    `path_lists` (None when every file decodes, so the original error stands)."""
+
+    def diagnose(error):
+        del error  # the decoder's message names no file; find the files instead
+        bad = []
+        for paths in path_lists:
+            bad += data.unreadable_images(paths, limit=5 - len(bad)) if len(bad) < 5 else []
+        if not bad:
+            return None
+        listed = "; ".join(f"{path} ({reason})" for path, reason in bad)
+        return f"Unreadable image file(s): {listed}. Replace or remove them from the dataset."
+
+    return diagnose
 
 
 def config_record(config):
@@ -222,23 +247,40 @@ def _run(job, config_dict, run, started):
     )
     where = f"resuming at step {start_step}" if start_step else "starting"
     _say(job, f"{where}: {job.description} -> {config.output_dir}")
-    if config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
-        # Step 0: where training starts from; kept if a restart finds it already recorded.
-        results["evaluations"] = [job.evaluate(0, 0)]
-        results["wall_seconds"] = _wall_seconds(results, started)
-        records.write_json(paths["results"], results)
-        _say(job, f"untrained: {summary(results, job.is_metric)}")
     cadence = _Cadence(job, paths, results, manager, started)
-    if start_step < config.train_steps:
-        model.fit(
-            job.batches(start_step),
-            epochs=config.train_steps // config.eval_every,
-            initial_epoch=start_step // config.eval_every,
-            steps_per_epoch=config.eval_every,
-            callbacks=[cadence, keras.callbacks.TensorBoard(paths["tensorboard"]), *job.callbacks],
-            verbose=fit_verbosity(config.verbose),
-            shuffle=False,  # batches keep the layout their sampler gave them
-        )
+    try:
+        if config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
+            # Step 0: where training starts from; kept if a restart finds it already recorded.
+            results["evaluations"] = [job.evaluate(0, 0)]
+            results["wall_seconds"] = _wall_seconds(results, started)
+            records.write_json(paths["results"], results)
+            _say(job, f"untrained: {summary(results, job.is_metric)}")
+        if start_step < config.train_steps:
+            model.fit(
+                job.batches(start_step),
+                epochs=config.train_steps // config.eval_every,
+                initial_epoch=start_step // config.eval_every,
+                steps_per_epoch=config.eval_every,
+                callbacks=[
+                    cadence,
+                    keras.callbacks.TensorBoard(paths["tensorboard"]),
+                    *job.callbacks,
+                ],
+                verbose=fit_verbosity(config.verbose),
+                shuffle=False,  # batches keep the layout their sampler gave them
+            )
+    except tf.errors.InvalidArgumentError as error:
+        cause = job.diagnose(error)
+        if cause is None:
+            raise
+        results.update(status="failed", message=cause)
+        results["wall_seconds"] = _wall_seconds(results, started)
+        del results["wall_seconds_before"]
+        records.write_json(paths["results"], results)
+        raise RunFailed(
+            f"{cause} The last checkpoint (step {start_step_of(manager)}) is kept in "
+            f"{paths['checkpoints']}; the same command resumes from it once the cause is fixed."
+        ) from error
     if cadence.diverged_at is not None:
         results["status"] = "diverged"
         results["message"] = (
