@@ -178,6 +178,9 @@ def test_bad_input():
     for labels in ([0.0, np.nan, np.nan], np.array([1.0, np.inf, 1.0]), np.array([0, None, 1])):
         with pytest.raises(ValueError, match=r"argument `labels`.*no NaN"):
             retrieval.recall_at_k(np.eye(3), labels)
+    # A list mixing ints and strings would become strings (1 and "1" one class): refused.
+    with pytest.raises(ValueError, match=r"argument `labels`.*one type.*mixed list"):
+        retrieval.recall_at_k(np.eye(3), [1, "1", "a"])
     # String ids work; ties go to the smaller index, the lone "b" has no positive.
     assert retrieval.recall_at_k(np.eye(3), ["a", "a", "b"], ks=(1,)) == {1: 1.0}
     with pytest.raises(ValueError, match=r"argument `embeddings`.*finite"):

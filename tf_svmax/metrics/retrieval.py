@@ -34,6 +34,13 @@ _BOUND_COLUMNS = 2048
 
 def _check_inputs(embeddings, labels):
     x = np.asarray(embeddings, dtype=np.float32)
+    if isinstance(labels, (list, tuple)):
+        # NumPy turns [1, "1", "a"] into strings, silently merging 1 and "1": refuse mixtures.
+        kinds = {isinstance(v, (str, bytes)) for v in np.ravel(np.asarray(labels, dtype=object))}
+        if len(kinds) > 1:
+            raise ValueError(
+                _checks.invalid("labels", "class ids of one type (ints or strings)", "<mixed list>")
+            )
     y = np.asarray(labels).reshape(-1)
     if x.ndim != 2:
         raise ValueError(_checks.invalid("embeddings", "a [n, d] array", f"<shape {x.shape}>"))
