@@ -181,3 +181,22 @@ def test_xla_compilation_is_refused_with_the_fix_in_the_message(rng):
     fn = tf.function(lambda y, x: ops.ole_loss(y, x), jit_compile=True)
     with pytest.raises(ValueError, match=r"XLA.*jit_compile=False"):
         fn(np.repeat(np.arange(2), 4), x)
+
+
+@pytest.mark.parametrize(
+    "dtype, scale",
+    [("float32", 2.0**100), ("float32", 1e30), ("float32", 1e-30), ("float64", 1e300)]
+    + [("float64", 1e-300)],
+)
+def test_extreme_magnitudes_are_scale_equivariant(rng, dtype, scale):
+    # ole(cX; c delta, c threshold) = c ole(X; delta, threshold), with the same (scale-free)
+    # subgradient: checked against the float64 numpy reference at unit scale.
+    labels = np.repeat(np.arange(3), 4)
+    x = rng.standard_normal((12, 6))
+    expected, expected_grad = ole_reference(labels, x, delta=1.0, threshold=1e-6)
+    value, grad = _value_and_grad(
+        labels, (x * scale).astype(dtype), delta=scale, threshold=1e-6 * scale
+    )
+    rtol = 1e-4 if dtype == "float32" else 1e-9
+    np.testing.assert_allclose(value / scale, expected, rtol=rtol)
+    np.testing.assert_allclose(grad, expected_grad, rtol=rtol, atol=rtol)

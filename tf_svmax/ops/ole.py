@@ -161,17 +161,26 @@ def _ole(labels, x, delta, threshold, float32_shortcut):
     def forward(x):
         all_finite, x_safe = spectral._finite_guard(x)
         n = tf.cast(tf.shape(x)[0], x.dtype)
+        # Extreme magnitudes: decompose x / 2^k (exact) with the threshold scaled alike, and
+        # scale the norms back; nuclear norms are 1-homogeneous and U V^T scale-free, so this
+        # is the same computation without overflow (float32 Gram products above ~1e19, the
+        # float32 shortcut's cast of float64 input) or underflow (below ~1e-19).
+        scale = spectral._power_of_two_scale(x_safe)
+        x_scaled = x_safe / scale
+        scaled_threshold = tf.constant(threshold, x.dtype) / scale  # not via float32
         coords, num_classes, k_max = _class_layout(labels)
-        per_class = tf.scatter_nd(coords, x_safe, tf.stack([num_classes, k_max, tf.shape(x)[1]]))
+        per_class = tf.scatter_nd(coords, x_scaled, tf.stack([num_classes, k_max, tf.shape(x)[1]]))
 
         # Per-class term: sum_c max(delta, ||X_c||_*).
-        class_norms, class_subs = nuclear_norms_and_subgradients(per_class, threshold)
+        class_norms, class_subs = nuclear_norms_and_subgradients(per_class, scaled_threshold)
+        class_norms = class_norms * scale
         active = class_norms > delta
-        class_term = tf.reduce_sum(tf.where(active, class_norms, tf.cast(delta, x.dtype)))
+        class_term = tf.reduce_sum(tf.where(active, class_norms, tf.constant(delta, x.dtype)))
 
         # Batch term: ||X||_*.
-        x32_safe = tf.cast(x_safe, tf.float32) if float32_shortcut else None
-        batch_norm, batch_sub = _batch_term(x_safe, x32_safe, threshold)
+        x32_scaled = tf.cast(x_scaled, tf.float32) if float32_shortcut else None
+        batch_norm, batch_sub = _batch_term(x_scaled, x32_scaled, scaled_threshold)
+        batch_norm = batch_norm * scale
         value = (class_term - batch_norm) / n  # Eq. 2
 
         def grad(upstream):
