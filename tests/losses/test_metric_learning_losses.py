@@ -81,6 +81,45 @@ def test_string_lookup_builds_default_instances():
         losses.get("tf_svmax>NoSuchLoss")
 
 
+def test_tfa_function_names_resolve_in_compile_and_save(rng, tmp_path):
+    # tensorflow-addons registered "Addons>triplet_semihard_loss"; ours is "tf_svmax>...".
+    assert losses.get("tf_svmax>triplet_semihard_loss") is losses.triplet_semihard_loss
+    x = rng.standard_normal((16, 6)).astype("float32")
+    y = np.repeat(np.arange(4), 4)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss="tf_svmax>triplet_semihard_loss")
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    expected = float(losses.triplet_semihard_loss(y, model(x)))
+    assert restored.evaluate(x, y, batch_size=16, verbose=0) == pytest.approx(expected, rel=1e-5)
+
+
+def test_batch_level_reductions_follow_keras2_broadcasting(rng):
+    # A scalar batch value v with weights w: "none" -> v * w, "sum" -> v * sum(w),
+    # "sum_over_batch_size" -> v * mean(w); without weights every reduction gives v.
+    x = rng.standard_normal((8, 4)).astype("float32")
+    y = np.repeat(np.arange(4), 2)
+    w = rng.random(8).astype("float32")
+    v = float(losses.npairs_loss(y, x @ x.T))
+    for reduction in ("none", "sum", "sum_over_batch_size", None):
+        assert float(losses.NpairsLoss(reduction=reduction)(y, x @ x.T)) == pytest.approx(v)
+    np.testing.assert_allclose(
+        losses.NpairsLoss(reduction="none")(y, x @ x.T, sample_weight=w), v * w, rtol=1e-6
+    )
+    assert float(losses.NpairsLoss(reduction="sum")(y, x @ x.T, sample_weight=w)) == (
+        pytest.approx(v * w.sum(), rel=1e-6)
+    )
+    assert float(losses.NpairsLoss()(y, x @ x.T, sample_weight=w)) == pytest.approx(
+        v * w.mean(), rel=1e-6
+    )
+    restored = keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(losses.NpairsLoss(reduction="none"))
+    )
+    assert restored.reduction == "none"
+
+
 def test_large_integer_labels_stay_distinct_in_the_classes(rng):
     e = ref.unit_rows(rng, 8, 4)
     labels = np.array([2**40, 2**40 + 1] * 4)  # equal once cast to float32

@@ -200,7 +200,7 @@ def test_dtype_survives_serialization_and_bad_reduction_is_refused():
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert restored.dtype == "float64"
     with pytest.raises(ValueError, match=r"argument `reduction`"):
-        SVMaxLoss(reduction="sum")
+        SVMaxLoss(reduction="mean")
     with pytest.raises(ValueError, match=r"argument `regularizers`.*Regularizer"):
         RegularizedLoss("mse", [tf_svmax.regularizers.SVMaxRegularizer()])
 

@@ -49,12 +49,23 @@ _CLASSES = (
     TripletHardLoss,
     TripletSemiHardLoss,
 )
-_registry.install(_CLASSES)
+# tensorflow-addons' loss functions, nameable as "tf_svmax>triplet_semihard_loss" like TFA's
+# "Addons>triplet_semihard_loss".
+_FUNCTIONS = (
+    contrastive_loss,
+    lifted_struct_loss,
+    npairs_loss,
+    npairs_multilabel_loss,
+    triplet_hard_loss,
+    triplet_semihard_loss,
+)
+_registry.install(_CLASSES, _FUNCTIONS)
 
 
 def get(identifier):
-    """A loss from ``"tf_svmax>ClassName"`` (default arguments) or any Keras loss identifier."""
-    return _registry.get(identifier, _CLASSES)
+    """A loss from ``"tf_svmax>ClassName"`` (an instance with default arguments),
+    ``"tf_svmax>function_name"`` (the function) or any Keras loss identifier."""
+    return _registry.get(identifier, _CLASSES, _FUNCTIONS)
 
 
 __all__ = [

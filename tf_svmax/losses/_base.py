@@ -40,24 +40,26 @@ def _batch_weights(sample_weight, y_pred, dtype):
         return tf.identity(weights)
 
 
+BATCH_REDUCTIONS = ("sum_over_batch_size", "sum", "none", None)
+
+
 class BatchPenaltyLoss(keras.losses.Loss):
     """Base class for batch-level losses (SVMax, OLE, triplet, ...): `call` returns one scalar.
 
     Keras' default `Loss.__call__` casts `y_true` to the loss dtype (float32), which would
     silently merge integer labels above 2**24 and fails on `y_true=None`; here `y_true` is passed
-    to `call` unchanged. Sample weights scale the batch's value by their mean (what Keras'
-    ``"sum_over_batch_size"`` reduction does to a single value). Under `tf.distribute` each
-    replica contributes its value divided by the number of replicas, like Keras' reductions.
+    to `call` unchanged. Without sample weights every reduction gives the batch's value. With
+    them, as Keras 2 (and so tensorflow-addons) reduced a scalar loss broadcast against the
+    weights: ``"sum_over_batch_size"`` scales the value by the weights' mean, ``"sum"`` by their
+    sum, ``"none"`` returns ``value * weights`` (one entry per sample). Under `tf.distribute`
+    each replica contributes its value divided by the number of replicas, like Keras' reductions.
     """
 
     def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None):
-        if reduction != "sum_over_batch_size":
+        if reduction not in BATCH_REDUCTIONS:
             raise ValueError(
                 _checks.invalid(
-                    "reduction",
-                    "'sum_over_batch_size' (a batch-level loss has one value per batch; "
-                    "sample weights scale it by their mean)",
-                    reduction,
+                    "reduction", f"one of {list(BATCH_REDUCTIONS)} (a batch-level loss)", reduction
                 )
             )
         super().__init__(name=name, reduction=reduction, dtype=dtype)
@@ -68,7 +70,12 @@ class BatchPenaltyLoss(keras.losses.Loss):
             value = tf.cast(self.call(y_true, y_pred), self.dtype)
             if sample_weight is not None:
                 weights = _batch_weights(sample_weight, y_pred, self.dtype)
-                value = value * tf.reduce_mean(weights)
+                if self.reduction in ("none", None):
+                    value = value * weights
+                elif self.reduction == "sum":
+                    value = value * tf.reduce_sum(weights)
+                else:
+                    value = value * tf.reduce_mean(weights)
             return scale_for_distribution(value)
 
     def get_config(self):

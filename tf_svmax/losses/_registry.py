@@ -19,7 +19,16 @@ def names(classes):
     return {f"{PREFIX}{cls.__name__}": cls for cls in classes}
 
 
-def install(classes):
+def install(classes, functions=()):
+    """Adds ``"tf_svmax>ClassName"`` for `classes` and ``"tf_svmax>function_name"`` for
+    `functions` (tensorflow-addons registered its loss functions by name too) to Keras' table,
+    and registers the functions for serialization (a model compiled with one saves by name)."""
+    for function in functions:
+        keras.saving.register_keras_serializable(package=PREFIX[:-1])(function)
+    _install(list(classes) + list(functions))
+
+
+def _install(classes):
     table = getattr(keras.losses.get, "__globals__", {}).get("ALL_OBJECTS_DICT")
     if not isinstance(table, dict):
         warnings.warn(
@@ -32,10 +41,15 @@ def install(classes):
     table.update(names(classes))
 
 
-def get(identifier, classes):
-    """Resolves ``"tf_svmax>Name"`` (or a Keras loss identifier) to a loss instance."""
+def get(identifier, classes, functions=()):
+    """Resolves ``"tf_svmax>ClassName"`` to a loss instance (default arguments),
+    ``"tf_svmax>function_name"`` to the function, anything else as `keras.losses.get` does."""
     if isinstance(identifier, str) and identifier.startswith(PREFIX):
         table = names(classes)
+        by_name = {f"{PREFIX}{f.__name__}": f for f in functions}
+        if identifier in by_name:
+            return by_name[identifier]
+        table.update(by_name)
         if identifier not in table:
             raise ValueError(
                 f"Invalid value for argument `identifier`. Expected one of {sorted(table)}. "
