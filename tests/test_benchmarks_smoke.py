@@ -115,3 +115,20 @@ def test_retrieval_eval(tmp_path):
     assert results["spot_check"] == {"queries": 20, "rank_mismatches": 0}
     assert {"recall_at_1", "recall_at_10", "map_at_r", "nmi"} <= set(results["results"])
     assert results["peak_rss_mb"] > 0 and results["reference_kmeans"]["kmeans_converged"]
+
+
+def test_two_head_overhead(tmp_path):
+    stdout = _run(
+        "two_head_overhead",
+        "--backbones=small_cnn",
+        "--modes=softmax,hard,ole",
+        "--repeats=1",
+        "--num_classes=9",
+        f"--output_dir={tmp_path}",
+    )
+    record = json.loads((tmp_path / "two_head_overhead.json").read_text())
+    rows = {r["mode"]: r for r in record["results"]}
+    assert rows["softmax"]["overhead_ratio"] == 1.0 and rows["hard"]["median_ms"] > 0
+    # The embedding head adds a dense layer from the flattened 4 x 4 x 128 map to 256.
+    assert rows["hard"]["parameters"] - rows["softmax"]["parameters"] == 4 * 4 * 128 * 256 + 256
+    assert "| small_cnn | hard |" in stdout and "machine" in record
