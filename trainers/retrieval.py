@@ -19,9 +19,17 @@ import tensorflow as tf
 
 from tf_svmax import data, losses, metrics, models, ops
 from tf_svmax.metrics.callbacks import is_metric_key
-from tf_svmax.ops import _checks  # the library's one validator per kind of argument
 from tf_svmax.training import ConstantThenPolynomialDecay
-from trainers.harness.flags import REQUIRED, option
+from trainers.harness.flags import (
+    REQUIRED,
+    FlagValueError,
+    non_negative_int,
+    non_negative_number,
+    option,
+    positive_int,
+    positive_number,
+    validate,
+)
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
@@ -116,8 +124,11 @@ class RetrievalConfig:
         None,
         "Image side fed to the backbone (default: the backbone's, 224 or 299; resize is "
         "256/224 of it).",
+        check=positive_int,
     )
-    embedding_dim: int = option(128, "Embedding size, L2-normalised (paper: 128).")
+    embedding_dim: int = option(
+        128, "Embedding size, L2-normalised (paper: 128).", check=positive_int
+    )
     loss: str = option(
         "contrastive",
         "Ranking loss. proxy_anchor adds one learnable proxy per training class (alpha 32); it "
@@ -134,19 +145,26 @@ class RetrievalConfig:
         None,
         "SVMax weight (paper: 1 contrastive and N-pair, 0.1 triplet, 2 angular, 1e-4 "
         "Proxy-Anchor; 1 lifted).",
+        check=non_negative_number,
     )
-    spread_out_alpha: float = option(1.0, "Spread-out weight (paper: 1).")
+    spread_out_alpha: float = option(
+        1.0, "Spread-out weight (paper: 1).", check=non_negative_number
+    )
     margin: float | None = option(
-        None, "Margin (paper: 1.0 contrastive, 0.2 triplet, delta 0.1 Proxy-Anchor; 1.0 lifted)."
+        None,
+        "Margin (paper: 1.0 contrastive, 0.2 triplet, delta 0.1 Proxy-Anchor; 1.0 lifted).",
+        check=non_negative_number,
     )
     learning_rate: float = option(
         0.01,
         "SGD learning rate, fixed for train_steps/2 then decayed polynomially to 1e-7 (paper: "
         "0.01, 0.001, 0.0001).",
+        check=positive_number,
     )
     train_steps: int | None = option(
         None,
         "Training steps K (paper: 5000 CUB/CARS, 20000 SOP; default glyphs: 3000, digits: 2000).",
+        check=positive_int,
     )
     batch_p: int | None = option(
         None,
@@ -158,79 +176,60 @@ class RetrievalConfig:
         "Images per class K (paper: 4 contrastive and Proxy-Anchor, 6 triplet, 2 N-pair/angular).",
     )
     eval_every: int | None = option(
-        None, "Steps between evaluations and checkpoints (default: train_steps / 4)."
+        None,
+        "Steps between evaluations and checkpoints (default: train_steps / 4).",
+        check=positive_int,
     )
     trace_every: int | None = option(
         None,
         "Steps per point of the loss / s_mu / learning-rate trace in results.json and "
         "training.png (default: eval_every / 20).",
+        check=positive_int,
     )
     evaluate_untrained: bool = option(
         True,
         "Also evaluate before the first step (step 0: the starting point the curves and "
         "tables compare against).",
     )
-    recall_ks: tuple[int, ...] = option((1, 2, 4, 8), "K of Recall@K (SOP papers: 1,10,100,1000).")
+    recall_ks: tuple[int, ...] = option(
+        (1, 2, 4, 8), "K of Recall@K (SOP papers: 1,10,100,1000).", check=positive_int
+    )
     kmeans_init: str = option("k-means++", "NMI k-means seeding.", choices=("k-means++", "random"))
     kmeans_max_iter: int = option(
         300,
         "NMI k-means iterations (SOP: 6 with --kmeans_init=random keeps an evaluation under a "
         "minute on 2 cores).",
+        check=positive_int,
     )
-    eval_batch_size: int = option(128, "Batch size for embedding the test split.", identity=False)
-    seed: int = option(0, "Seed for weights, batches and k-means.")
+    eval_batch_size: int = option(
+        128, "Batch size for embedding the test split.", identity=False, check=positive_int
+    )
+    seed: int = option(0, "Seed for weights, batches and k-means.", check=non_negative_int)
     jit_compile: bool = option(
         False,
         "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
         "cost on CPU).",
     )
-    verbose: int = option(1, "0 silent, 1 progress bar, 2 one line per interval.", identity=False)
+    verbose: int = option(
+        1,
+        "0 silent, 1 progress bar (one line per interval when not a terminal), 2 one line per "
+        "interval.",
+        choices=(0, 1, 2),
+        identity=False,
+    )
 
 
 class ConfigError(RunRefused):
     """A flag combination the experiment cannot run; the message names the flags."""
 
 
-# Every numeric flag's kind, checked before any work: (fields, validator, may be None).
-_NUMBER_CHECKS = (
-    (("learning_rate", "spread_out_alpha"), _checks.check_non_negative_number, False),
-    (("svmax_lambda", "margin"), _checks.check_non_negative_number, True),
-    (("embedding_dim", "kmeans_max_iter", "eval_batch_size"), _checks.check_positive_int, False),
-    (("input_size", "train_steps", "eval_every", "trace_every"), _checks.check_positive_int, True),
-)
-
-
-def _check_values(c):
-    """Each value against its kind (the library's validators), as ConfigError naming the flag."""
-    try:
-        for fields, check, optional in _NUMBER_CHECKS:
-            for field in fields:
-                value = getattr(c, field)
-                if not (optional and value is None):
-                    check(value, f"--{field}")
-        if not c.recall_ks:
-            raise ValueError(_checks.invalid("--recall_ks", "at least one K", c.recall_ks))
-        for k in c.recall_ks:
-            _checks.check_positive_int(k, "--recall_ks")
-        _checks.check_non_negative_int(c.seed, "--seed")
-        if c.verbose not in (0, 1, 2):
-            raise ValueError(_checks.invalid("--verbose", "0, 1 or 2", c.verbose))
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-
-
 def resolve(config, num_train_classes=None):
     """The config with every default filled in, checked; raises ConfigError naming flags."""
     c = config
-    _check_values(c)
-    for field, allowed in (
-        ("dataset", DATASETS),
-        ("loss", LOSSES),
-        ("regularizer", REGULARIZERS),
-        ("backbone", models.BACKBONES),
-    ):
-        if getattr(c, field) not in allowed:
-            raise ConfigError(f"--{field}={getattr(c, field)!r} is not one of {list(allowed)}.")
+    try:
+        validate(c)  # every field against its option's kind and choices
+    except FlagValueError as error:
+        raise ConfigError(str(error)) from None
     if c.dataset not in EMBEDDED and not c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
     if c.dataset in EMBEDDED and c.backbone not in models.SMALL_BACKBONES:
@@ -273,10 +272,6 @@ def resolve(config, num_train_classes=None):
             f"({eval_every})."
         )
     trace_every = max(1, eval_every // 20) if c.trace_every is None else c.trace_every
-    if trace_every < 1:
-        raise ConfigError(f"--trace_every must be >= 1; received {trace_every}.")
-    if not c.learning_rate > 0:  # finite and >= 0 checked above
-        raise ConfigError(f"--learning_rate must be > 0; received {c.learning_rate}.")
     return dataclasses.replace(
         c,
         batch_p=batch_p,

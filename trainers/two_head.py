@@ -26,8 +26,18 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data, losses, metrics, models
-from tf_svmax.ops import _checks
-from trainers.harness.flags import REQUIRED, option
+from trainers.harness.flags import (
+    REQUIRED,
+    FlagValueError,
+    non_negative_int,
+    non_negative_number,
+    number_at_least,
+    open_fraction,
+    option,
+    positive_int,
+    positive_number,
+    validate,
+)
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
@@ -101,7 +111,9 @@ class TwoHeadConfig:
         None, "Backbone weights: unset (random), 'imagenet' or a .weights.h5 file."
     )
     input_size: int | None = option(
-        None, "Image side fed to an applications backbone (default: its own, 224 or 299)."
+        None,
+        "Image side fed to an applications backbone (default: its own, 224 or 299).",
+        check=positive_int,
     )
     mode: str = option(
         "hard",
@@ -113,117 +125,93 @@ class TwoHeadConfig:
     regularizer_lambda: float | None = option(
         None,
         "Weight of the mode's term (paper: 1 semi_hard and hard, 0.003 center, 0.25 ole).",
+        check=non_negative_number,
     )
-    margin: float = option(0.2, "Semi-hard triplet margin (paper: 0.2).")
-    center_alpha: float = option(0.5, "Center-loss center update rate (paper: 0.5).")
+    margin: float = option(0.2, "Semi-hard triplet margin (paper: 0.2).", check=non_negative_number)
+    center_alpha: float = option(
+        0.5, "Center-loss center update rate (paper: 0.5).", check=non_negative_number
+    )
     svmax_lambda: float = option(
         0.0,
         "Weight of SVMax (bounded, on the embedding head) added to any mode; 0: none. With "
         "softmax or ole it adds the embedding head.",
+        check=non_negative_number,
     )
-    embedding_dim: int = option(256, "Embedding head size, L2-normalised (paper: 256).")
+    embedding_dim: int = option(
+        256, "Embedding head size, L2-normalised (paper: 256).", check=positive_int
+    )
     learning_rate: float = option(
         0.01,
         "SGD (momentum 0.9) learning rate, decayed linearly to 1e-4 over --train_steps "
         "(paper: 0.01, polynomial decay; TensorFlow's polynomial_decay defaults).",
+        check=positive_number,
     )
     train_steps: int | None = option(
         None,
         "Training steps (paper: 40000 ResNet-50/DenseNet-161, 80000 Inception-V4; default "
         "glyphs 3000, digits 1000, fgvr and folder 40000).",
+        check=positive_int,
     )
-    batch_p: int = option(8, "Classes per batch P (paper: b = 32 = 8 x 4).")
-    batch_k: int = option(4, "Images per class K (paper: 4).")
+    batch_p: int = option(8, "Classes per batch P (paper: b = 32 = 8 x 4).", check=positive_int)
+    batch_k: int = option(4, "Images per class K (paper: 4).", check=positive_int)
     eval_every: int | None = option(
-        None, "Steps between evaluations and checkpoints (default: train_steps / 4)."
+        None,
+        "Steps between evaluations and checkpoints (default: train_steps / 4).",
+        check=positive_int,
     )
     trace_every: int | None = option(
-        None, "Steps per point of the loss / accuracy trace (default: eval_every / 20)."
+        None,
+        "Steps per point of the loss / accuracy trace (default: eval_every / 20).",
+        check=positive_int,
     )
     evaluate_untrained: bool = option(True, "Also evaluate before the first step (step 0).")
     test_fraction: float = option(
-        0.25, "Embedded sets: share of each class's images held out for testing."
+        0.25,
+        "Embedded sets: share of each class's images held out for testing.",
+        check=open_fraction,
     )
     train_images_per_class: int | None = option(
-        None, "At most this many training images per class (scarce-data protocol); unset: all."
+        None,
+        "At most this many training images per class (scarce-data protocol); unset: all.",
+        check=positive_int,
     )
     imbalance_ratio: float = option(
         1.0,
         "Long-tailed data: the class at rank r (seeded order) of C keeps a share "
         "ratio^(-r/(C-1)) of its train and test images (head 1, tail 1/ratio; at least 2 train "
         "and 1 test image); 1: balanced.",
+        check=number_at_least(1.0),
     )
-    recall_ks: tuple[int, ...] = option((1, 4, 8, 16), "K of Recall@K (paper: 1, 4, 8, 16).")
+    recall_ks: tuple[int, ...] = option(
+        (1, 4, 8, 16), "K of Recall@K (paper: 1, 4, 8, 16).", check=positive_int
+    )
     kmeans_init: str = option("k-means++", "NMI k-means seeding.", choices=("k-means++", "random"))
-    kmeans_max_iter: int = option(300, "NMI k-means iterations.")
-    eval_batch_size: int = option(256, "Batch size for evaluation.", identity=False)
-    seed: int = option(0, "Seed for weights, batches, subsets and k-means.")
+    kmeans_max_iter: int = option(300, "NMI k-means iterations.", check=positive_int)
+    eval_batch_size: int = option(
+        256, "Batch size for evaluation.", identity=False, check=positive_int
+    )
+    seed: int = option(0, "Seed for weights, batches, subsets and k-means.", check=non_negative_int)
     jit_compile: bool = option(False, "XLA-compile the train step (slow with SVD on CPU).")
-    verbose: int = option(1, "0 silent, 1 progress bar, 2 one line per interval.", identity=False)
+    verbose: int = option(
+        1,
+        "0 silent, 1 progress bar (one line per interval when not a terminal), 2 one line per "
+        "interval.",
+        choices=(0, 1, 2),
+        identity=False,
+    )
 
 
 class ConfigError(RunRefused):
     """A flag combination the experiment cannot run; the message names the flags."""
 
 
-# Every numeric flag's kind, checked before any work: (fields, validator, may be None).
-_NUMBER_CHECKS = (
-    (
-        ("learning_rate", "margin", "center_alpha", "svmax_lambda"),
-        _checks.check_non_negative_number,
-        False,
-    ),
-    (("regularizer_lambda",), _checks.check_non_negative_number, True),
-    (
-        ("embedding_dim", "batch_p", "batch_k", "kmeans_max_iter", "eval_batch_size"),
-        _checks.check_positive_int,
-        False,
-    ),
-    (
-        ("input_size", "train_steps", "eval_every", "trace_every", "train_images_per_class"),
-        _checks.check_positive_int,
-        True,
-    ),
-    (("seed",), _checks.check_non_negative_int, False),
-)
-
-
-def _check_values(c):
-    try:
-        for fields, check, optional in _NUMBER_CHECKS:
-            for field in fields:
-                value = getattr(c, field)
-                if not (optional and value is None):
-                    check(value, f"--{field}")
-        if not c.recall_ks:
-            raise ValueError(_checks.invalid("--recall_ks", "at least one K", c.recall_ks))
-        for k in c.recall_ks:
-            _checks.check_positive_int(k, "--recall_ks")
-        if c.verbose not in (0, 1, 2):
-            raise ValueError(_checks.invalid("--verbose", "0, 1 or 2", c.verbose))
-        ratio = _checks.check_non_negative_number(c.imbalance_ratio, "--imbalance_ratio")
-        if ratio < 1:
-            raise ValueError(_checks.invalid("--imbalance_ratio", "a float >= 1", ratio))
-        fraction = _checks.check_non_negative_number(c.test_fraction, "--test_fraction")
-        if not 0 < fraction < 1:
-            raise ValueError(_checks.invalid("--test_fraction", "a float in (0, 1)", fraction))
-        if not c.learning_rate > 0:
-            raise ValueError(_checks.invalid("--learning_rate", "a float > 0", c.learning_rate))
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-
-
 def resolve(config, num_classes=None):
     """The config with every default filled in, checked; raises ConfigError naming flags."""
     c = config
-    _check_values(c)
-    for field, allowed in (
-        ("dataset", DATASETS),
-        ("mode", MODES),
-        ("backbone", models.BACKBONES),
-    ):
-        if getattr(c, field) not in allowed:
-            raise ConfigError(f"--{field}={getattr(c, field)!r} is not one of {list(allowed)}.")
+    try:
+        validate(c)  # every field against its option's kind and choices
+    except FlagValueError as error:
+        raise ConfigError(str(error)) from None
     if c.dataset not in EMBEDDED and not c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
     if c.dataset in EMBEDDED and c.data_dir:

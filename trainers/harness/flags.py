@@ -20,6 +20,8 @@ import typing
 
 from absl import flags
 
+from tf_svmax.ops import _checks  # the library's one validator per kind of argument
+
 REQUIRED = dataclasses.MISSING
 
 
@@ -27,14 +29,26 @@ class FlagValueError(ValueError):
     """A flag value that parses but does not convert to its config field's type."""
 
 
-def option(default, help, *, choices=None, flag_default=REQUIRED, identity=True):  # noqa: A002
-    """A config field with its flag help (and choices for an enum flag). `flag_default`
-    gives the flag a default where the dataclass field has none (a library caller must pass
-    it, a command-line user need not). `identity=False` marks a field that does not change
-    what a run computes (where it writes, how much it prints): changing it resumes the run."""
+def option(
+    default,
+    help,  # noqa: A002
+    *,
+    choices=None,
+    check=None,
+    flag_default=REQUIRED,
+    identity=True,
+):
+    """A config field with its flag help (and choices for an enum flag). `check` is the
+    validator of the value's kind (``check(value, "--name")`` returns it or raises ValueError;
+    for a tuple field, of each item); `validate` applies it and `choices` to every field.
+    `flag_default` gives the flag a default where the dataclass field has none (a library
+    caller must pass it, a command-line user need not). `identity=False` marks a field that
+    does not change what a run computes (where it writes, how much it prints): changing it
+    resumes the run."""
     metadata = {
         "help": help,
         "choices": choices,
+        "check": check,
         "flag_default": flag_default,
         "identity": identity,
     }
@@ -70,7 +84,7 @@ def define_flags(
         help_text = help_overrides.get(field.name, meta["help"])
         kind = _base_type(field.type)
         kwargs = dict(flag_values=flag_values)
-        if meta["choices"] is not None:
+        if meta["choices"] is not None and kind is str:
             flags.DEFINE_enum(field.name, default, list(meta["choices"]), help_text, **kwargs)
         elif kind is bool:
             flags.DEFINE_bool(field.name, default, help_text, **kwargs)
@@ -105,6 +119,63 @@ def config_from_flags(config_class, flag_values=flags.FLAGS, **overrides):
                 ) from None
         kwargs[field.name] = value
     return config_class(**kwargs, **overrides)
+
+
+# Validators for `option(check=...)`, one per kind of value, on the library's validators.
+positive_int = _checks.check_positive_int
+non_negative_int = _checks.check_non_negative_int
+non_negative_number = _checks.check_non_negative_number
+
+
+def positive_number(value, name):
+    """A finite float > 0."""
+    if _checks.check_non_negative_number(value, name) == 0:
+        raise ValueError(_checks.invalid(name, "a finite float > 0", value))
+    return float(value)
+
+
+def number_at_least(low):
+    """A validator of finite floats >= `low`."""
+
+    def check(value, name):
+        if _checks.check_non_negative_number(value, name) < low:
+            raise ValueError(_checks.invalid(name, f"a float >= {low:g}", value))
+        return float(value)
+
+    return check
+
+
+def open_fraction(value, name):
+    """A float in (0, 1)."""
+    if not 0 < _checks.check_non_negative_number(value, name) < 1:
+        raise ValueError(_checks.invalid(name, "a float in (0, 1)", value))
+    return float(value)
+
+
+def validate(config):
+    """Checks every field of the config dataclass instance against its `option` metadata: the
+    value is one of `choices`, passes `check` (each item of a tuple; a tuple must not be empty),
+    and is None only where the field's default is None. Raises FlagValueError naming --field."""
+    for field in dataclasses.fields(config):
+        meta, value, name = field.metadata, getattr(config, field.name), f"--{field.name}"
+        if value is None:
+            if field.default is None:
+                continue
+            raise FlagValueError(_checks.invalid(name, "a value", None))
+        try:
+            if meta.get("choices") is not None and value not in meta["choices"]:
+                raise ValueError(_checks.invalid(name, f"one of {list(meta['choices'])}", value))
+            if meta.get("check") is None:
+                continue
+            if _base_type(field.type) is tuple:
+                if not value:
+                    raise ValueError(_checks.invalid(name, "at least one value", value))
+                for item in value:
+                    meta["check"](item, name)
+            else:
+                meta["check"](value, name)
+        except ValueError as error:
+            raise FlagValueError(str(error)) from None
 
 
 def identity(config_dict, config_class):

@@ -16,7 +16,13 @@ from trainers.harness.flags import (
     config_from_flags,
     define_flags,
     identity,
+    non_negative_int,
+    number_at_least,
+    open_fraction,
     option,
+    positive_int,
+    positive_number,
+    validate,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -124,3 +130,38 @@ def test_run_gives_the_trainers_exit_codes(arguments, main_returns, expected):
         timeout=120,
     )
     assert done.returncode == expected, done.stderr[-1000:]
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    rate: float = option(0.1, "Rate.", check=positive_number)
+    steps: int | None = option(None, "Steps.", check=positive_int)
+    seed: int = option(0, "Seed.", check=non_negative_int)
+    ratio: float = option(1.0, "Ratio.", check=number_at_least(1.0))
+    share: float = option(0.5, "Share.", check=open_fraction)
+    ks: tuple[int, ...] = option((1, 2), "Ks.", check=positive_int)
+    verbose: int = option(1, "Verbosity.", choices=(0, 1, 2))
+    name: str = option("a", "Name.")
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("rate", 0.0, "`--rate`. Expected a finite float > 0"),
+        ("rate", float("nan"), "`--rate`. Expected a finite float >= 0"),
+        ("steps", 0, "`--steps`. Expected an int >= 1"),
+        ("steps", 2.5, "`--steps`. Expected an int >= 1"),
+        ("seed", -1, "`--seed`. Expected an int >= 0"),
+        ("ratio", 0.5, "`--ratio`. Expected a float >= 1"),
+        ("share", 1.0, "`--share`. Expected a float in (0, 1)"),
+        ("ks", (1, 0), "`--ks`. Expected an int >= 1. Received: --ks=0"),
+        ("ks", (), "`--ks`. Expected at least one value"),
+        ("verbose", 3, "`--verbose`. Expected one of [0, 1, 2]"),
+        ("seed", None, "`--seed`. Expected a value"),
+    ],
+)
+def test_validate_names_the_flag_kind_and_value(field, value, message):
+    validate(Checked())  # the defaults pass; None passes where the default is None
+    with pytest.raises(FlagValueError) as error:
+        validate(dataclasses.replace(Checked(), **{field: value}))
+    assert message in str(error.value)
