@@ -20,20 +20,19 @@ import tensorflow as tf
 from tf_svmax import data, losses, metrics, models, ops
 from tf_svmax.metrics.callbacks import is_metric_key
 from tf_svmax.training import ConstantThenPolynomialDecay
+from trainers.harness.config import ConfigError, check_fields_and_data, verbose_option
 from trainers.harness.flags import (
     REQUIRED,
-    FlagValueError,
     non_negative_int,
     non_negative_number,
     option,
     positive_int,
     positive_number,
-    validate,
 )
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
-from trainers.harness.run_dir import RunRefused, layout
+from trainers.harness.run_dir import layout
 
 LOSSES = (
     "contrastive",
@@ -210,33 +209,13 @@ class RetrievalConfig:
         "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
         "cost on CPU).",
     )
-    verbose: int = option(
-        1,
-        "0 silent, 1 progress bar (one line per interval when not a terminal), 2 one line per "
-        "interval.",
-        choices=(0, 1, 2),
-        identity=False,
-    )
-
-
-class ConfigError(RunRefused):
-    """A flag combination the experiment cannot run; the message names the flags."""
+    verbose: int = verbose_option()
 
 
 def resolve(config, num_train_classes=None):
     """The config with every default filled in, checked; raises ConfigError naming flags."""
     c = config
-    try:
-        validate(c)  # every field against its option's kind and choices
-    except FlagValueError as error:
-        raise ConfigError(str(error)) from None
-    if c.dataset not in EMBEDDED and not c.data_dir:
-        raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
-    if c.dataset in EMBEDDED and c.backbone not in models.SMALL_BACKBONES:
-        raise ConfigError(
-            f"--dataset={c.dataset} has small grey images; --backbone={c.backbone} needs RGB "
-            f"images of at least 32 x 32. Use --backbone from {list(models.SMALL_BACKBONES)}."
-        )
+    check_fields_and_data(c, EMBEDDED)
     paper_p, paper_k = PAPER_BATCH[c.loss]
     batch_k = paper_k if c.batch_k is None else c.batch_k
     batch_p = paper_p if c.batch_p is None else c.batch_p

@@ -26,9 +26,9 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data, losses, metrics, models
+from trainers.harness.config import ConfigError, check_fields_and_data, verbose_option
 from trainers.harness.flags import (
     REQUIRED,
-    FlagValueError,
     non_negative_int,
     non_negative_number,
     number_at_least,
@@ -36,12 +36,10 @@ from trainers.harness.flags import (
     option,
     positive_int,
     positive_number,
-    validate,
 )
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
-from trainers.harness.run_dir import RunRefused
 
 MODES = ("softmax", "center", "semi_hard", "hard", "ole")
 # The modes whose term acts on the embedding head (the others train the single-head network).
@@ -192,35 +190,13 @@ class TwoHeadConfig:
     )
     seed: int = option(0, "Seed for weights, batches, subsets and k-means.", check=non_negative_int)
     jit_compile: bool = option(False, "XLA-compile the train step (slow with SVD on CPU).")
-    verbose: int = option(
-        1,
-        "0 silent, 1 progress bar (one line per interval when not a terminal), 2 one line per "
-        "interval.",
-        choices=(0, 1, 2),
-        identity=False,
-    )
-
-
-class ConfigError(RunRefused):
-    """A flag combination the experiment cannot run; the message names the flags."""
+    verbose: int = verbose_option()
 
 
 def resolve(config, num_classes=None):
     """The config with every default filled in, checked; raises ConfigError naming flags."""
     c = config
-    try:
-        validate(c)  # every field against its option's kind and choices
-    except FlagValueError as error:
-        raise ConfigError(str(error)) from None
-    if c.dataset not in EMBEDDED and not c.data_dir:
-        raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
-    if c.dataset in EMBEDDED and c.data_dir:
-        raise ConfigError(f"--dataset={c.dataset} is embedded; it takes no --data_dir.")
-    if c.dataset in EMBEDDED and c.backbone not in models.SMALL_BACKBONES:
-        raise ConfigError(
-            f"--dataset={c.dataset} has small grey images; --backbone={c.backbone} needs RGB "
-            f"images of at least 32 x 32. Use --backbone from {list(models.SMALL_BACKBONES)}."
-        )
+    check_fields_and_data(c, EMBEDDED)
     if c.mode == "softmax" and c.regularizer_lambda not in (None, 0.0):
         raise ConfigError(
             "--mode=softmax has no regularizer term; --regularizer_lambda="
