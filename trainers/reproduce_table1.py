@@ -35,6 +35,7 @@ from absl import flags, logging  # noqa: E402
 from trainers import retrieval  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
+from trainers.harness.tables import mean_std  # noqa: E402
 
 FLAGS = flags.FLAGS
 harness_flags.define_flags(
@@ -132,14 +133,6 @@ def run_all(base, losses, methods, learning_rates, seeds):
                         (results["status"], last, results["trace"])
                     )
     return out
-
-
-def mean_std(values, scale=1.0, digits=2):
-    """``"m ± s"`` (sample std over seeds, ddof = 1; ``"m"`` alone for one value)."""
-    values = scale * np.asarray(values, np.float64)
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
 
 
 def _finals(cell):

@@ -34,6 +34,7 @@ from tf_svmax import records  # noqa: E402
 from trainers import two_head  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
+from trainers.harness.tables import mean_std  # noqa: E402
 
 FLAGS = flags.FLAGS
 harness_flags.define_flags(
@@ -107,14 +108,6 @@ def run_all(base, settings, modes, seeds, imbalance_ratio, scarce_images):
                 )
                 out.setdefault((setting, mode), []).append(results)
     return out
-
-
-def mean_std(values, scale=1.0, digits=2):
-    """``"m ± s"`` (sample std over seeds, ddof = 1; ``"m"`` alone for one value)."""
-    values = scale * np.asarray(values, np.float64)
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
 
 
 def step_seconds(results):
