@@ -385,7 +385,15 @@ def _cli(*flags, wait=True):
     command = [sys.executable, "-m", "trainers.train_retrieval", *flags]
     if not wait:
         return subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            # A shell's background job (nohup ... &) ignores SIGINT and children inherit that;
+            # restore the default so Python installs its Ctrl-C handler, as in a terminal.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
