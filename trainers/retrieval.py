@@ -20,9 +20,13 @@ import tensorflow as tf
 from tf_svmax import data, losses, metrics, models, ops
 from tf_svmax.metrics.callbacks import is_metric_key
 from tf_svmax.training import ConstantThenPolynomialDecay
-from trainers.harness.config import ConfigError, check_fields_and_data, verbose_option
+from trainers.harness.config import (
+    ConfigError,
+    check_fields_and_data,
+    output_dir_option,
+    verbose_option,
+)
 from trainers.harness.flags import (
-    REQUIRED,
     non_negative_int,
     non_negative_number,
     option,
@@ -94,13 +98,7 @@ class RetrievalConfig:
     """One retrieval run. `None` fields take the paper's (or the dataset's) default. Each
     field's help is its command-line flag's (`trainers/train_retrieval.py`)."""
 
-    output_dir: str = option(
-        REQUIRED,
-        "Results, checkpoints, TensorBoard, plots (a relative path starts at the current "
-        "directory).",
-        flag_default="runs/retrieval",
-        identity=False,  # a moved run folder resumes
-    )
+    output_dir: str = output_dir_option("runs/retrieval")
     dataset: str = option(
         "glyphs",
         "glyphs: embedded rendered characters, 285 classes (first half train, second half "
@@ -404,7 +402,7 @@ def _job(config, split, embedding_model, callbacks):
             f"{config.train_steps} steps"
         ),
         callbacks=callbacks,
-        diagnose=image_file_diagnosis(train[0], test[0]) if loaders else Job.diagnose,
+        diagnose=image_file_diagnosis(train[0], test[0]) if loaders else None,
     )
 
 

@@ -26,9 +26,13 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data, losses, metrics, models
-from trainers.harness.config import ConfigError, check_fields_and_data, verbose_option
+from trainers.harness.config import (
+    ConfigError,
+    check_fields_and_data,
+    output_dir_option,
+    verbose_option,
+)
 from trainers.harness.flags import (
-    REQUIRED,
     non_negative_int,
     non_negative_number,
     number_at_least,
@@ -75,13 +79,7 @@ class TwoHeadConfig:
     """One two-head run. `None` fields take the paper's (or the dataset's) default. Each field's
     help is its command-line flag's (`trainers/train_two_head.py`)."""
 
-    output_dir: str = option(
-        REQUIRED,
-        "Results, checkpoints, TensorBoard, plots (a relative path starts at the current "
-        "directory).",
-        flag_default="runs/two_head",
-        identity=False,  # a moved run folder resumes
-    )
+    output_dir: str = output_dir_option("runs/two_head")
     dataset: str = option(
         "glyphs",
         "glyphs: embedded rendered characters, the open-set training half (142 classes, 64 "
@@ -271,13 +269,14 @@ def load_split(config):
         if config.dataset == "fgvr":
             split = data.read_fgvr_lists(config.data_dir, image_dir=config.image_dir)
         else:
-            split = data.read_image_folder(config.data_dir)
-            if "train" not in os.listdir(config.data_dir):
+            # Without both, read_image_folder would split the classes (open set) instead.
+            if not all(os.path.isdir(os.path.join(config.data_dir, s)) for s in ("train", "test")):
                 raise ConfigError(
                     "--dataset=folder needs --data_dir/train/<class>/<image> and "
                     "--data_dir/test/<class>/<image> for classification (the same classes in "
-                    f"both); {config.data_dir!r} has no train/ folder."
+                    f"both); {config.data_dir!r} lacks train/ or test/."
                 )
+            split = data.read_image_folder(config.data_dir)
         train, test = split["train"], split["test"]
         size = config.input_size or 224
         input_shape = (size, size, 3)
@@ -581,9 +580,7 @@ def train_two_head(config, *, callbacks=()):
         state=state,
         callbacks=callbacks,
         diagnose=(
-            image_file_diagnosis(split["train"][0], split["test"][0])
-            if split["loaders"]
-            else Job.diagnose
+            image_file_diagnosis(split["train"][0], split["test"][0]) if split["loaders"] else None
         ),
     )
     return run_job(job, TwoHeadConfig, started)

@@ -165,3 +165,12 @@ def test_cli_refuses_bad_flags_and_documents_the_papers_values(tmp_path):
     text = " ".join(done.stdout.split())
     for phrase in ("0.003 center", "0.25 ole", "paper: 256", "40000 ResNet-50", "--flagfile"):
         assert phrase in text, phrase
+
+
+def test_folder_without_train_and_test_splits_is_refused_before_reading(tmp_path):
+    root = fake_trees.make_folder(str(tmp_path / "tree"))  # <class>/<image>, no train/ test/
+    config = two_head.resolve(
+        _config(tmp_path, dataset="folder", data_dir=root, backbone="small_cnn")
+    )
+    with pytest.raises(two_head.ConfigError, match="lacks train/ or test/"):
+        two_head.load_split(config)

@@ -130,9 +130,9 @@ def same_rows(first, second, first_arg, second_arg):
     message = (
         f"Invalid value for argument `{first_arg}`. Expected one row per row of `{second_arg}`"
     )
-    rows, expected = first.shape[0] if first.shape.rank else None, None
-    if second.shape.rank:
-        expected = second.shape[0]
+    # Rank None (unknown) leaves the row count to the run-time check.
+    rows = first.shape[0] if first.shape.rank else None
+    expected = second.shape[0] if second.shape.rank else None
     if rows is not None and expected is not None:
         if rows != expected:
             raise ValueError(f"{message} ({expected}). Received: {rows} rows.")

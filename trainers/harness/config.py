@@ -1,12 +1,23 @@
 """Checks every trainer's config shares: each field against its option, the data source."""
 
 from tf_svmax import models
-from trainers.harness.flags import FlagValueError, option, validate
+from trainers.harness.flags import REQUIRED, FlagValueError, option, validate
 from trainers.harness.run_dir import RunRefused
 
 
 class ConfigError(RunRefused):
     """A flag combination the experiment cannot run; the message names the flags."""
+
+
+def output_dir_option(flag_default):
+    """The trainers' `output_dir` field: required in code, `flag_default` on the command line."""
+    return option(
+        REQUIRED,
+        "Results, checkpoints, TensorBoard, plots (a relative path starts at the current "
+        "directory).",
+        flag_default=flag_default,
+        identity=False,  # a moved run folder resumes
+    )
 
 
 def verbose_option():

@@ -53,9 +53,9 @@ class Job:
       state: Extra trackables checkpointed with the model and optimizer (name -> object),
         e.g. a loss's non-trainable state.
       callbacks: Extra Keras callbacks.
-      diagnose: ``error -> message or None``: for an `InvalidArgumentError` out of the input
-        pipeline (e.g. a corrupt image), a message naming its cause; the run then ends
-        ``failed`` with that message (`RunFailed`) instead of the bare TensorFlow error.
+      diagnose: None, or ``error -> message or None``: for an `InvalidArgumentError` out of
+        the input pipeline (e.g. a corrupt image), a message naming its cause; the run then
+        ends ``failed`` with that message (`RunFailed`) instead of the bare TensorFlow error.
     """
 
     name: str
@@ -71,7 +71,7 @@ class Job:
     description: str = ""
     state: dict = dataclasses.field(default_factory=dict)
     callbacks: Sequence = ()
-    diagnose: Callable[[Exception], str | None] = lambda error: None
+    diagnose: Callable[[Exception], str | None] | None = None
 
 
 class RunFailed(RuntimeError):
@@ -86,7 +86,9 @@ def image_file_diagnosis(*path_lists):
         del error  # the decoder's message names no file; find the files instead
         bad = []
         for paths in path_lists:
-            bad += data.unreadable_images(paths, limit=5 - len(bad)) if len(bad) < 5 else []
+            if len(bad) == 5:
+                break
+            bad += data.unreadable_images(paths, limit=5 - len(bad))
         if not bad:
             return None
         listed = "; ".join(f"{path} ({reason})" for path, reason in bad)
@@ -191,6 +193,13 @@ def _wall_seconds(results, started):
     return results["wall_seconds_before"] + time.perf_counter() - started
 
 
+def _record_end(results, status, message, started, path):
+    """The attempt's final record: status, message and the wall time over all attempts."""
+    results.update(status=status, message=message, wall_seconds=_wall_seconds(results, started))
+    del results["wall_seconds_before"]
+    records.write_json(path, results)
+
+
 def run_job(job, config_class, started):
     """Trains `job` in its config's ``output_dir``, resuming what an earlier attempt left.
 
@@ -270,30 +279,27 @@ def _run(job, config_dict, run, started):
                 shuffle=False,  # batches keep the layout their sampler gave them
             )
     except tf.errors.InvalidArgumentError as error:
-        cause = job.diagnose(error)
+        cause = job.diagnose(error) if job.diagnose is not None else None
         if cause is None:
             raise
-        results.update(status="failed", message=cause)
-        results["wall_seconds"] = _wall_seconds(results, started)
-        del results["wall_seconds_before"]
-        records.write_json(paths["results"], results)
+        _record_end(results, "failed", cause, started, paths["results"])
         raise RunFailed(
             f"{cause} The last checkpoint (step {start_step_of(manager)}) is kept in "
             f"{paths['checkpoints']}; the same command resumes from it once the cause is fixed."
         ) from error
     if cadence.diverged_at is not None:
-        results["status"] = "diverged"
-        results["message"] = (
-            f"Non-finite loss at step {cadence.diverged_at}: training stopped. The last good "
-            f"checkpoint (step {start_step_of(manager)}) is kept in {paths['checkpoints']}; "
-            "lower --learning_rate or check the data."
+        status, message = (
+            "diverged",
+            (
+                f"Non-finite loss at step {cadence.diverged_at}: training stopped. The last good "
+                f"checkpoint (step {start_step_of(manager)}) is kept in {paths['checkpoints']}; "
+                "lower --learning_rate or check the data."
+            ),
         )
     else:
-        results["status"] = "completed"
+        status, message = "completed", ""
         job.save(config.output_dir)
-    results["wall_seconds"] = _wall_seconds(results, started)
-    del results["wall_seconds_before"]
-    records.write_json(paths["results"], results)
+    _record_end(results, status, message, started, paths["results"])
     job.plot(results, paths["plots"])
     _say(job, f"{results['status']}: {summary(results, job.is_metric)}")
     if results["message"]:
