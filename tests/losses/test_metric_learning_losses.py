@@ -264,3 +264,45 @@ def test_row_mismatch_names_y_true_eagerly_and_in_a_traced_step(name, make, y_tr
 def test_center_loss_names_the_feature_width():
     with pytest.raises(ValueError, match=r"\[batch_size, 4\] features"):
         losses.CenterLoss(3, 4)(np.array([0, 1, 2]), np.ones((3, 5), "float32"))
+
+
+@pytest.mark.parametrize("make", [losses.NpairsLoss, losses.NpairsMultilabelLoss])
+def test_npairs_losses_stay_per_replica(make):
+    """Their input is the model's per-replica similarity matrix: nothing global to gather."""
+    loss = make()
+    assert loss.global_batch is False and loss.get_config()["global_batch"] is False
+    assert type(loss).from_config(loss.get_config()).global_batch is False
+    with pytest.raises(ValueError, match=r"argument `global_batch`.*PKNpairLoss"):
+        make(global_batch=True)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        losses.TripletSemiHardLoss,
+        losses.TripletHardLoss,
+        losses.LiftedStructLoss,
+        losses.BatchHardTripletLoss,
+        lambda: losses.SpreadOutLoss(seed=0),
+    ],
+    ids=["semihard", "hard", "lifted", "batch_hard", "spread_out"],
+)
+def test_a_batch_with_no_rows_gives_zero(make):
+    loss = make()
+    fn = tf.function(
+        lambda y, x: loss(y, x),
+        input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 4], tf.float32)],
+    )
+    for call in (loss, fn):  # static and dynamic row counts
+        assert float(call(tf.zeros([0], tf.int32), tf.zeros([0, 4]))) == 0.0
+
+
+def test_global_batch_round_trips_and_is_checked():
+    loss = losses.TripletSemiHardLoss(global_batch=False)
+    assert loss.get_config()["global_batch"] is False
+    assert losses.TripletSemiHardLoss.from_config(loss.get_config()).global_batch is False
+    assert losses.TripletSemiHardLoss().global_batch is True
+    with pytest.raises(ValueError, match=r"argument `global_batch`"):
+        losses.BatchHardTripletLoss(global_batch=1)
+    with pytest.raises(ValueError, match=r"argument `global_batch`"):
+        losses.CenterLoss(3, 2, global_batch=None)

@@ -213,3 +213,13 @@ def test_one_row_remainder_batch_in_fit(rng):
         x, y[:33] if len(y) >= 33 else np.resize(y, 33), batch_size=16, epochs=1, verbose=0
     )
     assert np.isfinite(history.history["loss"][0])
+
+
+@pytest.mark.parametrize("loss", [SVMaxLoss(), OLELoss()], ids=["svmax", "ole"])
+def test_a_batch_with_no_rows_gives_zero(loss):
+    fn = tf.function(
+        lambda y, x: loss(y, x),
+        input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 4], tf.float32)],
+    )
+    for call in (loss, fn):  # static and dynamic row counts
+        assert float(call(tf.zeros([0], tf.int32), tf.zeros([0, 4]))) == 0.0

@@ -56,3 +56,28 @@ def test_bad_arguments():
 def test_bound_metric_refuses_a_non_matrix():
     with pytest.raises(ValueError, match=r"argument `y_pred`.*rank-2"):
         SingularValueBound("upper").update_state(None, np.zeros((2, 3, 4), np.float32))
+
+
+def test_batches_with_no_rows_are_skipped():
+    """An empty batch adds neither a value nor a count: the mean is over the batches that had
+    rows (it used to log NaN for a dynamic empty batch)."""
+    import tensorflow as tf
+
+    metric = MeanSingularValue()
+    bound = SingularValueBound("upper")
+    update = tf.function(
+        lambda y: (metric.update_state(None, y), bound.update_state(None, y)),
+        input_signature=[tf.TensorSpec([None, 4], tf.float32)],
+    )
+    update(tf.zeros([0, 4]))
+    update(tf.eye(4))
+    assert float(metric.result()) == 1.0  # s_mu of the identity
+    assert float(bound.result()) == 1.0  # U(b=4, d=4) = sqrt(4 / 4)
+
+
+def test_global_batch_is_configurable_and_checked():
+    metric = MeanSingularValue(global_batch=False)
+    assert MeanSingularValue.from_config(metric.get_config()).global_batch is False
+    assert all(m.global_batch is False for m in svmax_metrics(global_batch=False))
+    with pytest.raises(ValueError, match=r"argument `global_batch`"):
+        SingularValueBound("lower", global_batch="no")

@@ -200,3 +200,21 @@ def test_extreme_magnitudes_are_scale_equivariant(rng, dtype, scale):
     rtol = 1e-4 if dtype == "float32" else 1e-9
     np.testing.assert_allclose(value / scale, expected, rtol=rtol)
     np.testing.assert_allclose(grad, expected_grad, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_batch_with_no_rows_gives_zero(graph):
+    """Eq. 2 of an empty batch is 0/0; it used to crash ("Dimension -2147483647") when the
+    row count was dynamic and refuse when it was static."""
+    fn = ops.ole_loss
+    if graph:
+        fn = tf.function(
+            fn,
+            input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 4], tf.float32)],
+        )
+    x = tf.zeros([0, 4])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = fn(tf.zeros([0], tf.int32), x)
+    assert float(value) == 0.0
+    assert tape.gradient(value, x).shape == (0, 4)

@@ -350,3 +350,24 @@ def test_scale_equivariant_value_and_scale_invariant_gradient(
         tol = 1e-4 if dtype == np.float32 else 1e-9
         np.testing.assert_allclose(float(value) / c, s.mean(), rtol=tol, err_msg=f"scale {c}")
         np.testing.assert_allclose(grad, expected_grad, atol=tol, err_msg=f"scale {c}")
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_batch_with_no_rows_gives_zero_with_a_zero_gradient(graph):
+    """Static and dynamic row counts agree: nothing to measure or penalize is 0 (not NaN, not
+    an error), so a replica's empty share of an uneven batch cannot poison training."""
+    fns = {
+        "nuclear_norm": ops.nuclear_norm,
+        "mean_singular_value": ops.mean_singular_value,
+        "svmax": ops.svmax,
+        "svmax_unbounded": lambda x: ops.svmax(x, bounded=False),
+    }
+    for name, fn in fns.items():
+        if graph:
+            fn = tf.function(fn, input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+        x = tf.zeros([0, 4])
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = fn(x)
+        assert float(value) == 0.0, name
+        assert tape.gradient(value, x).shape == (0, 4), name

@@ -3,19 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
-
-
-def scale_for_distribution(value):
-    """Divides by the number of replicas of the current `tf.distribute` strategy.
-
-    Keras sums the replicas' gradients, so each replica's loss must be 1/N of its value for the
-    update to be the replicas' mean; Keras' own reductions scale the same way.
-    """
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    if replicas > 1:
-        value = value * tf.cast(1.0 / replicas, value.dtype)
-    return value
+from tf_svmax.ops import _checks, replicas
 
 
 def _batch_weights(sample_weight, y_pred, dtype):
@@ -43,6 +31,11 @@ def _batch_weights(sample_weight, y_pred, dtype):
 BATCH_REDUCTIONS = ("sum_over_batch_size", "sum", "none", None)
 
 
+def check_global_batch(global_batch):
+    """`global_batch` as a bool (the opt-out of cross-replica evaluation)."""
+    return _checks.check_bool(global_batch, "global_batch")
+
+
 class BatchPenaltyLoss(keras.losses.Loss):
     """Base class for batch-level losses (SVMax, OLE, triplet, ...): `call` returns one scalar.
 
@@ -51,11 +44,18 @@ class BatchPenaltyLoss(keras.losses.Loss):
     to `call` unchanged. Without sample weights every reduction gives the batch's value. With
     them, as Keras 2 (and so tensorflow-addons) reduced a scalar loss broadcast against the
     weights: ``"sum_over_batch_size"`` scales the value by the weights' mean, ``"sum"`` by their
-    sum, ``"none"`` returns ``value * weights`` (one entry per sample). Under `tf.distribute`
-    each replica contributes its value divided by the number of replicas, like Keras' reductions.
+    sum, ``"none"`` returns ``value * weights`` (one entry per sample). A batch with no rows
+    gives 0 (nothing to penalize) with a zero gradient.
+
+    Under a `tf.distribute` strategy with more than one replica, ``global_batch=True``
+    (default) evaluates the loss once on the global batch (every replica's rows, gathered in
+    replica order) and scales it so that the replicas' summed gradients equal the single-device
+    gradients on the concatenated batch; ``global_batch=False`` evaluates each replica's rows
+    alone and averages over the replicas (a smaller-batch loss: another value and gradient).
     """
 
-    def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None):
+    def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
+        self.global_batch = check_global_batch(global_batch)
         if reduction not in BATCH_REDUCTIONS:
             raise ValueError(
                 _checks.invalid(
@@ -67,19 +67,32 @@ class BatchPenaltyLoss(keras.losses.Loss):
     def __call__(self, y_true, y_pred, sample_weight=None):
         with tf.name_scope(self.name):
             y_pred = tf.cast(tf.convert_to_tensor(y_pred), self.dtype)
-            value = tf.cast(self.call(y_true, y_pred), self.dtype)
+            weights = None
             if sample_weight is not None:
                 weights = _batch_weights(sample_weight, y_pred, self.dtype)
-                if self.reduction in ("none", None):
-                    value = value * weights
-                elif self.reduction == "sum":
-                    value = value * tf.reduce_sum(weights)
-                else:
-                    value = value * tf.reduce_mean(weights)
-            return scale_for_distribution(value)
+            local_weights = weights
+            context = replicas.cross_replica_context() if self.global_batch else None
+            if context is not None:
+                y_true = replicas.gather_rows(context, y_true)
+                y_pred = replicas.gather_rows(context, y_pred)
+                weights = replicas.gather_rows(context, weights)
+            value = _checks.zero_unless_rows(
+                y_pred, lambda: tf.cast(self.call(y_true, y_pred), self.dtype)
+            )
+            if weights is None:
+                return replicas.scale_to_replicas(value)
+            if self.reduction in ("none", None):
+                if local_weights.shape.rank != 0:
+                    # One entry per local row: the replicas' outputs add up to the global
+                    # batch's, so no division by the number of replicas.
+                    return value * local_weights
+                return replicas.scale_to_replicas(value * local_weights)
+            if self.reduction == "sum":
+                return replicas.scale_to_replicas(value * tf.reduce_sum(weights))
+            return replicas.scale_to_replicas(value * tf.reduce_mean(weights))
 
     def get_config(self):
-        return {**super().get_config(), "dtype": self.dtype}
+        return {**super().get_config(), "dtype": self.dtype, "global_batch": self.global_batch}
 
 
 PER_SAMPLE_REDUCTIONS = ("sum_over_batch_size", "sum", None, "none")
@@ -89,11 +102,15 @@ class PerSampleLabelLoss(keras.losses.Loss):
     """Base class for label-aware losses whose `call` returns one value per sample `[B]`.
 
     Like Keras' `Loss.__call__` (sample weights, ``"sum_over_batch_size"``/``"sum"``/``None``
-    reductions, scaling for `tf.distribute` on the mean reduction) except that `y_true` reaches
-    `call` uncast: Keras casts it to float32, which merges integer labels above 2**24.
+    reductions) except that `y_true` reaches `call` uncast: Keras casts it to float32, which
+    merges integer labels above 2**24.
+
+    ``global_batch`` as in `BatchPenaltyLoss`; with ``reduction="none"`` each replica gets the
+    values of its own rows (computed on the global batch).
     """
 
-    def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None):
+    def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
+        self.global_batch = check_global_batch(global_batch)
         if reduction not in PER_SAMPLE_REDUCTIONS:
             raise ValueError(
                 _checks.invalid("reduction", f"one of {PER_SAMPLE_REDUCTIONS}", reduction)
@@ -103,20 +120,34 @@ class PerSampleLabelLoss(keras.losses.Loss):
     def __call__(self, y_true, y_pred, sample_weight=None):
         with tf.name_scope(self.name):
             y_pred = tf.cast(tf.convert_to_tensor(y_pred), self.dtype)
-            values = tf.cast(self.call(y_true, y_pred), self.dtype)
+            weights = None
             if sample_weight is not None:
                 weights = tf.cast(tf.convert_to_tensor(sample_weight), self.dtype)
                 if weights.shape.rank != 0:  # a scalar weight broadcasts, as in Keras
-                    weights = tf.reshape(weights, tf.shape(values))
+                    weights = tf.reshape(weights, tf.shape(y_pred)[:1])
+            local_rows = tf.shape(y_pred)[0]
+            context = replicas.cross_replica_context() if self.global_batch else None
+            if context is not None:
+                y_true = replicas.gather_rows(context, y_true)
+                y_pred = replicas.gather_rows(context, y_pred)
+                weights = replicas.gather_rows(context, weights)
+            if y_pred.shape[0] == 0:  # statically empty: no rows, no values (as when dynamic)
+                values = tf.zeros([0], self.dtype)
+            else:
+                values = tf.cast(self.call(y_true, y_pred), self.dtype)
+            if weights is not None:
                 values = values * weights
             if self.reduction in (None, "none"):
+                if context is not None:
+                    return replicas.own_rows(context, values, local_rows)
                 return values
             total = tf.reduce_sum(values)
             if self.reduction == "sum":
-                return total
-            # divide_no_nan: an empty per-replica batch (uneven last batch) contributes 0.
+                # The per-replica sums add up (Keras' "sum"); a global sum is on every replica.
+                return total if context is None else replicas.scale_to_replicas(total)
+            # divide_no_nan: an empty batch (an uneven last batch split over replicas) gives 0.
             total = tf.math.divide_no_nan(total, tf.cast(tf.size(values), self.dtype))
-            return scale_for_distribution(total)
+            return replicas.scale_to_replicas(total)
 
     def get_config(self):
-        return {**super().get_config(), "dtype": self.dtype}
+        return {**super().get_config(), "dtype": self.dtype, "global_batch": self.global_batch}

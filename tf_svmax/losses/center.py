@@ -13,7 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
+from tf_svmax.losses._base import check_global_batch
+from tf_svmax.ops import _checks, replicas
 from tf_svmax.ops.ole import class_labels
 
 
@@ -30,8 +31,13 @@ class CenterLoss(keras.losses.Loss):
       seed: Seed of the N(0, 1) initialization.
 
     `y_true`: `[B]` integer labels or `[B, C]` one-hot rows; `y_pred`: `[B, D]` features.
-    Sample weights scale the batch's value by their mean. Not supported under a multi-replica
-    `tf.distribute` strategy (raises ValueError): the center update would be per replica.
+    Sample weights scale the batch's value by their mean.
+
+    Under a `tf.distribute` strategy with more than one replica (create the loss inside
+    ``strategy.scope()``), ``global_batch=True`` (default) computes the loss and the center
+    update once on the global batch: every replica moves the centers identically, as one device
+    would. ``global_batch=False`` is refused there: each replica would move the centers with its
+    own rows and the copies would drift apart.
     """
 
     def __init__(
@@ -42,10 +48,12 @@ class CenterLoss(keras.losses.Loss):
         alpha=0.5,
         centers=None,
         seed=None,
+        global_batch=True,
         name="center_loss",
         **kwargs,
     ):
         super().__init__(name=name, **kwargs)
+        self.global_batch = check_global_batch(global_batch)
         self.num_classes = _checks.check_positive_int(num_classes, "num_classes")
         self.embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")
         self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
@@ -64,7 +72,14 @@ class CenterLoss(keras.losses.Loss):
                     f"<array of shape {centers.shape}>",
                 )
             )
-        self.centers = tf.Variable(centers, trainable=False, name="centers")
+        # ONLY_FIRST_REPLICA: under a strategy every replica computes the same update from the
+        # global batch; the first replica's is applied to every copy.
+        self.centers = tf.Variable(
+            centers,
+            trainable=False,
+            name="centers",
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+        )
 
     def _labels(self, y_true):
         y_true = tf.convert_to_tensor(y_true)
@@ -86,17 +101,24 @@ class CenterLoss(keras.losses.Loss):
             return tf.cast(labels, tf.int32)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        if tf.distribute.get_strategy().num_replicas_in_sync > 1:
-            # Each replica would move its own copy of the centers with its half of the batch,
+        if not self.global_batch and tf.distribute.get_strategy().num_replicas_in_sync > 1:
+            # Each replica would move its own copy of the centers with its part of the batch,
             # and the copies would silently drift apart.
             raise ValueError(
-                "CenterLoss does not support tf.distribute with more than one replica: the "
-                "moving-center update is per replica. Train it on one device."
+                "CenterLoss(global_batch=False) does not support tf.distribute with more than "
+                "one replica: the moving-center update would be per replica. Use "
+                "global_batch=True or one device."
             )
         with tf.name_scope(self.name):
             x = tf.cast(tf.convert_to_tensor(y_pred), tf.float32)
-            x, _ = _checks.float_matrix(x, "y_pred")
+            x, _ = _checks.float_matrix(x, "y_pred", min_rows=0)
             labels = _checks.same_rows(self._labels(y_true), x, "y_true", "y_pred")
+            context = replicas.cross_replica_context() if self.global_batch else None
+            if context is not None:
+                x = replicas.gather_rows(context, x)
+                labels = replicas.gather_rows(context, labels)
+                if sample_weight is not None:
+                    sample_weight = replicas.gather_rows(context, sample_weight)
             if x.shape[-1] is not None and x.shape[-1] != self.embedding_dim:
                 raise ValueError(
                     _checks.invalid(
@@ -110,9 +132,8 @@ class CenterLoss(keras.losses.Loss):
             value = self.lambda_ * self._sum_and_update(x, batch_centers, labels, centers_before)
             if sample_weight is not None:
                 value = value * tf.reduce_mean(tf.cast(sample_weight, value.dtype))
-            # A sum over the batch: replicas' sums add up to the global batch's sum, so, like
-            # Keras' "sum" reduction, no division by the number of replicas.
-            return tf.cast(value, self.dtype)
+            # Every replica holds the global batch's sum; Keras sums the replicas' gradients.
+            return replicas.scale_to_replicas(tf.cast(value, self.dtype))
 
     def _sum_and_update(self, x, batch_centers, labels, centers_before):
         variable, alpha, num_classes = self.centers, self.alpha, self.num_classes
@@ -145,6 +166,7 @@ class CenterLoss(keras.losses.Loss):
             "lambda_": self.lambda_,
             "alpha": self.alpha,
             "seed": self.seed,
+            "global_batch": self.global_batch,
             "dtype": self.dtype,
             "centers": self.centers.numpy().tolist(),
         }

@@ -87,12 +87,28 @@ def npairs_multilabel_loss(y_true, y_pred):
     return _softmax_cross_entropy(targets, logits, dtype)
 
 
+def _per_replica(kwargs):
+    """N-pair losses take the model's `[b, b]` similarity matrix, which a replica computes from
+    its own rows only: there is no global matrix to gather, so they stay per replica
+    (`global_batch=False`). For a global-batch N-pair loss on embeddings use `PKNpairLoss`."""
+    if kwargs.get("global_batch", False):
+        raise ValueError(
+            _checks.invalid(
+                "global_batch",
+                "False (an N-pair loss takes a per-replica similarity matrix; use PKNpairLoss "
+                "on embeddings for a global batch)",
+                kwargs["global_batch"],
+            )
+        )
+    return {**kwargs, "global_batch": False}
+
+
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class NpairsLoss(BatchPenaltyLoss):
     """Keras loss for `npairs_loss` (drop-in for `tfa.losses.NpairsLoss`)."""
 
     def __init__(self, name="npairs_loss", **kwargs):
-        super().__init__(name=name, **kwargs)
+        super().__init__(name=name, **_per_replica(kwargs))
 
     def call(self, y_true, y_pred):
         return npairs_loss(y_true, y_pred)
@@ -103,7 +119,7 @@ class NpairsMultilabelLoss(BatchPenaltyLoss):
     """Keras loss for `npairs_multilabel_loss` (drop-in for `tfa.losses.NpairsMultilabelLoss`)."""
 
     def __init__(self, name="npairs_multilabel_loss", **kwargs):
-        super().__init__(name=name, **kwargs)
+        super().__init__(name=name, **_per_replica(kwargs))
 
     def call(self, y_true, y_pred):
         return npairs_multilabel_loss(y_true, y_pred)

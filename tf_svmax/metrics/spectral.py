@@ -4,23 +4,42 @@ import keras
 import tensorflow as tf
 
 from tf_svmax import ops
-from tf_svmax.ops import _checks
+from tf_svmax.losses._base import check_global_batch
+from tf_svmax.ops import _checks, replicas
 
 
 class _RunningBatchMean(keras.metrics.Metric):
     """Mean over batches of a per-batch scalar `self.batch_value(y_pred)` (defined by each
-    subclass; sample weights unused)."""
+    subclass; sample weights unused). Batches with no rows are skipped.
 
-    def __init__(self, name, dtype=None):
+    Under a `tf.distribute` strategy with more than one replica, ``global_batch=True`` measures
+    the global batch (every replica's rows, gathered): the value a single device would log.
+    ``global_batch=False`` measures each replica's rows and averages over the replicas.
+    """
+
+    def __init__(self, name, dtype=None, global_batch=True):
         super().__init__(name=name, dtype=dtype)
+        self.global_batch = check_global_batch(global_batch)
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", name="count")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         # A metric only observes; no gradient flows through it.
-        value = self.batch_value(tf.stop_gradient(tf.convert_to_tensor(y_pred)))
-        self.total.assign_add(tf.cast(value, self.dtype))
-        self.count.assign_add(tf.constant(1.0, self.dtype))
+        y_pred = tf.cast(tf.stop_gradient(tf.convert_to_tensor(y_pred)), self.dtype)
+        context = replicas.cross_replica_context() if self.global_batch else None
+        if context is not None:
+            # Every replica adds the same global value: the sum-on-read total and count are
+            # N times one device's, and so is their ratio's numerator and denominator.
+            y_pred = replicas.gather_rows(context, y_pred)
+        value = _checks.zero_unless_rows(
+            y_pred, lambda: tf.cast(self.batch_value(y_pred), self.dtype)
+        )
+        has_rows = tf.cast(tf.shape(y_pred)[0] > 0, self.dtype)
+        self.total.assign_add(value)
+        self.count.assign_add(has_rows)
+
+    def get_config(self):
+        return {**super().get_config(), "global_batch": self.global_batch}
 
     def result(self):
         return tf.math.divide_no_nan(self.total, self.count)
@@ -38,8 +57,8 @@ class MeanSingularValue(_RunningBatchMean):
       ...                             SingularValueBound("upper")])
     """
 
-    def __init__(self, name="mean_singular_value", dtype=None, method="auto"):
-        super().__init__(name=name, dtype=dtype)
+    def __init__(self, name="mean_singular_value", dtype=None, method="auto", global_batch=True):
+        super().__init__(name=name, dtype=dtype, global_batch=global_batch)
         if method not in ops.METHODS:
             raise ValueError(_checks.invalid("method", f"one of {ops.METHODS}", method))
         self.method = method
@@ -63,10 +82,12 @@ class SingularValueBound(_RunningBatchMean):
       name: Defaults to ``"svmax_lower_bound"`` / ``"svmax_upper_bound"``.
     """
 
-    def __init__(self, bound="upper", name=None, dtype=None):
+    def __init__(self, bound="upper", name=None, dtype=None, global_batch=True):
         if bound not in ("lower", "upper"):
             raise ValueError(_checks.invalid("bound", "'lower' or 'upper'", bound))
-        super().__init__(name=name or f"svmax_{bound}_bound", dtype=dtype)
+        super().__init__(
+            name=name or f"svmax_{bound}_bound", dtype=dtype, global_batch=global_batch
+        )
         self.bound = bound
 
     def batch_value(self, y_pred):
@@ -79,10 +100,10 @@ class SingularValueBound(_RunningBatchMean):
         return {**super().get_config(), "bound": self.bound}
 
 
-def svmax_metrics(method="auto"):
+def svmax_metrics(method="auto", global_batch=True):
     """The three metrics that show ``s_mu`` with its ``[L, U]`` bounds during `fit`."""
     return [
-        MeanSingularValue(method=method),
-        SingularValueBound("lower"),
-        SingularValueBound("upper"),
+        MeanSingularValue(method=method, global_batch=global_batch),
+        SingularValueBound("lower", global_batch=global_batch),
+        SingularValueBound("upper", global_batch=global_batch),
     ]

@@ -141,3 +141,22 @@ def same_rows(first, second, first_arg, second_arg):
         [tf.debugging.assert_equal(tf.shape(first)[0], tf.shape(second)[0], message=message)]
     ):
         return tf.identity(first)
+
+
+def zero_unless_rows(x, fn):
+    """``fn()`` when `x` has at least one row, else a zero scalar of `x`'s dtype.
+
+    An empty batch (e.g. a replica's share of an uneven last batch with the per-replica
+    opt-out) has nothing to penalize or measure. The zero is ``0 * sum(x)`` so the
+    result stays connected to `x` (a zero gradient, not `None`). Decided in Python when the
+    row count is static, else with `tf.cond` (only the taken branch runs: `fn` never sees the
+    empty matrix).
+    """
+    rows = x.shape[0]
+
+    def zero():
+        return tf.reduce_sum(x) * tf.zeros([], x.dtype)
+
+    if rows is not None:
+        return fn() if rows > 0 else zero()
+    return tf.cond(tf.shape(x)[0] > 0, fn, zero)

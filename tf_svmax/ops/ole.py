@@ -209,7 +209,7 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
       threshold: Singular values below it are dropped from the subgradient (original: 1e-6).
 
     Returns:
-      A scalar of the dtype of `embeddings` (computed in float64).
+      A scalar of the dtype of `embeddings` (computed in float64); 0 for a batch with no rows.
 
     Raises:
       ValueError: bad rank, mismatched batch sizes, a negative `delta`/`threshold`, or tracing
@@ -221,7 +221,7 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
     """
     delta = _checks.check_non_negative_number(delta, "delta")
     threshold = _checks.check_non_negative_number(threshold, "threshold")
-    x, dtype = _checks.float_matrix(embeddings, "embeddings")
+    x, dtype = _checks.float_matrix(embeddings, "embeddings", min_rows=0)
     labels = check_same_batch(class_labels(labels), x)
     if _checks.in_xla_context():
         # The set of classes in a batch has a data-dependent size (tf.unique, bincount), which
@@ -231,7 +231,18 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
             "is data-dependent. Compile the model with jit_compile=False (Keras enables XLA by "
             "default on GPUs: model.compile(..., jit_compile=False))."
         )
-    value = _ole(
-        labels, tf.cast(x, tf.float64), delta, threshold, float32_shortcut=x.dtype != tf.float64
+    # A batch with no rows has no classes and nothing to penalize: 0 (Eq. 2 would be 0/0).
+    value = _checks.zero_unless_rows(
+        x,
+        lambda: tf.cast(
+            _ole(
+                labels,
+                tf.cast(x, tf.float64),
+                delta,
+                threshold,
+                float32_shortcut=x.dtype != tf.float64,
+            ),
+            x.dtype,
+        ),
     )
     return tf.cast(value, dtype)

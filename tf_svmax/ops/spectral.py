@@ -317,14 +317,14 @@ def nuclear_norm(x, *, method="auto"):
       method: ``"auto"``, ``"gram"``, ``"svd"`` or ``"newton_schulz"``.
 
     Returns:
-      A scalar of the dtype of `x`.
+      A scalar of the dtype of `x` (0 for a matrix with no rows).
 
     Example:
       >>> nuclear_norm(tf.eye(3))  # 3.0
     """
-    x, dtype = _checks.float_matrix(x, "x")
+    x, dtype = _checks.float_matrix(x, "x", min_rows=0)
     method = _resolve_method(method, want_vector=False)
-    return tf.cast(_nuclear_norm(x, method), dtype)
+    return tf.cast(_checks.zero_unless_rows(x, lambda: _nuclear_norm(x, method)), dtype)
 
 
 def mean_singular_value(x, *, method="auto"):
@@ -338,14 +338,17 @@ def mean_singular_value(x, *, method="auto"):
       method: ``"auto"``, ``"gram"``, ``"svd"`` or ``"newton_schulz"``.
 
     Returns:
-      A scalar of the dtype of `x`.
+      A scalar of the dtype of `x`; 0 (with a zero gradient) for a batch with no rows, whose
+      mean over no singular values is otherwise 0/0.
 
     Example:
       >>> mean_singular_value(tf.eye(4))  # 1.0
     """
-    x, dtype = _checks.float_matrix(x, "x")
+    x, dtype = _checks.float_matrix(x, "x", min_rows=0)
     method = _resolve_method(method, want_vector=False)
-    return tf.cast(_nuclear_norm(x, method) / _min_dim(x), dtype)
+    return tf.cast(
+        _checks.zero_unless_rows(x, lambda: _nuclear_norm(x, method) / _min_dim(x)), dtype
+    )
 
 
 def _is_static_int(value):
@@ -423,7 +426,8 @@ def svmax(embeddings, *, bounded=True, method="auto"):
 
     A batch with ``min(b, d) < 2`` (one row, e.g. a remainder batch or a single-example
     `predict`) has ``U = L`` and Eq. 4 is 0/0: its bounded penalty is defined as 1, the minimum
-    (one row is as spread out as it can be), with zero gradient.
+    (one row is as spread out as it can be), with zero gradient. A batch with no rows has
+    nothing to penalize: 0 in both forms, with a zero gradient.
 
     Args:
       embeddings: `[b, d]` floating tensor, normally L2-normalized rows.
@@ -437,11 +441,16 @@ def svmax(embeddings, *, bounded=True, method="auto"):
       ValueError: `embeddings` is not rank 2, or `bounded`/`method` is invalid.
     """
     bounded = _checks.check_bool(bounded, "bounded")
-    x, dtype = _checks.float_matrix(embeddings, "embeddings")
+    x, dtype = _checks.float_matrix(embeddings, "embeddings", min_rows=0)
     method = _resolve_method(method, want_vector=False)
+    return tf.cast(_checks.zero_unless_rows(x, lambda: _svmax(x, bounded, method)), dtype)
+
+
+def _svmax(x, bounded, method):
+    """`svmax` of a matrix with at least one row, in `x`'s dtype."""
     s_mu = _nuclear_norm(x, method) / _min_dim(x)
     if not bounded:
-        return tf.cast(-s_mu, dtype)  # Eq. 1
+        return -s_mu  # Eq. 1
     shape = tf.shape(x)
     lower, upper = _bounds(tf.cast(shape[0], x.dtype), tf.cast(shape[1], x.dtype))
     spread = upper - lower  # 0 exactly when min(b, d) = 1
@@ -449,5 +458,4 @@ def svmax(embeddings, *, bounded=True, method="auto"):
     # Guard the denominator so the unselected branch stays finite (its gradient is multiplied
     # by zero, and 0 * inf would be NaN).
     ratio = (upper - s_mu) / tf.where(defined, spread, tf.ones_like(spread))
-    penalty = tf.where(defined, tf.exp(ratio), tf.ones_like(ratio))  # Eq. 4
-    return tf.cast(penalty, dtype)
+    return tf.where(defined, tf.exp(ratio), tf.ones_like(ratio))  # Eq. 4

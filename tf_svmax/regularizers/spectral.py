@@ -4,8 +4,9 @@ import keras
 import tensorflow as tf
 
 from tf_svmax import ops
+from tf_svmax.losses._base import check_global_batch
 from tf_svmax.losses.spectral import _check_method
-from tf_svmax.ops import _checks
+from tf_svmax.ops import _checks, replicas
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -19,18 +20,28 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
     ``lambda_ * svmax(E)``; or pass ``lambda_ = paper_lambda * b`` here.
 
     A single-row output (e.g. `predict` on one example) gets the defined penalty ``lambda_``
-    (see `tf_svmax.ops.svmax`), never an error.
+    (see `tf_svmax.ops.svmax`), never an error; an output with no rows gets 0.
+
+    Under a `tf.distribute` strategy with more than one replica, ``global_batch=True``
+    (default) evaluates the penalty on the global batch (every replica's rows) and returns
+    ``lambda_ * svmax(E_global) * N * b_r / (b * N_r)`` on replica r (b_r its rows, b the
+    global rows, N replicas of which N_r have rows): after Keras divides each replica's value
+    by b_r and by N and sums the replicas' gradients, the update is the single-device one,
+    ``lambda_ * svmax(E) / b``. For evenly split batches the returned value is the
+    single-device value. ``global_batch=False`` penalizes each replica's rows alone.
 
     Args:
       lambda_: Weight, a float >= 0.
       bounded: Bounded (Eq. 4) or unbounded (Eq. 1) form.
       method: Spectral path (see `tf_svmax.ops.spectral`).
+      global_batch: Evaluate on the global batch under a multi-replica strategy (see above).
 
     Example:
       >>> keras.layers.Dense(128, activity_regularizer=SVMaxRegularizer(lambda_=1.0))
     """
 
-    def __init__(self, lambda_=1.0, bounded=True, method="auto"):
+    def __init__(self, lambda_=1.0, bounded=True, method="auto", global_batch=True):
+        self.global_batch = check_global_batch(global_batch)
         self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
         self.bounded = _checks.check_bool(bounded, "bounded")
         self.method = _check_method(method)
@@ -40,7 +51,30 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
         # activity losses to float32 totals and fails on a float16 value under mixed precision.
         x = tf.convert_to_tensor(x)
         x = tf.cast(x, _checks.compute_dtype(x.dtype))
-        return self.lambda_ * ops.svmax(x, bounded=self.bounded, method=self.method)
+        context = replicas.cross_replica_context() if self.global_batch else None
+        local_x = x
+        if context is not None:
+            x = replicas.gather_rows(context, x)
+        value = _checks.zero_unless_rows(
+            x, lambda: self.lambda_ * ops.svmax(x, bounded=self.bounded, method=self.method)
+        )
+        if context is None:
+            return value
+        # Undo Keras' per-replica normalization (see the class docstring); the factor depends
+        # only on shapes, so it carries no gradient.
+        counts = tf.cast(replicas.replica_row_counts(context, tf.shape(local_x)[0]), x.dtype)
+        with_rows = tf.reduce_sum(tf.cast(counts > 0, x.dtype))
+        factor = (
+            tf.cast(tf.shape(local_x)[0], x.dtype)
+            * context.num_replicas_in_sync
+            / (tf.reduce_sum(counts) * with_rows)
+        )
+        return value * factor
 
     def get_config(self):
-        return {"lambda_": self.lambda_, "bounded": self.bounded, "method": self.method}
+        return {
+            "lambda_": self.lambda_,
+            "bounded": self.bounded,
+            "method": self.method,
+            "global_batch": self.global_batch,
+        }

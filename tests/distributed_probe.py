@@ -1,0 +1,220 @@
+"""One SGD step per batch-level loss under MirroredStrategy vs. one device on the same batch.
+
+Run as ``python -m tests.distributed_probe REPLICAS`` (a fresh process: logical CPU devices must
+be configured before TensorFlow initializes, and one process keeps one strategy object, as
+collective keys of two MirroredStrategy objects in one process collide). Prints one JSON line:
+for each case the largest weight difference after the step(s), the evaluate() values, and the
+per-replica (opt-out) comparison.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+REPLICAS = int(sys.argv[1])
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * REPLICAS)
+
+from tf_svmax import losses, metrics, models, regularizers  # noqa: E402
+
+GLOBAL_BATCH = 32
+STRATEGY = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(REPLICAS)])
+DEFAULT = tf.distribute.get_strategy()
+rng = np.random.default_rng(0)
+INPUTS = rng.standard_normal((GLOBAL_BATCH + 3, 6)).astype(np.float32)
+
+
+def labels_for(k):
+    """P x K labels (classes in blocks of k), 35 rows: a 32-row batch then a 3-row remainder."""
+    labels = np.repeat(np.arange(GLOBAL_BATCH // k + 2), k)[: GLOBAL_BATCH + 3]
+    return labels.astype(np.int64)
+
+
+def dense(units=4, **kwargs):
+    return keras.layers.Dense(
+        units, kernel_initializer=keras.initializers.GlorotNormal(seed=1), **kwargs
+    )
+
+
+def embedding_model(normalize=True, activity_regularizer=None):
+    layers = [keras.Input((6,)), dense(activity_regularizer=activity_regularizer)]
+    if normalize:
+        layers.append(keras.layers.UnitNormalization())
+    return keras.Sequential(layers)
+
+
+def proxy_model():
+    return keras.Sequential([keras.Input((6,)), dense(), models.CosineProxies(10)])
+
+
+# name -> (make model, make loss(global_batch), K of the P x K labels)
+CASES = {
+    "svmax": (embedding_model, lambda g: losses.SVMaxLoss(global_batch=g), 4),
+    "svmax_unbounded": (
+        embedding_model,
+        lambda g: losses.SVMaxLoss(bounded=False, global_batch=g),
+        4,
+    ),
+    "ole": (
+        lambda: embedding_model(normalize=False),
+        lambda g: losses.OLELoss(global_batch=g),
+        4,
+    ),
+    "triplet_semihard": (
+        embedding_model,
+        lambda g: losses.TripletSemiHardLoss(global_batch=g),
+        4,
+    ),
+    "triplet_hard": (embedding_model, lambda g: losses.TripletHardLoss(global_batch=g), 4),
+    "batch_hard": (embedding_model, lambda g: losses.BatchHardTripletLoss(global_batch=g), 4),
+    "lifted_struct": (embedding_model, lambda g: losses.LiftedStructLoss(global_batch=g), 4),
+    "pk_contrastive": (embedding_model, lambda g: losses.PKContrastiveLoss(global_batch=g), 4),
+    "pk_npair": (
+        lambda: embedding_model(normalize=False),
+        lambda g: losses.PKNpairLoss(global_batch=g),
+        2,
+    ),
+    "pk_angular": (
+        lambda: embedding_model(normalize=False),
+        lambda g: losses.PKAngularLoss(global_batch=g),
+        2,
+    ),
+    "spread_out": (embedding_model, lambda g: losses.SpreadOutLoss(seed=3, global_batch=g), 4),
+    "proxy_anchor": (proxy_model, lambda g: losses.ProxyAnchorLoss(global_batch=g), 4),
+    "center": (
+        lambda: embedding_model(normalize=False),
+        lambda g: losses.CenterLoss(10, 4, lambda_=0.5, seed=0, global_batch=g),
+        4,
+    ),
+    "regularized_pk_contrastive_svmax": (
+        embedding_model,
+        lambda g: losses.RegularizedLoss(
+            losses.PKContrastiveLoss(global_batch=g), [losses.SVMaxLoss(global_batch=g)]
+        ),
+        4,
+    ),
+    "svmax_regularizer": (
+        lambda: embedding_model(
+            activity_regularizer=regularizers.SVMaxRegularizer(lambda_=20.0, global_batch=True)
+        ),
+        lambda g: losses.SVMaxLoss(lambda_=0.0, global_batch=g),
+        4,
+    ),
+}
+
+
+def train(strategy, case, global_batch, rows):
+    """Weights (and center-loss centers) after one epoch of `rows` rows in 32-row batches,
+    plus evaluate()'s loss and s_mu metrics on the first 32 rows."""
+    make_model, make_loss, k = CASES[case]
+    y = labels_for(k)
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = make_model()
+        loss = make_loss(global_batch)
+        model.compile(
+            keras.optimizers.SGD(0.5),
+            loss=loss,
+            metrics=metrics.svmax_metrics() if case == "svmax" else None,
+        )
+    initial = [w.copy() for w in model.get_weights()]
+    model.fit(INPUTS[:rows], y[:rows], batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
+    state = [w.copy() for w in model.get_weights()]
+    # How far the step(s) moved the weights: the scale the errors are compared with.
+    moved = max_difference(initial, state)
+    if case == "center":
+        state.append(loss.centers.numpy().copy())
+    logs = model.evaluate(
+        INPUTS[:GLOBAL_BATCH],
+        y[:GLOBAL_BATCH],
+        batch_size=GLOBAL_BATCH,
+        verbose=0,
+        return_dict=True,
+    )
+    return state, logs, moved
+
+
+def max_difference(a, b):
+    return float(max(np.abs(x - y).max() for x, y in zip(a, b, strict=True)))
+
+
+def per_replica_reference(case):
+    """One device, the loss averaged over the replicas' slices of the batch (the opt-out)."""
+    make_model, make_loss, k = CASES[case]
+    y = labels_for(k)
+    keras.utils.set_random_seed(0)
+    model = make_model()
+    base = make_loss(False)
+    per = GLOBAL_BATCH // REPLICAS
+
+    def sliced(y_true, y_pred):
+        parts = [
+            base(y_true[i * per : (i + 1) * per], y_pred[i * per : (i + 1) * per])
+            for i in range(REPLICAS)
+        ]
+        return tf.add_n(parts) / REPLICAS
+
+    model.compile(keras.optimizers.SGD(0.5), loss=sliced)
+    model.fit(
+        INPUTS[:GLOBAL_BATCH],
+        y[:GLOBAL_BATCH],
+        batch_size=GLOBAL_BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+    )
+    return model.get_weights()
+
+
+# P x K losses refuse a remainder batch (it is not P x K); they get no uneven run.
+WHOLE_BATCHES_ONLY = (
+    "pk_contrastive",
+    "pk_npair",
+    "pk_angular",
+    "regularized_pk_contrastive_svmax",
+)
+
+
+def main():
+    out = {"replicas": REPLICAS, "cases": {}}
+    for case in CASES:
+        row = {}
+        sizes = [(GLOBAL_BATCH, "even")]
+        if case not in WHOLE_BATCHES_ONLY:
+            sizes.append((GLOBAL_BATCH + 3, "uneven"))
+        for rows, label in sizes:
+            single, single_logs, moved = train(DEFAULT, case, True, rows)
+            many, many_logs, _ = train(STRATEGY, case, True, rows)
+            row[f"{label}_weight_error"] = max_difference(single, many)
+            row[f"{label}_step"] = moved
+            row[f"{label}_logs"] = {"single": single_logs, "replicas": many_logs}
+        # Not compared with a one-device reference: the center loss refuses the opt-out under a
+        # strategy, the regularizer has no loss-level opt-out, and spread-out draws its random
+        # negatives per replica.
+        if case not in ("center", "svmax_regularizer", "spread_out"):
+            opt_out = train(STRATEGY, case, False, GLOBAL_BATCH)[0]
+            row["opt_out_vs_per_replica"] = max_difference(opt_out, per_replica_reference(case))
+            row["opt_out_vs_global"] = max_difference(
+                opt_out, train(DEFAULT, case, True, GLOBAL_BATCH)[0]
+            )
+        out["cases"][case] = row
+        print(case, json.dumps(row), file=sys.stderr, flush=True)
+    with STRATEGY.scope():
+        model = embedding_model(normalize=False)
+        model.compile("sgd", loss=losses.CenterLoss(10, 4, global_batch=False))
+    try:
+        model.fit(INPUTS[:GLOBAL_BATCH], labels_for(4)[:GLOBAL_BATCH], verbose=0)
+        out["center_opt_out"] = "no error"
+    except ValueError as error:  # the refusal surfaces from inside fit
+        out["center_opt_out"] = str(error)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

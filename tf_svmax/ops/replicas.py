@@ -1,0 +1,85 @@
+"""The global batch under `tf.distribute`: gather the replicas' rows, hand each replica its own.
+
+Batch-level penalties (SVMax, OLE, triplet mining, ...) are functions of the whole mini-batch,
+not sums of per-row terms. Under a strategy with N replicas each replica holds b/N rows; these
+helpers let a loss, regularizer or metric evaluate on the concatenation of every replica's rows
+(in replica order, `ReplicaContext.all_gather`, which is differentiable: the gradient of a
+gathered row flows back to the replica that owns it, summed over the replicas that used it).
+
+Scaling: when every replica evaluates the same value on the same gathered batch and returns
+``value / N``, the gradients Keras sums over the replicas equal the single-device gradient of
+``value`` on the concatenated batch (the all-gather's gradient sums the N identical upstream
+contributions, each 1/N).
+"""
+
+import tensorflow as tf
+
+
+def cross_replica_context():
+    """The current `tf.distribute.ReplicaContext` when more than one replica is in sync, else None.
+
+    None in cross-replica context and under the default (single-device) strategy: there is
+    nothing to gather.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync < 2:
+        return None
+    return context
+
+
+def gather_rows(context, value):
+    """Concatenates `value`'s rows (axis 0) from every replica, in replica order.
+
+    `None` and scalars (rank 0: nothing per row) pass through unchanged; a `tf.SparseTensor`
+    (multi-label `y_true`) is densified first, as `all_gather` takes dense tensors only.
+    """
+    if value is None:
+        return None
+    if isinstance(value, tf.SparseTensor):
+        value = tf.sparse.to_dense(value)
+    value = tf.convert_to_tensor(value)
+    if value.shape.rank == 0:
+        return value
+    gathered = context.all_gather(value, axis=0)
+    return _dense_gradient(gathered) if gathered.dtype.is_floating else gathered
+
+
+@tf.custom_gradient
+def _dense_gradient(x):
+    """Identity whose gradient is a dense tensor: `all_gather`'s gradient all-reduces the
+    upstream gradient, which fails on the `IndexedSlices` a downstream `tf.gather` produces."""
+
+    def grad(upstream):
+        return tf.convert_to_tensor(upstream)
+
+    return tf.identity(x), grad
+
+
+def replica_row_counts(context, rows):
+    """`[N]` int32 row counts of every replica's batch (`rows`: this replica's count)."""
+    return context.all_gather(tf.reshape(tf.cast(rows, tf.int32), [1]), axis=0)
+
+
+def own_rows(context, values, rows):
+    """The entries of a gathered per-row tensor `values` that belong to this replica.
+
+    Args:
+      context: The replica context the rows were gathered in.
+      values: A tensor whose axis 0 runs over the gathered (global) batch.
+      rows: This replica's number of rows (an int or an int scalar tensor).
+    """
+    counts = replica_row_counts(context, rows)
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    start = tf.reduce_sum(counts[:replica])
+    return tf.gather(values, tf.range(start, start + counts[replica]), axis=0)
+
+
+def scale_to_replicas(value):
+    """``value / N`` under a strategy with N > 1 replicas in sync (Keras sums their gradients).
+
+    The same scaling as Keras' own "sum_over_batch_size" reduction.
+    """
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if replicas > 1:
+        value = value * tf.cast(1.0 / replicas, value.dtype)
+    return value
