@@ -40,6 +40,13 @@ def gather_rows(context, value):
     value = tf.convert_to_tensor(value)
     if value.shape.rank == 0:
         return value
+    if value.dtype in (tf.int64, tf.uint64):
+        # MultiWorkerMirroredStrategy's all-gather fails on 64-bit integers ("destinations can
+        # not be empty"); their bits travel exactly as pairs of int32.
+        pairs = context.all_gather(tf.bitcast(value, tf.int32), axis=0)
+        return tf.bitcast(pairs, value.dtype)
+    if value.dtype == tf.bool:
+        return tf.cast(context.all_gather(tf.cast(value, tf.int32), axis=0), tf.bool)
     gathered = context.all_gather(value, axis=0)
     return _dense_gradient(gathered) if gathered.dtype.is_floating else gathered
 
