@@ -26,6 +26,12 @@ from trainers.harness.config import (
     output_dir_option,
     verbose_option,
 )
+from trainers.harness.distribute import (
+    check_even_split,
+    cpu_devices_option,
+    make_strategy,
+    strategy_option,
+)
 from trainers.harness.flags import (
     non_negative_int,
     non_negative_number,
@@ -207,6 +213,8 @@ class RetrievalConfig:
         "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
         "cost on CPU).",
     )
+    strategy: str = strategy_option()
+    cpu_devices: int = cpu_devices_option()
     verbose: int = verbose_option()
 
 
@@ -340,8 +348,9 @@ def train_retrieval(config, *, callbacks=()):
         or its record is damaged (`trainers.harness.run_dir`).
     """
     started = time.perf_counter()
-    config, split, embedding_model = _setup(config)
-    job = _job(config, split, embedding_model, callbacks)
+    config, split, embedding_model, strategy = _setup(config)
+    with strategy.scope():  # the training head, the loss's state, the optimizer's slots
+        job = _job(config, split, embedding_model, callbacks)
     return run_job(job, RetrievalConfig, started)
 
 
@@ -389,6 +398,7 @@ def _job(config, split, embedding_model, callbacks):
         model=model,
         schedule=schedule,
         batches=batches,
+        global_batch=config.batch_p * config.batch_k,
         evaluate=lambda step, epoch: evaluator.evaluate(step=step, epoch=epoch),
         is_metric=is_metric_key,
         plot=lambda results, folder: plot_run(results, bounds, folder),
@@ -409,17 +419,20 @@ def _job(config, split, embedding_model, callbacks):
 def _setup(config):
     """Seeds, checks flags, reads the split and builds the embedding model — in that order,
     so the same config always gives the same initial weights."""
-    keras.utils.set_random_seed(config.seed)
     resolve(config)  # refuse bad flags before reading any data
+    strategy = make_strategy(config.strategy, config.cpu_devices)
+    keras.utils.set_random_seed(config.seed)
     train, test, input_shape, loaders = _load_split(config)
     config = resolve(config, num_train_classes=len(np.unique(train[1])))
-    embedding_model = models.build_embedding_model(
-        config.backbone,
-        input_shape=input_shape,
-        embedding_dim=config.embedding_dim,
-        weights=config.weights,
-    )
-    return config, (train, test, input_shape, loaders), embedding_model
+    check_even_split(strategy, config.batch_p * config.batch_k)
+    with strategy.scope():
+        embedding_model = models.build_embedding_model(
+            config.backbone,
+            input_shape=input_shape,
+            embedding_dim=config.embedding_dim,
+            weights=config.weights,
+        )
+    return config, (train, test, input_shape, loaders), embedding_model, strategy
 
 
 def _evaluator(config, test, input_shape, loaders, tensorboard_dir):
@@ -445,7 +458,7 @@ def _evaluator(config, test, input_shape, loaders, tensorboard_dir):
 def evaluate_untrained(config):
     """The step-0 evaluation of `config`'s run without training or writing anything: the
     initial weights are those `train_retrieval(config)` starts from (same seed, same order)."""
-    config, (_, test, input_shape, loaders), embedding_model = _setup(config)
+    config, (_, test, input_shape, loaders), embedding_model, _ = _setup(config)
     evaluator = _evaluator(config, test, input_shape, loaders, None)
     evaluator.set_model(embedding_model)
     return evaluator.evaluate(step=0)

@@ -32,6 +32,12 @@ from trainers.harness.config import (
     output_dir_option,
     verbose_option,
 )
+from trainers.harness.distribute import (
+    check_even_split,
+    cpu_devices_option,
+    make_strategy,
+    strategy_option,
+)
 from trainers.harness.flags import (
     non_negative_int,
     non_negative_number,
@@ -188,6 +194,8 @@ class TwoHeadConfig:
     )
     seed: int = option(0, "Seed for weights, batches, subsets and k-means.", check=non_negative_int)
     jit_compile: bool = option(False, "XLA-compile the train step (slow with SVD on CPU).")
+    strategy: str = strategy_option()
+    cpu_devices: int = cpu_devices_option()
     verbose: int = verbose_option()
 
 
@@ -484,11 +492,14 @@ def plot_run(results, directory, title):
 def _setup(config):
     """Seeds, checks flags, reads the data and builds the model — in that order, so the same
     config always gives the same initial weights."""
-    keras.utils.set_random_seed(config.seed)
     resolve(config)  # refuse bad flags before reading any data
+    strategy = make_strategy(config.strategy, config.cpu_devices)
+    keras.utils.set_random_seed(config.seed)
     split = load_split(config)
     config = resolve(config, num_classes=split["num_classes"])
-    return config, split, build_model(config, split)
+    check_even_split(strategy, config.batch_p * config.batch_k)
+    with strategy.scope():
+        return config, split, build_model(config, split), strategy
 
 
 def describe(config):
@@ -508,18 +519,19 @@ def train_two_head(config, *, callbacks=()):
       RunRefused: `output_dir` in use, holding another configuration, or damaged.
     """
     started = time.perf_counter()
-    config, split, model = _setup(config)
-    loss, loss_weights, state = build_losses(config, split["num_classes"])
+    config, split, model, strategy = _setup(config)
     schedule = keras.optimizers.schedules.PolynomialDecay(
         config.learning_rate, config.train_steps, end_learning_rate=1e-4, power=1.0
     )
-    model.compile(
-        optimizer=keras.optimizers.SGD(schedule, momentum=0.9),
-        loss=loss,
-        loss_weights=loss_weights,
-        metrics={"logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]},
-        jit_compile=config.jit_compile,
-    )
+    with strategy.scope():  # the center loss's centers and the optimizer's slots
+        loss, loss_weights, state = build_losses(config, split["num_classes"])
+        model.compile(
+            optimizer=keras.optimizers.SGD(schedule, momentum=0.9),
+            loss=loss,
+            loss_weights=loss_weights,
+            metrics={"logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]},
+            jit_compile=config.jit_compile,
+        )
     train_x, train_y = split["train"]
     # Keras matches targets to every named output, trained or not: each gets the labels.
     output_names = tuple(model.output_names)
@@ -550,6 +562,7 @@ def train_two_head(config, *, callbacks=()):
         model=model,
         schedule=schedule,
         batches=batches,
+        global_batch=config.batch_p * config.batch_k,
         evaluate=lambda step, epoch: {
             "step": step,
             "epoch": epoch,

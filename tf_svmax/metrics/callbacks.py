@@ -122,7 +122,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         results = retrieval.evaluate_retrieval(embeddings, labels, **self.evaluate_kwargs)
         if step is None:
             optimizer = getattr(self.model, "optimizer", None)  # absent on an uncompiled model
-            step = int(optimizer.iterations) if optimizer is not None else 0
+            step = int(optimizer.iterations.numpy()) if optimizer is not None else 0
         record = {"epoch": self._epoch, "step": step, **results}
         self.history.append(record)
         self._write_tensorboard(step, results)
@@ -151,14 +151,14 @@ class RetrievalEvaluation(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         optimizer = getattr(self.model, "optimizer", None)
-        self._last_step = int(optimizer.iterations) if optimizer is not None else 0
+        self._last_step = int(optimizer.iterations.numpy()) if optimizer is not None else 0
 
     def on_train_batch_end(self, batch, logs=None):
         if self.every_n_steps is None:
             return
         # With steps_per_execution > 1 this runs once per execution and the step jumps by
         # several: evaluate whenever a multiple of every_n_steps was passed since the last call.
-        step = int(self.model.optimizer.iterations)
+        step = int(self.model.optimizer.iterations.numpy())
         if step // self.every_n_steps > self._last_step // self.every_n_steps:
             self.evaluate()
         self._last_step = step

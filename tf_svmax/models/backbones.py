@@ -59,7 +59,9 @@ def _small_cnn_map(inputs, batch_norm=False):
     for filters in (32, 64, 128):
         if batch_norm:
             x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
-            x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
+            # synchronized: under a multi-replica tf.distribute strategy the batch statistics
+            # are the global batch's, as on one device (a no-op without a strategy).
+            x = keras.layers.ReLU()(keras.layers.BatchNormalization(synchronized=True)(x))
         else:
             x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
         if x.shape[1] is not None and x.shape[1] >= 4:

@@ -29,6 +29,8 @@ import tensorflow as tf
 
 from tf_svmax import data, records
 from trainers.harness.checkpoints import restore_newest_readable
+from trainers.harness.distribute import description as strategy_description
+from trainers.harness.distribute import replica_batches
 from trainers.harness.flags import identity
 from trainers.harness.run_dir import RunDirectory
 
@@ -43,6 +45,8 @@ class Job:
       model: The compiled model `fit` trains.
       schedule: The optimizer's learning-rate schedule (called with a step for the trace).
       batches: ``start_step -> tf.data.Dataset`` of training batches from that step on.
+      global_batch: Rows of every training batch (split across the replicas of a
+        multi-replica strategy, see `trainers.harness.distribute.replica_batches`).
       evaluate: ``(step, epoch) -> dict`` of the held-out evaluation; `is_metric` picks the
         entries logged to TensorBoard and printed.
       is_metric: ``key -> bool`` for the entries of an evaluation that are metrics.
@@ -63,6 +67,7 @@ class Job:
     model: keras.Model
     schedule: Callable
     batches: Callable[[int], tf.data.Dataset]
+    global_batch: int
     evaluate: Callable[[int, int], dict]
     is_metric: Callable[[str], bool]
     plot: Callable[[dict, str], None]
@@ -141,7 +146,7 @@ class _Cadence(keras.callbacks.Callback):
         logs = logs or {}
         loss = logs.get("loss")
         if loss is not None and not np.isfinite(float(loss)):
-            self.diverged_at = int(self.model.optimizer.iterations)
+            self.diverged_at = int(self.model.optimizer.iterations.numpy())
             self.model.stop_training = True
             return
         done = batch + 1
@@ -152,7 +157,7 @@ class _Cadence(keras.callbacks.Callback):
         start, start_sums, start_time = self._window_start
         now = time.perf_counter()
         sums = {k: float(v) * done for k, v in logs.items() if np.ndim(v) == 0}
-        step = int(self.model.optimizer.iterations)
+        step = int(self.model.optimizer.iterations.numpy())
         entry = window_means(start_sums, start, sums, done)
         entry.update(
             step=step,
@@ -168,7 +173,7 @@ class _Cadence(keras.callbacks.Callback):
         if self.diverged_at is not None:
             return  # never evaluate or checkpoint non-finite weights
         logs = logs if logs is not None else {}
-        step = int(self.model.optimizer.iterations)
+        step = int(self.model.optimizer.iterations.numpy())
         record = self.job.evaluate(step, epoch + 1)
         logs.update({f"test_{k}": v for k, v in record.items() if self.job.is_metric(k)})
         evaluations = [e for e in self.results["evaluations"] if e["step"] < step]
@@ -228,12 +233,13 @@ def _say(job, text):
 def _run(job, config_dict, run, started):
     config, paths, model = job.config, run.paths, job.model
     previous = run.previous_results()
-    model.optimizer.build(model.trainable_variables)
+    with model.distribute_strategy.scope():  # the optimizer's slots mirror the weights
+        model.optimizer.build(model.trainable_variables)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **job.state)
     manager = tf.train.CheckpointManager(checkpoint, paths["checkpoints"], max_to_keep=2)
     start_step = 0
     if restore_newest_readable(checkpoint, manager):
-        start_step = int(model.optimizer.iterations)
+        start_step = int(model.optimizer.iterations.numpy())
     if previous and previous.get("status") == "completed" and start_step >= config.train_steps:
         # A finished run is reported, not re-recorded (wall time and files stay as they were).
         _say(job, f"already completed: {summary(previous, job.is_metric)}")
@@ -249,6 +255,7 @@ def _run(job, config_dict, run, started):
         versions=environment["versions"],
         machine=environment["machine"],
         device=records.device(environment["machine"]),
+        distribution=strategy_description(model.distribute_strategy),
         status="running",
         message="",
         **job.header,
@@ -266,7 +273,9 @@ def _run(job, config_dict, run, started):
             _say(job, f"untrained: {summary(results, job.is_metric)}")
         if start_step < config.train_steps:
             model.fit(
-                job.batches(start_step),
+                replica_batches(
+                    model.distribute_strategy, lambda: job.batches(start_step), job.global_batch
+                ),
                 epochs=config.train_steps // config.eval_every,
                 initial_epoch=start_step // config.eval_every,
                 steps_per_epoch=config.eval_every,

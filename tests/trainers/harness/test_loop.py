@@ -51,6 +51,7 @@ def _job(config, counter):
         model=model,
         schedule=lambda step: 0.1,
         batches=batches,
+        global_batch=8,
         evaluate=evaluate,
         is_metric=lambda k: k == "mse",
         plot=lambda results, folder: None,
