@@ -132,3 +132,19 @@ def test_two_head_overhead(tmp_path):
     # The embedding head adds a dense layer from the flattened 4 x 4 x 128 map to 256.
     assert rows["hard"]["parameters"] - rows["softmax"]["parameters"] == 4 * 4 * 128 * 256 + 256
     assert "| small_cnn | hard |" in stdout and "machine" in record
+
+
+def test_gather_overhead(tmp_path):
+    stdout = _run(
+        "gather_overhead",
+        "--replicas=1,2",
+        "--batches=8",
+        "--embedding_dim=4",
+        "--repeats=1",
+        f"--output_dir={tmp_path}",
+    )
+    record = json.loads((tmp_path / "gather_overhead.json").read_text())
+    modes = {(r["replicas"], r["mode"]) for r in record["results"]}
+    assert modes == {(1, "single"), (2, "global"), (2, "per_replica")}
+    assert all(r["median_ms"] > 0 for r in record["results"])
+    assert "| 2 | 8 | global |" in stdout and "machine" in record

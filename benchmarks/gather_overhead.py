@@ -1,0 +1,171 @@
+"""Cost of global-batch losses under tf.distribute: one training step with the loss evaluated on
+the gathered global batch (`global_batch=True`, the default) against per-replica evaluation
+(`global_batch=False`) and against one device, on N logical CPU devices.
+
+The step: a Dense(512 -> 128) embedding with unit-norm rows, `RegularizedLoss(
+TripletSemiHardLoss(margin=0.2), [SVMaxLoss(lambda_=0.1)])` (the SVMax paper's triplet setting),
+SGD, `train_on_batch` on a global batch of b rows (b = 144 ... 1024, split evenly). Global
+evaluation costs an all-gather of the embeddings and labels per loss term and the loss on all b
+rows on every replica (the b x b mining and the SVD are repeated, not split).
+
+Logical CPU devices share the machine's cores, so these numbers measure the code path's overhead,
+not a multi-device speed-up; GPU numbers are not yet measured. Each replica count runs in its own
+process (logical devices are fixed when TensorFlow starts; collective keys of two strategies in
+one process collide).
+
+    python -m benchmarks.gather_overhead --output_dir benchmarks/results/gather_overhead
+"""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+
+from benchmarks import _common  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("replicas", ["1", "2", "4"], "Logical CPU device counts (1: one device).")
+flags.DEFINE_list("batches", ["144", "256", "512", "1024"], "Global batch sizes b.")
+flags.DEFINE_integer("embedding_dim", 128, "Embedding dimension d.", lower_bound=1)
+flags.DEFINE_integer(
+    "repeats", 10, "Timed steps per setting (after 3 warm-up steps).", lower_bound=1
+)
+flags.DEFINE_string("output_dir", "benchmarks/results/gather_overhead", "Where results go.")
+flags.DEFINE_integer("child_replicas", 0, "Internal: time this replica count in this process.")
+
+PROGRAM = "gather_overhead"
+INPUT_DIM = 512
+
+
+def time_in_this_process(replicas, batches, dim, repeats):
+    """Rows of step times for `replicas` logical CPUs (configured before TensorFlow starts)."""
+    import tensorflow as tf
+
+    if replicas > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * replicas
+        )
+    import keras
+    import numpy as np
+
+    from tf_svmax import losses
+
+    strategy = (
+        tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+        if replicas > 1
+        else tf.distribute.get_strategy()
+    )
+    rng = np.random.default_rng(0)
+    rows = []
+    for batch in batches:
+        x = rng.standard_normal((batch, INPUT_DIM)).astype(np.float32)
+        y = np.repeat(np.arange(batch // 4), 4).astype(np.int64)
+        modes = ("global", "per_replica") if replicas > 1 else ("single",)
+        for mode in modes:
+            _common.progress(PROGRAM, f"{replicas} replica(s), b = {batch}, {mode}")
+            global_batch = mode != "per_replica"
+            with strategy.scope():
+                keras.utils.set_random_seed(0)
+                model = keras.Sequential(
+                    [
+                        keras.Input((INPUT_DIM,)),
+                        keras.layers.Dense(dim),
+                        keras.layers.UnitNormalization(),
+                    ]
+                )
+                model.compile(
+                    keras.optimizers.SGD(0.01),
+                    loss=losses.RegularizedLoss(
+                        losses.TripletSemiHardLoss(margin=0.2, global_batch=global_batch),
+                        [losses.SVMaxLoss(lambda_=0.1, global_batch=global_batch)],
+                    ),
+                    jit_compile=False,
+                )
+            step = functools.partial(model.train_on_batch, x, y)
+            timing = _common.time_calls(step, repeats, warmup=3)
+            rows.append({"replicas": replicas, "batch": batch, "dim": dim, "mode": mode, **timing})
+    return rows
+
+
+def main(argv):
+    del argv
+    try:
+        replica_counts = [int(r) for r in FLAGS.replicas]
+        batches = [int(b) for b in FLAGS.batches]
+    except ValueError:
+        raise app.UsageError("--replicas and --batches take integers.") from None
+    if min(replica_counts) < 1 or any(b % r for b in batches for r in replica_counts):
+        raise app.UsageError(
+            f"--replicas >= 1 dividing every --batches; received {replica_counts}, {batches}."
+        )
+    if FLAGS.child_replicas:
+        rows = time_in_this_process(
+            FLAGS.child_replicas, batches, FLAGS.embedding_dim, FLAGS.repeats
+        )
+        print(json.dumps(rows))
+        return
+    rows = []
+    for replicas in replica_counts:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.gather_overhead",
+                f"--child_replicas={replicas}",
+                f"--batches={','.join(map(str, batches))}",
+                f"--embedding_dim={FLAGS.embedding_dim}",
+                f"--repeats={FLAGS.repeats}",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            check=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+        rows += json.loads(done.stdout.strip().splitlines()[-1])
+    single = {r["batch"]: r["median_ms"] for r in rows if r["mode"] == "single"}
+    per_replica = {
+        (r["replicas"], r["batch"]): r["median_ms"] for r in rows if r["mode"] == "per_replica"
+    }
+    for r in rows:
+        if r["batch"] in single:
+            r["vs_single_device"] = r["median_ms"] / single[r["batch"]]
+        if r["mode"] == "global":
+            r["vs_per_replica"] = r["median_ms"] / per_replica[(r["replicas"], r["batch"])]
+    out = FLAGS.output_dir
+    _common.write_csv(os.path.join(out, "gather_overhead.csv"), rows)
+    _common.write_json(
+        os.path.join(out, "gather_overhead.json"),
+        {
+            **_common.environment(),
+            "config": {
+                "replicas": replica_counts,
+                "batches": batches,
+                "embedding_dim": FLAGS.embedding_dim,
+                "input_dim": INPUT_DIM,
+                "repeats": FLAGS.repeats,
+                "loss": "RegularizedLoss(TripletSemiHardLoss(0.2), [SVMaxLoss(0.1)])",
+                "devices": "logical CPU devices sharing one machine's cores",
+            },
+            "results": rows,
+        },
+    )
+    print("| replicas | b | mode | step ms (median) | p10–p90 ms | ÷ per-replica | ÷ one device |")
+    print("|---:|---:|---|---:|---:|---:|---:|")
+    for r in rows:
+        ratio = f"{r['vs_per_replica']:.2f}" if "vs_per_replica" in r else "–"
+        single_ratio = f"{r['vs_single_device']:.2f}" if "vs_single_device" in r else "–"
+        print(
+            f"| {r['replicas']} | {r['batch']} | {r['mode']} | {r['median_ms']:.1f} | "
+            f"{r['p10_ms']:.1f}–{r['p90_ms']:.1f} | {ratio} | {single_ratio} |"
+        )
+    print(f"wrote {out}/gather_overhead.csv and gather_overhead.json")
+
+
+if __name__ == "__main__":
+    app.run(main)
