@@ -3,10 +3,12 @@ the gathered global batch (`global_batch=True`, the default) against per-replica
 (`global_batch=False`) and against one device, on N logical CPU devices.
 
 The step: a Dense(512 -> 128) embedding with unit-norm rows, `RegularizedLoss(
-TripletSemiHardLoss(margin=0.2), [SVMaxLoss(lambda_=0.1)])` (the SVMax paper's triplet setting),
-SGD, `train_on_batch` on a global batch of b rows (b = 144 ... 1024, split evenly). Global
+TripletHardLoss(margin=0.2), [SVMaxLoss(lambda_=0.1)])` (batch-hard mining, b x b), SGD,
+`train_on_batch` on a global batch of b rows (b = 144 ... 1024, split evenly). Global
 evaluation costs an all-gather of the embeddings and labels per loss term and the loss on all b
-rows on every replica (the b x b mining and the SVD are repeated, not split).
+rows on every replica (the b x b mining and the SVD are repeated, not split). Not
+`TripletSemiHardLoss`: its tensorflow-addons formulation materializes b x b x b tensors, and at
+b = 1024 two replicas doing so at once exhausted this 24 GB machine.
 
 Logical CPU devices share the machine's cores, so these numbers measure the code path's overhead,
 not a multi-device speed-up; GPU numbers are not yet measured. Each replica count runs in its own
@@ -82,7 +84,7 @@ def time_in_this_process(replicas, batches, dim, repeats):
                 model.compile(
                     keras.optimizers.SGD(0.01),
                     loss=losses.RegularizedLoss(
-                        losses.TripletSemiHardLoss(margin=0.2, global_batch=global_batch),
+                        losses.TripletHardLoss(margin=0.2, global_batch=global_batch),
                         [losses.SVMaxLoss(lambda_=0.1, global_batch=global_batch)],
                     ),
                     jit_compile=False,
@@ -149,7 +151,7 @@ def main(argv):
                 "embedding_dim": FLAGS.embedding_dim,
                 "input_dim": INPUT_DIM,
                 "repeats": FLAGS.repeats,
-                "loss": "RegularizedLoss(TripletSemiHardLoss(0.2), [SVMaxLoss(0.1)])",
+                "loss": "RegularizedLoss(TripletHardLoss(0.2), [SVMaxLoss(0.1)])",
                 "devices": "logical CPU devices sharing one machine's cores",
             },
             "results": rows,
