@@ -181,6 +181,28 @@ WHOLE_BATCHES_ONLY = (
 )
 
 
+def per_row_values_error():
+    """`reduction="none"` on the global batch: each replica returns its own rows' values,
+    which concatenated in replica order are the one-device values."""
+    loss = losses.BatchHardTripletLoss(reduction="none")
+    x = tf.math.l2_normalize(INPUTS[:GLOBAL_BATCH, :4], axis=1)
+    y = labels_for(4)[:GLOBAL_BATCH]
+    per = GLOBAL_BATCH // REPLICAS
+
+    def shard(context):
+        rows = slice(
+            context.replica_id_in_sync_group * per, (context.replica_id_in_sync_group + 1) * per
+        )
+        return y[rows], x[rows]
+
+    values = STRATEGY.run(
+        tf.function(lambda y_r, x_r: loss(y_r, x_r)),
+        args=STRATEGY.experimental_distribute_values_from_function(shard),
+    )
+    gathered = np.concatenate([v.numpy() for v in STRATEGY.experimental_local_results(values)])
+    return float(np.abs(gathered - loss(y, x).numpy()).max())
+
+
 def main():
     out = {"replicas": REPLICAS, "cases": {}}
     for case in CASES:
@@ -205,6 +227,7 @@ def main():
             )
         out["cases"][case] = row
         print(case, json.dumps(row), file=sys.stderr, flush=True)
+    out["per_row_error"] = per_row_values_error()
     with STRATEGY.scope():
         model = embedding_model(normalize=False)
         model.compile("sgd", loss=losses.CenterLoss(10, 4, global_batch=False))

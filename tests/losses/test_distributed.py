@@ -85,5 +85,10 @@ def test_opt_out_is_the_average_of_per_replica_losses(probes, replicas):
         assert cases[case]["opt_out_vs_global"] > 1e-3, (case, cases[case])
 
 
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_reduction_none_gives_each_replica_its_own_rows(probes, replicas):
+    assert probes[replicas]["per_row_error"] < TOLERANCE
+
+
 def test_center_loss_refuses_per_replica_centers(probes):
     assert "global_batch=False" in probes[2]["center_opt_out"]
