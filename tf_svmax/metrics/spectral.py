@@ -28,8 +28,8 @@ class _RunningBatchMean(keras.metrics.Metric):
         y_pred = tf.cast(tf.stop_gradient(tf.convert_to_tensor(y_pred)), self.dtype)
         context = replicas.cross_replica_context() if self.global_batch else None
         if context is not None:
-            # Every replica adds the same global value: the sum-on-read total and count are
-            # N times one device's, and so is their ratio's numerator and denominator.
+            # Every replica adds the same global value and count: the sum-on-read total and
+            # count are both N times one device's, so their ratio is one device's.
             y_pred = replicas.gather_rows(context, y_pred)
         value = _checks.zero_unless_rows(
             y_pred, lambda: tf.cast(self.batch_value(y_pred), self.dtype)

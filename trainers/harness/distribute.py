@@ -7,9 +7,8 @@ every batch-level loss of the library evaluates on the whole of it (see the READ
 
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
 from trainers.harness.config import ConfigError
-from trainers.harness.flags import option
+from trainers.harness.flags import non_negative_int, option
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -33,7 +32,7 @@ def cpu_devices_option():
         "Split the CPU into this many logical devices (0: as found), to try --strategy=mirrored "
         "on a machine without GPUs. They share the same cores: a test of the code path, not a "
         "speed-up.",
-        check=_checks.check_non_negative_int,
+        check=non_negative_int,
         identity=False,
     )
 
