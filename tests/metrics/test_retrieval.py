@@ -91,6 +91,35 @@ def test_nmi_is_the_geometric_nmi_of_seeded_kmeans(rng, init):
         assert retrieval.nmi(x, y, seed=7, init=init) != pytest.approx(arithmetic, abs=1e-9)
 
 
+def test_nmi_runs_kmeans_on_one_blas_thread_and_restores_the_pool(rng):
+    """The one-thread limit (k-means++ seeding's thread hand-off cost) is scoped to the fit:
+    the caller's BLAS thread count is back afterwards, and the clusters equal an unlimited fit's
+    (the 10 x 3 set is small enough that summation order cannot flip an assignment)."""
+    import threadpoolctl
+
+    x = rng.standard_normal((30, 4)).astype(np.float32) + np.repeat(np.eye(4)[:3] * 3, 10, 0)
+    y = np.repeat(np.arange(3), 10)
+    before = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+    seen = []
+    real_fit = KMeans.fit
+
+    def spy(self, *args, **kwargs):
+        info = threadpoolctl.threadpool_info()
+        seen.extend(p["num_threads"] for p in info if p["user_api"] == "blas")
+        return real_fit(self, *args, **kwargs)
+
+    KMeans.fit = spy
+    try:
+        value = retrieval.nmi(x, y, seed=3)
+    finally:
+        KMeans.fit = real_fit
+    assert seen and set(seen) == {1}
+    after = [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+    assert after == before
+    clusters = KMeans(n_clusters=3, n_init=1, random_state=3).fit_predict(x)
+    assert value == pytest.approx(_geometric_nmi(y, clusters), abs=1e-12)
+
+
 def _brute_first_positive_ranks(x, y):
     nbrs = _brute_neighbors(x, y)
     out = []
