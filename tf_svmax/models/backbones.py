@@ -9,6 +9,7 @@ the others are `keras.applications` backbones with global average pooling, fed f
 import os
 
 import keras
+import tensorflow as tf
 
 from tf_svmax.ops import _checks
 
@@ -59,9 +60,12 @@ def _small_cnn_map(inputs, batch_norm=False):
     for filters in (32, 64, 128):
         if batch_norm:
             x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
-            # synchronized: under a multi-replica tf.distribute strategy the batch statistics
-            # are the global batch's, as on one device (a no-op without a strategy).
-            x = keras.layers.ReLU()(keras.layers.BatchNormalization(synchronized=True)(x))
+            # Built under a multi-replica tf.distribute strategy: synchronized statistics (the
+            # global batch's, as on one device). Not on one device, where Keras' synchronized
+            # path would swap tf.nn.moments for E[x^2] - E[x]^2 and change the numbers.
+            synchronized = tf.distribute.get_strategy().num_replicas_in_sync > 1
+            batch_norm_layer = keras.layers.BatchNormalization(synchronized=synchronized)
+            x = keras.layers.ReLU()(batch_norm_layer(x))
         else:
             x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
         if x.shape[1] is not None and x.shape[1] >= 4:
