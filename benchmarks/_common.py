@@ -61,6 +61,16 @@ def write_csv(path, rows):
     os.replace(tmp, path)
 
 
+def write_records(out, program, config, rows, **extra):
+    """``out/<program>.csv`` (the rows) and ``out/<program>.json`` (machine and versions, the
+    config, the rows, then each `extra` entry): every benchmark's record."""
+    write_csv(os.path.join(out, f"{program}.csv"), rows)
+    write_json(
+        os.path.join(out, f"{program}.json"),
+        {**environment(), "config": config, "results": rows, **extra},
+    )
+
+
 def loglog_slope(sizes, times):
     """Least-squares exponent p of ``time ~ size**p`` (None with fewer than two points)."""
     sizes, times = np.asarray(sizes, float), np.asarray(times, float)

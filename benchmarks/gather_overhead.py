@@ -98,13 +98,13 @@ def time_in_this_process(replicas, batches, dim, repeats):
 def main(argv):
     del argv
     try:
-        replica_counts = [int(r) for r in FLAGS.replicas]
-        batches = [int(b) for b in FLAGS.batches]
-    except ValueError:
-        raise app.UsageError("--replicas and --batches take integers.") from None
-    if min(replica_counts) < 1 or any(b % r for b in batches for r in replica_counts):
+        replica_counts = _common.parse_ints(FLAGS.replicas, "replicas")
+        batches = _common.parse_ints(FLAGS.batches, "batches")
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
+    if any(b % r for b in batches for r in replica_counts):
         raise app.UsageError(
-            f"--replicas >= 1 dividing every --batches; received {replica_counts}, {batches}."
+            f"--replicas must divide every --batches; received {replica_counts}, {batches}."
         )
     if FLAGS.child_replicas:
         rows = time_in_this_process(
@@ -140,23 +140,16 @@ def main(argv):
         if r["mode"] == "global":
             r["vs_per_replica"] = r["median_ms"] / per_replica[(r["replicas"], r["batch"])]
     out = FLAGS.output_dir
-    _common.write_csv(os.path.join(out, "gather_overhead.csv"), rows)
-    _common.write_json(
-        os.path.join(out, "gather_overhead.json"),
-        {
-            **_common.environment(),
-            "config": {
-                "replicas": replica_counts,
-                "batches": batches,
-                "embedding_dim": FLAGS.embedding_dim,
-                "input_dim": INPUT_DIM,
-                "repeats": FLAGS.repeats,
-                "loss": "RegularizedLoss(TripletHardLoss(0.2), [SVMaxLoss(0.1)])",
-                "devices": "logical CPU devices sharing one machine's cores",
-            },
-            "results": rows,
-        },
-    )
+    config = {
+        "replicas": replica_counts,
+        "batches": batches,
+        "embedding_dim": FLAGS.embedding_dim,
+        "input_dim": INPUT_DIM,
+        "repeats": FLAGS.repeats,
+        "loss": "RegularizedLoss(TripletHardLoss(0.2), [SVMaxLoss(0.1)])",
+        "devices": "logical CPU devices sharing one machine's cores",
+    }
+    _common.write_records(out, PROGRAM, config, rows)
     print("| replicas | b | mode | step ms (median) | p10–p90 ms | ÷ per-replica | ÷ one device |")
     print("|---:|---:|---|---:|---:|---:|---:|")
     for r in rows:

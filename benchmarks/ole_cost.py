@@ -99,15 +99,8 @@ def main(argv):
     rows = run(grid, FLAGS.repeats)
     ups = speedups(rows)
     out = FLAGS.output_dir
-    _common.write_csv(os.path.join(out, "ole_cost.csv"), rows)
-    _common.write_json(
-        os.path.join(out, "ole_cost.json"),
-        {
-            **_common.environment(),
-            "config": {"grid": grid, "repeats": FLAGS.repeats},
-            "results": rows,
-            "speedups": ups,
-        },
+    _common.write_records(
+        out, PROGRAM, {"grid": grid, "repeats": FLAGS.repeats}, rows, speedups=ups
     )
     n0, d0, k0 = base
     series = {}

@@ -121,21 +121,13 @@ def main(argv):
     rows = run(configs, FLAGS.backbone, FLAGS.image_size, FLAGS.repeats)
     ratios = overheads(rows)
     out = FLAGS.output_dir
-    _common.write_csv(os.path.join(out, "step_overhead.csv"), rows)
-    _common.write_json(
-        os.path.join(out, "step_overhead.json"),
-        {
-            **_common.environment(),
-            "config": {
-                "configs": configs,
-                "backbone": FLAGS.backbone,
-                "image_size": FLAGS.image_size,
-                "repeats": FLAGS.repeats,
-            },
-            "results": rows,
-            "overheads": ratios,
-        },
-    )
+    config = {
+        "configs": configs,
+        "backbone": FLAGS.backbone,
+        "image_size": FLAGS.image_size,
+        "repeats": FLAGS.repeats,
+    }
+    _common.write_records(out, PROGRAM, config, rows, overheads=ratios)
     series = {}
     for name in loss_variants():
         pts = sorted(

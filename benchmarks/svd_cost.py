@@ -283,16 +283,8 @@ def main(argv):
     exponents = growth_exponents(rows, config["sweep_batch"], config["sweep_dim"])
     ratios = ratios_to_torch(rows)
     out = FLAGS.output_dir
-    _common.write_csv(os.path.join(out, "svd_cost.csv"), rows)
-    _common.write_json(
-        os.path.join(out, "svd_cost.json"),
-        {
-            **_common.environment(),
-            "config": config,
-            "results": rows,
-            "growth_exponents": exponents,
-            "ratios_to_torch": ratios,
-        },
+    _common.write_records(
+        out, PROGRAM, config, rows, growth_exponents=exponents, ratios_to_torch=ratios
     )
     plots(rows, out, config["sweep_batch"], config["sweep_dim"])
     print("| path | mode | dtype | exponent in b | exponent in d |")

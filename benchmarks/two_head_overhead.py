@@ -85,21 +85,14 @@ def main(argv):
     for r in rows:
         r["overhead_ratio"] = r["median_ms"] / base[r["backbone"]]
     out = FLAGS.output_dir
-    _common.write_csv(os.path.join(out, "two_head_overhead.csv"), rows)
-    _common.write_json(
-        os.path.join(out, "two_head_overhead.json"),
-        {
-            **_common.environment(),
-            "config": {
-                "backbones": FLAGS.backbones,
-                "modes": FLAGS.modes,
-                "num_classes": FLAGS.num_classes,
-                "repeats": FLAGS.repeats,
-                "defaults": dataclasses.asdict(two_head.TwoHeadConfig(output_dir="unused")),
-            },
-            "results": rows,
-        },
-    )
+    config = {
+        "backbones": FLAGS.backbones,
+        "modes": FLAGS.modes,
+        "num_classes": FLAGS.num_classes,
+        "repeats": FLAGS.repeats,
+        "defaults": dataclasses.asdict(two_head.TwoHeadConfig(output_dir="unused")),
+    }
+    _common.write_records(out, PROGRAM, config, rows)
     print("| backbone | mode | parameters | step ms (median) | p10–p90 ms | ÷ softmax |")
     print("|---|---|---:|---:|---:|---:|")
     for r in rows:
