@@ -71,11 +71,9 @@ class BatchPenaltyLoss(keras.losses.Loss):
             if sample_weight is not None:
                 weights = _batch_weights(sample_weight, y_pred, self.dtype)
             local_weights = weights
-            context = replicas.cross_replica_context() if self.global_batch else None
-            if context is not None:
-                y_true = replicas.gather_rows(context, y_true)
-                y_pred = replicas.gather_rows(context, y_pred)
-                weights = replicas.gather_rows(context, weights)
+            context, (y_true, y_pred, weights) = replicas.gather_global_batch(
+                self.global_batch, y_true, y_pred, weights
+            )
             value = _checks.zero_unless_rows(
                 y_pred, lambda: tf.cast(self.call(y_true, y_pred), self.dtype)
             )
@@ -126,11 +124,9 @@ class PerSampleLabelLoss(keras.losses.Loss):
                 if weights.shape.rank != 0:  # a scalar weight broadcasts, as in Keras
                     weights = tf.reshape(weights, tf.shape(y_pred)[:1])
             local_rows = tf.shape(y_pred)[0]
-            context = replicas.cross_replica_context() if self.global_batch else None
-            if context is not None:
-                y_true = replicas.gather_rows(context, y_true)
-                y_pred = replicas.gather_rows(context, y_pred)
-                weights = replicas.gather_rows(context, weights)
+            context, (y_true, y_pred, weights) = replicas.gather_global_batch(
+                self.global_batch, y_true, y_pred, weights
+            )
             if y_pred.shape[0] == 0:  # statically empty: no rows, no values (as when dynamic)
                 values = tf.zeros([0], self.dtype)
             else:

@@ -113,12 +113,9 @@ class CenterLoss(keras.losses.Loss):
             x = tf.cast(tf.convert_to_tensor(y_pred), tf.float32)
             x, _ = _checks.float_matrix(x, "y_pred", min_rows=0)
             labels = _checks.same_rows(self._labels(y_true), x, "y_true", "y_pred")
-            context = replicas.cross_replica_context() if self.global_batch else None
-            if context is not None:
-                x = replicas.gather_rows(context, x)
-                labels = replicas.gather_rows(context, labels)
-                if sample_weight is not None:
-                    sample_weight = replicas.gather_rows(context, sample_weight)
+            _, (x, labels, sample_weight) = replicas.gather_global_batch(
+                self.global_batch, x, labels, sample_weight
+            )
             if x.shape[-1] is not None and x.shape[-1] != self.embedding_dim:
                 raise ValueError(
                     _checks.invalid(

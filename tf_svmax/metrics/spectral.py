@@ -26,11 +26,9 @@ class _RunningBatchMean(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):
         # A metric only observes; no gradient flows through it.
         y_pred = tf.cast(tf.stop_gradient(tf.convert_to_tensor(y_pred)), self.dtype)
-        context = replicas.cross_replica_context() if self.global_batch else None
-        if context is not None:
-            # Every replica adds the same global value and count: the sum-on-read total and
-            # count are both N times one device's, so their ratio is one device's.
-            y_pred = replicas.gather_rows(context, y_pred)
+        # Under a strategy every replica adds the same global value and count: the sum-on-read
+        # total and count are both N times one device's, so their ratio is one device's.
+        _, (y_pred,) = replicas.gather_global_batch(self.global_batch, y_pred)
         value = _checks.zero_unless_rows(
             y_pred, lambda: tf.cast(self.batch_value(y_pred), self.dtype)
         )

@@ -62,6 +62,16 @@ def _dense_gradient(x):
     return tf.identity(x), grad
 
 
+def gather_global_batch(enabled, *values):
+    """``(context, values)``: with `enabled` and more than one replica in sync, the replica
+    context and every value's rows from all replicas (`gather_rows`); else ``(None, values)``
+    unchanged. The one switch between global-batch and per-replica evaluation."""
+    context = cross_replica_context() if enabled else None
+    if context is None:
+        return None, values
+    return context, tuple(gather_rows(context, value) for value in values)
+
+
 def replica_row_counts(context, rows):
     """`[N]` int32 row counts of every replica's batch (`rows`: this replica's count)."""
     return context.all_gather(tf.reshape(tf.cast(rows, tf.int32), [1]), axis=0)

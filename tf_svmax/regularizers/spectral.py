@@ -51,10 +51,8 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
         # activity losses to float32 totals and fails on a float16 value under mixed precision.
         x = tf.convert_to_tensor(x)
         x = tf.cast(x, _checks.compute_dtype(x.dtype))
-        context = replicas.cross_replica_context() if self.global_batch else None
         local_x = x
-        if context is not None:
-            x = replicas.gather_rows(context, x)
+        context, (x,) = replicas.gather_global_batch(self.global_batch, x)
         value = _checks.zero_unless_rows(
             x, lambda: self.lambda_ * ops.svmax(x, bounded=self.bounded, method=self.method)
         )
