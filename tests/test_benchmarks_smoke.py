@@ -107,7 +107,7 @@ def test_retrieval_eval(tmp_path):
         "--num_classes=60",
         "--dim=16",
         "--ks=1,10",
-        "--reference_kmeans_max_iter=50",
+        "--reference_kmeans",
         "--spot_check_queries=20",
         f"--output={output}",
     )
@@ -115,6 +115,8 @@ def test_retrieval_eval(tmp_path):
     assert results["spot_check"] == {"queries": 20, "rank_mismatches": 0}
     assert {"recall_at_1", "recall_at_10", "map_at_r", "nmi"} <= set(results["results"])
     assert results["peak_rss_mb"] > 0 and results["reference_kmeans"]["kmeans_converged"]
+    assert results["results"]["kmeans_init"] == "k-means++"
+    assert abs(results["reference_kmeans"]["nmi_difference"]) < 0.05
 
 
 def test_two_head_overhead(tmp_path):

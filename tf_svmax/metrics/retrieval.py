@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from tf_svmax.metrics import kmeans
 from tf_svmax.ops import _checks
 
 # Columns read to bound each query's R-th nearest distance for MAP@R. More columns make the
@@ -307,48 +308,34 @@ def _mean_ap(ap, classes):
     return float(ap[valid].mean()) if valid.any() else 0.0
 
 
-def nmi(embeddings, labels, *, seed=0, n_init=1, max_iter=300, init="k-means++"):
+def nmi(embeddings, labels, *, seed=0, max_iter=300, init="k-means++"):
     """NMI between the labels and k-means clusters, k = number of classes (scikit-learn).
 
     ``NMI = I(labels, clusters) / sqrt(H(labels) H(clusters))`` (dissertation Sec. 5.4.3, after
     Song et al. 2016): the geometric normalisation, not scikit-learn's default arithmetic one.
 
     Args:
-      seed, n_init, max_iter, init: scikit-learn `KMeans` settings. With thousands of classes
-        (Stanford Online Products: 11,316) each Lloyd iteration costs ``n * k * d`` multiply-adds
-        (4-5 s on 2 CPU cores) and k-means++ seeding (run on one BLAS thread, see the code)
-        about 3 minutes there: ``init="random"`` is ~20x faster but gives a lower NMI (0.88 vs
-        0.92 on an SOP-shaped set); report which was used.
+      seed, max_iter, init: k-means settings (`tf_svmax.metrics.kmeans.kmeans`). With
+        thousands of classes (Stanford Online Products: 11,316) each Lloyd iteration costs
+        ``n * k * d`` multiply-adds (1-2 s on 2 CPU cores) and the greedy k-means++ seeding
+        ``(2 + ln k) * n * k * d`` (about a minute there); ``init="random"`` skips the seeding
+        but gives a lower NMI (0.88 vs 0.92 on an SOP-shaped set): report which was used.
 
     Returns:
       The NMI, a float in [0, 1].
     """
     x, y = _check_inputs(embeddings, labels)
-    return _nmi(x, y, seed=seed, n_init=n_init, max_iter=max_iter, init=init)[0]
+    return _nmi(x, y, seed=seed, max_iter=max_iter, init=init)[0]
 
 
-def _nmi(x, y, *, seed, n_init, max_iter, init):
-    import threadpoolctl  # scikit-learn's own dependency
-    from sklearn.cluster import KMeans
+def _nmi(x, y, *, seed, max_iter, init):
     from sklearn.metrics import normalized_mutual_info_score
 
-    n_init = _checks.check_positive_int(n_init, "n_init")
-    max_iter = _checks.check_positive_int(max_iter, "max_iter")
-    if init not in ("k-means++", "random"):
-        raise ValueError(_checks.invalid("init", '"k-means++" or "random"', init))
-    k = len(np.unique(y))
-    kmeans = KMeans(n_clusters=k, n_init=n_init, max_iter=max_iter, init=init, random_state=seed)
-    # One BLAS thread: scikit-learn's k-means++ seeding makes k small matrix products, and a
-    # multi-threaded BLAS spends most of each in thread hand-off (10,000 points, 1,000 clusters,
-    # 2 cores: 2.2 s with one thread, 34 s with two). Its Lloyd iterations already run on one
-    # BLAS thread per OpenMP worker, so they are unaffected.
-    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
-        kmeans.fit(x)
-    score = normalized_mutual_info_score(y, kmeans.labels_, average_method="geometric")
-    return float(score), {
-        "kmeans_iterations": int(kmeans.n_iter_),
-        "kmeans_converged": bool(kmeans.n_iter_ < max_iter),
-    }
+    clusters, info = kmeans.kmeans(
+        x, len(np.unique(y)), seed=seed, init=init, max_iter=max_iter
+    )
+    score = normalized_mutual_info_score(y, clusters, average_method="geometric")
+    return float(score), info
 
 
 def evaluate_retrieval(
@@ -378,7 +365,7 @@ def evaluate_retrieval(
 
     Returns:
       A dict with ``recall_at_<k>`` for each k, ``map_at_r``, ``nmi`` (with
-      ``kmeans_iterations`` and ``kmeans_converged``), ``s_mu`` with its bounds ``s_mu_lower`` and
+      ``kmeans_init``, ``kmeans_iterations`` and ``kmeans_converged``), ``s_mu`` with its bounds ``s_mu_lower`` and
       ``s_mu_upper`` (mean singular value of the embedding matrix, the bounds assuming
       unit-norm rows), ``num_queries`` (queries with a positive), ``num_embeddings``,
       ``num_classes`` and ``seconds``.
@@ -410,7 +397,7 @@ def evaluate_retrieval(
             )
         stage = time.perf_counter()
         results["nmi"], info = _nmi(
-            x, y, seed=seed, n_init=1, max_iter=kmeans_max_iter, init=kmeans_init
+            x, y, seed=seed, max_iter=kmeans_max_iter, init=kmeans_init
         )
         results.update(info, seconds_nmi=time.perf_counter() - stage)
     if compute_spectrum:
