@@ -1,5 +1,5 @@
 """tf.data input: P x K sampling, dataset readers, image preprocessing, the embedded sets
-(rendered glyphs, digits)."""
+(rendered glyphs, digits), the 2-D Gaussian ring."""
 
 from tf_svmax.data.datasets import (
     DatasetFormatError,
@@ -12,6 +12,7 @@ from tf_svmax.data.datasets import (
 )
 from tf_svmax.data.digits import load_digits_open_set
 from tf_svmax.data.glyphs import load_glyphs_open_set
+from tf_svmax.data.mixtures import gaussian_ring, gaussian_ring_batch, sample_gaussian_ring
 from tf_svmax.data.preprocessing import (
     decode_image,
     default_resize_size,
@@ -36,6 +37,8 @@ __all__ = [
     "long_tailed_subset",
     "split_per_class",
     "decode_image",
+    "gaussian_ring",
+    "gaussian_ring_batch",
     "default_resize_size",
     "image_dataset",
     "image_loader",
@@ -49,6 +52,7 @@ __all__ = [
     "read_fgvr_lists",
     "read_image_folder",
     "read_sop",
+    "sample_gaussian_ring",
     "test_transform",
     "train_transform",
     "unreadable_images",

@@ -1,10 +1,11 @@
-"""Keras 3 metrics and retrieval evaluation (Recall@K, MAP@R, NMI)."""
+"""Keras 3 metrics, retrieval evaluation (Recall@K, MAP@R, NMI) and GAN mode coverage."""
 
 from tf_svmax.metrics.callbacks import RetrievalEvaluation
 from tf_svmax.metrics.classification import (
     classification_accuracies,
     neighbour_agreement_of_errors,
 )
+from tf_svmax.metrics.modes import mode_coverage
 from tf_svmax.metrics.retrieval import (
     evaluate_retrieval,
     first_positive_ranks,
@@ -23,6 +24,7 @@ __all__ = [
     "evaluate_retrieval",
     "first_positive_ranks",
     "map_at_r",
+    "mode_coverage",
     "nearest_neighbors",
     "neighbour_agreement_of_errors",
     "nmi",
