@@ -119,7 +119,8 @@ def summary(results, is_metric):
     if not results["evaluations"]:
         return "no evaluation"
     last = results["evaluations"][-1]
-    shown = [f"{k}={v:.4f}" for k, v in last.items() if is_metric(k)]
+    # None: a metric undefined at this evaluation (e.g. a KL over an empty histogram).
+    shown = [f"{k}={'n/a' if v is None else f'{v:.4f}'}" for k, v in last.items() if is_metric(k)]
     return f"step {last['step']}: " + ", ".join(shown)
 
 
@@ -175,7 +176,9 @@ class _Cadence(keras.callbacks.Callback):
         logs = logs if logs is not None else {}
         step = int(self.model.optimizer.iterations.numpy())
         record = self.job.evaluate(step, epoch + 1)
-        logs.update({f"test_{k}": v for k, v in record.items() if self.job.is_metric(k)})
+        logs.update(
+            {f"test_{k}": v for k, v in record.items() if self.job.is_metric(k) and v is not None}
+        )
         evaluations = [e for e in self.results["evaluations"] if e["step"] < step]
         self.results["evaluations"] = evaluations + [record]
         self.results["wall_seconds"] = _wall_seconds(self.results, self.started)

@@ -1,0 +1,231 @@
+"""The Gaussian-ring GAN trainer: the train step against an independent Keras-Adam reference,
+SVMax off = the plain step, unrolling, records, resume and the command line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_svmax import ops
+from trainers import gan_mog
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config(tmp_path, **kwargs):
+    base = dict(
+        output_dir=str(tmp_path / "run"),
+        batch_size=32,
+        noise_dim=8,
+        hidden_units=16,
+        train_steps=4,
+        eval_every=2,
+        trace_every=1,
+        num_samples=300,
+        verbose=0,
+    )
+    return gan_mog.GanConfig(**{**base, **kwargs})
+
+
+def test_paper_defaults():
+    c = gan_mog.resolve(gan_mog.GanConfig(output_dir="x"))
+    assert (c.batch_size, c.noise_dim, c.hidden_units, c.train_steps) == (512, 256, 128, 3000)
+    assert (c.learning_rate, c.mixture_radius, c.mixture_std, c.num_modes) == (0.025, 2.0, 0.02, 8)
+    assert c.svmax_lambda == 0.0 and c.generator_activation == "tanh" and c.unroll_steps is None
+    u = gan_mog.resolve(gan_mog.GanConfig(output_dir="x", variant="unrolled"))
+    assert u.unroll_steps == 5 and u.unroll_gradient == "through"
+    lower, upper = gan_mog.svmax_bounds(c)
+    assert lower == pytest.approx(2 * np.sqrt(512) / 2) and upper == pytest.approx(2 * 16.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(unroll_steps=5), "apply to --variant=unrolled only"),
+        (dict(unroll_gradient="surrogate"), "apply to --variant=unrolled only"),
+        (dict(train_steps=10, eval_every=3), "multiple of --eval_every"),
+        (dict(learning_rate=0.0), "`--learning_rate`"),
+        (dict(svmax_lambda=-1.0), "`--svmax_lambda`"),
+    ],
+)
+def test_refused_configs(kwargs, message):
+    with pytest.raises(gan_mog.ConfigError, match=message):
+        gan_mog.resolve(gan_mog.GanConfig(output_dir="x", **kwargs))
+
+
+def test_adam_update_is_keras_adam():
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((3, 4)).astype(np.float32)
+    var = keras.Variable(w0)
+    opt = keras.optimizers.Adam(0.05, beta_1=0.5, beta_2=0.999, epsilon=1e-8)
+    params, m, v, t = [tf.constant(w0)], [tf.zeros((3, 4))], [tf.zeros((3, 4))], tf.constant(0.0)
+    for _ in range(3):
+        g = rng.standard_normal((3, 4)).astype(np.float32)
+        opt.apply([tf.constant(g)], [var])
+        params, m, v, t = gan_mog.adam_update(
+            params, [tf.constant(g)], m, v, t,
+            learning_rate=0.05, beta_1=0.5, beta_2=0.999, epsilon=1e-8,
+        )
+    np.testing.assert_allclose(params[0], var.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def _reference_step(config, gan, batch, unrolled_params=None):
+    """One D step then one G step, written with Keras' own Adam on copies of the weights."""
+    real, noise_d, noise_g = batch
+    g = keras.models.clone_model(gan.generator)
+    g.set_weights(gan.generator.get_weights())
+    d = keras.models.clone_model(gan.discriminator)
+    d.set_weights(gan.discriminator.get_weights())
+    adam = lambda: keras.optimizers.Adam(  # noqa: E731
+        config.learning_rate, beta_1=0.5, beta_2=0.999, epsilon=1e-8
+    )
+    d_opt, g_opt = adam(), adam()
+    with tf.GradientTape() as tape:
+        fake = g(noise_d)
+        loss = tf.reduce_mean(tf.nn.softplus(-d(real))) + tf.reduce_mean(tf.nn.softplus(d(fake)))
+    d_opt.apply(tape.gradient(loss, d.trainable_variables), d.trainable_variables)
+    with tf.GradientTape() as tape:
+        fake = g(noise_g)
+        loss = tf.reduce_mean(tf.nn.softplus(-d(fake)))
+        if config.svmax_lambda:
+            s = tf.reduce_mean(tf.linalg.svd(fake, compute_uv=False))
+            loss = loss - config.svmax_lambda * s
+    g_opt.apply(tape.gradient(loss, g.trainable_variables), g.trainable_variables)
+    return g.get_weights(), d.get_weights()
+
+
+def _batch(config):
+    return next(iter(gan_mog.batches(config, 0)))
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5])
+def test_train_step_equals_the_reference(tmp_path, lam):
+    config = gan_mog.resolve(_config(tmp_path, svmax_lambda=lam))
+    gan = gan_mog.build_gan(config)
+    batch = _batch(config)
+    expected_g, expected_d = _reference_step(config, gan, batch)
+    before = gan.generator.get_weights()
+    gan.train_step(batch)
+    for got, want in zip(gan.generator.get_weights() + gan.discriminator.get_weights(),
+                         expected_g + expected_d):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    moved = max(np.abs(a - b).max() for a, b in zip(gan.generator.get_weights(), before))
+    assert moved > 1e-3  # the comparison is not between two unchanged models
+
+
+def test_svmax_changes_the_generator_step(tmp_path):
+    weights = {}
+    for lam in (0.0, 0.5):
+        config = gan_mog.resolve(_config(tmp_path, svmax_lambda=lam))
+        gan = gan_mog.build_gan(config)
+        gan.train_step(_batch(config))
+        weights[lam] = gan.generator.get_weights()
+    assert max(np.abs(a - b).max() for a, b in zip(weights[0.0], weights[0.5])) > 1e-4
+
+
+def test_surrogate_unrolling_is_the_gradient_at_the_unrolled_discriminator(tmp_path):
+    """surrogate: the generator's gradient equals the plain one taken at a discriminator moved
+    k Adam steps (Keras' Adam, from the optimizer state after the D step) on a fixed fake."""
+    config = gan_mog.resolve(
+        _config(tmp_path, variant="unrolled", unroll_steps=3, unroll_gradient="surrogate")
+    )
+    gan = gan_mog.build_gan(config)
+    real, noise_d, noise_g = _batch(config)
+    # The train step's D update, then the reference unroll on a copy of D.
+    with tf.GradientTape() as tape:
+        fake = gan.generator(noise_d)
+        loss = gan_mog.discriminator_loss(gan.discriminator(real), gan.discriminator(fake))
+    dv = gan.discriminator.trainable_variables
+    gan.d_optimizer.apply(tape.gradient(loss, dv), dv)
+    d = keras.models.clone_model(gan.discriminator)
+    d.set_weights(gan.discriminator.get_weights())
+    fake = gan.generator(noise_g)
+    m, v, t = gan.d_optimizer.state()
+    params = [x.value for x in d.trainable_variables]
+    for _ in range(3):
+        with tf.GradientTape() as tape:
+            loss = gan_mog.discriminator_loss(d(real), d(fake))
+        grads = tape.gradient(loss, d.trainable_variables)
+        params, m, v, t = gan_mog.adam_update(
+            params, grads, m, v, t, learning_rate=0.025, beta_1=0.5, beta_2=0.999, epsilon=1e-8
+        )
+        for var, value in zip(d.trainable_variables, params):
+            var.assign(value)
+    with tf.GradientTape() as tape:
+        want = tape.gradient(
+            gan_mog.generator_loss(d(gan.generator(noise_g))), gan.generator.trainable_variables
+        )
+    with tf.GradientTape() as tape:
+        got = tape.gradient(
+            gan_mog.generator_loss(gan._unrolled_logits(real, gan.generator(noise_g))),
+            gan.generator.trainable_variables,
+        )
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    # Through the updates the gradient differs (the unrolled weights depend on the fake batch).
+    gan.unroll_gradient = "through"
+    with tf.GradientTape() as tape:
+        through = tape.gradient(
+            gan_mog.generator_loss(gan._unrolled_logits(real, gan.generator(noise_g))),
+            gan.generator.trainable_variables,
+        )
+    assert all(np.isfinite(x).all() for x in through)
+    assert max(np.abs(a - b).max() for a, b in zip(through, want)) > 1e-5
+
+
+def test_run_records_samples_metrics_and_resumes(tmp_path):
+    config = _config(tmp_path, svmax_lambda=0.01)
+    results = gan_mog.train_gan_mog(config)
+    run = Path(config.output_dir)
+    assert results["status"] == "completed"
+    assert [e["step"] for e in results["evaluations"]] == [0, 2, 4]
+    final = results["evaluations"][-1]
+    for key in ("modes_covered", "high_quality_fraction", "mode_kl"):
+        assert results[key] == final[key]
+    samples = np.load(run / "samples.npy")
+    assert samples.shape == (300, 2) and samples.dtype == np.float32
+    np.testing.assert_array_equal(samples, np.load(run / "samples" / "step_000004.npy"))
+    record = json.loads((run / "results.json").read_text())
+    assert record["modes_covered"] == final["modes_covered"]
+    assert record["mixture"]["std"] == 0.02 and len(record["mixture"]["centres"]) == 8
+    assert {"d_loss", "g_loss", "s_mu", "step_seconds"} <= set(record["trace"][-1])
+    assert (run / "samples.png").exists() and (run / "training.png").exists()
+    again = gan_mog.train_gan_mog(config)  # finished: reported, not retrained
+    assert again["evaluations"] == results["evaluations"]
+
+
+class _Interrupt(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == 3:
+            raise KeyboardInterrupt
+
+
+def test_resume_continues_on_the_same_batches(tmp_path):
+    """Interrupted at step 3 (checkpoint 2), the resumed run ends where one without a stop does:
+    the batches are seeded by step and the discriminator's Adam state is checkpointed."""
+    whole = gan_mog.train_gan_mog(_config(tmp_path / "a", unroll_steps=2, variant="unrolled"))
+    config = _config(tmp_path / "b", unroll_steps=2, variant="unrolled")
+    with pytest.raises(KeyboardInterrupt):
+        gan_mog.train_gan_mog(config, callbacks=[_Interrupt()])
+    resumed = gan_mog.train_gan_mog(config)
+    assert resumed["resumed_at_steps"] == [2]
+    a = np.load(tmp_path / "a" / "run" / "samples.npy")
+    b = np.load(tmp_path / "b" / "run" / "samples.npy")
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert whole["status"] == resumed["status"] == "completed"
+
+
+def test_cli_refuses_before_work(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.train_gan_mog", f"--output_dir={out}",
+         "--unroll_steps=5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--variant=unrolled only" in proc.stderr and not out.exists()
