@@ -186,8 +186,16 @@ def adam_update(params, grads, m, v, t, *, learning_rate, beta_1, beta_2, epsilo
     step = learning_rate * tf.sqrt(1.0 - beta_2**t) / (1.0 - beta_1**t)
     m = [beta_1 * a + (1.0 - beta_1) * g for a, g in zip(m, grads)]
     v = [beta_2 * a + (1.0 - beta_2) * tf.square(g) for a, g in zip(v, grads)]
-    params = [p - step * a / (tf.sqrt(b) + epsilon) for p, a, b in zip(params, m, v)]
+    params = [p - step * a / (_sqrt(b) + epsilon) for p, a, b in zip(params, m, v)]
     return params, m, v, t
+
+
+def _sqrt(x):
+    """sqrt with a zero gradient at 0. A weight whose gradients were all exactly 0 so far (a dead
+    ReLU unit) has v = 0, where sqrt's derivative is infinite; differentiating an unrolled update
+    through it would give 0 * inf = NaN. The value is sqrt's own."""
+    positive = x > 0
+    return tf.where(positive, tf.sqrt(tf.where(positive, x, tf.ones_like(x))), tf.zeros_like(x))
 
 
 class DiscriminatorAdam(tf.Module):
@@ -289,7 +297,12 @@ class RingGAN(keras.Model):
             total = g_loss - self.svmax_lambda * s_mu if self.svmax_lambda else g_loss
         grads = tape.gradient(total, g.trainable_variables)
         self.optimizer.apply(grads, g.trainable_variables)
-        for tracker, value in zip(self.trackers, (d_loss + total, d_loss, g_loss, s_mu)):
+        # The harness stops on a non-finite loss; a non-finite gradient (which would leave
+        # non-finite weights behind a finite loss) is reported as one.
+        loss = tf.where(
+            tf.math.is_finite(tf.linalg.global_norm(grads)), d_loss + total, float("nan")
+        )
+        for tracker, value in zip(self.trackers, (loss, d_loss, g_loss, s_mu)):
             tracker.update_state(value)
         return {t.name: t.result() for t in self.trackers}
 
