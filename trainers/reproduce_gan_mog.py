@@ -251,8 +251,8 @@ def main(argv):
     plot_grid(
         rows,
         f"{stem}.png",
-        f"GAN on the 8-Gaussian ring, seed {first['config']['seed']}: generated points "
-        f"(log-density) over training steps, lr {config['learning_rate']:g}",
+        f"GAN on the 8-Gaussian ring, seed {first['config']['seed']}, lr "
+        f"{config['learning_rate']:g}:\ngenerated points (log-density) over training steps",
     )
 
     def summary(r):

@@ -229,3 +229,46 @@ def test_cli_refuses_before_work(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert "--variant=unrolled only" in proc.stderr and not out.exists()
+
+
+def test_unrolled_adam_has_a_finite_gradient_where_a_weight_never_had_one():
+    """v = 0 (a dead unit's weight) must not make the through-gradient 0 * inf = NaN."""
+    p = tf.constant([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        g = tf.constant([0.0, 0.5])
+        tape.watch(g)
+        zeros = [tf.zeros(2)]
+        out, _, _, _ = gan_mog.adam_update(
+            [p], [g], zeros, zeros, tf.constant(0.0),
+            learning_rate=0.1, beta_1=0.5, beta_2=0.999, epsilon=1e-8,
+        )
+    grad = tape.gradient(out[0], g)
+    assert np.isfinite(grad.numpy()).all()
+    np.testing.assert_allclose(out[0].numpy(), [1.0, 2.0 - 0.1], rtol=1e-6)
+
+
+def test_reproduce_smoke(tmp_path):
+    table = tmp_path / "gan.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.reproduce_gan_mog", f"--output_dir={tmp_path / 'runs'}",
+         "--seeds=0", "--sweep_seeds=0", "--sweep_learning_rates=0.025",
+         "--sweep_lambdas=0,0.5", "--sweep_activations=relu", "--train_steps=2",
+         "--eval_every=1", f"--table={table}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = table.read_text()
+    assert "| vanilla + SVMax (λ 0.01) |" in text and "| 0.025 | 0.5 | relu |" in text
+    record = json.loads(table.with_suffix(".json").read_text())
+    assert len(record["fig3"]) == 4 and len(record["sweep"]) == 2
+    assert table.with_suffix(".png").exists()
+
+
+def test_reproduce_refuses_bad_lists(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.reproduce_gan_mog", f"--output_dir={tmp_path}",
+         "--sweep_lambdas=0,x"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2 and "--sweep_lambdas" in proc.stderr
+    assert not any(tmp_path.iterdir())
