@@ -1,0 +1,269 @@
+"""The 2-D circle embedding of the SVMax paper's Fig. 1 (dissertation Fig. 3.13): a small network
+embeds the embedded image set onto the unit circle (d = 2, batch b = P x K >> d) with the
+contrastive loss, without and with SVMax, over seeds.
+
+    python -m trainers.reproduce_circle --table=docs/circle_glyphs.md     # 6 runs, ~10 min
+    python -m trainers.reproduce_circle --dataset=digits --train_steps=200 --seeds=0 \\
+        --table=/tmp/circle.md                                            # a quick look
+
+Every run is `trainers.retrieval.train_retrieval` with ``embedding_dim=2``, ``loss=contrastive``
+(its defaults otherwise: P x K = 36 x 4, margin 1, lr 0.01) and ``regularizer`` none or svmax
+(lambda --svmax_lambda), the trace at every step, so results.json holds s_mu of every training
+batch with its bounds L = sqrt(b)/2 and U = sqrt(b/2) (constant: b and d are fixed). A callback
+keeps the test embedding of --frame_images fixed test images at --frames evenly spaced steps
+(``frames/step_<N>.npy`` in the run folder). Writes the table (normalised spread
+(s_mu - L)/(U - L) of the last training batches and of the whole test set, R@1), ``<table>.png``
+(the frames of the first seed, one row per regularizer) and ``<table>_s_mu.png`` (s_mu per step
+against L and U), and ``<table>.json``.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import dataclasses  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import flags, logging  # noqa: E402
+
+from tf_svmax import records  # noqa: E402
+from trainers import retrieval  # noqa: E402
+from trainers.harness import flags as harness_flags  # noqa: E402
+from trainers.harness.plots import pyplot, save_figure  # noqa: E402
+from trainers.harness.tables import mean_std  # noqa: E402
+
+PROGRAM = "reproduce_circle"
+FLAGS = flags.FLAGS
+harness_flags.define_flags(
+    retrieval.RetrievalConfig,
+    only=("output_dir", "dataset", "train_steps", "learning_rate"),
+    defaults={"output_dir": "runs/circle", "train_steps": 1000},
+    help_overrides={"output_dir": "Parent folder of the runs (one folder per run)."},
+)
+flags.adopt_module_key_flags(harness_flags)
+flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; every cell is the mean ± std over them.")
+flags.DEFINE_float("svmax_lambda", 1.0, "SVMax weight of the svmax runs (paper, contrastive: 1).")
+flags.DEFINE_integer("frames", 6, "Snapshots of the test embedding (first and last included).",
+                     lower_bound=2)
+flags.DEFINE_integer("frame_images", 600, "Test images in each snapshot.", lower_bound=1)
+flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/circle.md).")
+
+REGULARIZERS = ("none", "svmax")
+LABELS = {"none": "contrastive", "svmax": "contrastive + SVMax"}
+
+
+def frame_steps(train_steps, frames):
+    return sorted({int(round(s)) for s in np.linspace(0, train_steps, frames)})
+
+
+class FrameRecorder(keras.callbacks.Callback):
+    """Saves the model's embedding of `images` at the given steps (step 0 before training)."""
+
+    def __init__(self, images, steps, folder):
+        super().__init__()
+        self.images, self.steps, self.folder = images, set(steps), folder
+
+    def _save(self, step):
+        path = os.path.join(self.folder, f"step_{step:06d}.npy")
+        if step in self.steps and not os.path.exists(path):
+            os.makedirs(self.folder, exist_ok=True)
+            np.save(path, self.model.predict(self.images, batch_size=256, verbose=0))
+
+    def on_train_begin(self, logs=None):
+        self._save(int(self.model.optimizer.iterations.numpy()))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._save(int(self.model.optimizer.iterations.numpy()))
+
+
+def spread(s_mu, lower, upper):
+    """(s_mu - L) / (U - L): 0 for a rank-1 (polarised) batch, 1 for the most spread one."""
+    return (s_mu - lower) / (upper - lower)
+
+
+def run_one(base, regularizer, seed, frame_images, frames, svmax_lambda):
+    name = f"{regularizer}_seed{seed}"
+    config = dataclasses.replace(
+        base,
+        regularizer=regularizer,
+        svmax_lambda=svmax_lambda if regularizer == "svmax" else None,
+        seed=seed,
+        output_dir=os.path.join(base.output_dir, name),
+    )
+    keras.backend.clear_session()
+    folder = os.path.join(config.output_dir, "frames")
+    test_images, test_labels = retrieval.EMBEDDED[config.dataset]()["test"]
+    rng = np.random.default_rng(0)  # the same test images in every run
+    subset = np.sort(rng.choice(len(test_images), min(frame_images, len(test_images)), False))
+    recorder = FrameRecorder(test_images[subset], frame_steps(config.train_steps, frames), folder)
+    results = retrieval.train_retrieval(config, callbacks=[recorder])
+    np.save(os.path.join(folder, "labels.npy"), test_labels[subset])
+    return results
+
+
+def summary(results):
+    trace = results["trace"]
+    last = trace[-min(len(trace), 20):]  # the last 20 steps' batches
+    batch_s = float(np.mean([t["mean_singular_value"] for t in last]))
+    lower, upper = trace[-1]["svmax_lower_bound"], trace[-1]["svmax_upper_bound"]
+    final = results["evaluations"][-1]
+    return {
+        "seed": results["config"]["seed"],
+        "status": results["status"],
+        "batch_size": results["config"]["batch_p"] * results["config"]["batch_k"],
+        "batch_s_mu": batch_s,
+        "batch_lower": lower,
+        "batch_upper": upper,
+        "batch_spread": spread(batch_s, lower, upper),
+        "test_s_mu": final["s_mu"],
+        "test_spread": spread(final["s_mu"], final["s_mu_lower"], final["s_mu_upper"]),
+        "recall_at_1": final["recall_at_1"],
+        "output_dir": results["config"]["output_dir"],
+    }
+
+
+def plot_frames(runs, steps, path, title):
+    plt = pyplot()
+    fig, axes = plt.subplots(len(runs), len(steps), figsize=(1.9 * len(steps), 2.1 * len(runs)),
+                             squeeze=False)
+    theta = np.linspace(0, 2 * np.pi, 200)
+    for i, (regularizer, results) in enumerate(runs):
+        folder = os.path.join(results["config"]["output_dir"], "frames")
+        labels = np.load(os.path.join(folder, "labels.npy"))
+        for j, step in enumerate(steps):
+            ax = axes[i, j]
+            ax.plot(np.cos(theta), np.sin(theta), color="0.85", lw=0.8)
+            path_j = os.path.join(folder, f"step_{step:06d}.npy")
+            if os.path.exists(path_j):
+                x = np.load(path_j)
+                ax.scatter(x[:, 0], x[:, 1], c=labels % 20, cmap="tab20", s=3, alpha=0.6)
+            ax.set(xlim=(-1.15, 1.15), ylim=(-1.15, 1.15), aspect="equal", xticks=[], yticks=[])
+            if i == 0:
+                ax.set_title(f"step {step}", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(LABELS[regularizer], fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def plot_s_mu(cells, path, title):
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for regularizer, runs in cells.items():
+        for k, results in enumerate(runs):
+            trace = results["trace"]
+            ax.plot([t["step"] for t in trace], [t["mean_singular_value"] for t in trace],
+                    lw=0.6, alpha=0.7, color="C0" if regularizer == "none" else "C1",
+                    label=LABELS[regularizer] if k == 0 else None)
+    trace = next(iter(cells.values()))[0]["trace"]
+    ax.axhline(trace[-1]["svmax_lower_bound"], color="k", ls="--", lw=0.8, label="L (rank 1)")
+    ax.axhline(trace[-1]["svmax_upper_bound"], color="k", ls=":", lw=0.8, label="U")
+    ax.set(xlabel="step", ylabel="s_mu of the training batch", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def main(argv):
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+    try:
+        seeds = [int(v) for v in FLAGS.seeds]
+        if not seeds:
+            raise ValueError("--seeds must not be empty")
+        base = harness_flags.config_from_flags(
+            retrieval.RetrievalConfig,
+            embedding_dim=2,
+            loss="contrastive",
+            trace_every=1,
+            verbose=0,
+        )
+        base = dataclasses.replace(base, eval_every=base.train_steps)
+        if base.dataset not in retrieval.EMBEDDED:
+            raise ValueError(
+                f"--dataset must be an embedded set {list(retrieval.EMBEDDED)} (the frames are "
+                f"read from memory); received {base.dataset!r}"
+            )
+        for regularizer in REGULARIZERS:
+            retrieval.resolve(dataclasses.replace(base, regularizer=regularizer))
+    except (ValueError, retrieval.ConfigError) as error:
+        print(f"{PROGRAM}: refused: {error}", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    cells = {}
+    for regularizer in REGULARIZERS:
+        for seed in seeds:
+            print(f"[{PROGRAM}] {regularizer} seed {seed}", flush=True)
+            results = run_one(base, regularizer, seed, FLAGS.frame_images, FLAGS.frames,
+                              FLAGS.svmax_lambda)
+            cells.setdefault(regularizer, []).append(results)
+            s = summary(results)
+            print(f"[{PROGRAM}]   {s['status']}: batch spread {s['batch_spread']:.3f}, test "
+                  f"spread {s['test_spread']:.3f}, R@1 {s['recall_at_1']:.4f}", flush=True)
+    summaries = {r: [summary(x) for x in runs] for r, runs in cells.items()}
+    first = cells["none"][0]
+    config = first["config"]
+    b = summaries["none"][0]["batch_size"]
+    lines = [
+        "# 2-D circle embedding (SVMax paper Fig. 1, dissertation Fig. 3.13)",
+        "",
+        f"Generated by `python -m trainers.reproduce_circle {' '.join(sys.argv[1:])}` on "
+        f"{first['device']} with TensorFlow {first['versions']['tensorflow']}, Keras "
+        f"{first['versions']['keras']}.",
+        "",
+        f"`{config['dataset']}`, backbone `{config['backbone']}`, embedding d = 2 "
+        f"(L2-normalised: the unit circle), contrastive loss (margin {config['margin']:g}), "
+        f"b = {b} ≫ d, lr {config['learning_rate']:g}, {config['train_steps']} steps, SVMax "
+        f"λ {FLAGS.svmax_lambda:g}; seeds {', '.join(map(str, seeds))}. Spread = "
+        "(s_μ − L)/(U − L): 0 for a batch on one line through the origin (polarised, rank 1), "
+        "1 at the upper bound. Batch: the mean s_μ of the last 20 training batches "
+        f"(L = √b/2 = {summaries['none'][0]['batch_lower']:.3f}, U = √(b/2) = "
+        f"{summaries['none'][0]['batch_upper']:.3f}); test: the whole test split after the last "
+        "step. Cells: mean ± std over seeds (ddof = 1).",
+        "",
+        "| method | batch spread | test spread | test R@1 % | per seed (batch spread) |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for regularizer, rows in summaries.items():
+        done = [s for s in rows if s["status"] == "completed"]
+        per_seed = ", ".join(f"{s['seed']}: {s['batch_spread']:.3f}" for s in rows)
+        if len(done) < len(rows):
+            per_seed += " (" + ", ".join(f"seed {s['seed']} {s['status']}" for s in rows
+                                         if s not in done) + ")"
+        lines.append(
+            f"| {LABELS[regularizer]} | {mean_std([s['batch_spread'] for s in done], digits=3)} | "
+            f"{mean_std([s['test_spread'] for s in done], digits=3)} | "
+            f"{mean_std([s['recall_at_1'] for s in done], 100, 2)} | {per_seed} |"
+        )
+    minutes = (time.perf_counter() - started) / 60
+    lines += ["", f"Wall time of this invocation: {minutes:.1f} min."]
+    path = FLAGS.table or os.path.join(FLAGS.output_dir, "circle.md")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    stem = os.path.splitext(path)[0]
+    steps = frame_steps(config["train_steps"], FLAGS.frames)
+    plot_frames(
+        [(r, cells[r][0]) for r in REGULARIZERS],
+        steps,
+        f"{stem}.png",
+        f"Test embeddings on the unit circle (d = 2), {config['dataset']}, seed {seeds[0]}:\n"
+        f"contrastive without (top) and with SVMax λ {FLAGS.svmax_lambda:g} (bottom)",
+    )
+    plot_s_mu(cells, f"{stem}_s_mu.png",
+              f"s_μ of the training batches (b = {b}, d = 2), seeds {', '.join(map(str, seeds))}")
+    records.write_json(f"{stem}.json", summaries)
+    del argv
+    print("\n".join(lines))
+    print(f"[{PROGRAM}] wrote {path}, {stem}.png, {stem}_s_mu.png, {stem}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    harness_flags.run(main)
