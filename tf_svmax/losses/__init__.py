@@ -1,4 +1,4 @@
-"""Keras 3 losses: SVMax, OLE, `RegularizedLoss`, and drop-in replacements for the
+"""Keras 3 losses: SVMax, OLE, LORAC, `RegularizedLoss`, and drop-in replacements for the
 tensorflow-addons metric-learning losses (same names, signatures, values and gradients)."""
 
 from tf_svmax.losses import _registry
@@ -6,6 +6,7 @@ from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_
 from tf_svmax.losses.center import CenterLoss
 from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
 from tf_svmax.losses.contrastive import ContrastiveLoss, contrastive_loss
+from tf_svmax.losses.lorac import LORACLoss, lorac_loss
 from tf_svmax.losses.lifted import LiftedStructLoss, lifted_struct_loss
 from tf_svmax.losses.npairs import (
     NpairsLoss,
@@ -71,6 +72,8 @@ def get(identifier):
 __all__ = [
     "get",
     "BatchHardTripletLoss",
+    "LORACLoss",
+    "lorac_loss",
     "CenterLoss",
     "PKAngularLoss",
     "PKContrastiveLoss",

@@ -1,0 +1,143 @@
+"""LORAC: the low-rank prior for multi-query contrastive learning (seed `003`, Sec. 4, Eq. 11-13).
+
+For instance i with M - 1 query views ``q_{i,m}`` (trainable encoder) and one key ``k_i``
+(momentum encoder), ``Q_i = [q_{i,1}; ...; q_{i,M-1}; k_i]`` (M x C, rows L2-normalised) and K
+negative keys ``k_j^-`` (the queue)::
+
+    L_i = -1/(M-1) sum_m log( e^{q.k+/tau} h(Q_i) / (e^{q.k+/tau} h(Q_i) + sum_j e^{q.k_j^-/tau}) )
+    L   = mean_i L_i                                                                     (Eq. 13)
+
+with the prior, in log form (``log h`` adds to the positive logit):
+
+* ``"laplace"`` (Eq. 11, the paper's): ``log h = -||Q||_* / (M beta tau)``; ``beta = inf`` is
+  MoCo-M (multi-query InfoNCE, no prior); with M = 2 and beta = inf it is MoCo's InfoNCE;
+* ``"gaussian"`` (Sec. 6): ``log h = -(||Q||_* - c0)^2 / (sigma^2 M tau)`` (``beta`` plays
+  sigma^2; the paper: c0 = sqrt(5), sigma^2 = 2);
+* ``"margin"`` (Sec. 6, "L-sftmx-c"): ``log h = -c / (M beta tau)``, the nuclear norm replaced by
+  a constant c (the paper: 3).
+
+Keys carry no gradient (the key encoder is momentum-updated): gradients reach the queries only,
+also through ``||Q||_*``. The nuclear norms of the N small M x C matrices are one batched SVD;
+its gradient ``U V^T`` involves no division by singular-value gaps, so coinciding rows (the
+prior's minimum, ``||Q||_* = sqrt(M)``) are safe.
+"""
+
+import math
+
+import keras
+import tensorflow as tf
+
+from tf_svmax.ops import _checks
+
+PRIORS = ("laplace", "gaussian", "margin")
+
+
+def _unit_rows(x):
+    # The encoders' outputs are L2-normalised (MoCo); normalising again is a no-op for them and
+    # makes Q's rows unit vectors as Eq. 11 assumes. The epsilon keeps an all-zero row at zero.
+    return tf.math.l2_normalize(x, axis=-1, epsilon=1e-12)
+
+
+def batched_nuclear_norm(matrices):
+    """``||Q_i||_*`` of every matrix of a `[N, M, C]` batch (float32/64): `[N]`."""
+    return tf.reduce_sum(tf.linalg.svd(matrices, compute_uv=False), axis=-1)
+
+
+def lorac_loss(
+    queries,
+    positive_keys,
+    negative_keys,
+    *,
+    temperature=0.2,
+    beta=2.0,
+    prior="laplace",
+    center=math.sqrt(5.0),
+    constant=3.0,
+):
+    """Per-instance LORAC loss (Eq. 12); its mean over instances is Eq. 13.
+
+    Args:
+      queries: `[N, M-1, C]` query views (M - 1 >= 1).
+      positive_keys: `[N, C]` the key of each instance.
+      negative_keys: `[K, C]` negative keys (shared by all instances, MoCo's queue).
+      temperature: tau (paper: 0.2).
+      beta: The prior's scale (Laplace: best 2; ``float("inf")``: no prior, MoCo-M; Gaussian:
+        sigma^2; margin: the same role as for Laplace).
+      prior: ``"laplace"``, ``"gaussian"`` or ``"margin"``.
+      center: c0 of the Gaussian prior (paper: sqrt(5)).
+      constant: c of the margin prior (paper: 3).
+
+    Returns:
+      `[N]` losses (float32 for half-precision inputs).
+    """
+    temperature = _checks.check_non_negative_number(temperature, "temperature")
+    if temperature == 0:
+        raise ValueError(_checks.invalid("temperature", "a float > 0", temperature))
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
+        raise ValueError(_checks.invalid("beta", "a float > 0 (inf: no prior)", beta))
+    if prior not in PRIORS:
+        raise ValueError(_checks.invalid("prior", f"one of {list(PRIORS)}", prior))
+    q = tf.convert_to_tensor(queries)
+    dtype = _checks.compute_dtype(q.dtype)
+    q = _unit_rows(tf.cast(q, dtype))
+    k = _unit_rows(tf.stop_gradient(tf.cast(positive_keys, dtype)))
+    negatives = _unit_rows(tf.stop_gradient(tf.cast(negative_keys, dtype)))
+    if q.shape.rank != 3 or k.shape.rank != 2 or negatives.shape.rank != 2:
+        raise ValueError(
+            "Invalid value for argument `queries`, `positive_keys` or `negative_keys`. Expected "
+            "shapes [N, M-1, C], [N, C] and [K, C]. Received: "
+            f"{q.shape}, {k.shape}, {negatives.shape}"
+        )
+    views = tf.shape(q)[1]
+    m = tf.cast(views + 1, dtype)
+    positive = tf.einsum("nvc,nc->nv", q, k) / temperature  # [N, M-1]
+    negative = tf.einsum("nvc,kc->nvk", q, negatives) / temperature  # [N, M-1, K]
+    if math.isinf(beta):
+        log_prior = tf.zeros_like(positive[:, 0])
+    elif prior == "margin":
+        log_prior = tf.fill(tf.shape(positive[:, 0]), -constant / (m * beta * temperature))
+    else:
+        stacked = tf.concat([q, k[:, tf.newaxis, :]], axis=1)  # Q_i: [N, M, C]
+        norm = batched_nuclear_norm(stacked)
+        if prior == "laplace":
+            log_prior = -norm / (m * beta * temperature)
+        else:
+            log_prior = -tf.square(norm - center) / (beta * m * temperature)
+    logits = tf.concat([(positive + log_prior[:, tf.newaxis])[..., tf.newaxis], negative], -1)
+    # -log softmax of the positive, averaged over the M - 1 views.
+    per_view = tf.reduce_logsumexp(logits, axis=-1) - logits[..., 0]
+    return tf.reduce_mean(per_view, axis=1)
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class LORACLoss(keras.losses.Loss):
+    """`lorac_loss` as a Keras loss; the mean over instances (Eq. 13) by default.
+
+    ``y_pred`` is a mapping with ``"queries"`` `[N, M-1, C]`, ``"positive_keys"`` `[N, C]` and
+    ``"negative_keys"`` `[K, C]`; ``y_true`` is ignored (self-supervised). A training step calls
+    it directly: ``loss(None, {"queries": q, "positive_keys": k, "negative_keys": queue})``.
+    """
+
+    def __init__(self, temperature=0.2, beta=2.0, prior="laplace", center=math.sqrt(5.0),
+                 constant=3.0, name="lorac", reduction="sum_over_batch_size", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.temperature, self.beta, self.prior = temperature, beta, prior
+        self.center, self.constant = center, constant
+        lorac_loss(  # validates the arguments now rather than at the first call
+            tf.ones([1, 1, 2]), tf.ones([1, 2]), tf.ones([1, 2]), **self._kwargs()
+        )
+
+    def _kwargs(self):
+        return dict(temperature=self.temperature, beta=self.beta, prior=self.prior,
+                    center=self.center, constant=self.constant)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        del y_true  # no labels; Keras' __call__ would try to convert None
+        return super().__call__(tf.zeros([0]), y_pred, sample_weight)
+
+    def call(self, y_true, y_pred):
+        return lorac_loss(y_pred["queries"], y_pred["positive_keys"], y_pred["negative_keys"],
+                          **self._kwargs())
+
+    def get_config(self):
+        return {**super().get_config(), **self._kwargs()}
