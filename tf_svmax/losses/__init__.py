@@ -1,4 +1,4 @@
-"""Keras 3 losses: SVMax, OLE, LORAC, `RegularizedLoss`, and drop-in replacements for the
+"""Keras 3 losses: SVMax, OLE, LORAC, XML, `RegularizedLoss`, and drop-in replacements for the
 tensorflow-addons metric-learning losses (same names, signatures, values and gradients)."""
 
 from tf_svmax.losses import _registry
@@ -26,6 +26,7 @@ from tf_svmax.losses.pk_pairs import (
 from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss, proxy_anchor_loss
 from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
 from tf_svmax.losses.spread_out import SpreadOutLoss, random_negatives, spread_out_loss
+from tf_svmax.losses.xml import XMLLoss
 from tf_svmax.losses.triplet import (
     TripletHardLoss,
     TripletSemiHardLoss,
@@ -74,6 +75,7 @@ __all__ = [
     "BatchHardTripletLoss",
     "LORACLoss",
     "lorac_loss",
+    "XMLLoss",
     "CenterLoss",
     "PKAngularLoss",
     "PKContrastiveLoss",

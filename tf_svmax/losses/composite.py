@@ -38,7 +38,7 @@ class FunctionLoss(keras.losses.Loss):
         return {**super().get_config(), "fn": keras.saving.serialize_keras_object(self.fn)}
 
 
-def _as_loss(obj, arg):
+def as_loss(obj, arg):
     """Turns a Keras loss name, config, function or instance into a callable Loss instance."""
     if isinstance(obj, (str, dict)):
         obj = keras.losses.get(obj)
@@ -78,10 +78,10 @@ class RegularizedLoss(keras.losses.Loss):
 
     def __init__(self, loss, regularizers=(), name="regularized_loss", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.loss = _as_loss(loss, "loss")
+        self.loss = as_loss(loss, "loss")
         if not isinstance(regularizers, (list, tuple)):
             regularizers = [regularizers]
-        self.regularizers = [_as_loss(r, "regularizers") for r in regularizers]
+        self.regularizers = [as_loss(r, "regularizers") for r in regularizers]
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with tf.name_scope(self.name):

@@ -2,6 +2,7 @@
 
 from tf_svmax.ops.distances import angular_distance, pairwise_distance
 from tf_svmax.ops.ole import ole_loss
+from tf_svmax.ops.prototypes import cross_batch_embeddings, fit_prototypes, prototype_histograms
 from tf_svmax.ops.spectral import (
     METHODS,
     mean_singular_value,
@@ -14,10 +15,13 @@ from tf_svmax.ops.spectral import (
 __all__ = [
     "METHODS",
     "angular_distance",
+    "cross_batch_embeddings",
+    "fit_prototypes",
     "mean_singular_value",
     "nuclear_norm",
     "ole_loss",
     "pairwise_distance",
+    "prototype_histograms",
     "singular_values",
     "svmax",
     "svmax_bounds",

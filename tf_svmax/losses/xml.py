@@ -1,0 +1,105 @@
+"""Cross-batch metric learning (XML, seed `004`, Sec. 2.3, Eq. 2.10-2.11) around any ranking loss.
+
+The batch is split into two halves with disjoint classes; prototypes fitted in closed form to
+one half (`tf_svmax.ops.cross_batch_embeddings`) predict the other half's embeddings from its
+prototype histograms, and the ranking loss is applied to those predictions::
+
+    L = (1 - lambda) L_DML(Y) + lambda sum_k L_DML(Y_hat_k)          (lambda = 0.01, ridge 0.05)
+
+The model's output is the embedding with the histograms appended: ``concat([embeddings
+[B, e], histograms [B, m]], -1)`` with ``m = num_prototypes`` (histograms from
+`tf_svmax.ops.prototype_histograms` of the backbone's last convolutional map).
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.losses.composite import as_loss
+from tf_svmax.ops import _checks, prototypes
+
+
+def class_halves(labels):
+    """`[B]` bool: the rows whose class is among the first ceil(C/2) classes in order of first
+    appearance (the two halves have disjoint classes)."""
+    labels = tf.reshape(labels, [-1])
+    _, index = tf.unique(labels)
+    classes = tf.reduce_max(index) + 1
+    return index < (classes + 1) // 2
+
+
+def _batch_value(loss, labels, embeddings):
+    """The loss's batch-level value on these rows (its `call`, averaged if per sample)."""
+    value = tf.convert_to_tensor(loss.call(labels, embeddings))
+    return tf.reduce_mean(value) if value.shape.rank else value
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class XMLLoss(BatchPenaltyLoss):
+    """``(1 - lambda_) loss(Y) + lambda_ * sum_k loss(Y_hat_k)`` (XML Eq. 2.11).
+
+    Args:
+      loss: The ranking loss (a `tf_svmax.losses` instance, e.g. `PKContrastiveLoss()`); it
+        is evaluated through its `call` on each part, so the parts never mix. Each half must be
+        a batch the loss accepts (P x K losses: P / 2 classes per half, so P even or, for the
+        pair losses that pair classes, P a multiple of 4).
+      num_prototypes: m, the trailing columns of ``y_pred`` that hold the histograms (paper:
+        64 CUB/CARS, 128 SOP/InShop).
+      lambda_: Weight of the cross-batch term (paper: 0.01); 0 gives `loss` exactly.
+      ridge: The ridge term of the prototype fit (paper: 0.05).
+      normalize: L2-normalise the predicted embeddings (for losses defined on unit vectors).
+    """
+
+    def __init__(self, loss, num_prototypes, lambda_=0.01, ridge=0.05, normalize=True,
+                 name="xml", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.loss = as_loss(loss, "loss")
+        self.num_prototypes = _checks.check_positive_int(num_prototypes, "num_prototypes")
+        self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
+        if self.lambda_ > 1:
+            raise ValueError(_checks.invalid("lambda_", "a weight in [0, 1]", lambda_))
+        self.ridge = _checks.check_non_negative_number(ridge, "ridge")
+        self.normalize = _checks.check_bool(normalize, "normalize")
+
+    def call(self, y_true, y_pred):
+        m = self.num_prototypes
+        embeddings, histograms = y_pred[:, :-m], y_pred[:, -m:]
+        labels = tf.reshape(y_true, [-1])
+        base = _batch_value(self.loss, labels, embeddings)
+        if not self.lambda_:
+            return base  # a Python branch: lambda = 0 is the base loss exactly
+        first = class_halves(labels)
+        # Each half predicted by the prototypes fitted to the other one.
+        predicted = tf.where(
+            first[:, tf.newaxis],
+            prototypes.cross_batch_embeddings(histograms, embeddings, ~first, ridge=self.ridge),
+            prototypes.cross_batch_embeddings(histograms, embeddings, first, ridge=self.ridge),
+        )
+        if self.normalize:
+            # epsilon: a row predicted as exactly 0 stays 0 instead of dividing by zero.
+            predicted = tf.math.l2_normalize(predicted, axis=1, epsilon=1e-12)
+        cross = 0.0
+        for part in (first, ~first):
+            rows = tf.boolean_mask(predicted, part)
+            cross += _checks.zero_unless_rows(
+                rows, lambda rows=rows, part=part: _batch_value(
+                    self.loss, tf.boolean_mask(labels, part), rows
+                )
+            )
+        return (1.0 - self.lambda_) * base + self.lambda_ * cross
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "loss": keras.saving.serialize_keras_object(self.loss),
+            "num_prototypes": self.num_prototypes,
+            "lambda_": self.lambda_,
+            "ridge": self.ridge,
+            "normalize": self.normalize,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["loss"] = keras.saving.deserialize_keras_object(config["loss"])
+        return cls(**config)
