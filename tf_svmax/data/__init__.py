@@ -1,6 +1,7 @@
 """tf.data input: P x K sampling, dataset readers, image preprocessing, the embedded sets
 (rendered glyphs, digits), the 2-D Gaussian ring."""
 
+from tf_svmax.data.augment import random_view
 from tf_svmax.data.datasets import (
     DatasetFormatError,
     read_cars196,
@@ -46,6 +47,7 @@ __all__ = [
     "load_glyphs_open_set",
     "pk_batches",
     "pk_index_batches",
+    "random_view",
     "read_cars196",
     "read_cub200",
     "read_dataset",
