@@ -44,6 +44,13 @@ harness_flags.define_flags(
 flags.adopt_module_key_flags(harness_flags)
 flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "Seeds of the Fig. 3 rows.")
 flags.DEFINE_float("svmax_lambda", gan_mog.PAPER_SVMAX_LAMBDA, "SVMax weight of the + SVMax rows.")
+flags.DEFINE_enum(
+    "unroll_gradient",
+    "through",
+    list(gan_mog.UNROLL_GRADIENTS),
+    "The unrolled rows' gradient: through the updates (Metz et al.) or surrogate (the PyTorch "
+    "code the paper used).",
+)
 flags.DEFINE_list("sweep_learning_rates", ["0.0025", "0.025", "0.1"], "Sweep: learning rates.")
 flags.DEFINE_list("sweep_lambdas", ["0", "0.01", "0.1"], "Sweep: SVMax weights.")
 flags.DEFINE_list("sweep_activations", ["tanh", "relu"], "Sweep: generator activations.")
@@ -53,22 +60,25 @@ flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/gan_m
 PROGRAM = "reproduce_gan_mog"
 
 
-def fig3_rows(svmax_lambda):
+def fig3_rows(svmax_lambda, unroll_gradient):
     """``(label, overrides)`` of the paper's four rows."""
+    unrolled = dict(variant="unrolled", unroll_gradient=unroll_gradient)
     return [
         ("vanilla", dict(variant="vanilla", svmax_lambda=0.0)),
         (f"vanilla + SVMax (λ {svmax_lambda:g})", dict(variant="vanilla", svmax_lambda=svmax_lambda)),
-        ("unrolled (5 steps)", dict(variant="unrolled", svmax_lambda=0.0)),
+        (f"unrolled (5 steps, {unroll_gradient})", dict(unrolled, svmax_lambda=0.0)),
         (
-            f"unrolled + SVMax (λ {svmax_lambda:g})",
-            dict(variant="unrolled", svmax_lambda=svmax_lambda),
+            f"unrolled ({unroll_gradient}) + SVMax (λ {svmax_lambda:g})",
+            dict(unrolled, svmax_lambda=svmax_lambda),
         ),
     ]
 
 
 def run_name(config):
+    # "through" (the default) keeps the plain name, so earlier folders stay reusable.
+    variant = config.variant + ("_surrogate" if config.unroll_gradient == "surrogate" else "")
     return (
-        f"{config.variant}_{config.generator_activation}_lr{config.learning_rate:g}_"
+        f"{variant}_{config.generator_activation}_lr{config.learning_rate:g}_"
         f"lambda{config.svmax_lambda:g}_seed{config.seed}"
     )
 
@@ -183,7 +193,7 @@ def main(argv):
         rates = _floats(FLAGS.sweep_learning_rates, "sweep_learning_rates")
         lambdas = _floats(FLAGS.sweep_lambdas, "sweep_lambdas")
         base = harness_flags.config_from_flags(gan_mog.GanConfig, verbose=0)
-        settings = [o for _, o in fig3_rows(FLAGS.svmax_lambda)]
+        settings = [o for _, o in fig3_rows(FLAGS.svmax_lambda, FLAGS.unroll_gradient)]
         settings += [
             dict(variant="vanilla", learning_rate=lr, svmax_lambda=lam, generator_activation=act)
             for lr in rates for lam in lambdas for act in FLAGS.sweep_activations
@@ -200,7 +210,7 @@ def main(argv):
     count = iter(range(1, total + 1))
     rows = [
         (label, [run(base, o, s, f"{next(count)}/{total}") for s in seeds])
-        for label, o in fig3_rows(FLAGS.svmax_lambda)
+        for label, o in fig3_rows(FLAGS.svmax_lambda, FLAGS.unroll_gradient)
     ]
     sweep = [
         (o, [run(base, o, s, f"{next(count)}/{total}") for s in sweep_seeds]) for o in settings[4:]
