@@ -45,7 +45,7 @@ flags.adopt_module_key_flags(harness_flags)
 flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "Seeds of the Fig. 3 rows.")
 flags.DEFINE_float("svmax_lambda", gan_mog.PAPER_SVMAX_LAMBDA, "SVMax weight of the + SVMax rows.")
 flags.DEFINE_enum(
-    "unroll_gradient",
+    "unrolled_rows_gradient",
     "through",
     list(gan_mog.UNROLL_GRADIENTS),
     "The unrolled rows' gradient: through the updates (Metz et al.) or surrogate (the PyTorch "
@@ -193,7 +193,7 @@ def main(argv):
         rates = _floats(FLAGS.sweep_learning_rates, "sweep_learning_rates")
         lambdas = _floats(FLAGS.sweep_lambdas, "sweep_lambdas")
         base = harness_flags.config_from_flags(gan_mog.GanConfig, verbose=0)
-        settings = [o for _, o in fig3_rows(FLAGS.svmax_lambda, FLAGS.unroll_gradient)]
+        settings = [o for _, o in fig3_rows(FLAGS.svmax_lambda, FLAGS.unrolled_rows_gradient)]
         settings += [
             dict(variant="vanilla", learning_rate=lr, svmax_lambda=lam, generator_activation=act)
             for lr in rates for lam in lambdas for act in FLAGS.sweep_activations
@@ -210,7 +210,7 @@ def main(argv):
     count = iter(range(1, total + 1))
     rows = [
         (label, [run(base, o, s, f"{next(count)}/{total}") for s in seeds])
-        for label, o in fig3_rows(FLAGS.svmax_lambda, FLAGS.unroll_gradient)
+        for label, o in fig3_rows(FLAGS.svmax_lambda, FLAGS.unrolled_rows_gradient)
     ]
     sweep = [
         (o, [run(base, o, s, f"{next(count)}/{total}") for s in sweep_seeds]) for o in settings[4:]
