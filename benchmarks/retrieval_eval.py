@@ -31,7 +31,10 @@ flags.DEFINE_integer("dim", 128, "Embedding dimension.")
 flags.DEFINE_float("noise", 0.12, "Per-coordinate noise around the class centre.")
 flags.DEFINE_list("ks", ["1", "10", "100", "1000"], "K of Recall@K (SOP protocol).")
 flags.DEFINE_enum(
-    "kmeans_init", "k-means++", ["random", "k-means++"], "k-means seeding for NMI (library default)."
+    "kmeans_init",
+    "k-means++",
+    ["random", "k-means++"],
+    "k-means seeding for NMI (library default).",
 )
 flags.DEFINE_integer("kmeans_max_iter", 300, "Lloyd iterations for NMI (library default).")
 flags.DEFINE_bool(

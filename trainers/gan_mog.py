@@ -98,7 +98,9 @@ class GanConfig:
         "the original code: 1e-4 discriminator, 1e-3 generator).",
         check=positive_number,
     )
-    batch_size: int = option(512, "Real and fake points per batch (paper: 512).", check=positive_int)
+    batch_size: int = option(
+        512, "Real and fake points per batch (paper: 512).", check=positive_int
+    )
     noise_dim: int = option(256, "Generator input size (paper: 256).", check=positive_int)
     hidden_units: int = option(128, "Units of each hidden layer (paper: 128).", check=positive_int)
     num_modes: int = option(8, "Gaussians on the ring (paper: 8).", check=positive_int)
@@ -184,9 +186,9 @@ def adam_update(params, grads, m, v, t, *, learning_rate, beta_1, beta_2, epsilo
     ``(params, m, v, t)``; differentiable, so an unrolled step can be backpropagated through."""
     t = t + 1.0
     step = learning_rate * tf.sqrt(1.0 - beta_2**t) / (1.0 - beta_1**t)
-    m = [beta_1 * a + (1.0 - beta_1) * g for a, g in zip(m, grads)]
-    v = [beta_2 * a + (1.0 - beta_2) * tf.square(g) for a, g in zip(v, grads)]
-    params = [p - step * a / (_sqrt(b) + epsilon) for p, a, b in zip(params, m, v)]
+    m = [beta_1 * a + (1.0 - beta_1) * g for a, g in zip(m, grads, strict=False)]
+    v = [beta_2 * a + (1.0 - beta_2) * tf.square(g) for a, g in zip(v, grads, strict=False)]
+    params = [p - step * a / (_sqrt(b) + epsilon) for p, a, b in zip(params, m, v, strict=False)]
     return params, m, v, t
 
 
@@ -212,8 +214,10 @@ class DiscriminatorAdam(tf.Module):
         self.t = tf.Variable(0.0, trainable=False)
 
     def state(self):
-        return [tf.identity(a) for a in self.m], [tf.identity(a) for a in self.v], tf.identity(
-            self.t
+        return (
+            [tf.identity(a) for a in self.m],
+            [tf.identity(a) for a in self.v],
+            tf.identity(self.t),
         )
 
     def update(self, params, grads, m, v, t):
@@ -222,7 +226,7 @@ class DiscriminatorAdam(tf.Module):
     def apply(self, grads, variables):
         m, v, t = self.state()
         params, m, v, t = self.update([x.value for x in variables], grads, m, v, t)
-        for target, value in zip([*variables, *self.m, *self.v], [*params, *m, *v]):
+        for target, value in zip([*variables, *self.m, *self.v], [*params, *m, *v], strict=False):
             target.assign(value)
         self.t.assign(t)
 
@@ -243,8 +247,17 @@ class RingGAN(keras.Model):
     """Generator and discriminator with the alternating train step; the Keras optimizer given to
     `compile` trains the generator, `d_optimizer` the discriminator."""
 
-    def __init__(self, generator, discriminator, d_optimizer, *, svmax_lambda, unroll_steps,
-                 unroll_gradient, **kwargs):
+    def __init__(
+        self,
+        generator,
+        discriminator,
+        d_optimizer,
+        *,
+        svmax_lambda,
+        unroll_steps,
+        unroll_gradient,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.generator, self.discriminator, self.d_optimizer = generator, discriminator, d_optimizer
         self.svmax_lambda, self.unroll_steps = svmax_lambda, unroll_steps or 0
@@ -302,7 +315,7 @@ class RingGAN(keras.Model):
         loss = tf.where(
             tf.math.is_finite(tf.linalg.global_norm(grads)), d_loss + total, float("nan")
         )
-        for tracker, value in zip(self.trackers, (loss, d_loss, g_loss, s_mu)):
+        for tracker, value in zip(self.trackers, (loss, d_loss, g_loss, s_mu), strict=False):
             tracker.update_state(value)
         return {t.name: t.result() for t in self.trackers}
 
@@ -410,27 +423,40 @@ def plot_run(results, directory, title):
     config = results["config"]
     centres = np.asarray(results["mixture"]["centres"])
     steps = [e["step"] for e in results["evaluations"]]
-    panels = [(f"step {s}", sample_path(config["output_dir"], s), e)
-              for s, e in zip(steps, results["evaluations"])]
+    panels = [
+        (f"step {s}", sample_path(config["output_dir"], s), e)
+        for s, e in zip(steps, results["evaluations"], strict=False)
+    ]
     panels = [p for p in panels if os.path.exists(p[1])]
     if panels:
         fig, axes = plt.subplots(1, len(panels) + 1, figsize=(2.0 * (len(panels) + 1), 2.4))
         edges = np.linspace(-PLOT_EXTENT, PLOT_EXTENT, 121)
-        for ax, (label, path, record) in zip(axes, panels):
+        for ax, (label, path, record) in zip(axes, panels, strict=False):
             points = np.load(path)
             hist, _, _ = np.histogram2d(points[:, 0], points[:, 1], bins=[edges, edges])
-            ax.imshow(np.log1p(hist.T), origin="lower", cmap="Greens",
-                      extent=[-PLOT_EXTENT, PLOT_EXTENT, -PLOT_EXTENT, PLOT_EXTENT])
+            ax.imshow(
+                np.log1p(hist.T),
+                origin="lower",
+                cmap="Greens",
+                extent=[-PLOT_EXTENT, PLOT_EXTENT, -PLOT_EXTENT, PLOT_EXTENT],
+            )
             covered = record.get("modes_covered")
             label += "" if covered is None else f"\n{covered}/{len(centres)} modes"
             ax.set_title(label, fontsize=8)
         truth, _ = data.sample_gaussian_ring(
-            len(np.load(panels[-1][1])), seed=1, num_modes=len(centres),
-            radius=config["mixture_radius"], std=config["mixture_std"],
+            len(np.load(panels[-1][1])),
+            seed=1,
+            num_modes=len(centres),
+            radius=config["mixture_radius"],
+            std=config["mixture_std"],
         )
         hist, _, _ = np.histogram2d(truth[:, 0], truth[:, 1], bins=[edges, edges])
-        axes[-1].imshow(np.log1p(hist.T), origin="lower", cmap="Greens",
-                        extent=[-PLOT_EXTENT, PLOT_EXTENT, -PLOT_EXTENT, PLOT_EXTENT])
+        axes[-1].imshow(
+            np.log1p(hist.T),
+            origin="lower",
+            cmap="Greens",
+            extent=[-PLOT_EXTENT, PLOT_EXTENT, -PLOT_EXTENT, PLOT_EXTENT],
+        )
         axes[-1].set_title("target mixture", fontsize=8)
         for ax in axes:
             ax.set_xticks([])
@@ -447,10 +473,15 @@ def plot_run(results, directory, title):
         ax_loss.plot([t["step"] for t in trace], [t[key] for t in trace], label=key)
     ax_loss.set(xlabel="step", ylabel="loss (window mean)", title="Discriminator and generator")
     ax_loss.legend(fontsize=8)
-    ax_modes.plot(steps, [e.get("modes_covered", np.nan) for e in results["evaluations"]],
-                  marker="o")
-    ax_modes.set(xlabel="step", ylabel=f"modes covered (of {len(centres)})",
-                 title="Mode coverage (VEEGAN: 3σ, ≥ 1 %)", ylim=(-0.3, len(centres) + 0.3))
+    ax_modes.plot(
+        steps, [e.get("modes_covered", np.nan) for e in results["evaluations"]], marker="o"
+    )
+    ax_modes.set(
+        xlabel="step",
+        ylabel=f"modes covered (of {len(centres)})",
+        title="Mode coverage (VEEGAN: 3σ, ≥ 1 %)",
+        ylim=(-0.3, len(centres) + 0.3),
+    )
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     save_figure(fig, os.path.join(directory, "training.png"))

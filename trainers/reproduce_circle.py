@@ -46,8 +46,9 @@ harness_flags.define_flags(
 flags.adopt_module_key_flags(harness_flags)
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; every cell is the mean ± std over them.")
 flags.DEFINE_float("svmax_lambda", 1.0, "SVMax weight of the svmax runs (paper, contrastive: 1).")
-flags.DEFINE_integer("frames", 6, "Snapshots of the test embedding (first and last included).",
-                     lower_bound=2)
+flags.DEFINE_integer(
+    "frames", 6, "Snapshots of the test embedding (first and last included).", lower_bound=2
+)
 flags.DEFINE_integer("frame_images", 600, "Test images in each snapshot.", lower_bound=1)
 flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/circle.md).")
 
@@ -106,7 +107,7 @@ def run_one(base, regularizer, seed, frame_images, frames, svmax_lambda):
 
 def summary(results):
     trace = results["trace"]
-    last = trace[-min(len(trace), 20):]  # the last 20 steps' batches
+    last = trace[-min(len(trace), 20) :]  # the last 20 steps' batches
     batch_s = float(np.mean([t["mean_singular_value"] for t in last]))
     lower, upper = trace[-1]["svmax_lower_bound"], trace[-1]["svmax_upper_bound"]
     final = results["evaluations"][-1]
@@ -127,8 +128,9 @@ def summary(results):
 
 def plot_frames(runs, steps, path, title):
     plt = pyplot()
-    fig, axes = plt.subplots(len(runs), len(steps), figsize=(1.9 * len(steps), 2.1 * len(runs)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(runs), len(steps), figsize=(1.9 * len(steps), 2.1 * len(runs)), squeeze=False
+    )
     theta = np.linspace(0, 2 * np.pi, 200)
     for i, (regularizer, results) in enumerate(runs):
         folder = os.path.join(results["config"]["output_dir"], "frames")
@@ -157,9 +159,14 @@ def plot_s_mu(cells, path, title):
     for regularizer, runs in cells.items():
         for k, results in enumerate(runs):
             trace = results["trace"]
-            ax.plot([t["step"] for t in trace], [t["mean_singular_value"] for t in trace],
-                    lw=0.6, alpha=0.7, color="C0" if regularizer == "none" else "C1",
-                    label=LABELS[regularizer] if k == 0 else None)
+            ax.plot(
+                [t["step"] for t in trace],
+                [t["mean_singular_value"] for t in trace],
+                lw=0.6,
+                alpha=0.7,
+                color="C0" if regularizer == "none" else "C1",
+                label=LABELS[regularizer] if k == 0 else None,
+            )
     trace = next(iter(cells.values()))[0]["trace"]
     ax.axhline(trace[-1]["svmax_lower_bound"], color="k", ls="--", lw=0.8, label="L (rank 1)")
     ax.axhline(trace[-1]["svmax_upper_bound"], color="k", ls=":", lw=0.8, label="U")
@@ -200,12 +207,16 @@ def main(argv):
     for regularizer in REGULARIZERS:
         for seed in seeds:
             print(f"[{PROGRAM}] {regularizer} seed {seed}", flush=True)
-            results = run_one(base, regularizer, seed, FLAGS.frame_images, FLAGS.frames,
-                              FLAGS.svmax_lambda)
+            results = run_one(
+                base, regularizer, seed, FLAGS.frame_images, FLAGS.frames, FLAGS.svmax_lambda
+            )
             cells.setdefault(regularizer, []).append(results)
             s = summary(results)
-            print(f"[{PROGRAM}]   {s['status']}: batch spread {s['batch_spread']:.3f}, test "
-                  f"spread {s['test_spread']:.3f}, R@1 {s['recall_at_1']:.4f}", flush=True)
+            print(
+                f"[{PROGRAM}]   {s['status']}: batch spread {s['batch_spread']:.3f}, test "
+                f"spread {s['test_spread']:.3f}, R@1 {s['recall_at_1']:.4f}",
+                flush=True,
+            )
     summaries = {r: [summary(x) for x in runs] for r, runs in cells.items()}
     first = cells["none"][0]
     config = first["config"]
@@ -234,8 +245,11 @@ def main(argv):
         done = [s for s in rows if s["status"] == "completed"]
         per_seed = ", ".join(f"{s['seed']}: {s['batch_spread']:.3f}" for s in rows)
         if len(done) < len(rows):
-            per_seed += " (" + ", ".join(f"seed {s['seed']} {s['status']}" for s in rows
-                                         if s not in done) + ")"
+            per_seed += (
+                " ("
+                + ", ".join(f"seed {s['seed']} {s['status']}" for s in rows if s not in done)
+                + ")"
+            )
         lines.append(
             f"| {LABELS[regularizer]} | {mean_std([s['batch_spread'] for s in done], digits=3)} | "
             f"{mean_std([s['test_spread'] for s in done], digits=3)} | "
@@ -256,8 +270,11 @@ def main(argv):
         f"Test embeddings on the unit circle (d = 2), {config['dataset']}, seed {seeds[0]}:\n"
         f"contrastive without (top) and with SVMax λ {FLAGS.svmax_lambda:g} (bottom)",
     )
-    plot_s_mu(cells, f"{stem}_s_mu.png",
-              f"s_μ of the training batches (b = {b}, d = 2), seeds {', '.join(map(str, seeds))}")
+    plot_s_mu(
+        cells,
+        f"{stem}_s_mu.png",
+        f"s_μ of the training batches (b = {b}, d = 2), seeds {', '.join(map(str, seeds))}",
+    )
     records.write_json(f"{stem}.json", summaries)
     del argv
     print("\n".join(lines))

@@ -65,7 +65,10 @@ def fig3_rows(svmax_lambda, unroll_gradient):
     unrolled = dict(variant="unrolled", unroll_gradient=unroll_gradient)
     return [
         ("vanilla", dict(variant="vanilla", svmax_lambda=0.0)),
-        (f"vanilla + SVMax (λ {svmax_lambda:g})", dict(variant="vanilla", svmax_lambda=svmax_lambda)),
+        (
+            f"vanilla + SVMax (λ {svmax_lambda:g})",
+            dict(variant="vanilla", svmax_lambda=svmax_lambda),
+        ),
         (f"unrolled (5 steps, {unroll_gradient})", dict(unrolled, svmax_lambda=0.0)),
         (
             f"unrolled ({unroll_gradient}) + SVMax (λ {svmax_lambda:g})",
@@ -91,7 +94,8 @@ def run(base, overrides, seed, progress):
     results = gan_mog.train_gan_mog(config)
     print(
         f"[{PROGRAM}]   {results['status']} in {results['wall_seconds']:.0f} s: "
-        f"{results.get('modes_covered')} modes, high-quality {results.get('high_quality_fraction')}",
+        f"{results.get('modes_covered')} modes, high-quality "
+        f"{results.get('high_quality_fraction')}",
         flush=True,
     )
     return results
@@ -107,8 +111,9 @@ def cells(runs):
     """The table cells of one setting's runs."""
     done = [r for r in runs if r["status"] == "completed" and r.get("modes_covered") is not None]
     if len(done) < len(runs):
-        statuses = ", ".join(f"seed {r['config']['seed']}: {r['status']}" for r in runs
-                             if r not in done)
+        statuses = ", ".join(
+            f"seed {r['config']['seed']}: {r['status']}" for r in runs if r not in done
+        )
         note = f" ({statuses})"
     else:
         note = ""
@@ -118,9 +123,12 @@ def cells(runs):
     return [
         mean_std([r["modes_covered"] for r in done], digits=1),
         mean_std([r["high_quality_fraction"] for r in done], 100, 1),
-        (mean_std(kls, digits=3) + (f" ({len(kls)} of {len(done)} defined)"
-                                     if len(kls) < len(done) else ""))
-        if kls else "undefined (no high-quality point)",
+        (
+            mean_std(kls, digits=3)
+            + (f" ({len(kls)} of {len(done)} defined)" if len(kls) < len(done) else "")
+        )
+        if kls
+        else "undefined (no high-quality point)",
         mean_std([step_ms(r) for r in done], digits=1),
         f"{len(done)}{note}",
     ]
@@ -138,7 +146,9 @@ def plot_grid(rows, path, title):
     first = rows[0][1][0]
     steps = [e["step"] for e in first["evaluations"]]
     fig, axes = plt.subplots(
-        len(rows), len(steps) + 1, figsize=(1.5 * (len(steps) + 1), 1.6 * len(rows) + 0.6),
+        len(rows),
+        len(steps) + 1,
+        figsize=(1.5 * (len(steps) + 1), 1.6 * len(rows) + 0.6),
         squeeze=False,
     )
     extent = gan_mog.PLOT_EXTENT
@@ -154,15 +164,23 @@ def plot_grid(rows, path, title):
                 points = np.load(path_j)
                 points = points[np.isfinite(points).all(axis=1)]
                 hist, _, _ = np.histogram2d(points[:, 0], points[:, 1], bins=[edges, edges])
-                ax.imshow(np.log1p(hist.T), origin="lower", cmap="Greens",
-                          extent=[-extent, extent, -extent, extent])
+                ax.imshow(
+                    np.log1p(hist.T),
+                    origin="lower",
+                    cmap="Greens",
+                    extent=[-extent, extent, -extent, extent],
+                )
             if i == 0:
                 ax.set_title(f"step {step}", fontsize=8)
             if j == 0:
                 ax.set_ylabel(label, fontsize=7)
         hist, _, _ = np.histogram2d(truth[:, 0], truth[:, 1], bins=[edges, edges])
-        axes[i, -1].imshow(np.log1p(hist.T), origin="lower", cmap="Greens",
-                           extent=[-extent, extent, -extent, extent])
+        axes[i, -1].imshow(
+            np.log1p(hist.T),
+            origin="lower",
+            cmap="Greens",
+            extent=[-extent, extent, -extent, extent],
+        )
         if i == 0:
             axes[i, -1].set_title("target", fontsize=8)
     for ax in axes.flat:
@@ -196,7 +214,9 @@ def main(argv):
         settings = [o for _, o in fig3_rows(FLAGS.svmax_lambda, FLAGS.unrolled_rows_gradient)]
         settings += [
             dict(variant="vanilla", learning_rate=lr, svmax_lambda=lam, generator_activation=act)
-            for lr in rates for lam in lambdas for act in FLAGS.sweep_activations
+            for lr in rates
+            for lam in lambdas
+            for act in FLAGS.sweep_activations
         ]
         if not seeds:
             raise ValueError("--seeds must not be empty")

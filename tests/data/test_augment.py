@@ -23,5 +23,5 @@ def test_a_view_keeps_most_of_the_image():
     y, x = np.mgrid[0:32, 0:32] / 31.0
     images = np.repeat((0.5 * (x + y))[None, :, :, None], 8, axis=0).astype(np.float32)
     views = random_view(images, tf.constant([0, 0]), noise=0.0).numpy()
-    for v, im in zip(views, images):
+    for v, im in zip(views, images, strict=False):
         assert np.corrcoef(v.ravel(), im.ravel())[0, 1] > 0.5

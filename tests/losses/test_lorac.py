@@ -55,9 +55,7 @@ def test_gaussian_and_margin_priors(rng):
     q, k, neg = _inputs(rng, views=4)
     m = 5
     gauss = _reference(q, k, neg, 0.2, lambda Q: -((_nuclear(Q) - np.sqrt(5)) ** 2) / (2 * m * 0.2))
-    np.testing.assert_allclose(
-        lorac_loss(q, k, neg, beta=2.0, prior="gaussian"), gauss, rtol=1e-10
-    )
+    np.testing.assert_allclose(lorac_loss(q, k, neg, beta=2.0, prior="gaussian"), gauss, rtol=1e-10)
     margin = _reference(q, k, neg, 0.2, lambda Q: -3.0 / (m * 2.0 * 0.2))
     np.testing.assert_allclose(lorac_loss(q, k, neg, beta=2.0, prior="margin"), margin, rtol=1e-10)
 

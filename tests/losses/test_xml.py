@@ -66,8 +66,9 @@ def test_trains_a_model_and_round_trips(rng, tmp_path):
     model = keras.Model(inputs, keras.layers.Concatenate()([e, h]))
     loss = XMLLoss(PKContrastiveLoss(), num_prototypes=5, lambda_=0.5)
     model.compile("sgd", loss=loss)
-    history = model.fit(emb.astype(np.float32), labels, batch_size=32, epochs=2, shuffle=False,
-                        verbose=0)
+    history = model.fit(
+        emb.astype(np.float32), labels, batch_size=32, epochs=2, shuffle=False, verbose=0
+    )
     assert np.isfinite(history.history["loss"]).all()
     path = tmp_path / "m.keras"
     model.save(path)
@@ -89,8 +90,11 @@ def test_one_class_batch_has_no_cross_term(rng):
 
 @pytest.mark.parametrize(
     "kwargs, name",
-    [(dict(num_prototypes=0), "num_prototypes"), (dict(lambda_=1.5), "lambda_"),
-     (dict(normalize="yes"), "normalize")],
+    [
+        (dict(num_prototypes=0), "num_prototypes"),
+        (dict(lambda_=1.5), "lambda_"),
+        (dict(normalize="yes"), "normalize"),
+    ],
 )
 def test_bad_arguments_are_named(kwargs, name):
     base = dict(loss=TripletHardLoss(), num_prototypes=4)

@@ -39,7 +39,9 @@ def test_float32_seeding_has_scikit_learns_quality(rng):
         _potential(x, kmeans_plusplus(x.astype(np.float64), 150, random_state=s)[1])
         for s in range(4)
     ]
-    plain = [_potential(x, kmeans.kmeans_plusplus(x, 150, seed=s, n_local_trials=1)) for s in range(4)]
+    plain = [
+        _potential(x, kmeans.kmeans_plusplus(x, 150, seed=s, n_local_trials=1)) for s in range(4)
+    ]
     assert np.mean(ours) == pytest.approx(np.mean(theirs), rel=0.02)
     assert np.mean(plain) > 1.05 * np.mean(theirs)
 

@@ -53,7 +53,8 @@ def test_both_closed_forms_agree(rng):
     w = tf.constant((np.arange(10) % 2).astype(np.float64))
     small = fit_prototypes(z, y, w)  # b = 10 < m = 16: the b x b form
     z_dynamic = tf.function(lambda z, y, w: fit_prototypes(z, y, w)).get_concrete_function(
-        tf.TensorSpec([None, 16], tf.float64), tf.TensorSpec([None, 3], tf.float64),
+        tf.TensorSpec([None, 16], tf.float64),
+        tf.TensorSpec([None, 3], tf.float64),
         tf.TensorSpec([None], tf.float64),
     )
     large = z_dynamic(z, y, w)  # unknown b: the m x m form

@@ -33,10 +33,22 @@ def test_frame_steps_include_both_ends():
 def test_smoke(tmp_path):
     table = tmp_path / "circle.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.reproduce_circle", "--dataset=digits",
-         "--train_steps=4", "--seeds=0", "--frames=2", "--frame_images=50",
-         f"--output_dir={tmp_path / 'runs'}", f"--table={table}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "trainers.reproduce_circle",
+            "--dataset=digits",
+            "--train_steps=4",
+            "--seeds=0",
+            "--frames=2",
+            "--frame_images=50",
+            f"--output_dir={tmp_path / 'runs'}",
+            f"--table={table}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| contrastive + SVMax |" in table.read_text()
@@ -55,8 +67,16 @@ def test_smoke(tmp_path):
 
 def test_refuses_a_file_dataset(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.reproduce_circle", "--dataset=cub200",
-         f"--output_dir={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "trainers.reproduce_circle",
+            "--dataset=cub200",
+            f"--output_dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2 and "embedded set" in proc.stderr

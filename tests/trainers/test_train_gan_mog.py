@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_svmax import ops
 from trainers import gan_mog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,8 +67,15 @@ def test_adam_update_is_keras_adam():
         g = rng.standard_normal((3, 4)).astype(np.float32)
         opt.apply([tf.constant(g)], [var])
         params, m, v, t = gan_mog.adam_update(
-            params, [tf.constant(g)], m, v, t,
-            learning_rate=0.05, beta_1=0.5, beta_2=0.999, epsilon=1e-8,
+            params,
+            [tf.constant(g)],
+            m,
+            v,
+            t,
+            learning_rate=0.05,
+            beta_1=0.5,
+            beta_2=0.999,
+            epsilon=1e-8,
         )
     np.testing.assert_allclose(params[0], var.numpy(), rtol=1e-6, atol=1e-7)
 
@@ -111,10 +117,15 @@ def test_train_step_equals_the_reference(tmp_path, lam):
     expected_g, expected_d = _reference_step(config, gan, batch)
     before = gan.generator.get_weights()
     gan.train_step(batch)
-    for got, want in zip(gan.generator.get_weights() + gan.discriminator.get_weights(),
-                         expected_g + expected_d):
+    for got, want in zip(
+        gan.generator.get_weights() + gan.discriminator.get_weights(),
+        expected_g + expected_d,
+        strict=False,
+    ):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    moved = max(np.abs(a - b).max() for a, b in zip(gan.generator.get_weights(), before))
+    moved = max(
+        np.abs(a - b).max() for a, b in zip(gan.generator.get_weights(), before, strict=False)
+    )
     assert moved > 1e-3  # the comparison is not between two unchanged models
 
 
@@ -125,7 +136,7 @@ def test_svmax_changes_the_generator_step(tmp_path):
         gan = gan_mog.build_gan(config)
         gan.train_step(_batch(config))
         weights[lam] = gan.generator.get_weights()
-    assert max(np.abs(a - b).max() for a, b in zip(weights[0.0], weights[0.5])) > 1e-4
+    assert max(np.abs(a - b).max() for a, b in zip(weights[0.0], weights[0.5], strict=False)) > 1e-4
 
 
 def test_surrogate_unrolling_is_the_gradient_at_the_unrolled_discriminator(tmp_path):
@@ -154,7 +165,7 @@ def test_surrogate_unrolling_is_the_gradient_at_the_unrolled_discriminator(tmp_p
         params, m, v, t = gan_mog.adam_update(
             params, grads, m, v, t, learning_rate=0.025, beta_1=0.5, beta_2=0.999, epsilon=1e-8
         )
-        for var, value in zip(d.trainable_variables, params):
+        for var, value in zip(d.trainable_variables, params, strict=False):
             var.assign(value)
     with tf.GradientTape() as tape:
         want = tape.gradient(
@@ -165,7 +176,7 @@ def test_surrogate_unrolling_is_the_gradient_at_the_unrolled_discriminator(tmp_p
             gan_mog.generator_loss(gan._unrolled_logits(real, gan.generator(noise_g))),
             gan.generator.trainable_variables,
         )
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=False):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     # Through the updates the gradient differs (the unrolled weights depend on the fake batch).
     gan.unroll_gradient = "through"
@@ -175,7 +186,7 @@ def test_surrogate_unrolling_is_the_gradient_at_the_unrolled_discriminator(tmp_p
             gan.generator.trainable_variables,
         )
     assert all(np.isfinite(x).all() for x in through)
-    assert max(np.abs(a - b).max() for a, b in zip(through, want)) > 1e-5
+    assert max(np.abs(a - b).max() for a, b in zip(through, want, strict=False)) > 1e-5
 
 
 def test_run_records_samples_metrics_and_resumes(tmp_path):
@@ -223,9 +234,11 @@ def test_resume_continues_on_the_same_batches(tmp_path):
 def test_cli_refuses_before_work(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.train_gan_mog", f"--output_dir={out}",
-         "--unroll_steps=5"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "trainers.train_gan_mog", f"--output_dir={out}", "--unroll_steps=5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2, proc.stderr
     assert "--variant=unrolled only" in proc.stderr and not out.exists()
@@ -239,8 +252,15 @@ def test_unrolled_adam_has_a_finite_gradient_where_a_weight_never_had_one():
         tape.watch(g)
         zeros = [tf.zeros(2)]
         out, _, _, _ = gan_mog.adam_update(
-            [p], [g], zeros, zeros, tf.constant(0.0),
-            learning_rate=0.1, beta_1=0.5, beta_2=0.999, epsilon=1e-8,
+            [p],
+            [g],
+            zeros,
+            zeros,
+            tf.constant(0.0),
+            learning_rate=0.1,
+            beta_1=0.5,
+            beta_2=0.999,
+            epsilon=1e-8,
         )
     grad = tape.gradient(out[0], g)
     assert np.isfinite(grad.numpy()).all()
@@ -250,11 +270,24 @@ def test_unrolled_adam_has_a_finite_gradient_where_a_weight_never_had_one():
 def test_reproduce_smoke(tmp_path):
     table = tmp_path / "gan.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.reproduce_gan_mog", f"--output_dir={tmp_path / 'runs'}",
-         "--seeds=0", "--sweep_seeds=0", "--sweep_learning_rates=0.025",
-         "--sweep_lambdas=0,0.5", "--sweep_activations=relu", "--train_steps=2",
-         "--eval_every=1", f"--table={table}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "trainers.reproduce_gan_mog",
+            f"--output_dir={tmp_path / 'runs'}",
+            "--seeds=0",
+            "--sweep_seeds=0",
+            "--sweep_learning_rates=0.025",
+            "--sweep_lambdas=0,0.5",
+            "--sweep_activations=relu",
+            "--train_steps=2",
+            "--eval_every=1",
+            f"--table={table}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = table.read_text()
@@ -266,9 +299,17 @@ def test_reproduce_smoke(tmp_path):
 
 def test_reproduce_refuses_bad_lists(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.reproduce_gan_mog", f"--output_dir={tmp_path}",
-         "--sweep_lambdas=0,x"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "trainers.reproduce_gan_mog",
+            f"--output_dir={tmp_path}",
+            "--sweep_lambdas=0,x",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2 and "--sweep_lambdas" in proc.stderr
     assert not any(tmp_path.iterdir())

@@ -31,8 +31,8 @@ def test_ema_follows_the_query_encoder():
         new = [rng.standard_normal(w.shape).astype(np.float32) for w in want]
         query.set_weights(new)
         step()
-        want = [0.9 * a + 0.1 * b for a, b in zip(want, new)]
-    for got, w in zip(ema.key_encoder.get_weights(), want):
+        want = [0.9 * a + 0.1 * b for a, b in zip(want, new, strict=False)]
+    for got, w in zip(ema.key_encoder.get_weights(), want, strict=False):
         np.testing.assert_allclose(got, w, rtol=1e-6)
     x = rng.standard_normal((5, 3)).astype(np.float32)
     with tf.GradientTape() as tape:

@@ -6,8 +6,8 @@ from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_
 from tf_svmax.losses.center import CenterLoss
 from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
 from tf_svmax.losses.contrastive import ContrastiveLoss, contrastive_loss
-from tf_svmax.losses.lorac import LORACLoss, lorac_loss
 from tf_svmax.losses.lifted import LiftedStructLoss, lifted_struct_loss
+from tf_svmax.losses.lorac import LORACLoss, lorac_loss
 from tf_svmax.losses.npairs import (
     NpairsLoss,
     NpairsMultilabelLoss,
@@ -26,13 +26,13 @@ from tf_svmax.losses.pk_pairs import (
 from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss, proxy_anchor_loss
 from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
 from tf_svmax.losses.spread_out import SpreadOutLoss, random_negatives, spread_out_loss
-from tf_svmax.losses.xml import XMLLoss
 from tf_svmax.losses.triplet import (
     TripletHardLoss,
     TripletSemiHardLoss,
     triplet_hard_loss,
     triplet_semihard_loss,
 )
+from tf_svmax.losses.xml import XMLLoss
 
 # Losses constructible without arguments, hence nameable by a string in `compile`.
 _CLASSES = (

@@ -30,6 +30,8 @@ import tensorflow as tf
 from tf_svmax.ops import _checks
 
 PRIORS = ("laplace", "gaussian", "margin")
+# The Gaussian prior's centre in the paper's comparison (Sec. 6): c0 = sqrt(5).
+GAUSSIAN_CENTER = math.sqrt(5.0)
 
 
 def _unit_rows(x):
@@ -51,7 +53,7 @@ def lorac_loss(
     temperature=0.2,
     beta=2.0,
     prior="laplace",
-    center=math.sqrt(5.0),
+    center=GAUSSIAN_CENTER,
     constant=3.0,
 ):
     """Per-instance LORAC loss (Eq. 12); its mean over instances is Eq. 13.
@@ -118,8 +120,17 @@ class LORACLoss(keras.losses.Loss):
     it directly: ``loss(None, {"queries": q, "positive_keys": k, "negative_keys": queue})``.
     """
 
-    def __init__(self, temperature=0.2, beta=2.0, prior="laplace", center=math.sqrt(5.0),
-                 constant=3.0, name="lorac", reduction="sum_over_batch_size", dtype=None):
+    def __init__(
+        self,
+        temperature=0.2,
+        beta=2.0,
+        prior="laplace",
+        center=GAUSSIAN_CENTER,
+        constant=3.0,
+        name="lorac",
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.temperature, self.beta, self.prior = temperature, beta, prior
         self.center, self.constant = center, constant
@@ -128,16 +139,22 @@ class LORACLoss(keras.losses.Loss):
         )
 
     def _kwargs(self):
-        return dict(temperature=self.temperature, beta=self.beta, prior=self.prior,
-                    center=self.center, constant=self.constant)
+        return dict(
+            temperature=self.temperature,
+            beta=self.beta,
+            prior=self.prior,
+            center=self.center,
+            constant=self.constant,
+        )
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         del y_true  # no labels; Keras' __call__ would try to convert None
         return super().__call__(tf.zeros([0]), y_pred, sample_weight)
 
     def call(self, y_true, y_pred):
-        return lorac_loss(y_pred["queries"], y_pred["positive_keys"], y_pred["negative_keys"],
-                          **self._kwargs())
+        return lorac_loss(
+            y_pred["queries"], y_pred["positive_keys"], y_pred["negative_keys"], **self._kwargs()
+        )
 
     def get_config(self):
         return {**super().get_config(), **self._kwargs()}

@@ -50,8 +50,9 @@ class XMLLoss(BatchPenaltyLoss):
       normalize: L2-normalise the predicted embeddings (for losses defined on unit vectors).
     """
 
-    def __init__(self, loss, num_prototypes, lambda_=0.01, ridge=0.05, normalize=True,
-                 name="xml", **kwargs):
+    def __init__(
+        self, loss, num_prototypes, lambda_=0.01, ridge=0.05, normalize=True, name="xml", **kwargs
+    ):
         super().__init__(name=name, **kwargs)
         self.loss = as_loss(loss, "loss")
         self.num_prototypes = _checks.check_positive_int(num_prototypes, "num_prototypes")
@@ -82,9 +83,10 @@ class XMLLoss(BatchPenaltyLoss):
         for part in (first, ~first):
             rows = tf.boolean_mask(predicted, part)
             cross += _checks.zero_unless_rows(
-                rows, lambda rows=rows, part=part: _batch_value(
+                rows,
+                lambda rows=rows, part=part: _batch_value(
                     self.loss, tf.boolean_mask(labels, part), rows
-                )
+                ),
             )
         return (1.0 - self.lambda_) * base + self.lambda_ * cross
 

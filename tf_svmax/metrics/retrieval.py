@@ -365,10 +365,10 @@ def evaluate_retrieval(
 
     Returns:
       A dict with ``recall_at_<k>`` for each k, ``map_at_r``, ``nmi`` (with
-      ``kmeans_init``, ``kmeans_iterations`` and ``kmeans_converged``), ``s_mu`` with its bounds ``s_mu_lower`` and
-      ``s_mu_upper`` (mean singular value of the embedding matrix, the bounds assuming
-      unit-norm rows), ``num_queries`` (queries with a positive), ``num_embeddings``,
-      ``num_classes`` and ``seconds``.
+      ``kmeans_init``, ``kmeans_iterations`` and ``kmeans_converged``), ``s_mu`` with its
+      bounds ``s_mu_lower`` and ``s_mu_upper`` (mean singular value of the embedding matrix,
+      the bounds assuming unit-norm rows), ``num_queries`` (queries with a positive),
+      ``num_embeddings``, ``num_classes`` and ``seconds``.
 
     Example:
       >>> evaluate_retrieval(embeddings, labels, ks=(1, 10, 100, 1000))["recall_at_1"]

@@ -85,8 +85,9 @@ def cross_batch_embeddings(histograms, embeddings, fit_mask, *, ridge=0.05):
         raise ValueError(_checks.invalid("fit_mask", "a [B] bool tensor", mask.dtype.name))
     if z.shape.rank != 2 or y.shape.rank != 2:
         raise ValueError(
-            _checks.invalid("histograms", "[B, m] histograms and [B, e] embeddings",
-                            f"{z.shape}, {y.shape}")
+            _checks.invalid(
+                "histograms", "[B, m] histograms and [B, e] embeddings", f"{z.shape}, {y.shape}"
+            )
         )
     prototypes = fit_prototypes(z, y, tf.cast(mask, dtype), ridge=ridge)
     return tf.matmul(z, prototypes)

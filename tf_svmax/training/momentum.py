@@ -69,8 +69,10 @@ class NegativeQueue(keras.layers.Layer):
             tf.random.stateless_normal([self.size, self.dim], [self.seed, 0]), axis=1
         )
         self.keys = self.add_weight(
-            shape=(self.size, self.dim), initializer=lambda *_, **__: initial,
-            trainable=False, name="keys",
+            shape=(self.size, self.dim),
+            initializer=lambda *_, **__: initial,
+            trainable=False,
+            name="keys",
         )
         self.pointer = self.add_weight(
             shape=(), initializer="zeros", dtype="int64", trainable=False, name="pointer"
