@@ -416,6 +416,18 @@ def describe(config):
     return text
 
 
+def draw_density(ax, points, bins=120):
+    """A log-scaled 2-D histogram of `points` on the square of side 2 * PLOT_EXTENT (non-finite
+    points left out), without ticks."""
+    points = points[np.isfinite(points).all(axis=1)]
+    edges = np.linspace(-PLOT_EXTENT, PLOT_EXTENT, bins + 1)
+    hist, _, _ = np.histogram2d(points[:, 0], points[:, 1], bins=[edges, edges])
+    extent = [-PLOT_EXTENT, PLOT_EXTENT, -PLOT_EXTENT, PLOT_EXTENT]
+    ax.imshow(np.log1p(hist.T), origin="lower", cmap="Greens", extent=extent)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
 def plot_run(results, directory, title):
     """``samples.png``: a 2-D histogram of the generated points at every evaluation (the last
     panel the target mixture); ``training.png``: losses and modes covered over steps."""
@@ -430,16 +442,8 @@ def plot_run(results, directory, title):
     panels = [p for p in panels if os.path.exists(p[1])]
     if panels:
         fig, axes = plt.subplots(1, len(panels) + 1, figsize=(2.0 * (len(panels) + 1), 2.4))
-        edges = np.linspace(-PLOT_EXTENT, PLOT_EXTENT, 121)
         for ax, (label, path, record) in zip(axes, panels, strict=False):
-            points = np.load(path)
-            hist, _, _ = np.histogram2d(points[:, 0], points[:, 1], bins=[edges, edges])
-            ax.imshow(
-                np.log1p(hist.T),
-                origin="lower",
-                cmap="Greens",
-                extent=[-PLOT_EXTENT, PLOT_EXTENT, -PLOT_EXTENT, PLOT_EXTENT],
-            )
+            draw_density(ax, np.load(path))
             covered = record.get("modes_covered")
             label += "" if covered is None else f"\n{covered}/{len(centres)} modes"
             ax.set_title(label, fontsize=8)
@@ -450,17 +454,8 @@ def plot_run(results, directory, title):
             radius=config["mixture_radius"],
             std=config["mixture_std"],
         )
-        hist, _, _ = np.histogram2d(truth[:, 0], truth[:, 1], bins=[edges, edges])
-        axes[-1].imshow(
-            np.log1p(hist.T),
-            origin="lower",
-            cmap="Greens",
-            extent=[-PLOT_EXTENT, PLOT_EXTENT, -PLOT_EXTENT, PLOT_EXTENT],
-        )
+        draw_density(axes[-1], truth)
         axes[-1].set_title("target mixture", fontsize=8)
-        for ax in axes:
-            ax.set_xticks([])
-            ax.set_yticks([])
         fig.suptitle(title, fontsize=9)
         fig.tight_layout()
         save_figure(fig, os.path.join(directory, "samples.png"))

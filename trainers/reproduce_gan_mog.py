@@ -151,8 +151,6 @@ def plot_grid(rows, path, title):
         figsize=(1.5 * (len(steps) + 1), 1.6 * len(rows) + 0.6),
         squeeze=False,
     )
-    extent = gan_mog.PLOT_EXTENT
-    edges = np.linspace(-extent, extent, 101)
     config = first["config"]
     truth, _ = data.sample_gaussian_ring(config["num_samples"], seed=1)
     for i, (label, runs) in enumerate(rows):
@@ -161,26 +159,12 @@ def plot_grid(rows, path, title):
             ax = axes[i, j]
             path_j = gan_mog.sample_path(results["config"]["output_dir"], step)
             if os.path.exists(path_j):
-                points = np.load(path_j)
-                points = points[np.isfinite(points).all(axis=1)]
-                hist, _, _ = np.histogram2d(points[:, 0], points[:, 1], bins=[edges, edges])
-                ax.imshow(
-                    np.log1p(hist.T),
-                    origin="lower",
-                    cmap="Greens",
-                    extent=[-extent, extent, -extent, extent],
-                )
+                gan_mog.draw_density(ax, np.load(path_j), bins=100)
             if i == 0:
                 ax.set_title(f"step {step}", fontsize=8)
             if j == 0:
                 ax.set_ylabel(label, fontsize=7)
-        hist, _, _ = np.histogram2d(truth[:, 0], truth[:, 1], bins=[edges, edges])
-        axes[i, -1].imshow(
-            np.log1p(hist.T),
-            origin="lower",
-            cmap="Greens",
-            extent=[-extent, extent, -extent, extent],
-        )
+        gan_mog.draw_density(axes[i, -1], truth, bins=100)
         if i == 0:
             axes[i, -1].set_title("target", fontsize=8)
     for ax in axes.flat:
