@@ -70,3 +70,18 @@ def test_bad_arguments_are_named():
         NegativeQueue(size=0, dim=2)
     with pytest.raises(ValueError, match="argument `keys`"):
         NegativeQueue(size=2, dim=2).enqueue(np.zeros((3, 2), np.float32))
+
+
+def test_training_call_normalizes_by_the_batch_statistics():
+    """Keys in training mode use the key batch's own BN statistics (as MoCo's key encoder), not
+    the running ones, and the key encoder's weights stay out of the trainable set."""
+    inputs = keras.Input((3,))
+    encoder = keras.Model(inputs, keras.layers.BatchNormalization()(keras.layers.Dense(4)(inputs)))
+    ema = MomentumEncoder(encoder, momentum=0.9)
+    x = np.random.default_rng(1).normal(2.0, 3.0, size=(16, 3)).astype(np.float32)
+    hidden = x @ encoder.layers[1].kernel.numpy() + encoder.layers[1].bias.numpy()
+    expected = (hidden - hidden.mean(0)) / np.sqrt(hidden.var(0) + 1e-3)  # Keras' epsilon
+    # Inference first: the training call moves the copy's running statistics.
+    np.testing.assert_allclose(ema(x).numpy(), hidden / np.sqrt(1 + 1e-3), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ema(x, training=True).numpy(), expected, rtol=1e-4, atol=1e-4)
+    assert not ema.trainable_weights and len(ema.non_trainable_weights) == len(encoder.weights)

@@ -22,7 +22,11 @@ class MomentumEncoder(keras.layers.Layer):
     position), and never receives gradients.
 
     It is training state (checkpointed with `tf.train.Checkpoint`), not part of a saved
-    model: save the query encoder.
+    model: save the query encoder. Its weights are all non-trainable for the enclosing model
+    (no optimizer slot, no gradient), but its layers stay trainable so that
+    ``call(x, training=True)`` normalizes a batch by the batch's statistics as the query
+    encoder does (Keras runs a non-trainable BatchNormalization in inference mode, with running
+    statistics that lag the encoder by the EMA; MoCo's key encoder runs in training mode).
 
     Args:
       encoder: The query encoder (a built `keras.Model`); the copy starts from its weights.
@@ -30,13 +34,20 @@ class MomentumEncoder(keras.layers.Layer):
     """
 
     def __init__(self, encoder, momentum=0.999, **kwargs):
-        super().__init__(trainable=False, **kwargs)
+        super().__init__(**kwargs)
         self.momentum = _checks.check_non_negative_number(momentum, "momentum")
         if self.momentum > 1:
             raise ValueError(_checks.invalid("momentum", "a float in [0, 1]", momentum))
         self.key_encoder = keras.models.clone_model(encoder)
         self.key_encoder.set_weights(encoder.get_weights())
-        self.key_encoder.trainable = False
+
+    @property
+    def trainable_weights(self):
+        return []
+
+    @property
+    def non_trainable_weights(self):
+        return self.key_encoder.weights
 
     def call(self, inputs, training=False):
         return tf.stop_gradient(self.key_encoder(inputs, training=training))
