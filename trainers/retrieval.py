@@ -153,6 +153,20 @@ class RetrievalConfig:
     spread_out_alpha: float = option(
         1.0, "Spread-out weight (paper: 1).", check=non_negative_number
     )
+    xml_lambda: float = option(
+        0.0,
+        "Weight lambda of XML's cross-batch term (seed 004, Eq. 2.11; paper: 0.01): "
+        "(1 - lambda) loss(Y) + lambda sum_k loss(Y_hat_k), where prototypes fitted in closed "
+        "form to one half of the batch (disjoint classes) predict the other half's embeddings "
+        "from its prototype histograms of the last convolutional map. 0: off. Small backbones.",
+        check=non_negative_number,
+    )
+    xml_prototypes: int | None = option(
+        None,
+        "XML's prototypes m (paper: 64 CUB/CARS, 128 SOP/InShop; default 64). Needs "
+        "--xml_lambda > 0.",
+        check=positive_int,
+    )
     margin: float | None = option(
         None,
         "Margin (paper: 1.0 contrastive, 0.2 triplet, delta 0.1 Proxy-Anchor; 1.0 lifted).",
@@ -257,8 +271,12 @@ def resolve(config, num_train_classes=None):
             f"({eval_every})."
         )
     trace_every = max(1, eval_every // 20) if c.trace_every is None else c.trace_every
+    _check_xml(c, batch_p)
     return dataclasses.replace(
         c,
+        xml_prototypes=(64 if c.xml_prototypes is None else c.xml_prototypes)
+        if c.xml_lambda
+        else None,
         batch_p=batch_p,
         batch_k=batch_k,
         train_steps=train_steps,
@@ -269,6 +287,33 @@ def resolve(config, num_train_classes=None):
         input_size=c.input_size or models.default_input_size(c.backbone),
         recall_ks=tuple(int(k) for k in c.recall_ks),
     )
+
+
+def _check_xml(c, batch_p):
+    if not c.xml_lambda:
+        if c.xml_prototypes is not None:
+            raise ConfigError("--xml_prototypes needs --xml_lambda > 0 (XML is off).")
+        return
+    if c.xml_lambda > 1:
+        raise ConfigError(f"--xml_lambda is a weight in [0, 1]; received {c.xml_lambda}.")
+    if c.loss == "proxy_anchor":
+        raise ConfigError(
+            "--xml_lambda needs a loss on the embeddings alone; --loss=proxy_anchor scores "
+            "them against its class proxies."
+        )
+    if c.backbone not in models.SMALL_BACKBONES:
+        raise ConfigError(
+            f"--xml_lambda takes its histograms from the convolutional map of the small "
+            f"backbones {list(models.SMALL_BACKBONES)}; received --backbone={c.backbone}."
+        )
+    # Each half of the batch (disjoint classes) is a batch of the loss on its own: at least 2
+    # classes (negatives), and the contrastive loss pairs the classes two by two.
+    step = 4 if c.loss == "contrastive" else 2
+    if batch_p % step or batch_p < 4:
+        raise ConfigError(
+            f"--xml_lambda splits the batch's classes into two halves, each a --loss={c.loss} "
+            f"batch: --batch_p must be a multiple of {step} and >= 4; received {batch_p}."
+        )
 
 
 def _load_split(config):
@@ -294,21 +339,35 @@ def build_loss(config):
     """
     name, margin = config.loss, config.margin
     regularizers = _regularizers(config)
+    if config.xml_lambda:
+        out = {
+            "xml": losses.XMLLoss(
+                _ranking_loss(config), config.xml_prototypes, lambda_=config.xml_lambda
+            )
+        }
+        if regularizers:
+            (out["embedding"],) = regularizers  # on the embeddings alone
+        return out
     if name == "proxy_anchor":
         proxy_loss = losses.ProxyAnchorLoss(alpha=PROXY_ANCHOR_ALPHA, delta=margin)
         out = {"proxies": proxy_loss}
         if regularizers:
             (out["embedding"],) = regularizers  # one regularizer per run
         return out
-    ranking = {
+    ranking = _ranking_loss(config)
+    return losses.RegularizedLoss(ranking, regularizers) if regularizers else ranking
+
+
+def _ranking_loss(config):
+    margin = config.margin
+    return {
         "contrastive": lambda: losses.PKContrastiveLoss(margin=margin),
         "triplet_hard": lambda: losses.BatchHardTripletLoss(margin=margin),
         "triplet_semihard": lambda: losses.TripletSemiHardLoss(margin=margin),
         "npair": losses.PKNpairLoss,
         "angular": losses.PKAngularLoss,
         "lifted": lambda: losses.LiftedStructLoss(margin=margin),
-    }[name]()
-    return losses.RegularizedLoss(ranking, regularizers) if regularizers else ranking
+    }[config.loss]()
 
 
 def _regularizers(config):
@@ -321,8 +380,20 @@ def _regularizers(config):
 
 
 def build_training_model(config, embedding_model, num_classes):
-    """The model `fit` trains: the embedding model itself, or for ``proxy_anchor`` the
-    embedding model with a `CosineProxies` head (outputs ``{"embedding", "proxies"}``)."""
+    """The model `fit` trains: the embedding model itself; for ``proxy_anchor`` the
+    embedding model with a `CosineProxies` head (outputs ``{"embedding", "proxies"}``); with
+    XML, ``{"embedding", "xml"}``, the latter the embeddings with the `PrototypeHistograms` of
+    the backbone's last convolutional map appended."""
+    if config.xml_lambda:
+        histograms = models.PrototypeHistograms(config.xml_prototypes, name="xml_prototypes")(
+            models.pooled_feature_map(embedding_model)
+        )
+        joined = keras.layers.Concatenate(name="xml")([embedding_model.output, histograms])
+        return keras.Model(
+            embedding_model.input,
+            {"embedding": embedding_model.output, "xml": joined},
+            name="xml_training_model",
+        )
     if config.loss != "proxy_anchor":
         return embedding_model
     embeddings = embedding_model.output
@@ -360,10 +431,13 @@ def _job(config, split, embedding_model, callbacks):
     model = build_training_model(config, embedding_model, len(train_classes))
     schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
     proxies = config.loss == "proxy_anchor"
+    named_outputs = proxies or bool(config.xml_lambda)
     model.compile(
         optimizer=keras.optimizers.SGD(schedule, momentum=0.9),
         loss=build_loss(config),
-        metrics={"embedding": metrics.svmax_metrics()} if proxies else metrics.svmax_metrics(),
+        metrics={"embedding": metrics.svmax_metrics()}
+        if named_outputs
+        else metrics.svmax_metrics(),
         jit_compile=config.jit_compile,
     )
     batch = config.batch_p * config.batch_k
@@ -381,15 +455,21 @@ def _job(config, split, embedding_model, callbacks):
             map_fn=loaders[0] if loaders else None,
             start_batch=start_step,
         )
-        if proxies:
+        if named_outputs:
+            # Keras matches targets to every output (by its key in the output dict): each
+            # gets the labels.
+            names = ("embedding", "xml" if config.xml_lambda else "proxies")
             out = out.map(
-                lambda x, y: (x, {"embedding": y, "proxies": y}),
+                lambda x, y: (x, {name: y for name in names}),
                 num_parallel_calls=tf.data.AUTOTUNE,
             )
         return out
 
     evaluator = _evaluator(
         config, test, input_shape, loaders, layout(config.output_dir)["tensorboard"]
+    )
+    xml = (
+        f" + XML (λ {config.xml_lambda:g}, m {config.xml_prototypes})" if config.xml_lambda else ""
     )
     evaluator.set_model(embedding_model)
     return Job(
@@ -407,7 +487,7 @@ def _job(config, split, embedding_model, callbacks):
             "train_batch_bounds": {"batch_size": batch, "lower": bounds[0], "upper": bounds[1]}
         },
         description=(
-            f"{config.dataset}, {config.backbone}, {config.loss} + {config.regularizer}, "
+            f"{config.dataset}, {config.backbone}, {config.loss} + {config.regularizer}{xml}, "
             f"P x K = {config.batch_p} x {config.batch_k}, lr {config.learning_rate}, "
             f"{config.train_steps} steps"
         ),
@@ -478,6 +558,8 @@ def run_title(config):
         "svmax_unbounded": f"unbounded SVMax λ = {c['svmax_lambda']:g}",
         "spread_out": f"spread-out α = {c['spread_out_alpha']:g}",
     }[c["regularizer"]]
+    if c.get("xml_lambda"):  # records from before XML lack the key
+        regularizer += f" + XML λ = {c['xml_lambda']:g} (m = {c['xml_prototypes']})"
     return (
         f"Retrieval: {c['dataset']}, {c['backbone']}, {c['loss']} + {regularizer}, lr "
         f"{c['learning_rate']:g}, P × K = {c['batch_p']} × {c['batch_k']}, seed {c['seed']}"

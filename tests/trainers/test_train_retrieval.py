@@ -17,7 +17,7 @@ from tests import reference_ranking as rr
 from tests import reference_spectral as ref
 from tests.data import fake_trees
 from tests.metrics.test_retrieval import _brute_recall
-from tf_svmax import data
+from tf_svmax import data, models
 from trainers import retrieval
 from trainers.harness.loop import RunFailed
 from trainers.harness.run_dir import RunRefused
@@ -559,3 +559,58 @@ def test_reproduce_table1_refuses_bad_flags_before_training(tmp_path):
         )
         assert done.returncode == 2 and message in done.stderr, (flag, done.stderr[-500:])
         assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(xml_prototypes=32), "--xml_prototypes needs --xml_lambda"),
+        (dict(xml_lambda=1.5), "weight in \\[0, 1\\]"),
+        (dict(xml_lambda=0.01, loss="proxy_anchor"), "proxy_anchor"),
+        (dict(xml_lambda=0.01, backbone="resnet50", dataset="folder", data_dir="/d"), "small"),
+        (dict(xml_lambda=0.01, batch_p=6), "multiple of 4"),
+    ],
+)
+def test_xml_refusals(kwargs, message):
+    with pytest.raises(retrieval.ConfigError, match=message):
+        retrieval.resolve(retrieval.RetrievalConfig(output_dir="x", **kwargs))
+
+
+def test_xml_training_model_appends_histograms_of_the_pooled_map(tmp_path):
+    """The "xml" output is [embedding, histograms]: the histograms are the prototype
+    assignment (Eq. 2.4, a numpy transcription) of the map the embedding model pools."""
+    config = retrieval.resolve(
+        retrieval.RetrievalConfig(output_dir="x", xml_lambda=0.01, xml_prototypes=5)
+    )
+    assert config.xml_prototypes == 5
+    embedding_model = models.build_embedding_model("small_cnn", input_shape=(8, 8, 1))
+    model = retrieval.build_training_model(config, embedding_model, 4)
+    x = np.random.default_rng(0).uniform(size=(3, 8, 8, 1)).astype(np.float32)
+    out = model(x)
+    np.testing.assert_allclose(out["embedding"].numpy(), embedding_model(x).numpy(), atol=1e-6)
+    np.testing.assert_allclose(out["xml"].numpy()[:, :-5], out["embedding"].numpy(), atol=1e-6)
+    feature_map = keras.Model(embedding_model.input, models.pooled_feature_map(embedding_model))
+    f = feature_map(x).numpy().reshape(3, -1, 128).astype(np.float64)
+    v = model.get_layer("xml_prototypes").prototypes.numpy().astype(np.float64)
+    scores = 10.0 * np.einsum("bnd,md->bnm", f, v)
+    soft = np.exp(scores - scores.max(-1, keepdims=True))
+    expected = (soft / soft.sum(-1, keepdims=True)).mean(1)
+    np.testing.assert_allclose(out["xml"].numpy()[:, -5:], expected, rtol=1e-4, atol=1e-6)
+
+
+def test_xml_run_trains_and_records(tmp_path):
+    config = retrieval.RetrievalConfig(
+        output_dir=str(tmp_path / "run"),
+        dataset="digits",
+        xml_lambda=0.01,
+        batch_p=4,
+        train_steps=2,
+        eval_every=2,
+        verbose=0,
+    )
+    results = retrieval.train_retrieval(config)
+    assert results["status"] == "completed"
+    trace = results["trace"][-1]
+    assert {"xml_loss", "embedding_loss", "embedding_mean_singular_value"} <= set(trace)
+    assert results["config"]["xml_prototypes"] == 64
+    assert (tmp_path / "run" / "embedding_model.keras").exists()

@@ -8,8 +8,9 @@ from tf_svmax.models.backbones import (
     build_embedding_model,
     default_input_size,
     feature_map,
+    pooled_feature_map,
 )
-from tf_svmax.models.heads import CosineProxies
+from tf_svmax.models.heads import CosineProxies, PrototypeHistograms
 from tf_svmax.models.two_head import build_two_head_model
 
 __all__ = [
@@ -18,8 +19,10 @@ __all__ = [
     "SMALL_BACKBONES",
     "ApplicationPreprocessing",
     "CosineProxies",
+    "PrototypeHistograms",
     "build_embedding_model",
     "build_two_head_model",
     "feature_map",
+    "pooled_feature_map",
     "default_input_size",
 ]

@@ -112,6 +112,29 @@ def feature_map(backbone, inputs, *, weights=None):
     return _application(backbone, inputs, weights, pooling=None)
 
 
+def pooled_feature_map(embedding_model):
+    """The Keras tensor of the last convolutional map that a small-backbone model of
+    `build_embedding_model` pools (e.g. for `PrototypeHistograms` on the same map).
+
+    Raises ValueError for a model without exactly one `GlobalAveragePooling2D` layer of its own
+    (an applications backbone pools inside its nested model).
+    """
+    pools = [
+        layer
+        for layer in embedding_model.layers
+        if isinstance(layer, keras.layers.GlobalAveragePooling2D)
+    ]
+    if len(pools) != 1:
+        raise ValueError(
+            _checks.invalid(
+                "embedding_model",
+                f"a model of build_embedding_model with a backbone of {list(SMALL_BACKBONES)}",
+                embedding_model.name,
+            )
+        )
+    return pools[0].input
+
+
 def build_embedding_model(backbone, *, input_shape, embedding_dim=128, weights=None):
     """A `keras.Model` from images to L2-normalised `[B, embedding_dim]` embeddings.
 

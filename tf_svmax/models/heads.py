@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
+from tf_svmax.ops import _checks, prototypes
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -32,3 +32,44 @@ class CosineProxies(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes}
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class PrototypeHistograms(keras.layers.Layer):
+    """XML's histograms (seed 004, Eq. 2.4): a `[B, H, W, d]` feature map's soft assignment to
+    `num_prototypes` learnable prototypes, `[B, num_prototypes]` rows that sum to 1
+    (`tf_svmax.ops.prototype_histograms`). Prototypes start from Glorot-normal draws.
+
+    Args:
+      num_prototypes: m (paper: 64 CUB/CARS, 128 SOP/InShop).
+      epsilon: Inverse temperature of the assignment (paper: 10).
+    """
+
+    def __init__(self, num_prototypes, epsilon=10.0, **kwargs):
+        super().__init__(**kwargs)
+        self.num_prototypes = _checks.check_positive_int(num_prototypes, "num_prototypes")
+        self.epsilon = _checks.check_non_negative_number(epsilon, "epsilon")
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(_checks.invalid("input_shape", "a [B, H, W, d] map", input_shape))
+        self.prototypes = self.add_weight(
+            shape=(self.num_prototypes, input_shape[-1]),
+            initializer="glorot_normal",
+            name="prototypes",
+        )
+
+    def call(self, feature_map):
+        shape = tf.shape(feature_map)
+        features = tf.reshape(feature_map, [shape[0], -1, shape[-1]])
+        return prototypes.prototype_histograms(features, self.prototypes, epsilon=self.epsilon)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.num_prototypes)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_prototypes": self.num_prototypes,
+            "epsilon": self.epsilon,
+        }
