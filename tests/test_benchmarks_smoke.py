@@ -150,3 +150,22 @@ def test_gather_overhead(tmp_path):
     assert modes == {(1, "single"), (2, "global"), (2, "per_replica")}
     assert all(r["median_ms"] > 0 for r in record["results"])
     assert "| 2 | 8 | global |" in stdout and "machine" in record
+
+
+def test_lorac_xml_overhead(tmp_path):
+    stdout = _run(
+        "lorac_xml_overhead",
+        "--batch_sizes=8",
+        "--views=3",
+        "--queue_size=16",
+        "--loss_queue_size=32",
+        "--batch_p=4",
+        "--repeats=1",
+        f"--output_dir={tmp_path}",
+    )
+    record = json.loads((tmp_path / "lorac_xml_overhead.json").read_text())
+    parts = {(r["part"], r["method"]) for r in record["results"]}
+    assert ("contrastive step", "lorac") in parts and ("lorac_loss alone", "moco_m") in parts
+    assert ("retrieval step", "contrastive") in parts and len(parts) == 6
+    assert all(r["median_ms"] > 0 for r in record["results"])
+    assert "| contrastive step | lorac | 8 |" in stdout and "machine" in record
