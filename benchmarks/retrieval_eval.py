@@ -9,13 +9,24 @@ Recall@1 around 0.6, in the range of published SOP results). Writes the metrics,
 stage, the process's peak resident memory, a spot check of Recall@K against float64 brute force
 on random queries and, with `--reference_kmeans`, how far the NMI is from scikit-learn's own
 converged `KMeans(init="k-means++")` on the same data.
+
+Where pytorch-metric-learning is installed (with faiss-cpu, its default k-NN and k-means), the
+same embedding also goes through its `AccuracyCalculator` (``precision_at_1`` = Recall@1,
+``mean_average_precision_at_r``, ``NMI``; defaults otherwise, k = the largest class): its k-NN
+stage and its clustering stage each in a fresh process (`benchmarks/pml_stage.py`), so that
+each records its own wall time and peak resident memory (`--compare_pml`, on by default).
 """
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import importlib.util  # noqa: E402
+import json  # noqa: E402
 import resource  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -43,6 +54,12 @@ flags.DEFINE_bool(
     "Also run scikit-learn's own KMeans (k-means++, n_init=1, up to 300 iterations, same seed) "
     "and record its NMI, time and the difference.",
 )
+flags.DEFINE_bool(
+    "compare_pml",
+    True,
+    "Also run pytorch-metric-learning's AccuracyCalculator on the same data when it is installed "
+    "(each stage in a fresh process).",
+)
 flags.DEFINE_integer("spot_check_queries", 200, "Queries checked against float64 brute force.")
 flags.DEFINE_integer("block_size", 1024, "Queries per block.")
 flags.DEFINE_integer("seed", 0, "Data and k-means seed.")
@@ -66,6 +83,53 @@ def synthetic_embedding(num_embeddings, num_classes, dim, noise, seed):
     x = centres[labels] + noise * rng.standard_normal((num_embeddings, dim)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     return x, labels
+
+
+# AccuracyCalculator metrics per stage: the k-NN ones, then the clustering one.
+PML_STAGES = {
+    "neighbors": ("precision_at_1", "mean_average_precision_at_r"),
+    "nmi": ("NMI",),
+}
+
+
+def compare_pml(x, labels, ours):
+    """PML's values, time and memory per stage next to ours (None where PML is missing)."""
+    missing = [m for m in ("pytorch_metric_learning", "faiss") if not importlib.util.find_spec(m)]
+    if missing:
+        _common.progress(PROGRAM, f"PML comparison skipped: {', '.join(missing)} not installed")
+        return None
+    import pytorch_metric_learning
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "embedding.npz")
+        np.savez(path, x=x, labels=labels)
+        stages = {}
+        for stage, include in PML_STAGES.items():
+            _common.progress(PROGRAM, f"PML AccuracyCalculator, {stage}: {', '.join(include)}")
+            done = subprocess.run(
+                [sys.executable, "-m", "benchmarks.pml_stage", path, ",".join(include)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode:
+                raise RuntimeError(f"PML stage {stage} failed:\n{done.stderr[-3000:]}")
+            stages[stage] = json.loads(done.stdout.strip().splitlines()[-1])
+    pml_values = {k: v for stage in stages.values() for k, v in stage["values"].items()}
+    ours_values = {
+        "precision_at_1": ours["recall_at_1"],
+        "mean_average_precision_at_r": ours["map_at_r"],
+        "NMI": ours["nmi"],
+    }
+    return {
+        "implementation": f"pytorch-metric-learning {pytorch_metric_learning.__version__} "
+        "AccuracyCalculator(k='max_bin_count'), faiss k-NN and k-means (its defaults)",
+        "stages": stages,
+        "values": pml_values,
+        "differences": {k: ours_values[k] - pml_values[k] for k in ours_values},
+        "seconds": sum(stage["seconds"] for stage in stages.values()),
+        "peak_rss_mb": max(stage["peak_rss_mb"] for stage in stages.values()),
+    }
 
 
 def main(argv):
@@ -139,6 +203,13 @@ def main(argv):
             f"reference NMI {ref_nmi:.4f} in {reference['seconds']:.1f} s "
             f"(ours {results['nmi']:.4f} in {results['seconds_nmi']:.1f} s)",
         )
+    pml = compare_pml(x, labels, results) if FLAGS.compare_pml else None
+    if pml is not None:
+        _common.progress(
+            PROGRAM,
+            f"PML: {pml['seconds']:.1f} s, peak RSS {pml['peak_rss_mb']:.0f} MB, values "
+            f"{pml['values']} (ours minus PML: {pml['differences']})",
+        )
     payload = {
         "program": PROGRAM,
         "config": {
@@ -158,6 +229,7 @@ def main(argv):
         "rss_before_evaluation_mb": rss_before_mb,
         "spot_check": {"queries": len(queries), "rank_mismatches": mismatches},
         "reference_kmeans": reference,
+        "pytorch_metric_learning": pml,
         **_common.environment(),
     }
     _common.write_json(FLAGS.output, payload)

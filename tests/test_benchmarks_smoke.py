@@ -3,6 +3,7 @@
 Each runs as `python -m benchmarks.<program>` in a subprocess: absl flags are process-global.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -117,6 +118,13 @@ def test_retrieval_eval(tmp_path):
     assert results["peak_rss_mb"] > 0 and results["reference_kmeans"]["kmeans_converged"]
     assert results["results"]["kmeans_init"] == "k-means++"
     assert abs(results["reference_kmeans"]["nmi_difference"]) < 0.05
+    pml = results["pytorch_metric_learning"]
+    installed = all(importlib.util.find_spec(m) for m in ("pytorch_metric_learning", "faiss"))
+    assert (pml is not None) == installed
+    if installed:  # an independent implementation of the same definitions
+        assert abs(pml["differences"]["precision_at_1"]) < 1e-6
+        assert abs(pml["differences"]["mean_average_precision_at_r"]) < 1e-6
+        assert set(pml["stages"]) == {"neighbors", "nmi"} and pml["peak_rss_mb"] > 0
 
 
 def test_two_head_overhead(tmp_path):
