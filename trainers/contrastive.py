@@ -41,6 +41,7 @@ from trainers.harness.config import (
     ConfigError,
     check_fields_and_data,
     output_dir_option,
+    resolve_cadence,
     verbose_option,
 )
 from trainers.harness.flags import (
@@ -201,19 +202,11 @@ def resolve(config):
             f"--queue_size ({c.queue_size}) must hold at least one batch (--batch_size "
             f"{c.batch_size}): each step enqueues its keys."
         )
-    train_steps = DEFAULT_STEPS[c.dataset] if c.train_steps is None else c.train_steps
-    eval_every = c.eval_every if c.eval_every is not None else max(1, train_steps // 4)
-    if train_steps % eval_every:
-        raise ConfigError(
-            f"--train_steps ({train_steps}) must be a multiple of --eval_every ({eval_every})."
-        )
     return dataclasses.replace(
         c,
         views=views,
         beta=(2.0 if c.beta is None else c.beta) if c.method == "lorac" else math.inf,
-        train_steps=train_steps,
-        eval_every=eval_every,
-        trace_every=max(1, eval_every // 20) if c.trace_every is None else c.trace_every,
+        **resolve_cadence(c, DEFAULT_STEPS[c.dataset]),
     )
 
 

@@ -24,6 +24,7 @@ from trainers.harness.config import (
     ConfigError,
     check_fields_and_data,
     output_dir_option,
+    resolve_cadence,
     verbose_option,
 )
 from trainers.harness.distribute import (
@@ -263,14 +264,7 @@ def resolve(config, num_train_classes=None):
             f"--batch_p={batch_p} exceeds the {num_train_classes} training classes of "
             f"--dataset={c.dataset}."
         )
-    train_steps = DEFAULT_STEPS[c.dataset] if c.train_steps is None else c.train_steps
-    eval_every = c.eval_every if c.eval_every is not None else max(1, train_steps // 4)
-    if train_steps < 1 or eval_every < 1 or train_steps % eval_every:
-        raise ConfigError(
-            f"--train_steps ({train_steps}) must be a positive multiple of --eval_every "
-            f"({eval_every})."
-        )
-    trace_every = max(1, eval_every // 20) if c.trace_every is None else c.trace_every
+    cadence = resolve_cadence(c, DEFAULT_STEPS[c.dataset])
     _check_xml(c, batch_p)
     return dataclasses.replace(
         c,
@@ -279,9 +273,7 @@ def resolve(config, num_train_classes=None):
         else None,
         batch_p=batch_p,
         batch_k=batch_k,
-        train_steps=train_steps,
-        eval_every=eval_every,
-        trace_every=trace_every,
+        **cadence,
         svmax_lambda=PAPER_LAMBDA[c.loss] if c.svmax_lambda is None else c.svmax_lambda,
         margin=PAPER_MARGIN.get(c.loss) if c.margin is None else c.margin,
         input_size=c.input_size or models.default_input_size(c.backbone),

@@ -30,6 +30,7 @@ from trainers.harness.config import (
     ConfigError,
     check_fields_and_data,
     output_dir_option,
+    resolve_cadence,
     verbose_option,
 )
 from trainers.harness.distribute import (
@@ -216,17 +217,9 @@ def resolve(config, num_classes=None):
         raise ConfigError(
             f"--batch_p={c.batch_p} exceeds the {num_classes} classes of --dataset={c.dataset}."
         )
-    train_steps = DEFAULT_STEPS[c.dataset] if c.train_steps is None else c.train_steps
-    eval_every = c.eval_every if c.eval_every is not None else max(1, train_steps // 4)
-    if train_steps % eval_every:
-        raise ConfigError(
-            f"--train_steps ({train_steps}) must be a multiple of --eval_every ({eval_every})."
-        )
     return dataclasses.replace(
         c,
-        train_steps=train_steps,
-        eval_every=eval_every,
-        trace_every=max(1, eval_every // 20) if c.trace_every is None else c.trace_every,
+        **resolve_cadence(c, DEFAULT_STEPS[c.dataset]),
         regularizer_lambda=(
             PAPER_LAMBDA.get(c.mode, 0.0) if c.regularizer_lambda is None else c.regularizer_lambda
         ),

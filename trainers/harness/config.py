@@ -49,3 +49,18 @@ def check_fields_and_data(config, embedded):
             f"--dataset={c.dataset} has small grey images; --backbone={c.backbone} needs RGB "
             f"images of at least 32 x 32. Use --backbone from {list(models.SMALL_BACKBONES)}."
         )
+
+
+def resolve_cadence(config, default_steps):
+    """``{"train_steps", "eval_every", "trace_every"}`` of a config whose unset fields take
+    `default_steps`, a quarter of the steps between evaluations and a twentieth of an interval
+    per trace point; raises ConfigError unless the steps are a multiple of the interval."""
+    c = config
+    train_steps = default_steps if c.train_steps is None else c.train_steps
+    eval_every = c.eval_every if c.eval_every is not None else max(1, train_steps // 4)
+    if train_steps % eval_every:
+        raise ConfigError(
+            f"--train_steps ({train_steps}) must be a multiple of --eval_every ({eval_every})."
+        )
+    trace_every = max(1, eval_every // 20) if c.trace_every is None else c.trace_every
+    return {"train_steps": train_steps, "eval_every": eval_every, "trace_every": trace_every}
