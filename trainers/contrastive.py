@@ -12,9 +12,11 @@ and a cosine learning-rate decay; tau = 0.2 (Sec. 6, App. A); key momentum 0.99 
 
 The encoder is the small convolutional backbone, global average pooling ("features", what the
 linear probe sees, as the paper's layers before ResNet-18's pooling) and a two-layer projection
-head to C L2-normalised dimensions. Its batch normalization runs in training mode for the
-queries; the key encoder uses its (EMA) running statistics, so that no batch statistic shared by a
-query and its key can leak the pair (what MoCo's shuffled BN prevents across GPUs).
+head (with batch normalization) to C L2-normalised dimensions. Queries and keys are normalised
+by their own batch's statistics, as in MoCo; MoCo's shuffled BN (which keeps a query and its key
+out of the same normalisation group across GPUs) has no counterpart on one device. Keys through
+the EMA encoder's running statistics instead collapsed every run here: those statistics lag the
+encoder by the EMA, the keys all point one way, and the queries follow them.
 
 Evaluated on held-out images of the pre-training classes (the set's per-class split): a linear
 probe (logistic regression on the frozen, standardised features; scikit-learn) and k-NN accuracy
@@ -318,7 +320,7 @@ class ContrastiveModel(keras.Model):
         shape = tf.shape(views)
         n, image_shape = shape[0], shape[2:]
         queries_in = tf.reshape(views[:, :-1], tf.concat([[-1], image_shape], 0))
-        # Running BN statistics for the keys: no batch statistic shared with their queries.
+        # The key batch's own BN statistics (MoCo's key encoder runs in training mode).
         keys = self.key_encoder(views[:, -1], training=True)
         negatives = self.queue(None)
         active = self.optimizer.iterations >= self.prior_start
