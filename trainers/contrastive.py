@@ -14,9 +14,10 @@ The encoder is the small convolutional backbone, global average pooling ("featur
 linear probe sees, as the paper's layers before ResNet-18's pooling) and a two-layer projection
 head (with batch normalization) to C L2-normalised dimensions. Queries and keys are normalised
 by their own batch's statistics, as in MoCo; MoCo's shuffled BN (which keeps a query and its key
-out of the same normalisation group across GPUs) has no counterpart on one device. Keys through
-the EMA encoder's running statistics instead collapsed every run here: those statistics lag the
-encoder by the EMA, the keys all point one way, and the queries follow them.
+out of the same normalisation group across GPUs) has no counterpart on one device. Without BN in
+the head, runs here collapsed (every embedding one vector: positive similarity 0.97, loss at
+ln(K + 1)) both with the BN backbone and keys through the EMA encoder's running statistics and
+with no BN at all; with it (keys in training mode) they learn.
 
 Evaluated on held-out images of the pre-training classes (the set's per-class split): a linear
 probe (logistic regression on the frozen, standardised features; scikit-learn) and k-NN accuracy
