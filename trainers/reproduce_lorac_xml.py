@@ -106,18 +106,26 @@ def step_seconds(results):
     return float(np.median(seconds)) if seconds else float("nan")
 
 
-def rows(cells, labels, columns, first_evaluation=False):
-    """Markdown rows: one per cell (label -> runs), mean ± std of each column."""
+def rows(cells, labels, columns, baseline=None, first_evaluation=False):
+    """Markdown rows: one per cell (label -> runs), mean ± std of each column, then the
+    per-seed (paired) difference of the first column to the `baseline` cell's runs."""
     out = []
     for key, runs in cells.items():
         picks = [r["evaluations"][0] if first_evaluation else final(r) for r in runs]
         if any(p is None for p in picks):
             statuses = ", ".join(sorted({r["status"] for r in runs}))
-            out.append(f"| {labels[key]} | {statuses} |" + " |" * len(columns))
+            out.append(f"| {labels[key]} | {statuses} |" + " |" * (len(columns) + 1))
             continue
         values = [mean_std([p[k] for p in picks], scale, digits) for _, k, scale, digits in columns]
         seconds = "–" if first_evaluation else mean_std([step_seconds(r) for r in runs], 1e3, 0)
-        out.append(f"| {labels[key]} | " + " | ".join(values) + f" | {seconds} |")
+        delta = "–"
+        base = cells.get(baseline, [])
+        if key != baseline and not first_evaluation and all(final(r) for r in base):
+            _, column, scale, digits = columns[0]
+            diffs = [final(r)[column] - final(b)[column] for r, b in zip(runs, base, strict=True)]
+            delta = mean_std(diffs, scale, digits)
+            delta = delta if delta.startswith("-") else f"+{delta}"
+        out.append(f"| {labels[key]} | " + " | ".join(values) + f" | {seconds} | {delta} |")
     return out
 
 
@@ -125,7 +133,8 @@ def markdown(contrastive_runs, xml_runs, seeds, xml_lambda, argv):
     first = next(iter(contrastive_runs.values()))[0]
     c, d = first["config"], first["data"]
     x = next(iter(xml_runs.values()))[0]["config"]
-    head = "| Method | " + " | ".join(col[0] for col in CONTRASTIVE_COLUMNS) + " | ms/step |"
+    head = "| Method | " + " | ".join(col[0] for col in CONTRASTIVE_COLUMNS)
+    head += " | ms/step | Δ probe vs MoCo-M (paired) |"
     lines = [
         f"# LORAC and XML on the embedded glyph set (seeds {', '.join(map(str, seeds))})",
         "",
@@ -148,17 +157,18 @@ def markdown(contrastive_runs, xml_runs, seeds, xml_lambda, argv):
         f"{c['test_views']} augmented views of a held-out image, in [√{c['test_views']}, "
         f"{c['test_views']}] (seed 003 Fig. 4c: lower with LORAC). Open-set: Recall@1 and MAP@R "
         f"of the features on {d['open_set_images']} images of {d['open_set_classes']} other "
-        "classes. ms/step: median over the trace windows after the first.",
+        "classes. ms/step: median over the trace windows after the first. Δ: the per-seed "
+        "difference to the MoCo-M run of the same seed, mean ± std.",
         "",
         head,
-        "|---|" + "---:|" * (len(CONTRASTIVE_COLUMNS) + 1),
+        "|---|" + "---:|" * (len(CONTRASTIVE_COLUMNS) + 2),
         *rows(
             {"untrained": next(iter(contrastive_runs.values()))},
             {"untrained": "Untrained encoder (step 0)"},
             CONTRASTIVE_COLUMNS,
             first_evaluation=True,
         ),
-        *rows(contrastive_runs, LABELS, CONTRASTIVE_COLUMNS),
+        *rows(contrastive_runs, LABELS, CONTRASTIVE_COLUMNS, baseline="moco_m"),
         "",
         "## Retrieval: contrastive loss vs contrastive + XML (seed 004)",
         "",
@@ -168,12 +178,13 @@ def markdown(contrastive_runs, xml_runs, seeds, xml_lambda, argv):
         "cross-batch term with m = 64 prototype histograms of the last convolutional map "
         "(ε = 10, ridge 0.05). Test classes are disjoint from the training classes.",
         "",
-        "| Loss | " + " | ".join(col[0] for col in XML_COLUMNS) + " | ms/step |",
-        "|---|" + "---:|" * (len(XML_COLUMNS) + 1),
+        "| Loss | " + " | ".join(col[0] for col in XML_COLUMNS) + " | ms/step | Δ R@1 (paired) |",
+        "|---|" + "---:|" * (len(XML_COLUMNS) + 2),
         *rows(
             xml_runs,
             {0.0: "Contrastive", xml_lambda: f"Contrastive + XML (λ = {xml_lambda:g})"},
             XML_COLUMNS,
+            baseline=0.0,
         ),
         "",
     ]
