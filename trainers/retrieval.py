@@ -214,7 +214,7 @@ class RetrievalConfig:
     )
     kmeans_init: str = option(
         "k-means++",
-        "NMI k-means seeding: greedy k-means++ (an SOP-sized evaluation takes ~70 s on 2 cores) or "
+        "NMI k-means seeding: greedy k-means++ (an SOP-sized evaluation takes ~50 s on 2 cores) or "
         "random (faster, lower NMI: 0.88 vs 0.92 on an SOP-shaped set).",
         choices=("k-means++", "random"),
     )
