@@ -42,7 +42,7 @@ from tf_svmax import data, losses, metrics, models, training
 from tf_svmax.losses.lorac import PRIORS, batched_nuclear_norm
 from trainers.harness.config import (
     ConfigError,
-    check_fields_and_data,
+    check_fields,
     output_dir_option,
     resolve_cadence,
     verbose_option,
@@ -88,7 +88,6 @@ class ContrastiveConfig:
         "retrieval; tiny, fast). Labels are used by the evaluation only.",
         choices=tuple(EMBEDDED),
     )
-    data_dir: str | None = option(None, "Unused: both sets are embedded.")
     backbone: str = option(
         "small_cnn_bn",
         "Encoder backbone (before the projection head).",
@@ -179,7 +178,7 @@ class ContrastiveConfig:
 def resolve(config):
     """The config with every default filled in, checked; raises ConfigError naming flags."""
     c = config
-    check_fields_and_data(c, EMBEDDED)
+    check_fields(c)
     if c.method != "lorac":
         set_flags = [f"--{f}" for f in ("beta",) if getattr(c, f) is not None]
         if c.prior != "laplace":

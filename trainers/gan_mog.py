@@ -34,15 +34,13 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data, metrics, ops, records
-from trainers.harness.config import ConfigError, output_dir_option, verbose_option
+from trainers.harness.config import ConfigError, check_fields, output_dir_option, verbose_option
 from trainers.harness.flags import (
-    FlagValueError,
     non_negative_int,
     non_negative_number,
     option,
     positive_int,
     positive_number,
-    validate,
 )
 from trainers.harness.loop import Job, run_job
 from trainers.harness.plots import pyplot, save_figure
@@ -127,10 +125,7 @@ class GanConfig:
 def resolve(config):
     """The config with defaults filled in, checked; raises ConfigError naming the flags."""
     c = config
-    try:
-        validate(c)
-    except FlagValueError as error:
-        raise ConfigError(str(error)) from None
+    check_fields(c)
     if c.variant == "vanilla" and (c.unroll_steps is not None or c.unroll_gradient is not None):
         raise ConfigError(
             "--unroll_steps and --unroll_gradient apply to --variant=unrolled only; received "

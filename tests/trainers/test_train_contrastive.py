@@ -65,7 +65,7 @@ def test_paper_defaults():
         (dict(key_momentum=1.5), "--key_momentum"),
         (dict(train_steps=10, eval_every=3), "multiple of --eval_every"),
         (dict(temperature=0.0), "`--temperature`"),
-        (dict(data_dir="/data"), "is embedded"),
+        (dict(dataset="cifar"), "`--dataset`"),
     ],
 )
 def test_refused_configs(kwargs, message):

@@ -31,15 +31,20 @@ def verbose_option():
     )
 
 
+def check_fields(config):
+    """Raises ConfigError for a field outside its option's kind or choices."""
+    try:
+        validate(config)
+    except FlagValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def check_fields_and_data(config, embedded):
     """Raises ConfigError for a field outside its option's kind or choices, a file dataset
     without --data_dir, an embedded one (a name in `embedded`) with one, or an embedded set
     (small grey images) with an applications backbone."""
     c = config
-    try:
-        validate(c)
-    except FlagValueError as error:
-        raise ConfigError(str(error)) from None
+    check_fields(c)
     if c.dataset not in embedded and not c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
     if c.dataset in embedded and c.data_dir:
