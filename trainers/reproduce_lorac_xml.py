@@ -120,7 +120,8 @@ def rows(cells, labels, columns, baseline=None, first_evaluation=False):
         seconds = "–" if first_evaluation else mean_std([step_seconds(r) for r in runs], 1e3, 0)
         delta = "–"
         base = cells.get(baseline, [])
-        if key != baseline and not first_evaluation and all(final(r) for r in base):
+        # No baseline cell (e.g. --methods without moco_m): no difference to show.
+        if key != baseline and base and not first_evaluation and all(final(r) for r in base):
             _, column, scale, digits = columns[0]
             diffs = [final(r)[column] - final(b)[column] for r, b in zip(runs, base, strict=True)]
             delta = mean_std(diffs, scale, digits)

@@ -30,7 +30,7 @@ def test_tiny_grid_writes_table_figure_and_record(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     text = table.read_text()
-    assert "| LORAC (β = 2) |" in text and "MoCo-M" not in text
+    assert "| LORAC (β = 2) |" in text and "| MoCo-M (β = ∞) |" not in text
     assert "| Untrained encoder (step 0) |" in text
     assert "| Contrastive + XML (λ = 0.01) |" in text
     record = json.loads(table.with_suffix(".json").read_text())
