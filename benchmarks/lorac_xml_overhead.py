@@ -100,7 +100,8 @@ def time_xml_step(xml_lambda, batch_p, repeats):
     batch = config.batch_p * config.batch_k
     x = rng.uniform(size=(batch, *IMAGE)).astype(np.float32)
     labels = np.repeat(np.arange(config.batch_p), config.batch_k)
-    y = {"embedding": labels, "xml": labels} if xml_lambda else labels
+    head = retrieval.head_output(config)
+    y = {"embedding": labels, head: labels} if head else labels
     timing = _common.time_calls(lambda: model.train_on_batch(x, y), repeats, warmup=3)
     method = f"contrastive + XML (λ {xml_lambda:g}, m {config.xml_prototypes})"
     return {

@@ -323,31 +323,37 @@ def _load_split(config):
     return split["train"], split["test"], (size, size, 3), loaders
 
 
+def head_output(config):
+    """The output `build_training_model` adds beside ``"embedding"``: ``"xml"`` (XML's
+    histograms appended to the embeddings), ``"proxies"`` (Proxy-Anchor's similarities) or None
+    (the embedding model alone)."""
+    if config.xml_lambda:
+        return "xml"
+    return "proxies" if config.loss == "proxy_anchor" else None
+
+
 def build_loss(config):
     """The ranking loss, composed with the regularizer through `RegularizedLoss`.
 
-    For ``proxy_anchor`` a dict for the two outputs of `build_training_model`: the loss on the
-    proxy similarities and the regularizer (if any) on the embeddings.
+    With a `head_output` a dict for the two outputs of `build_training_model`: the loss on the
+    head (Proxy-Anchor on the proxy similarities, or XML around the ranking loss) and the
+    regularizer (if any) on the embeddings alone.
     """
-    name, margin = config.loss, config.margin
     regularizers = _regularizers(config)
-    if config.xml_lambda:
-        out = {
-            "xml": losses.XMLLoss(
-                _ranking_loss(config), config.xml_prototypes, lambda_=config.xml_lambda
-            )
-        }
-        if regularizers:
-            (out["embedding"],) = regularizers  # on the embeddings alone
-        return out
-    if name == "proxy_anchor":
-        proxy_loss = losses.ProxyAnchorLoss(alpha=PROXY_ANCHOR_ALPHA, delta=margin)
-        out = {"proxies": proxy_loss}
-        if regularizers:
-            (out["embedding"],) = regularizers  # one regularizer per run
-        return out
-    ranking = _ranking_loss(config)
-    return losses.RegularizedLoss(ranking, regularizers) if regularizers else ranking
+    head = head_output(config)
+    if head is None:
+        ranking = _ranking_loss(config)
+        return losses.RegularizedLoss(ranking, regularizers) if regularizers else ranking
+    if head == "xml":
+        head_loss = losses.XMLLoss(
+            _ranking_loss(config), config.xml_prototypes, lambda_=config.xml_lambda
+        )
+    else:
+        head_loss = losses.ProxyAnchorLoss(alpha=PROXY_ANCHOR_ALPHA, delta=config.margin)
+    out = {head: head_loss}
+    if regularizers:
+        (out["embedding"],) = regularizers  # one regularizer per run
+    return out
 
 
 def _ranking_loss(config):
@@ -422,14 +428,12 @@ def _job(config, split, embedding_model, callbacks):
     train_classes, train_labels = np.unique(train[1], return_inverse=True)
     model = build_training_model(config, embedding_model, len(train_classes))
     schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
-    proxies = config.loss == "proxy_anchor"
-    named_outputs = proxies or bool(config.xml_lambda)
+    head = head_output(config)
+    proxies = head == "proxies"
     model.compile(
         optimizer=keras.optimizers.SGD(schedule, momentum=0.9),
         loss=build_loss(config),
-        metrics={"embedding": metrics.svmax_metrics()}
-        if named_outputs
-        else metrics.svmax_metrics(),
+        metrics={"embedding": metrics.svmax_metrics()} if head else metrics.svmax_metrics(),
         jit_compile=config.jit_compile,
     )
     batch = config.batch_p * config.batch_k
@@ -447,12 +451,11 @@ def _job(config, split, embedding_model, callbacks):
             map_fn=loaders[0] if loaders else None,
             start_batch=start_step,
         )
-        if named_outputs:
+        if head:
             # Keras matches targets to every output (by its key in the output dict): each
             # gets the labels.
-            names = ("embedding", "xml" if config.xml_lambda else "proxies")
             out = out.map(
-                lambda x, y: (x, {name: y for name in names}),
+                lambda x, y: (x, {"embedding": y, head: y}),
                 num_parallel_calls=tf.data.AUTOTUNE,
             )
         return out
