@@ -180,9 +180,11 @@ def resolve(config):
     c = config
     check_fields(c)
     if c.method != "lorac":
-        set_flags = [f"--{f}" for f in ("beta",) if getattr(c, f) is not None]
-        if c.prior != "laplace":
-            set_flags.append("--prior")
+        set_flags = [
+            flag
+            for flag, is_set in (("--beta", c.beta is not None), ("--prior", c.prior != "laplace"))
+            if is_set
+        ]
         if set_flags:
             raise ConfigError(
                 f"{', '.join(set_flags)} set the prior of --method=lorac; --method={c.method} "
@@ -326,13 +328,14 @@ class ContrastiveModel(keras.Model):
         active = self.optimizer.iterations >= self.prior_start
         with tf.GradientTape() as tape:
             queries = tf.reshape(self.encoder(queries_in, training=True), [n, self.views - 1, -1])
+            y_pred = {"queries": queries, "positive_keys": keys, "negative_keys": negatives}
             if self.prior_loss_fn is None:
-                loss = self.loss_fn(None, self._y_pred(queries, keys, negatives))
+                loss = self.loss_fn(None, y_pred)
             else:
                 loss = tf.cond(
                     active,
-                    lambda: self.prior_loss_fn(None, self._y_pred(queries, keys, negatives)),
-                    lambda: self.loss_fn(None, self._y_pred(queries, keys, negatives)),
+                    lambda: self.prior_loss_fn(None, y_pred),
+                    lambda: self.loss_fn(None, y_pred),
                 )
         variables = self.encoder.trainable_variables
         grads = tape.gradient(loss, variables)
@@ -352,10 +355,6 @@ class ContrastiveModel(keras.Model):
         for tracker, value in zip(self.trackers, values, strict=True):
             tracker.update_state(value)
         return {t.name: t.result() for t in self.trackers}
-
-    @staticmethod
-    def _y_pred(queries, keys, negatives):
-        return {"queries": queries, "positive_keys": keys, "negative_keys": negatives}
 
 
 def build_model(config, input_shape):
@@ -431,6 +430,7 @@ def augmented_nuclear_norms(encoder, images, *, views, batch_size):
 def evaluate(config, model, features, split):
     """The held-out evaluation record (without step); `features` is the encoder's
     `feature_extractor`."""
+    from sklearn.preprocessing import normalize
 
     def predict(x):
         return features.predict(x, batch_size=config.eval_batch_size, verbose=0)
@@ -441,9 +441,8 @@ def evaluate(config, model, features, split):
         model.encoder, test_x, views=config.test_views, batch_size=config.eval_batch_size
     )
     open_x, open_y = split["open_set"]
-    open_f = predict(open_x).astype(np.float64)
     # Rows of exact zeros (a dead ReLU map) stay zero rather than dividing by 0.
-    open_f /= np.maximum(np.linalg.norm(open_f, axis=1, keepdims=True), 1e-12)
+    open_f = normalize(predict(open_x).astype(np.float64))
     record = {
         "linear_probe_accuracy": linear_probe_accuracy(
             train_f, train_y, test_f, test_y, config.seed
@@ -516,7 +515,7 @@ def plot_run(results, directory, title):
             ls="--",
             label="test ||Q̂||_*",
         )
-        twin.set_ylabel("mean test ||Q̂||_* (32 views)")
+        twin.set_ylabel(f"mean test ||Q̂||_* ({results['config']['test_views']} views)")
         twin.legend(fontsize=8, loc="lower right")
     axes[2].set(xlabel="step", ylabel="held-out accuracy", title="Evaluation")
     axes[2].legend(fontsize=8, loc="upper left")

@@ -381,9 +381,10 @@ def retrieval_features(outputs):
     the L2-normalised pooled features."""
     if "embedding" in outputs:
         return outputs["embedding"]
-    x = outputs["features"].astype(np.float64)
+    from sklearn.preprocessing import normalize
+
     # Rows of exact zeros (a dead ReLU map) stay zero rather than dividing by 0.
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    return normalize(outputs["features"].astype(np.float64))
 
 
 def evaluate(config, model, split):
