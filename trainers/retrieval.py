@@ -40,7 +40,7 @@ from trainers.harness.flags import (
     positive_int,
     positive_number,
 )
-from trainers.harness.loop import Job, image_file_diagnosis, run_job
+from trainers.harness.loop import Job, RunFailed, image_file_diagnosis, run_job
 from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
 from trainers.harness.run_dir import layout
@@ -129,6 +129,14 @@ class RetrievalConfig:
         "Image side fed to the backbone (default: the backbone's, 224 or 299; resize is "
         "256/224 of it).",
         check=positive_int,
+    )
+    decoded_cache: bool = option(
+        False,
+        "Decode and resize the training images once into memory (uint8, resize^2 x 3 bytes "
+        "each: 1.15 GB for CUB-200's 5,864 at 256; twice that while building), then only crop "
+        "and flip per batch. Pixels are the rounded resized ones (within 0.5 of the uncached "
+        "pipeline's); decoding is most of the input pipeline's cost "
+        "(benchmarks/input_pipeline.py). File datasets only.",
     )
     embedding_dim: int = option(
         128, "Embedding size, L2-normalised (paper: 128).", check=positive_int
@@ -237,6 +245,11 @@ def resolve(config, num_train_classes=None):
     """The config with every default filled in, checked; raises ConfigError naming flags."""
     c = config
     check_fields_and_data(c, EMBEDDED)
+    if c.decoded_cache and c.dataset in EMBEDDED:
+        raise ConfigError(
+            f"--decoded_cache caches decoded image files; --dataset={c.dataset} is already in "
+            f"memory."
+        )
     paper_p, paper_k = PAPER_BATCH[c.loss]
     batch_k = paper_k if c.batch_k is None else c.batch_k
     batch_p = paper_p if c.batch_p is None else c.batch_p
@@ -438,17 +451,18 @@ def _job(config, split, embedding_model, callbacks):
     )
     batch = config.batch_p * config.batch_k
     bounds = ops.svmax_bounds(batch, config.embedding_dim)
+    features, map_fn = _train_features(config, train[0], input_shape, loaders)
 
     def batches(start_step):
         out = data.pk_batches(
-            train[0],
+            features,
             # Proxy-Anchor indexes one proxy per class: labels become 0 .. C-1 (order kept, so
             # the batches are those of the original labels).
             train_labels if proxies else train[1],
             batch_p=config.batch_p,
             batch_k=config.batch_k,
             seed=config.seed,
-            map_fn=loaders[0] if loaders else None,
+            map_fn=map_fn,
             start_batch=start_step,
         )
         if head:
@@ -489,6 +503,22 @@ def _job(config, split, embedding_model, callbacks):
         callbacks=callbacks,
         diagnose=image_file_diagnosis(train[0], test[0]) if loaders else None,
     )
+
+
+def _train_features(config, train_paths, input_shape, loaders):
+    """What the P x K sampler draws from and its `map_fn`: the files and the decoding loader,
+    or with --decoded_cache the decoded, resized images (built here, eagerly, once) and the
+    crop-and-flip loader."""
+    if not config.decoded_cache:
+        return train_paths, loaders[0] if loaders else None
+    try:
+        cache = data.decoded_image_cache(train_paths, input_size=input_shape[0])
+    except tf.errors.InvalidArgumentError as error:
+        cause = image_file_diagnosis(train_paths)(error)
+        if cause is None:
+            raise
+        raise RunFailed(f"{cause} (while building --decoded_cache)") from error
+    return cache, data.cached_image_loader(input_size=input_shape[0])
 
 
 def _setup(config):

@@ -77,6 +77,7 @@ def test_paper_defaults_per_loss():
         (dict(seed=-1), r"`--seed`. Expected an int >= 0"),
         (dict(verbose=3), r"`--verbose`. Expected one of \[0, 1, 2\]"),
         (dict(loss="cosface"), r"`--loss`. Expected one of \['contrastive'"),
+        (dict(decoded_cache=True), r"--decoded_cache .*--dataset=glyphs is already in memory"),
     ],
 )
 def test_refused_combinations(kwargs, message):
@@ -169,6 +170,26 @@ def test_a_corrupt_image_fails_the_run_naming_the_file(tmp_path):
         retrieval.train_retrieval(config)
     record = json.loads((Path(config.output_dir) / "results.json").read_text())
     assert record["status"] == "failed" and str(corrupt) in record["message"]
+
+
+def test_decoded_cache_trains_on_the_fake_cub_tree(tmp_path):
+    config = _fake_cub_config(
+        tmp_path, loss="triplet_hard", batch_p=3, train_steps=2, eval_every=2, decoded_cache=True
+    )
+    results = retrieval.train_retrieval(config)
+    assert results["status"] == "completed" and results["config"]["decoded_cache"] is True
+    assert results["evaluations"][-1]["num_embeddings"] == 9
+
+
+def test_decoded_cache_names_a_corrupt_training_image(tmp_path):
+    config = _fake_cub_config(
+        tmp_path, loss="triplet_hard", batch_p=3, train_steps=2, eval_every=2, decoded_cache=True
+    )
+    train_paths = data.read_cub200(config.data_dir)["train"][0]
+    corrupt = Path(train_paths[1])
+    corrupt.write_bytes(corrupt.read_bytes()[:40] + b"not a jpeg any more" * 10)
+    with pytest.raises(RunFailed, match=f"{re.escape(str(corrupt))}.*--decoded_cache"):
+        retrieval.train_retrieval(config)
 
 
 class _KeepModel(keras.callbacks.Callback):
@@ -416,6 +437,18 @@ def test_cli_refuses_bad_flags_and_documents_defaults():
     help_text = " ".join(helpfull.stdout.split())  # absl wraps long help lines
     for text in ("0.1 triplet", "72 N-pair", "5000 CUB", "--flagfile", "1e-4 Proxy-Anchor"):
         assert text in help_text
+
+
+def test_cli_documents_and_checks_decoded_cache():
+    help_text = " ".join(_cli("--helpfull").stdout.split())
+    assert "--[no]decoded_cache: Decode and resize the training images once" in help_text
+    for flags, message in (
+        (("--decoded_cache=maybe",), "decoded_cache"),
+        (("--dataset=digits", "--decoded_cache"), "--decoded_cache caches decoded image files"),
+    ):
+        done = _cli(*flags, "--output_dir=/tmp/never_decoded_cache")
+        assert done.returncode == 2 and message in done.stderr, (flags, done.stderr[-500:])
+    assert not os.path.exists("/tmp/never_decoded_cache")
 
 
 def test_cli_resumes_after_sigkill(tmp_path):

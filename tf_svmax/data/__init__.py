@@ -15,10 +15,13 @@ from tf_svmax.data.digits import load_digits_open_set
 from tf_svmax.data.glyphs import load_glyphs_open_set
 from tf_svmax.data.mixtures import gaussian_ring, gaussian_ring_batch, sample_gaussian_ring
 from tf_svmax.data.preprocessing import (
+    cached_image_loader,
     decode_image,
+    decoded_image_cache,
     default_resize_size,
     image_dataset,
     image_loader,
+    random_crop_and_flip,
     test_transform,
     train_transform,
     unreadable_images,
@@ -33,6 +36,9 @@ from tf_svmax.data.subsets import (
 
 __all__ = [
     "DatasetFormatError",
+    "cached_image_loader",
+    "decoded_image_cache",
+    "random_crop_and_flip",
     "cap_per_class",
     "long_tail_fractions",
     "long_tailed_subset",

@@ -72,28 +72,41 @@ def pk_index_batches(labels, *, batch_p, batch_k, seed=None):
     return indices.batch(batch_p).map(lambda block: tf.reshape(block, [-1]))
 
 
-def pk_batches(features, labels, *, batch_p, batch_k, seed=None, map_fn=None, start_batch=0):
+def pk_batches(
+    features,
+    labels,
+    *,
+    batch_p,
+    batch_k,
+    seed=None,
+    map_fn=None,
+    start_batch=0,
+    num_parallel_calls=tf.data.AUTOTUNE,
+):
     """An infinite, prefetched dataset of P x K `(features, labels)` batches.
 
     Rows of one class are consecutive (the layout the P x K losses check).
 
     Args:
-      features: `[N, ...]` array of samples, or `[N]` file paths when `map_fn` decodes them.
+      features: `[N, ...]` array (or `tf.Tensor`, used as is: no copy of a large
+        `decoded_image_cache`) of samples, or `[N]` file paths when `map_fn` decodes them.
       labels: `[N]` integer labels.
       batch_p, batch_k, seed: See `pk_index_batches`.
       map_fn: Optional per-sample function `feature -> tensor` (decode, preprocess), run in
         parallel in a deterministic order.
       start_batch: Skip this many batches first (cheaply: before any decoding), so that a run
         resumed at step n sees the batches an uninterrupted run would.
+      num_parallel_calls: Parallel calls of `map_fn` (tf.data's; the default lets tf.data
+        choose); the order of the samples does not depend on it.
     """
-    features = np.asarray(features)
+    features_t = features if isinstance(features, tf.Tensor) else tf.constant(np.asarray(features))
     labels = np.asarray(labels).reshape(-1)
-    if len(features) != len(labels):
+    if features_t.shape[0] != len(labels):
         raise ValueError(
             f"Invalid value for argument `labels`. Expected one label per sample "
-            f"({len(features)}). Received: {len(labels)} labels."
+            f"({features_t.shape[0]}). Received: {len(labels)} labels."
         )
-    features_t, labels_t = tf.constant(features), tf.constant(labels)
+    labels_t = tf.constant(labels)
     batches = pk_index_batches(labels, batch_p=batch_p, batch_k=batch_k, seed=seed)
     if start_batch:
         batches = batches.skip(_checks.check_positive_int(start_batch, "start_batch"))
@@ -108,7 +121,7 @@ def pk_batches(features, labels, *, batch_p, batch_k, seed=None, map_fn=None, st
             batches.unbatch()
             .map(
                 lambda i: (map_fn(tf.gather(features_t, i)), tf.gather(labels_t, i)),
-                num_parallel_calls=tf.data.AUTOTUNE,
+                num_parallel_calls=num_parallel_calls,
                 deterministic=True,
             )
             .batch(batch_p * batch_k)
