@@ -306,3 +306,46 @@ def test_global_batch_round_trips_and_is_checked():
         losses.BatchHardTripletLoss(global_batch=1)
     with pytest.raises(ValueError, match=r"argument `global_batch`"):
         losses.CenterLoss(3, 2, global_batch=None)
+
+
+ANCHOR_SPLIT_LOSSES = {
+    "semihard": lambda y, x, rows: losses.triplet_semihard_loss(y, x, 0.5, anchor_rows=rows),
+    "semihard_angular": lambda y, x, rows: losses.triplet_semihard_loss(
+        y, x, 0.5, "angular", anchor_rows=rows
+    ),
+    "semihard_callable": lambda y, x, rows: losses.triplet_semihard_loss(
+        y, x, 0.5, dot_similarity, anchor_rows=rows
+    ),
+    "hard": lambda y, x, rows: losses.triplet_hard_loss(y, x, 0.5, anchor_rows=rows),
+    "hard_soft_squared": lambda y, x, rows: losses.triplet_hard_loss(
+        y, x, soft=True, distance_metric="squared-L2", anchor_rows=rows
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ANCHOR_SPLIT_LOSSES)
+def test_anchor_shares_add_up_to_the_loss_and_its_gradient(rng, name):
+    """Disjoint anchor ranges (an empty one included) cover the batch: the shares' values and
+    gradients add up to the whole batch's (itself checked against tensorflow-addons)."""
+    fn = ANCHOR_SPLIT_LOSSES[name]
+    y = rng.integers(0, 7, size=45)
+    x = tf.constant(rng.standard_normal((45, 6)).astype(np.float32))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        whole = fn(y, x, None)
+        shares = [fn(y, x, rows) for rows in ((0, 13), (13, 0), (13, 30), (43, 2))]
+        total = tf.add_n(shares)
+    np.testing.assert_allclose(total.numpy(), whole.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        tape.gradient(total, x).numpy(), tape.gradient(whole, x).numpy(), rtol=1e-4, atol=1e-6
+    )
+    assert whole.numpy() > 0.01  # the comparison means something
+
+
+def test_semihard_traced_and_xla_match_eager(rng):
+    y = rng.integers(0, 5, size=40)
+    x = rng.standard_normal((40, 8)).astype(np.float32)
+    eager = losses.triplet_semihard_loss(y, x).numpy()
+    for jit in (False, True):
+        traced = tf.function(losses.triplet_semihard_loss, jit_compile=jit)
+        np.testing.assert_allclose(traced(y, x).numpy(), eager, rtol=1e-5)

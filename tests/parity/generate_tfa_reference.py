@@ -153,6 +153,27 @@ def build_cases():
                 grad=grad,
             )
 
+    # A larger batch with many tied distances (rows repeated within and across classes, on a
+    # coarse grid): the O(b^2) semi-hard search must pick TFA's negatives and split the
+    # gradient among ties as TFA's b x b x b formulation does.
+    big_labels = rng.integers(0, 24, size=192).astype(np.int32)
+    big_grid = rng.choice([-2.0, -1.0, 1.0, 2.0], size=(40, 4)).astype(np.float32)  # no zero row
+    big_x = big_grid[rng.integers(0, 40, size=192)]
+    big_x[::3] = _unit(rng, 64, 4)
+    for metric in ("L2", "squared-L2", "angular"):
+        for margin in (1.0, 0.2):
+            value, grad = _value_and_grad(
+                lambda e: tfa.losses.triplet_semihard_loss(big_labels, e, margin, metric), big_x
+            )
+            add(
+                f"large_ties/triplet_semihard_loss/{metric}/{margin}",
+                {"fn": "triplet_semihard_loss", "margin": margin, "metric": metric},
+                labels=big_labels,
+                x=big_x,
+                value=value,
+                grad=grad,
+            )
+
     # Near-duplicate rows, where the Gram expansion cancels and rounding order matters.
     x = _unit(rng, 16, 8)
     x[9] = x[3] + 1e-3 * rng.standard_normal(8).astype(np.float32)

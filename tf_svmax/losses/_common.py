@@ -65,6 +65,28 @@ def label_masks(labels):
     return same, tf.logical_and(same, tf.logical_not(eye))
 
 
+def anchor_masks(labels, anchor_rows=None):
+    """``(anchor_labels, positives, negatives)`` of the anchors ``anchor_rows = (start,
+    count)`` (all rows when None) against the whole batch: boolean `[count, B]`; positives
+    exclude each anchor itself."""
+    if anchor_rows is None:
+        same, positives = label_masks(labels)
+        return labels, positives, tf.logical_not(same)
+    start, count = anchor_rows
+    anchor_labels = labels[start : start + count]
+    same = tf.equal(anchor_labels[:, tf.newaxis], labels[tf.newaxis, :])
+    itself = tf.cast(tf.one_hot(tf.range(count) + start, tf.shape(labels)[0]), tf.bool)
+    return anchor_labels, tf.logical_and(same, tf.logical_not(itself)), tf.logical_not(same)
+
+
+def positive_pair_count(labels, dtype):
+    """Ordered positive pairs ``(a, p)``, ``a != p``, of the batch (``sum_c n_c (n_c - 1)``),
+    counted without a float `[B, B]` mask (`tf.unique_with_counts` would be O(B) but has no
+    XLA kernel)."""
+    same = tf.math.count_nonzero(tf.equal(labels[:, tf.newaxis], labels[tf.newaxis, :]))
+    return tf.cast(same - tf.size(labels, out_type=tf.int64), dtype)
+
+
 def masked_max(data, mask, axis=1):
     """Max of `data` over `mask` along `axis` (kept); the minimum along `axis` where it is empty.
 

@@ -2,8 +2,9 @@
 
 Semantics of ahmdtaha/tf_retrieval_baseline (`ranking/hard_triplet.py`, used by the SVMax
 paper, seed `000` Sec. 4.1): per anchor, the farthest positive and the closest negative under
-one of four metrics computed from explicit differences (`tf_svmax.ops.distances.cdist`), with a
-float margin, a soft margin (softplus) or none. One value per anchor.
+one of four metrics with the originals' definitions (`tf_svmax.ops.distances.cdist`, in
+O(b^2) memory where the originals broadcast `[b, b, d]` differences), with a float margin, a
+soft margin (softplus) or none. One value per anchor.
 
 It differs from tensorflow-addons' `triplet_hard_loss` (Gram-expansion distances, mean only).
 """
@@ -32,7 +33,9 @@ def _check_margin(margin):
     return _checks.check_non_negative_number(margin, "margin")
 
 
-def batch_hard_triplet_loss(labels, embeddings, *, margin=0.2, metric="euclidean"):
+def batch_hard_triplet_loss(
+    labels, embeddings, *, margin=0.2, metric="euclidean", anchor_rows=None
+):
     """Per-anchor batch-hard triplet loss.
 
     ``diff_a = max_{p: y_p = y_a, p != a} d(a, p) - min_{n: y_n != y_a} d(a, n)``, then
@@ -49,17 +52,19 @@ def batch_hard_triplet_loss(labels, embeddings, *, margin=0.2, metric="euclidean
       margin: A float >= 0 (paper: 0.2), ``"soft"`` or ``"none"``.
       metric: ``"euclidean"`` (with the originals' 1e-12 under the square root),
         ``"sqeuclidean"``, ``"cityblock"`` or ``"cosine"``.
+      anchor_rows: Optional ``(start, count)``: the losses of those anchors only (against the
+        whole batch), e.g. a replica's own rows of a gathered global batch.
 
     Returns:
-      `[B]` losses in the embeddings' dtype (half precision computed in float32).
+      `[B]` (or `[count]`) losses in the embeddings' dtype (half precision computed in float32).
     """
     margin = _check_margin(margin)
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
     labels = _common.flat_labels(labels, x.shape[0], arg="labels")
     labels = _common.same_batch(labels, x, arg="labels")
-    dist = distances.cdist(x, x, metric)
-    same, positives = _common.label_masks(labels)
-    negatives = tf.logical_not(same)
+    anchors = x if anchor_rows is None else x[anchor_rows[0] : anchor_rows[0] + anchor_rows[1]]
+    dist = distances.cdist(anchors, x, metric)
+    _, positives, negatives = _common.anchor_masks(labels, anchor_rows)
 
     # Farthest positive (0 where there is none) and closest negative.
     farthest_positive = tf.reduce_max(dist * tf.cast(positives, dist.dtype), axis=1)
@@ -88,6 +93,8 @@ class BatchHardTripletLoss(PerSampleLabelLoss):
       >>> loss = RegularizedLoss(BatchHardTripletLoss(margin=0.2), [SVMaxLoss(lambda_=0.1)])
     """
 
+    splits_anchors = True
+
     def __init__(self, margin=0.2, metric="euclidean", name="batch_hard_triplet", **kwargs):
         super().__init__(name=name, **kwargs)
         self.margin = _check_margin(margin)
@@ -95,8 +102,10 @@ class BatchHardTripletLoss(PerSampleLabelLoss):
             raise ValueError(_checks.invalid("metric", f"one of {distances.CDIST_METRICS}", metric))
         self.metric = metric
 
-    def call(self, y_true, y_pred):
-        return batch_hard_triplet_loss(y_true, y_pred, margin=self.margin, metric=self.metric)
+    def call(self, y_true, y_pred, anchor_rows=None):
+        return batch_hard_triplet_loss(
+            y_true, y_pred, margin=self.margin, metric=self.metric, anchor_rows=anchor_rows
+        )
 
     def get_config(self):
         return {**super().get_config(), "margin": self.margin, "metric": self.metric}

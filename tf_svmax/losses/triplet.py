@@ -21,15 +21,20 @@ from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.ops import _checks, distances
 
 
-def _prepare(y_true, y_pred, distance_metric):
+def _prepare(y_true, y_pred, distance_metric, anchor_rows):
+    """``(labels, anchor_labels, pdist, positives, negatives, dtype)`` with `pdist` and the
+    masks `[count, b]`: the rows of the anchors ``anchor_rows = (start, count)`` (all rows when
+    None) against the whole batch."""
     embeddings, dtype = _common.embeddings_matrix(y_pred)
     labels = _common.flat_labels(y_true, embeddings.shape[0])
     labels = _common.same_batch(labels, embeddings)
-    pdist = tf.cast(distances.distance_matrix(embeddings, distance_metric), embeddings.dtype)
-    return labels, pdist, dtype
+    pdist = distances.distance_matrix(embeddings, distance_metric, rows=anchor_rows)
+    pdist = tf.cast(pdist, embeddings.dtype)
+    anchor_labels, positives, negatives = _common.anchor_masks(labels, anchor_rows)
+    return labels, anchor_labels, pdist, positives, negatives, dtype
 
 
-def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2"):
+def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2", *, anchor_rows=None):
     """Triplet loss with semi-hard negative mining (FaceNet), averaged over positive pairs.
 
     For every anchor ``a`` and positive ``p`` (same label, ``p != a``) the negative is the
@@ -37,12 +42,19 @@ def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2"):
 
         loss = sum_{a,p} max(margin + d(a, p) - d(a, n*(a, p)), 0) / #positive pairs
 
+    Memory is O(b^2): each anchor's negatives are sorted once and the semi-hard negative of
+    (a, p) is found by binary search (`_closest_farther`), where tensorflow-addons builds
+    `[b, b, b]` tensors (4 b^3 bytes each: 275 GB at b = 4,096).
+
     Args:
       y_true: `[batch_size]` (or `[batch_size, 1]`) class labels.
       y_pred: `[batch_size, dim]` embeddings (normally L2-normalized).
       margin: Margin term.
       distance_metric: "L2", "squared-L2", "angular", or a callable mapping embeddings to a
         `[batch_size, batch_size]` distance matrix.
+      anchor_rows: Optional ``(start, count)``: only the terms of those anchors, still divided
+        by the whole batch's number of positive pairs, so that the values of disjoint anchor
+        ranges covering the batch add up to the loss (each replica's share of a global batch).
 
     Returns:
       A scalar of the embeddings' dtype (float16/bfloat16 computed in float32). 0 when the
@@ -51,26 +63,98 @@ def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2"):
     Example:
       >>> triplet_semihard_loss([0, 0], [[0.0, 1.0], [1.0, 0.0]])  # 2.4142137
     """
-    labels, pdist, dtype = _prepare(y_true, y_pred, distance_metric)
-    same, positives = _common.label_masks(labels)
-    negatives = tf.logical_not(same)
-
-    # Candidates: negatives k of anchor a farther than the positive p. [a, p, k]
-    farther = tf.logical_and(
-        negatives[:, tf.newaxis, :], pdist[:, tf.newaxis, :] > pdist[:, :, tf.newaxis]
+    labels, _, pdist, positives, negatives, dtype = _prepare(
+        y_true, y_pred, distance_metric, anchor_rows
     )
-    closest_farther = _common.masked_min(pdist[:, tf.newaxis, :], farther, axis=2)[:, :, 0]
+    # The closest negative farther than the positive, where there is one.
+    closest_farther, farther_exists = _closest_farther(pdist, negatives)
     # Fallback: the farthest negative of the anchor (its nearest point if it has none).
     farthest_negative = _common.masked_max(pdist, negatives)
-    semi_hard = tf.where(tf.reduce_any(farther, axis=2), closest_farther, farthest_negative)
+    semi_hard = tf.where(farther_exists, closest_farther, farthest_negative)
 
     loss_matrix = margin + pdist - semi_hard
     positives_f = tf.cast(positives, pdist.dtype)
     total = tf.reduce_sum(tf.maximum(loss_matrix * positives_f, 0.0))
-    return tf.cast(_common.safe_mean_over(total, tf.reduce_sum(positives_f)), dtype)
+    count = _common.positive_pair_count(labels, pdist.dtype)
+    return tf.cast(_common.safe_mean_over(total, count), dtype)
 
 
-def triplet_hard_loss(y_true, y_pred, margin=1.0, soft=False, distance_metric="L2"):
+def _closest_farther(pdist, negatives):
+    """``(value, exists)`` `[m, b]`: for anchor row a and column p, the smallest ``pdist[a, k]``
+    over negatives k with ``pdist[a, k] > pdist[a, p]``, and whether there is one.
+
+    Each row's negative distances are sorted once; a binary search of ``pdist[a, p]`` finds the
+    first larger one: O(m b log b) time, O(m b) memory.
+
+    The gradient is tensorflow-addons' `masked_minimum` over the `[a, p, k]` candidates,
+    ``min_k((d_ak - h_a) mask_apk) + h_a`` with ``h_a`` the row's maximum, including how
+    TensorFlow splits a min's or max's gradient equally among tied entries: the upstream
+    gradient of (a, p) goes in equal parts to the negatives tied at the chosen distance. When
+    the chosen distance is the row maximum, the candidates' shifted value 0 ties with the b -
+    #candidates masked-out zeros: each candidate gets 1/b of it and the rest reaches ``h_a``
+    (split among the row's maxima); with no candidate all of it does (the masked-out zeros are
+    all tied). Tests: tests/losses/test_tfa_parity.py (exact ties included).
+    """
+    m, b = tf.shape(pdist)[0], tf.shape(pdist)[1]
+    # Each row's negatives in increasing order, +inf after them.
+    keys = tf.where(negatives, pdist, tf.constant(np.inf, pdist.dtype))
+    order = tf.argsort(keys, axis=1, stable=True)
+    ordered = tf.gather(keys, order, batch_dims=1)
+    count = tf.reduce_sum(tf.cast(negatives, tf.int32), axis=1, keepdims=True)
+    # The first negative strictly farther than the positive.
+    first = tf.searchsorted(ordered, pdist, side="right")
+    exists = first < count
+    # TFA compares the candidates shifted by the row maximum, d - h: distances that differ
+    # only below h's rounding step tie there, so the tie group is found among the shifted
+    # values (sorted too: the shift is monotone), and the value is (d - h) + h as in TFA.
+    high = tf.reduce_max(pdist, axis=1, keepdims=True)
+    shifted = ordered - high
+    least = tf.gather(shifted, tf.minimum(first, b - 1), batch_dims=1)
+    least = tf.where(exists, least, tf.zeros_like(least))  # never +inf, even where unused
+    end = tf.searchsorted(shifted, least, side="right")
+
+    def grad(upstream):
+        b_f = tf.cast(b, pdist.dtype)
+        # At the row maximum (or with no candidate) the shifted min 0 ties with every entry.
+        at_high = tf.logical_or(tf.logical_not(exists), tf.equal(least, 0.0))
+        tied = tf.where(at_high, b_f, tf.cast(end - first, pdist.dtype))
+        per_candidate = tf.where(exists, upstream / tied, tf.zeros_like(upstream))
+        # Spread over the sorted positions first .. end - 1 (a difference array, then cumsum).
+        rows = tf.range(m)[:, tf.newaxis] * (b + 1)
+        ids = tf.concat([tf.reshape(rows + first, [-1]), tf.reshape(rows + end, [-1])], 0)
+        steps = tf.concat([tf.reshape(per_candidate, [-1]), -tf.reshape(per_candidate, [-1])], 0)
+        spread = tf.math.unsorted_segment_sum(steps, ids, m * (b + 1))
+        spread = tf.cumsum(tf.reshape(spread, [m, b + 1]), axis=1)[:, :b]
+        # Back from sorted positions to columns.
+        columns = tf.reshape(tf.range(m)[:, tf.newaxis] * b + order, [-1])
+        direct = tf.reshape(
+            tf.math.unsorted_segment_sum(tf.reshape(spread, [-1]), columns, m * b), [m, b]
+        )
+        # What reaches the row maximum: 1 - (#candidates tied at it) / b of the upstream.
+        candidates = tf.where(exists, tf.cast(count - first, pdist.dtype), tf.zeros_like(least))
+        to_high = tf.where(at_high, upstream * (1.0 - candidates / b_f), tf.zeros_like(upstream))
+        is_high = tf.cast(tf.equal(pdist, high), pdist.dtype)
+        share = tf.reduce_sum(to_high, axis=1, keepdims=True) / tf.reduce_sum(
+            is_high, axis=1, keepdims=True
+        )
+        return direct + share * is_high
+
+    return _with_gradient(pdist, least + high, grad), exists
+
+
+def _with_gradient(x, value, grad):
+    """`value` (computed from `x` without a gradient) with the gradient `grad` w.r.t. `x`."""
+
+    @tf.custom_gradient
+    def attach(x):
+        return tf.identity(value), grad
+
+    return attach(x)
+
+
+def triplet_hard_loss(
+    y_true, y_pred, margin=1.0, soft=False, distance_metric="L2", *, anchor_rows=None
+):
     """Batch-hard triplet loss: hardest positive and hardest negative per anchor, averaged.
 
     ``max(d(a, p_hard) - d(a, n_hard) + margin, 0)``, or ``log(1 + exp(d_p - d_n))`` when
@@ -84,21 +168,25 @@ def triplet_hard_loss(y_true, y_pred, margin=1.0, soft=False, distance_metric="L
       margin: Margin term.
       soft: Use the soft (softplus) margin.
       distance_metric: "L2", "squared-L2", "angular", or a callable.
+      anchor_rows: Optional ``(start, count)``: the sum over those anchors only, divided by the
+        batch size (see `triplet_semihard_loss`).
 
     Returns:
       A scalar of the embeddings' dtype.
     """
-    labels, pdist, dtype = _prepare(y_true, y_pred, distance_metric)
-    same, positives = _common.label_masks(labels)
-    hard_negatives = _common.masked_min(pdist, tf.logical_not(same))
+    labels, _, pdist, positives, negatives, dtype = _prepare(
+        y_true, y_pred, distance_metric, anchor_rows
+    )
+    hard_negatives = _common.masked_min(pdist, negatives)
     hard_positives = _common.masked_max(pdist, positives)
     if soft:
         per_anchor = tf.math.softplus(hard_positives - hard_negatives)
     else:
         per_anchor = tf.maximum(hard_positives - hard_negatives + margin, 0.0)
-    # Mean over anchors; 0 for an empty batch (an uneven last batch under tf.distribute).
+    # Mean over the batch's anchors; 0 for an empty batch (an uneven last batch under
+    # tf.distribute).
     total = tf.reduce_sum(per_anchor)
-    return tf.cast(_common.safe_mean_over(total, tf.size(per_anchor)), dtype)
+    return tf.cast(_common.safe_mean_over(total, tf.size(labels)), dtype)
 
 
 def _check_margin(margin):
@@ -137,13 +225,17 @@ class TripletSemiHardLoss(BatchPenaltyLoss):
     embeddings. Returns one scalar per batch (TFA's reduction "none").
     """
 
+    splits_anchors = True
+
     def __init__(self, margin=1.0, distance_metric="L2", name="triplet_semihard_loss", **kwargs):
         super().__init__(name=name, **kwargs)
         self.margin = _check_margin(margin)
         self.distance_metric = _check_metric(_deserialize_metric(distance_metric))
 
-    def call(self, y_true, y_pred):
-        return triplet_semihard_loss(y_true, y_pred, self.margin, self.distance_metric)
+    def call(self, y_true, y_pred, anchor_rows=None):
+        return triplet_semihard_loss(
+            y_true, y_pred, self.margin, self.distance_metric, anchor_rows=anchor_rows
+        )
 
     def get_config(self):
         return {
@@ -157,6 +249,8 @@ class TripletSemiHardLoss(BatchPenaltyLoss):
 class TripletHardLoss(BatchPenaltyLoss):
     """Keras loss for `triplet_hard_loss` (drop-in for `tfa.losses.TripletHardLoss`)."""
 
+    splits_anchors = True
+
     def __init__(
         self, margin=1.0, soft=False, distance_metric="L2", name="triplet_hard_loss", **kwargs
     ):
@@ -165,8 +259,10 @@ class TripletHardLoss(BatchPenaltyLoss):
         self.soft = _checks.check_bool(soft, "soft")
         self.distance_metric = _check_metric(_deserialize_metric(distance_metric))
 
-    def call(self, y_true, y_pred):
-        return triplet_hard_loss(y_true, y_pred, self.margin, self.soft, self.distance_metric)
+    def call(self, y_true, y_pred, anchor_rows=None):
+        return triplet_hard_loss(
+            y_true, y_pred, self.margin, self.soft, self.distance_metric, anchor_rows=anchor_rows
+        )
 
     def get_config(self):
         return {

@@ -15,29 +15,33 @@ from tf_svmax.ops import _checks
 _SQRT_GUARD = 1e-16
 
 
-def pairwise_distance(feature, squared=False):
+def pairwise_distance(feature, squared=False, *, rows=None):
     """Euclidean distance matrix ``out[i, j] = ||feature[i] - feature[j]||_2``.
 
     Args:
       feature: `[n, d]` float tensor.
       squared: Return squared distances.
+      rows: Optional ``(start, count)``: only the rows ``start .. start + count - 1`` of the
+        matrix (`[count, n]`), each equal to that row of the full matrix. A replica computing
+        its own anchors of a gathered batch needs no more.
 
     Returns:
-      `[n, n]` tensor of the dtype of `feature` (float16/bfloat16 computed in float32), with an
-      exactly zero diagonal.
+      `[n, n]` (or `[count, n]`) tensor of the dtype of `feature` (float16/bfloat16 computed in
+      float32), zero where a row meets itself.
 
     Example:
       >>> pairwise_distance([[0.0, 0.0], [3.0, 4.0]])  # [[0, 5], [5, 0]]
     """
     x, dtype = _checks.float_matrix(feature, "feature")  # half precision computed in float32
+    queries, start, count = _row_range(x, rows)
     # Row norms as a column plus column norms as a row, minus twice the Gram matrix. The same
     # sequence of operations as tensorflow-addons, so that the rounding, and hence the gradient
     # for near-duplicate rows (where the expansion cancels), matches it to the last bits.
     x_t = tf.transpose(x)
     d2 = tf.add(
-        tf.reduce_sum(tf.square(x), axis=1, keepdims=True),
+        tf.reduce_sum(tf.square(queries), axis=1, keepdims=True),
         tf.reduce_sum(tf.square(x_t), axis=0, keepdims=True),
-    ) - 2.0 * tf.matmul(x, x_t)
+    ) - 2.0 * tf.matmul(queries, x_t)
     # Rounding can make the expansion slightly negative; a distance is never negative.
     d2 = tf.maximum(d2, 0.0)
     zero = d2 <= 0.0
@@ -47,36 +51,57 @@ def pairwise_distance(feature, squared=False):
         distances = tf.sqrt(d2 + tf.cast(zero, x.dtype) * _SQRT_GUARD)
     distances = distances * tf.cast(tf.logical_not(zero), x.dtype)
     # The diagonal is exactly zero (the expansion leaves rounding noise there).
-    off_diagonal = 1.0 - tf.eye(tf.shape(x)[0], dtype=x.dtype)
-    return tf.cast(distances * off_diagonal, dtype)
+    return tf.cast(distances * _off_diagonal(x, start, count), dtype)
 
 
-def angular_distance(feature):
+def _row_range(x, rows):
+    """``(queries, start, count)``: the rows ``start .. start + count - 1`` of `x` (all rows
+    when `rows` is None)."""
+    if rows is None:
+        return x, 0, tf.shape(x)[0]
+    start, count = rows
+    return x[start : start + count], start, count
+
+
+def _off_diagonal(x, start, count):
+    """`[count, n]` of ones with a zero where row ``start + i`` of `x` meets itself."""
+    self_columns = tf.range(count) + start
+    return 1.0 - tf.one_hot(self_columns, tf.shape(x)[0], dtype=x.dtype)
+
+
+def angular_distance(feature, *, rows=None):
     """Angular (cosine) distance matrix ``out[i, j] = 1 - cos(feature[i], feature[j])``, >= 0.
 
     Args:
       feature: `[n, d]` float tensor (rows need not be normalized).
+      rows: Optional ``(start, count)``: only those rows of the matrix (`pairwise_distance`).
 
     Returns:
-      `[n, n]` tensor of the dtype of `feature`.
+      `[n, n]` (or `[count, n]`) tensor of the dtype of `feature`.
     """
     x, dtype = _checks.float_matrix(feature, "feature")  # half precision computed in float32
     unit = tf.math.l2_normalize(x, axis=1)
+    queries, _, _ = _row_range(unit, rows)
     # Rounding can push 1 - cos slightly below zero for (near-)identical rows.
-    distances = tf.maximum(1.0 - tf.matmul(unit, unit, transpose_b=True), 0.0)
+    distances = tf.maximum(1.0 - tf.matmul(queries, unit, transpose_b=True), 0.0)
     return tf.cast(distances, dtype)
 
 
-def distance_matrix(embeddings, distance_metric):
-    """Dispatches TFA's `distance_metric`: "L2", "squared-L2", "angular" or a callable."""
+def distance_matrix(embeddings, distance_metric, *, rows=None):
+    """Dispatches TFA's `distance_metric`: "L2", "squared-L2", "angular" or a callable.
+
+    `rows` (``(start, count)``) asks for those rows of the matrix only; a callable computes the
+    whole matrix, of which the rows are taken.
+    """
     if callable(distance_metric):
-        return distance_metric(embeddings)
+        full = distance_metric(embeddings)
+        return full if rows is None else full[rows[0] : rows[0] + rows[1]]
     if distance_metric == "L2":
-        return pairwise_distance(embeddings, squared=False)
+        return pairwise_distance(embeddings, squared=False, rows=rows)
     if distance_metric == "squared-L2":
-        return pairwise_distance(embeddings, squared=True)
+        return pairwise_distance(embeddings, squared=True, rows=rows)
     if distance_metric == "angular":
-        return angular_distance(embeddings)
+        return angular_distance(embeddings, rows=rows)
     raise ValueError(
         _checks.invalid(
             "distance_metric", "'L2', 'squared-L2', 'angular' or a callable", distance_metric
@@ -92,24 +117,88 @@ CDIST_METRICS = ("euclidean", "sqeuclidean", "cityblock", "cosine")
 
 
 def cdist(a, b, metric="euclidean"):
-    """All-pairs distances between the rows of `a` (`[n, d]`) and `b` (`[m, d]`).
+    """All-pairs distances between the rows of `a` (`[n, d]`) and `b` (`[m, d]`), in O(n m)
+    memory (never an `[n, m, d]` tensor).
 
-    Computed from explicit differences (no Gram-expansion cancellation), like the originals:
-    ``"euclidean"`` ``sqrt(sum (a - b)^2 + 1e-12)``, ``"sqeuclidean"`` ``sum (a - b)^2``,
-    ``"cityblock"`` ``sum |a - b|``, ``"cosine"`` ``1 - a.b`` (rows assumed L2-normalized, as in
-    the originals; nothing is normalized here).
+    The originals' definitions: ``"euclidean"`` ``sqrt(sum (a - b)^2 + 1e-12)``,
+    ``"sqeuclidean"`` ``sum (a - b)^2``, ``"cityblock"`` ``sum |a - b|``, ``"cosine"``
+    ``1 - a.b`` (rows assumed L2-normalized, as in the originals; nothing is normalized here).
+
+    The originals broadcast explicit differences (an `[n, m, d]` tensor: 8.6 GB at
+    n = m = 4,096, d = 128 in float32). Here the squared distance is the Gram expansion
+    ``|a|^2 + |b|^2 - 2 a.b`` computed in float64 (`_squared_distances`) and the city-block
+    distance explicit differences in row blocks with their own gradient (`_cityblock`).
 
     Returns:
-      `[n, m]` tensor.
+      `[n, m]` tensor of `a`'s dtype.
     """
     if metric not in CDIST_METRICS:
         raise ValueError(_checks.invalid("metric", f"one of {CDIST_METRICS}", metric))
     if metric == "cosine":
         return 1.0 - tf.matmul(a, b, transpose_b=True)
-    diffs = a[:, tf.newaxis, :] - b[tf.newaxis, :, :]
     if metric == "cityblock":
-        return tf.reduce_sum(tf.abs(diffs), axis=-1)
-    squared = tf.reduce_sum(tf.square(diffs), axis=-1)
+        return _cityblock(a, b)
+    squared = _squared_distances(a, b)
     if metric == "sqeuclidean":
         return squared
     return tf.sqrt(squared + EUCLIDEAN_EPSILON)
+
+
+def _squared_distances(a, b):
+    """``sum (a - b)^2`` for all row pairs, from the Gram expansion in float64.
+
+    Exactness: for float32 inputs every product of two coordinates is exact in float64, and the
+    expansion's cancellation error is at most ~``2 d 2^-53 (|a|^2 + |b|^2)`` (3e-14 for unit
+    rows at d = 128), below the float32 rounding of the explicit sum (``2^-24`` of the result)
+    except for squared distances under ~1e-6 of the norms, and there below the 1e-12 the
+    "euclidean" metric adds under its square root. So the result is the explicit float32 sum
+    up to its own rounding. For float64 inputs the bound is the same absolute ~3e-14 (unit
+    rows), which an explicit float64 sum would beat only for near-duplicate rows.
+    """
+    a64, b64 = tf.cast(a, tf.float64), tf.cast(b, tf.float64)
+    squared = (
+        tf.reduce_sum(tf.square(a64), axis=1, keepdims=True)
+        + tf.reduce_sum(tf.square(b64), axis=1)[tf.newaxis, :]
+        - 2.0 * tf.matmul(a64, b64, transpose_b=True)
+    )
+    # The expansion can round below zero; a squared distance is never negative.
+    return tf.cast(tf.maximum(squared, 0.0), a.dtype)
+
+
+# Elements of one block of explicit differences in `_cityblock` (rows x m x d): 64 MB in float32.
+_BLOCK_ELEMENTS = 1 << 24
+
+
+@tf.custom_gradient
+def _cityblock(a, b):
+    """``sum |a_i - b_j|`` in blocks of rows of `a` (padded to whole blocks); the gradient,
+    ``sign(a_i - b_j)`` (that of `tf.abs`, 0 at equality), is accumulated block by block too."""
+    n, m, d = tf.shape(a)[0], tf.shape(b)[0], tf.shape(a)[1]
+    block = tf.maximum(1, _BLOCK_ELEMENTS // tf.maximum(1, m * d))
+    blocks = (n + block - 1) // block
+    # Zero rows pad `a` to whole blocks; their outputs are cut off and get no gradient.
+    padded = tf.reshape(tf.pad(a, [[0, blocks * block - n], [0, 0]]), [blocks, block, d])
+
+    def forward(rows):
+        return tf.reduce_sum(tf.abs(rows[:, None] - b[None]), axis=-1)
+
+    value = tf.reshape(tf.map_fn(forward, padded), [blocks * block, m])[:n]
+
+    def grad(upstream):
+        weights = tf.reshape(
+            tf.pad(upstream, [[0, blocks * block - n], [0, 0]]), [blocks, block, m, 1]
+        )
+
+        def step(i, grad_a, grad_b):
+            weighted = weights[i] * tf.sign(padded[i][:, None] - b[None])  # [block, m, d]
+            grad_a = grad_a.write(i, tf.reduce_sum(weighted, axis=1))
+            return i + 1, grad_a, grad_b - tf.reduce_sum(weighted, axis=0)
+
+        _, grad_a, grad_b = tf.while_loop(
+            lambda i, *_: i < blocks,
+            step,
+            (0, tf.TensorArray(a.dtype, size=blocks), tf.zeros_like(b)),
+        )
+        return tf.reshape(grad_a.stack(), [blocks * block, d])[:n], grad_b
+
+    return value, grad
