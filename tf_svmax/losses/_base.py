@@ -52,6 +52,8 @@ class BatchPenaltyLoss(keras.losses.Loss):
     replica order) and scales it so that the replicas' summed gradients equal the single-device
     gradients on the concatenated batch; ``global_batch=False`` evaluates each replica's rows
     alone and averages over the replicas (a smaller-batch loss: another value and gradient).
+    A loss that is a sum over anchors (``splits_anchors``) computes on each replica only its
+    own anchors against the global batch (the same value and gradients, 1/N of the work).
     """
 
     def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
@@ -64,6 +66,10 @@ class BatchPenaltyLoss(keras.losses.Loss):
             )
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 
+    # Subclasses whose value is a sum over anchors set this and accept `call(y_true, y_pred,
+    # anchor_rows=(start, count))`, which returns those anchors' share of the value.
+    splits_anchors = False
+
     def __call__(self, y_true, y_pred, sample_weight=None):
         with tf.name_scope(self.name):
             y_pred = tf.cast(tf.convert_to_tensor(y_pred), self.dtype)
@@ -71,23 +77,37 @@ class BatchPenaltyLoss(keras.losses.Loss):
             if sample_weight is not None:
                 weights = _batch_weights(sample_weight, y_pred, self.dtype)
             local_weights = weights
+            local_rows = tf.shape(y_pred)[0]
             context, (y_true, y_pred, weights) = replicas.gather_global_batch(
                 self.global_batch, y_true, y_pred, weights
             )
-            value = _checks.zero_unless_rows(
-                y_pred, lambda: tf.cast(self.call(y_true, y_pred), self.dtype)
+            per_row_none = self.reduction in ("none", None) and (
+                local_weights is not None and local_weights.shape.rank != 0
             )
+            if context is not None and self.splits_anchors and not per_row_none:
+                # This replica's anchors only: the replicas' shares add up to the value.
+                anchor_rows = replicas.own_row_range(context, local_rows)
+                value = _checks.zero_unless_rows(
+                    y_pred,
+                    lambda: tf.cast(self.call(y_true, y_pred, anchor_rows=anchor_rows), self.dtype),
+                )
+                scale = tf.identity
+            else:
+                value = _checks.zero_unless_rows(
+                    y_pred, lambda: tf.cast(self.call(y_true, y_pred), self.dtype)
+                )
+                scale = replicas.scale_to_replicas
             if weights is None:
-                return replicas.scale_to_replicas(value)
+                return scale(value)
             if self.reduction in ("none", None):
-                if local_weights.shape.rank != 0:
+                if per_row_none:
                     # One entry per local row: the replicas' outputs add up to the global
                     # batch's, so no division by the number of replicas.
                     return value * local_weights
-                return replicas.scale_to_replicas(value * local_weights)
+                return scale(value * local_weights)
             if self.reduction == "sum":
-                return replicas.scale_to_replicas(value * tf.reduce_sum(weights))
-            return replicas.scale_to_replicas(value * tf.reduce_mean(weights))
+                return scale(value * tf.reduce_sum(weights))
+            return scale(value * tf.reduce_mean(weights))
 
     def get_config(self):
         return {**super().get_config(), "dtype": self.dtype, "global_batch": self.global_batch}
@@ -104,8 +124,12 @@ class PerSampleLabelLoss(keras.losses.Loss):
     merges integer labels above 2**24.
 
     ``global_batch`` as in `BatchPenaltyLoss`; with ``reduction="none"`` each replica gets the
-    values of its own rows (computed on the global batch).
+    values of its own rows (computed on the global batch). Subclasses that set
+    ``splits_anchors`` accept ``call(y_true, y_pred, anchor_rows=(start, count))`` and then
+    compute only this replica's rows against the global batch.
     """
+
+    splits_anchors = False
 
     def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
         self.global_batch = check_global_batch(global_batch)
@@ -124,20 +148,33 @@ class PerSampleLabelLoss(keras.losses.Loss):
                 if weights.shape.rank != 0:  # a scalar weight broadcasts, as in Keras
                     weights = tf.reshape(weights, tf.shape(y_pred)[:1])
             local_rows = tf.shape(y_pred)[0]
+            local_weights = weights
             context, (y_true, y_pred, weights) = replicas.gather_global_batch(
                 self.global_batch, y_true, y_pred, weights
             )
+            anchor_rows = None
+            if context is not None and self.splits_anchors:
+                # This replica's anchors only (their values against the global batch).
+                anchor_rows = replicas.own_row_range(context, local_rows)
+                weights = local_weights
             if y_pred.shape[0] == 0:  # statically empty: no rows, no values (as when dynamic)
                 values = tf.zeros([0], self.dtype)
+            elif anchor_rows is not None:
+                values = tf.cast(self.call(y_true, y_pred, anchor_rows=anchor_rows), self.dtype)
             else:
                 values = tf.cast(self.call(y_true, y_pred), self.dtype)
             if weights is not None:
                 values = values * weights
             if self.reduction in (None, "none"):
-                if context is not None:
+                if context is not None and anchor_rows is None:
                     return replicas.own_rows(context, values, local_rows)
                 return values
             total = tf.reduce_sum(values)
+            if anchor_rows is not None:
+                # The replicas' partial sums add up to the global batch's sum and mean.
+                if self.reduction == "sum":
+                    return total
+                return tf.math.divide_no_nan(total, tf.cast(tf.shape(y_pred)[0], self.dtype))
             if self.reduction == "sum":
                 # The per-replica sums add up (Keras' "sum"); a global sum is on every replica.
                 return total if context is None else replicas.scale_to_replicas(total)

@@ -10,6 +10,11 @@ Scaling: when every replica evaluates the same value on the same gathered batch 
 ``value / N``, the gradients Keras sums over the replicas equal the single-device gradient of
 ``value`` on the concatenated batch (the all-gather's gradient sums the N identical upstream
 contributions, each 1/N).
+
+Splitting: a loss that is a sum over anchors (triplet mining, batch-hard) need not be evaluated
+N times. Each replica computes only its own anchors (`own_row_range`) against the gathered
+batch, b/N x b instead of b x b, and returns its share of the value unscaled: the shares add up
+to the global value, and so do their gradients.
 """
 
 import tensorflow as tf
@@ -77,6 +82,13 @@ def replica_row_counts(context, rows):
     return context.all_gather(tf.reshape(tf.cast(rows, tf.int32), [1]), axis=0)
 
 
+def own_row_range(context, rows):
+    """``(start, count)``: where this replica's `rows` rows sit in the gathered batch."""
+    counts = replica_row_counts(context, rows)
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    return tf.reduce_sum(counts[:replica]), counts[replica]
+
+
 def own_rows(context, values, rows):
     """The entries of a gathered per-row tensor `values` that belong to this replica.
 
@@ -85,10 +97,8 @@ def own_rows(context, values, rows):
       values: A tensor whose axis 0 runs over the gathered (global) batch.
       rows: This replica's number of rows (an int or an int scalar tensor).
     """
-    counts = replica_row_counts(context, rows)
-    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
-    start = tf.reduce_sum(counts[:replica])
-    return tf.gather(values, tf.range(start, start + counts[replica]), axis=0)
+    start, count = own_row_range(context, rows)
+    return tf.gather(values, tf.range(start, start + count), axis=0)
 
 
 def scale_to_replicas(value):
