@@ -21,20 +21,61 @@ def _potential(x, indices):
 
 @pytest.mark.parametrize("trials", [None, 1, 3])
 def test_float64_seeds_are_scikit_learns(rng, trials):
-    """Same draws, same greedy choice: with float64 data every index equals scikit-learn's."""
+    """draws="sklearn": same draws, same greedy choice: with float64 data every index equals
+    scikit-learn's."""
     x = _blobs(rng, 1500, 60, 12, np.float64)
     for seed in (0, 5):
-        ours = kmeans.kmeans_plusplus(x, 60, seed=seed, n_local_trials=trials)
+        ours = kmeans.kmeans_plusplus(x, 60, seed=seed, n_local_trials=trials, draws="sklearn")
         _, theirs = kmeans_plusplus(x, 60, random_state=seed, n_local_trials=trials)
         np.testing.assert_array_equal(ours, theirs)
 
 
-def test_float32_seeding_has_scikit_learns_quality(rng):
+@pytest.mark.parametrize("trials", [None, 1, 3])
+def test_pooled_seeds_follow_scikit_learns_distribution(rng, trials):
+    """The pooled draws (rejection sampling, sparse rows) are another random stream for the
+    same greedy k-means++ distribution: over 150 seeds the potential's mean and spread match
+    scikit-learn's own `kmeans_plusplus` within sampling error (4 standard errors), and the
+    potential is a sensitive statistic (one candidate instead of 2 + ln k: +20 % here)."""
+    x = _blobs(rng, 600, 40, 6, np.float64, spread=0.5)
+    seeds = range(150)
+    ours = np.array(
+        [_potential(x, kmeans.kmeans_plusplus(x, 40, seed=s, n_local_trials=trials)) for s in seeds]
+    )
+    theirs = np.array(
+        [
+            _potential(x, kmeans_plusplus(x, 40, random_state=s, n_local_trials=trials)[1])
+            for s in seeds
+        ]
+    )
+    error = np.sqrt((ours.var() + theirs.var()) / len(seeds))
+    assert abs(ours.mean() - theirs.mean()) < 4 * error
+    assert ours.std() == pytest.approx(theirs.std(), rel=0.35)
+
+
+def test_pooled_seeds_are_deterministic_and_not_scikit_learns_stream(rng):
+    x = _blobs(rng, 800, 50, 8, np.float32)
+    first = kmeans.kmeans_plusplus(x, 50, seed=2)
+    np.testing.assert_array_equal(kmeans.kmeans_plusplus(x, 50, seed=2), first)
+    _, theirs = kmeans_plusplus(x.astype(np.float64), 50, random_state=2)
+    assert not np.array_equal(first, theirs)
+
+
+def test_duplicate_points_do_not_stall_the_pooled_draws():
+    """Fewer distinct points than centres: the potential reaches 0 and the draws stop there
+    (scikit-learn's draws then all land on row 0)."""
+    x = np.repeat(np.eye(3, dtype=np.float32), 4, axis=0)
+    idx = kmeans.kmeans_plusplus(x, 5, seed=0)
+    assert len({tuple(r) for r in x[idx[:3]]}) == 3
+    assert idx.shape == (5,) and idx.min() >= 0 and idx.max() < 12
+
+
+@pytest.mark.parametrize("draws", ["pooled", "sklearn"])
+def test_float32_seeding_has_scikit_learns_quality(rng, draws):
     """In float32 a near-tie may pick another candidate, so compare what the seeding is for:
     the k-means potential of the chosen centres, over seeds, against scikit-learn's on float64
     (and a seeding that ignored the greedy trials would be visibly worse)."""
     x = _blobs(rng, 3000, 150, 32, np.float32, spread=0.5)
-    ours = [_potential(x, kmeans.kmeans_plusplus(x, 150, seed=s)) for s in range(4)]
+    ours = [_potential(x, kmeans.kmeans_plusplus(x, 150, seed=s, draws=draws)) for s in range(4)]
     theirs = [
         _potential(x, kmeans_plusplus(x.astype(np.float64), 150, random_state=s)[1])
         for s in range(4)
@@ -53,17 +94,33 @@ def test_seeds_are_distinct_rows_of_x(rng):
     assert len(np.unique(idx)) == 40 and idx.min() >= 0 and idx.max() < 400
 
 
-@pytest.mark.parametrize("init", ["k-means++", "random"])
+@pytest.mark.parametrize("init", ["k-means++-sklearn", "random"])
 def test_kmeans_equals_scikit_learns_kmeans(rng, init):
     x = _blobs(rng, 600, 12, 6, np.float64)
     labels, info = kmeans.kmeans(x, 12, seed=4, init=init, max_iter=300)
-    reference = KMeans(n_clusters=12, n_init=1, init=init, random_state=4, max_iter=300).fit(x)
+    theirs = "k-means++" if init == "k-means++-sklearn" else init
+    reference = KMeans(n_clusters=12, n_init=1, init=theirs, random_state=4, max_iter=300).fit(x)
     np.testing.assert_array_equal(labels, reference.labels_)
+    seconds = {k: info.pop(k) for k in ("seconds_kmeans_seeding", "seconds_kmeans_lloyd")}
+    assert min(seconds.values()) >= 0
     assert info == {
         "kmeans_init": init,
         "kmeans_iterations": int(reference.n_iter_),
         "kmeans_converged": bool(reference.n_iter_ < 300),
     }
+
+
+def test_default_kmeans_has_scikit_learns_inertia(rng):
+    """Default (pooled) seeding + Lloyd: the converged inertia over seeds matches scikit-learn's
+    `KMeans(init="k-means++")` (another random stream, so not the same clusters)."""
+    x = _blobs(rng, 1500, 60, 12, np.float32, spread=0.6)
+
+    def inertia(labels):
+        return sum(((x[labels == c] - x[labels == c].mean(0)) ** 2).sum() for c in set(labels))
+
+    ours = [inertia(kmeans.kmeans(x, 60, seed=s)[0]) for s in range(6)]
+    theirs = [KMeans(60, n_init=1, random_state=s).fit(x).inertia_ for s in range(6)]
+    assert np.mean(ours) == pytest.approx(np.mean(theirs), rel=0.01)
 
 
 def test_kmeans_reports_an_iteration_cap(rng):
@@ -84,7 +141,9 @@ def test_bad_arguments_are_named():
         kmeans.kmeans_plusplus(x, 0)
     with pytest.raises(ValueError, match=r"argument `n_local_trials`"):
         kmeans.kmeans_plusplus(x, 2, n_local_trials=0)
-    with pytest.raises(ValueError, match=r"argument `init`.*kmeans"):
+    with pytest.raises(ValueError, match=r"argument `draws`.*pooled.*sklearn.*fast"):
+        kmeans.kmeans_plusplus(x, 2, draws="fast")
+    with pytest.raises(ValueError, match=r"argument `init`.*k-means\+\+-sklearn.*kmeans"):
         kmeans.kmeans(x, 2, init="kmeans")
     with pytest.raises(ValueError, match=r"argument `max_iter`"):
         kmeans.kmeans(x, 2, max_iter=0)

@@ -317,9 +317,12 @@ def nmi(embeddings, labels, *, seed=0, max_iter=300, init="k-means++"):
     Args:
       seed, max_iter, init: k-means settings (`tf_svmax.metrics.kmeans.kmeans`). With
         thousands of classes (Stanford Online Products: 11,316) each Lloyd iteration costs
-        ``n * k * d`` multiply-adds (1-2 s on 2 CPU cores) and the greedy k-means++ seeding
-        ``(2 + ln k) * n * k * d`` (about a minute there); ``init="random"`` skips the seeding
-        but gives a lower NMI (0.88 vs 0.92 on an SOP-shaped set): report which was used.
+        ``n * k * d`` multiply-adds (1-2 s on 2 CPU cores). The default greedy k-means++
+        seeding (pooled draws) costs at most one ``n x n`` distance matrix, about 5 Lloyd
+        iterations there; ``init="k-means++-sklearn"`` reproduces scikit-learn's seeds for the
+        same seed at ``(2 + ln k) * n * k * d`` (several minutes there); ``init="random"``
+        skips the seeding but gives a lower NMI (0.88 vs 0.92 on an SOP-shaped set): report
+        which was used.
 
     Returns:
       The NMI, a float in [0, 1].
@@ -331,9 +334,7 @@ def nmi(embeddings, labels, *, seed=0, max_iter=300, init="k-means++"):
 def _nmi(x, y, *, seed, max_iter, init):
     from sklearn.metrics import normalized_mutual_info_score
 
-    clusters, info = kmeans.kmeans(
-        x, len(np.unique(y)), seed=seed, init=init, max_iter=max_iter
-    )
+    clusters, info = kmeans.kmeans(x, len(np.unique(y)), seed=seed, init=init, max_iter=max_iter)
     score = normalized_mutual_info_score(y, clusters, average_method="geometric")
     return float(score), info
 
@@ -365,7 +366,8 @@ def evaluate_retrieval(
 
     Returns:
       A dict with ``recall_at_<k>`` for each k, ``map_at_r``, ``nmi`` (with
-      ``kmeans_init``, ``kmeans_iterations`` and ``kmeans_converged``), ``s_mu`` with its
+      ``kmeans_init``, ``kmeans_iterations``, ``kmeans_converged`` and the stage times
+      ``seconds_nmi``, ``seconds_kmeans_seeding``, ``seconds_kmeans_lloyd``), ``s_mu`` with its
       bounds ``s_mu_lower`` and ``s_mu_upper`` (mean singular value of the embedding matrix,
       the bounds assuming unit-norm rows), ``num_queries`` (queries with a positive),
       ``num_embeddings``, ``num_classes`` and ``seconds``.
@@ -396,9 +398,7 @@ def evaluate_retrieval(
                 flush=True,
             )
         stage = time.perf_counter()
-        results["nmi"], info = _nmi(
-            x, y, seed=seed, max_iter=kmeans_max_iter, init=kmeans_init
-        )
+        results["nmi"], info = _nmi(x, y, seed=seed, max_iter=kmeans_max_iter, init=kmeans_init)
         results.update(info, seconds_nmi=time.perf_counter() - stage)
     if compute_spectrum:
         results.update(_spectrum(x))
