@@ -44,7 +44,9 @@ def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2", *, a
 
     Memory is O(b^2): each anchor's negatives are sorted once and the semi-hard negative of
     (a, p) is found by binary search (`_closest_farther`), where tensorflow-addons builds
-    `[b, b, b]` tensors (4 b^3 bytes each: 275 GB at b = 4,096).
+    `[b, b, b]` tensors (4 b^3 bytes each: 275 GB at b = 4,096). Batches of more than 2,048
+    rows are computed in blocks of anchors, the gradient recomputing each block
+    (`_sum_over_anchor_blocks`): b = 4,096 fits in 2 GB.
 
     Args:
       y_true: `[batch_size]` (or `[batch_size, 1]`) class labels.
@@ -63,20 +65,83 @@ def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2", *, a
     Example:
       >>> triplet_semihard_loss([0, 0], [[0.0, 1.0], [1.0, 0.0]])  # 2.4142137
     """
-    labels, _, pdist, positives, negatives, dtype = _prepare(
-        y_true, y_pred, distance_metric, anchor_rows
-    )
-    # The closest negative farther than the positive, where there is one.
-    closest_farther, farther_exists = _closest_farther(pdist, negatives)
-    # Fallback: the farthest negative of the anchor (its nearest point if it has none).
-    farthest_negative = _common.masked_max(pdist, negatives)
-    semi_hard = tf.where(farther_exists, closest_farther, farthest_negative)
+    embeddings, dtype = _common.embeddings_matrix(y_pred)
+    labels = _common.flat_labels(y_true, embeddings.shape[0])
+    labels = _common.same_batch(labels, embeddings)
+    count = _common.positive_pair_count(labels, embeddings.dtype)
 
-    loss_matrix = margin + pdist - semi_hard
-    positives_f = tf.cast(positives, pdist.dtype)
-    total = tf.reduce_sum(tf.maximum(loss_matrix * positives_f, 0.0))
-    count = _common.positive_pair_count(labels, pdist.dtype)
+    def share(x, rows):
+        """The anchors `rows`' sum of hinge terms."""
+        pdist = tf.cast(distances.distance_matrix(x, distance_metric, rows=rows), x.dtype)
+        _, positives, negatives = _common.anchor_masks(labels, rows)
+        # The closest negative farther than the positive, where there is one.
+        closest_farther, farther_exists = _closest_farther(pdist, negatives)
+        # Fallback: the farthest negative of the anchor (its nearest point if it has none).
+        farthest_negative = _common.masked_max(pdist, negatives)
+        semi_hard = tf.where(farther_exists, closest_farther, farthest_negative)
+        loss_matrix = margin + pdist - semi_hard
+        positives_f = tf.cast(positives, pdist.dtype)
+        return tf.reduce_sum(tf.maximum(loss_matrix * positives_f, 0.0))
+
+    total = _sum_over_anchor_blocks(share, embeddings, anchor_rows)
     return tf.cast(_common.safe_mean_over(total, count), dtype)
+
+
+# Elements (anchor rows x batch) of one block of `_sum_over_anchor_blocks`: its distance rows,
+# masks, sort and gradient temporaries are some 20 such arrays, ~300 MB in float32
+# (b = 4,096: blocks of 1,024 anchors).
+_ROW_BLOCK_ELEMENTS = 1 << 22
+
+
+def _sum_over_anchor_blocks(share, x, anchor_rows):
+    """``sum_blocks share(x, (start, count))`` over blocks of the anchors `anchor_rows` (all
+    rows when None), with its gradient w.r.t. `x`, in one block's memory.
+
+    A batch with at most `_ROW_BLOCK_ELEMENTS` distances is one block, differentiated as usual.
+    A larger one is summed block by block without keeping anything for the gradient, and the
+    gradient recomputes each block's share under its own tape (one more forward pass: the price
+    of O(block) instead of O(b^2) autodiff state). Under XLA (static shapes) it is one block.
+    """
+    b = tf.shape(x)[0]
+    start, count = (0, b) if anchor_rows is None else anchor_rows
+    rows = tf.maximum(1, _ROW_BLOCK_ELEMENTS // tf.maximum(b, 1))
+    if _checks.in_xla_context():
+        return share(x, anchor_rows)
+    static_b = x.shape[0]
+    if static_b is not None and static_b * static_b <= _ROW_BLOCK_ELEMENTS:
+        return share(x, anchor_rows)
+    blocks = (count + rows - 1) // rows
+
+    def block(i):
+        first = start + i * rows
+        return first, tf.minimum(rows, start + count - first)
+
+    @tf.custom_gradient
+    def blockwise(x):
+        total = tf.while_loop(
+            lambda i, _: i < blocks,
+            lambda i, total: (i + 1, total + share(x, block(i))),
+            (0, tf.zeros([], x.dtype)),
+        )[1]
+
+        def grad(upstream):
+            def step(i, gradient):
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    value = share(x, block(i))
+                return i + 1, gradient + tape.gradient(value, x)
+
+            gradient = tf.while_loop(lambda i, _: i < blocks, step, (0, tf.zeros_like(x)))[1]
+            return upstream * gradient
+
+        return total, grad
+
+    if static_b is not None:
+        return blockwise(x)
+    # A batch size known only when the step runs (Keras' fit): one block needs no recompute.
+    return tf.cond(
+        b * b <= _ROW_BLOCK_ELEMENTS, lambda: share(x, anchor_rows), lambda: blockwise(x)
+    )
 
 
 def _closest_farther(pdist, negatives):
@@ -95,7 +160,21 @@ def _closest_farther(pdist, negatives):
     (split among the row's maxima); with no candidate all of it does (the masked-out zeros are
     all tied). Tests: tests/losses/test_tfa_parity.py (exact ties included).
     """
-    m, b = tf.shape(pdist)[0], tf.shape(pdist)[1]
+    count, high, order, first, end, least = _search_rows(pdist, negatives)
+    exists = first < count
+
+    def grad(upstream):
+        return _gradient_rows(pdist, upstream, count, high, order, first, end, least)
+
+    return _with_gradient(pdist, least + high, grad), exists
+
+
+def _search_rows(pdist, negatives):
+    """Forward of `_closest_farther` on some anchor rows: ``(count, high, order, first, end,
+    least)``: the row's number of negatives and maximum, the sort order of its negatives, the
+    first sorted negative farther than each column, the end of its tie group, and its distance
+    minus the row maximum (0 where there is none)."""
+    b = tf.shape(pdist)[1]
     # Each row's negatives in increasing order, +inf after them.
     keys = tf.where(negatives, pdist, tf.constant(np.inf, pdist.dtype))
     order = tf.argsort(keys, axis=1, stable=True)
@@ -103,43 +182,43 @@ def _closest_farther(pdist, negatives):
     count = tf.reduce_sum(tf.cast(negatives, tf.int32), axis=1, keepdims=True)
     # The first negative strictly farther than the positive.
     first = tf.searchsorted(ordered, pdist, side="right")
-    exists = first < count
     # TFA compares the candidates shifted by the row maximum, d - h: distances that differ
     # only below h's rounding step tie there, so the tie group is found among the shifted
     # values (sorted too: the shift is monotone), and the value is (d - h) + h as in TFA.
     high = tf.reduce_max(pdist, axis=1, keepdims=True)
     shifted = ordered - high
     least = tf.gather(shifted, tf.minimum(first, b - 1), batch_dims=1)
-    least = tf.where(exists, least, tf.zeros_like(least))  # never +inf, even where unused
+    # Never +inf, even where unused (no candidate).
+    least = tf.where(first < count, least, tf.zeros_like(least))
     end = tf.searchsorted(shifted, least, side="right")
+    return count, high, order, first, end, least
 
-    def grad(upstream):
-        b_f = tf.cast(b, pdist.dtype)
-        # At the row maximum (or with no candidate) the shifted min 0 ties with every entry.
-        at_high = tf.logical_or(tf.logical_not(exists), tf.equal(least, 0.0))
-        tied = tf.where(at_high, b_f, tf.cast(end - first, pdist.dtype))
-        per_candidate = tf.where(exists, upstream / tied, tf.zeros_like(upstream))
-        # Spread over the sorted positions first .. end - 1 (a difference array, then cumsum).
-        rows = tf.range(m)[:, tf.newaxis] * (b + 1)
-        ids = tf.concat([tf.reshape(rows + first, [-1]), tf.reshape(rows + end, [-1])], 0)
-        steps = tf.concat([tf.reshape(per_candidate, [-1]), -tf.reshape(per_candidate, [-1])], 0)
-        spread = tf.math.unsorted_segment_sum(steps, ids, m * (b + 1))
-        spread = tf.cumsum(tf.reshape(spread, [m, b + 1]), axis=1)[:, :b]
-        # Back from sorted positions to columns.
-        columns = tf.reshape(tf.range(m)[:, tf.newaxis] * b + order, [-1])
-        direct = tf.reshape(
-            tf.math.unsorted_segment_sum(tf.reshape(spread, [-1]), columns, m * b), [m, b]
-        )
-        # What reaches the row maximum: 1 - (#candidates tied at it) / b of the upstream.
-        candidates = tf.where(exists, tf.cast(count - first, pdist.dtype), tf.zeros_like(least))
-        to_high = tf.where(at_high, upstream * (1.0 - candidates / b_f), tf.zeros_like(upstream))
-        is_high = tf.cast(tf.equal(pdist, high), pdist.dtype)
-        share = tf.reduce_sum(to_high, axis=1, keepdims=True) / tf.reduce_sum(
-            is_high, axis=1, keepdims=True
-        )
-        return direct + share * is_high
 
-    return _with_gradient(pdist, least + high, grad), exists
+def _gradient_rows(pdist, upstream, count, high, order, first, end, least):
+    """Backward of `_closest_farther` on some anchor rows (see its docstring)."""
+    m, b = tf.shape(pdist)[0], tf.shape(pdist)[1]
+    b_f = tf.cast(b, pdist.dtype)
+    exists = first < count
+    # At the row maximum (or with no candidate) the shifted min 0 ties with every entry.
+    at_high = tf.logical_or(tf.logical_not(exists), tf.equal(least, 0.0))
+    tied = tf.where(at_high, b_f, tf.cast(end - first, pdist.dtype))
+    per_candidate = tf.where(exists, upstream / tied, tf.zeros_like(upstream))
+    # Spread over the sorted positions first .. end - 1 (a difference array, then cumsum).
+    rows = tf.range(m)[:, tf.newaxis] * (b + 1)
+    spread = tf.math.unsorted_segment_sum(per_candidate, rows + first, m * (b + 1))
+    spread -= tf.math.unsorted_segment_sum(per_candidate, rows + end, m * (b + 1))
+    spread = tf.cumsum(tf.reshape(spread, [m, b + 1]), axis=1)[:, :b]
+    # Back from sorted positions to columns.
+    columns = tf.range(m)[:, tf.newaxis] * b + order
+    direct = tf.reshape(tf.math.unsorted_segment_sum(spread, columns, m * b), [m, b])
+    # What reaches the row maximum: 1 - (#candidates tied at it) / b of the upstream.
+    candidates = tf.where(exists, tf.cast(count - first, pdist.dtype), tf.zeros_like(least))
+    to_high = tf.where(at_high, upstream * (1.0 - candidates / b_f), tf.zeros_like(upstream))
+    is_high = tf.cast(tf.equal(pdist, high), pdist.dtype)
+    share = tf.reduce_sum(to_high, axis=1, keepdims=True) / tf.reduce_sum(
+        is_high, axis=1, keepdims=True
+    )
+    return direct + share * is_high
 
 
 def _with_gradient(x, value, grad):
