@@ -1,0 +1,58 @@
+"""benchmarks/mining_memory.py end to end on a tiny grid (no timing is asserted)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*flags):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.mining_memory", *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_records_time_and_memory_and_kills_past_the_limit(tmp_path):
+    done = _run(
+        "--losses=semihard,batch_hard",
+        "--batches=8,16",
+        "--repeats=1",
+        "--nocompare_pml",
+        f"--output_dir={tmp_path}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads((tmp_path / "mining_memory.json").read_text())["results"]
+    assert {(r["loss"], r["batch"]) for r in rows} == {
+        (loss, b) for loss in ("semihard", "batch_hard") for b in (8, 16)
+    }
+    assert all(r["peak_rss_mb"] > 0 and r["median_ms"] > 0 for r in rows)
+    assert (tmp_path / "mining_memory.png").stat().st_size > 0
+    # A limit below what TensorFlow needs to start: the run is killed and recorded as such.
+    done = _run(
+        "--losses=semihard",
+        "--batches=8",
+        "--memory_limit_gb=0.05",
+        "--nocompare_pml",
+        "--label=tiny",
+        f"--output_dir={tmp_path}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads((tmp_path / "mining_memory.json").read_text())["results"]
+    assert [r["killed"] for r in rows if r["code"] == "tiny"] == ["resident memory above 0.05 GB"]
+    assert len(rows) == 5  # the first run's rows are kept beside it
+
+
+def test_bad_flags_are_refused_before_any_work(tmp_path):
+    for flag in ("--losses=semihard,nope", "--batches=6", "--memory_limit_gb=0"):
+        done = _run(flag, f"--output_dir={tmp_path}")
+        assert done.returncode == 2, (flag, done.stderr[-2000:])
+        assert not any(tmp_path.iterdir())
