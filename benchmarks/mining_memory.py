@@ -274,7 +274,7 @@ def _plot(rows, stem):
     axes[1].legend(fontsize=7)
     fig.suptitle(
         "Batch-mining losses: time and peak memory vs batch size (missing points: "
-        f"killed above {FLAGS.memory_limit_gb} GB)"
+        f"killed above {FLAGS.memory_limit_gb} GB or failed)"
     )
     fig.tight_layout()
     fig.savefig(f"{stem}.png", dpi=110)
