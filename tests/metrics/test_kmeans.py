@@ -30,14 +30,13 @@ def test_float64_seeds_are_scikit_learns(rng, trials):
         np.testing.assert_array_equal(ours, theirs)
 
 
-@pytest.mark.parametrize("trials", [None, 1, 3])
+@pytest.mark.parametrize("trials", [None, 2])
 def test_pooled_seeds_follow_scikit_learns_distribution(rng, trials):
     """The pooled draws (rejection sampling, sparse rows) are another random stream for the
-    same greedy k-means++ distribution: over 150 seeds the potential's mean and spread match
-    scikit-learn's own `kmeans_plusplus` within sampling error (4 standard errors), and the
-    potential is a sensitive statistic (one candidate instead of 2 + ln k: +20 % here)."""
+    same greedy k-means++ distribution: over 120 seeds the potential's mean and spread match
+    scikit-learn's own `kmeans_plusplus` within sampling error (4 standard errors)."""
     x = _blobs(rng, 600, 40, 6, np.float64, spread=0.5)
-    seeds = range(150)
+    seeds = range(120)
     ours = np.array(
         [_potential(x, kmeans.kmeans_plusplus(x, 40, seed=s, n_local_trials=trials)) for s in seeds]
     )
