@@ -8,7 +8,7 @@ random `input_size` crop, random horizontal flip. Test: the same resize, then th
 The originals use 256 -> 224 for 224-pixel backbones; `default_resize_size` keeps that ratio for
 other input sizes (299 -> 342).
 
-Decoded-image cache: decoding a JPEG costs several times the resize, crop and flip after it
+Decoded-image cache: decoding a JPEG costs about three times the resize, crop and flip after it
 (`benchmarks/input_pipeline.py`), yet only the crop and the flip are random. `decoded_image_cache`
 decodes and resizes a split once into a uint8 tensor (`resize_size**2 * 3` bytes per image:
 1.15 GB for CUB-200's 5,864 training images at 256), and `cached_image_loader` then applies
