@@ -18,7 +18,7 @@ drawn from the same distribution, with two changes to how the work is done:
   matrix product (compute-bound) instead of one skinny product per centre.
 * A candidate ``c`` can only lower the potential at points where ``|x - c|^2 < D(x)^2``, and
   ``D(x)`` only shrinks, so each row is stored sparsely: only the points it could still improve
-  when it was computed (at SOP shape about a hundred of 60,502). A point drawn again later
+  when it was computed (at SOP shape 75 of 60,502 on average when scored). A point drawn again
   reuses its row, so no point's distances are computed twice: the whole seeding costs at most
   one n x n distance matrix (``n^2 d`` multiply-adds, ~5 Lloyd iterations at SOP shape, where
   90 % of the points end up drawn) instead of ``(2 + ln k) n k d`` (~11 Lloyd iterations, as
