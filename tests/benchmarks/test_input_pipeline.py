@@ -3,13 +3,11 @@ refusals (exit status 2 before any work)."""
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks import run_program
+
 TINY = (
     "--num_classes=3",
     "--images_per_class=4",
@@ -30,15 +28,7 @@ TINY = (
 
 
 def _run(*flags):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run(
-        [sys.executable, "-m", "benchmarks.input_pipeline", *flags],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_program("input_pipeline", *flags)
 
 
 def test_tiny_tree_end_to_end_and_reused(tmp_path):

@@ -1,24 +1,12 @@
 """benchmarks/mining_memory.py end to end on a tiny grid (no timing is asserted)."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmarks import run_program
 
 
 def _run(*flags):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run(
-        [sys.executable, "-m", "benchmarks.mining_memory", *flags],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_program("mining_memory", *flags)
 
 
 def test_records_time_and_memory_and_kills_past_the_limit(tmp_path):
