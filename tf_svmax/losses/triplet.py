@@ -97,10 +97,14 @@ def _sum_over_anchor_blocks(share, x, anchor_rows):
     """``sum_blocks share(x, (start, count))`` over blocks of the anchors `anchor_rows` (all
     rows when None), with its gradient w.r.t. `x`, in one block's memory.
 
-    A batch with at most `_ROW_BLOCK_ELEMENTS` distances is one block, differentiated as usual.
-    A larger one is summed block by block without keeping anything for the gradient, and the
-    gradient recomputes each block's share under its own tape (one more forward pass: the price
-    of O(block) instead of O(b^2) autodiff state). Under XLA (static shapes) it is one block.
+    A batch of static size with at most `_ROW_BLOCK_ELEMENTS` distances is one block,
+    differentiated as usual. Otherwise (a larger batch, or one whose size is known only when the
+    step runs, as in Keras' `fit`) the shares are summed block by block without keeping anything
+    for the gradient, and the gradient recomputes each block's share under its own tape (one
+    more forward pass: the price of O(block) instead of O(b^2) autodiff state). Choosing between
+    the two with `tf.cond` fails to differentiate under `tf.distribute` (nested in the base
+    class's empty-batch `cond`, TF's cond gradient cannot resolve the captured gathered batch).
+    Under XLA (static shapes) it is one block.
     """
     b = tf.shape(x)[0]
     start, count = (0, b) if anchor_rows is None else anchor_rows
@@ -136,12 +140,7 @@ def _sum_over_anchor_blocks(share, x, anchor_rows):
 
         return total, grad
 
-    if static_b is not None:
-        return blockwise(x)
-    # A batch size known only when the step runs (Keras' fit): one block needs no recompute.
-    return tf.cond(
-        b * b <= _ROW_BLOCK_ELEMENTS, lambda: share(x, anchor_rows), lambda: blockwise(x)
-    )
+    return blockwise(x)
 
 
 def _closest_farther(pdist, negatives):
