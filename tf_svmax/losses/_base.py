@@ -84,19 +84,15 @@ class BatchPenaltyLoss(keras.losses.Loss):
             per_row_none = self.reduction in ("none", None) and (
                 local_weights is not None and local_weights.shape.rank != 0
             )
+            split = {}
+            scale = replicas.scale_to_replicas
             if context is not None and self.splits_anchors and not per_row_none:
                 # This replica's anchors only: the replicas' shares add up to the value.
-                anchor_rows = replicas.own_row_range(context, local_rows)
-                value = _checks.zero_unless_rows(
-                    y_pred,
-                    lambda: tf.cast(self.call(y_true, y_pred, anchor_rows=anchor_rows), self.dtype),
-                )
+                split = {"anchor_rows": replicas.own_row_range(context, local_rows)}
                 scale = tf.identity
-            else:
-                value = _checks.zero_unless_rows(
-                    y_pred, lambda: tf.cast(self.call(y_true, y_pred), self.dtype)
-                )
-                scale = replicas.scale_to_replicas
+            value = _checks.zero_unless_rows(
+                y_pred, lambda: tf.cast(self.call(y_true, y_pred, **split), self.dtype)
+            )
             if weights is None:
                 return scale(value)
             if self.reduction in ("none", None):
@@ -152,25 +148,23 @@ class PerSampleLabelLoss(keras.losses.Loss):
             context, (y_true, y_pred, weights) = replicas.gather_global_batch(
                 self.global_batch, y_true, y_pred, weights
             )
-            anchor_rows = None
+            split = {}
             if context is not None and self.splits_anchors:
                 # This replica's anchors only (their values against the global batch).
-                anchor_rows = replicas.own_row_range(context, local_rows)
+                split = {"anchor_rows": replicas.own_row_range(context, local_rows)}
                 weights = local_weights
             if y_pred.shape[0] == 0:  # statically empty: no rows, no values (as when dynamic)
                 values = tf.zeros([0], self.dtype)
-            elif anchor_rows is not None:
-                values = tf.cast(self.call(y_true, y_pred, anchor_rows=anchor_rows), self.dtype)
             else:
-                values = tf.cast(self.call(y_true, y_pred), self.dtype)
+                values = tf.cast(self.call(y_true, y_pred, **split), self.dtype)
             if weights is not None:
                 values = values * weights
             if self.reduction in (None, "none"):
-                if context is not None and anchor_rows is None:
+                if context is not None and not split:
                     return replicas.own_rows(context, values, local_rows)
                 return values
             total = tf.reduce_sum(values)
-            if anchor_rows is not None:
+            if split:
                 # The replicas' partial sums add up to the global batch's sum and mean.
                 if self.reduction == "sum":
                     return total

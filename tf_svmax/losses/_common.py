@@ -66,17 +66,16 @@ def label_masks(labels):
 
 
 def anchor_masks(labels, anchor_rows=None):
-    """``(anchor_labels, positives, negatives)`` of the anchors ``anchor_rows = (start,
-    count)`` (all rows when None) against the whole batch: boolean `[count, B]`; positives
-    exclude each anchor itself."""
+    """``(positives, negatives)`` of the anchors ``anchor_rows = (start, count)`` (all rows
+    when None) against the whole batch: boolean `[count, B]`; positives exclude each anchor
+    itself."""
     if anchor_rows is None:
         same, positives = label_masks(labels)
-        return labels, positives, tf.logical_not(same)
+        return positives, tf.logical_not(same)
     start, count = anchor_rows
-    anchor_labels = labels[start : start + count]
-    same = tf.equal(anchor_labels[:, tf.newaxis], labels[tf.newaxis, :])
+    same = tf.equal(labels[start : start + count, tf.newaxis], labels[tf.newaxis, :])
     itself = tf.cast(tf.one_hot(tf.range(count) + start, tf.shape(labels)[0]), tf.bool)
-    return anchor_labels, tf.logical_and(same, tf.logical_not(itself)), tf.logical_not(same)
+    return tf.logical_and(same, tf.logical_not(itself)), tf.logical_not(same)
 
 
 def positive_pair_count(labels, dtype):

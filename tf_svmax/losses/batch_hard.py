@@ -64,7 +64,7 @@ def batch_hard_triplet_loss(
     labels = _common.same_batch(labels, x, arg="labels")
     anchors = x if anchor_rows is None else x[anchor_rows[0] : anchor_rows[0] + anchor_rows[1]]
     dist = distances.cdist(anchors, x, metric)
-    _, positives, negatives = _common.anchor_masks(labels, anchor_rows)
+    positives, negatives = _common.anchor_masks(labels, anchor_rows)
 
     # Farthest positive (0 where there is none) and closest negative.
     farthest_positive = tf.reduce_max(dist * tf.cast(positives, dist.dtype), axis=1)

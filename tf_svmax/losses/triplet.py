@@ -21,17 +21,19 @@ from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.ops import _checks, distances
 
 
-def _prepare(y_true, y_pred, distance_metric, anchor_rows):
-    """``(labels, anchor_labels, pdist, positives, negatives, dtype)`` with `pdist` and the
-    masks `[count, b]`: the rows of the anchors ``anchor_rows = (start, count)`` (all rows when
-    None) against the whole batch."""
+def _inputs(y_true, y_pred):
+    """``(embeddings, labels, dtype)``: the checked inputs, half precision promoted."""
     embeddings, dtype = _common.embeddings_matrix(y_pred)
     labels = _common.flat_labels(y_true, embeddings.shape[0])
-    labels = _common.same_batch(labels, embeddings)
+    return embeddings, _common.same_batch(labels, embeddings), dtype
+
+
+def _anchor_distances(embeddings, labels, distance_metric, anchor_rows):
+    """``(pdist, positives, negatives)``, each `[count, b]`: the rows of the anchors
+    ``anchor_rows = (start, count)`` (all rows when None) against the whole batch."""
     pdist = distances.distance_matrix(embeddings, distance_metric, rows=anchor_rows)
-    pdist = tf.cast(pdist, embeddings.dtype)
-    anchor_labels, positives, negatives = _common.anchor_masks(labels, anchor_rows)
-    return labels, anchor_labels, pdist, positives, negatives, dtype
+    positives, negatives = _common.anchor_masks(labels, anchor_rows)
+    return tf.cast(pdist, embeddings.dtype), positives, negatives
 
 
 def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2", *, anchor_rows=None):
@@ -65,15 +67,12 @@ def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2", *, a
     Example:
       >>> triplet_semihard_loss([0, 0], [[0.0, 1.0], [1.0, 0.0]])  # 2.4142137
     """
-    embeddings, dtype = _common.embeddings_matrix(y_pred)
-    labels = _common.flat_labels(y_true, embeddings.shape[0])
-    labels = _common.same_batch(labels, embeddings)
+    embeddings, labels, dtype = _inputs(y_true, y_pred)
     count = _common.positive_pair_count(labels, embeddings.dtype)
 
     def share(x, rows):
         """The anchors `rows`' sum of hinge terms."""
-        pdist = tf.cast(distances.distance_matrix(x, distance_metric, rows=rows), x.dtype)
-        _, positives, negatives = _common.anchor_masks(labels, rows)
+        pdist, positives, negatives = _anchor_distances(x, labels, distance_metric, rows)
         # The closest negative farther than the positive, where there is one.
         closest_farther, farther_exists = _closest_farther(pdist, negatives)
         # Fallback: the farthest negative of the anchor (its nearest point if it has none).
@@ -106,14 +105,14 @@ def _sum_over_anchor_blocks(share, x, anchor_rows):
     class's empty-batch `cond`, TF's cond gradient cannot resolve the captured gathered batch).
     Under XLA (static shapes) it is one block.
     """
-    b = tf.shape(x)[0]
-    start, count = (0, b) if anchor_rows is None else anchor_rows
-    rows = tf.maximum(1, _ROW_BLOCK_ELEMENTS // tf.maximum(b, 1))
     if _checks.in_xla_context():
         return share(x, anchor_rows)
     static_b = x.shape[0]
     if static_b is not None and static_b * static_b <= _ROW_BLOCK_ELEMENTS:
         return share(x, anchor_rows)
+    b = tf.shape(x)[0]
+    start, count = (0, b) if anchor_rows is None else anchor_rows
+    rows = tf.maximum(1, _ROW_BLOCK_ELEMENTS // tf.maximum(b, 1))
     blocks = (count + rows - 1) // rows
 
     def block(i):
@@ -252,8 +251,9 @@ def triplet_hard_loss(
     Returns:
       A scalar of the embeddings' dtype.
     """
-    labels, _, pdist, positives, negatives, dtype = _prepare(
-        y_true, y_pred, distance_metric, anchor_rows
+    embeddings, labels, dtype = _inputs(y_true, y_pred)
+    pdist, positives, negatives = _anchor_distances(
+        embeddings, labels, distance_metric, anchor_rows
     )
     hard_negatives = _common.masked_min(pdist, negatives)
     hard_positives = _common.masked_max(pdist, positives)
