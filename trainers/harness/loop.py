@@ -7,7 +7,8 @@ over as a `Job`; `run_job` does the rest, the same way for every trainer:
 - resume from the newest readable checkpoint (model, optimizer and the job's extra state), or
   report a finished run unchanged;
 - an evaluation before the first step (optional) and every `eval_every` steps, each followed
-  by ``results.json``, a checkpoint and the plots, in that order;
+  by ``results.json``, a checkpoint and the plots, in that order (a Ctrl-C during the first
+  two is held until both are written, `interrupts_deferred`);
 - a trace point every `trace_every` steps: the window's mean of every logged scalar, the
   learning rate the window ended with and the window's wall seconds per step;
 - the NaN guard: a non-finite loss stops training before anything non-finite is evaluated or
@@ -18,8 +19,11 @@ The job's config must have the fields ``output_dir``, ``train_steps``, ``eval_ev
 ``trace_every``, ``evaluate_untrained`` and ``verbose`` (resolved: no None).
 """
 
+import contextlib
 import dataclasses
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -124,6 +128,29 @@ def summary(results, is_metric):
     return f"step {last['step']}: " + ", ".join(shown)
 
 
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Holds a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then
+    delivers it to the handler that was in place.
+
+    An interval's commit (``results.json``, then the checkpoint files, then the checkpoint
+    state file that lists them) must not stop half way: a checkpoint whose files are written
+    but not yet listed is invisible to resume, and the interrupt message would say that the
+    run restarts although its step is on disk. Python delivers signals only to the main
+    thread, so elsewhere the block runs unguarded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            signal.raise_signal(signal.SIGINT)
+
+
 def start_step_of(manager):
     latest = manager.latest_checkpoint
     return int(latest.rsplit("-", 1)[-1]) if latest else 0
@@ -182,8 +209,9 @@ class _Cadence(keras.callbacks.Callback):
         evaluations = [e for e in self.results["evaluations"] if e["step"] < step]
         self.results["evaluations"] = evaluations + [record]
         self.results["wall_seconds"] = _wall_seconds(self.results, self.started)
-        records.write_json(self.paths["results"], self.results)
-        self.manager.save(checkpoint_number=step)
+        with interrupts_deferred():
+            records.write_json(self.paths["results"], self.results)
+            self.manager.save(checkpoint_number=step)
         self.job.plot(self.results, self.paths["plots"])
 
 

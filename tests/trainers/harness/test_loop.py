@@ -2,6 +2,7 @@
 
 import dataclasses
 import io
+import signal
 
 import keras
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from trainers.harness.flags import option
-from trainers.harness.loop import Job, fit_verbosity, run_job, window_means
+from trainers.harness.loop import Job, fit_verbosity, interrupts_deferred, run_job, window_means
 
 
 def test_window_means_are_the_means_of_the_window_steps():
@@ -88,3 +89,20 @@ def test_progress_bar_only_on_a_terminal():
     assert fit_verbosity(1, _Terminal()) == 1
     assert fit_verbosity(1, io.StringIO()) == 2  # a log file gets one line per interval
     assert fit_verbosity(0, io.StringIO()) == 0 and fit_verbosity(2, _Terminal()) == 2
+
+
+def test_a_ctrl_c_inside_the_commit_is_delivered_after_it():
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred():
+            signal.raise_signal(signal.SIGINT)
+            done.append("results.json")  # the block goes on to its end
+            done.append("checkpoint")
+    assert done == ["results.json", "checkpoint"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_commit_without_ctrl_c_raises_nothing():
+    with interrupts_deferred():
+        pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
