@@ -85,3 +85,57 @@ def test_training_call_normalizes_by_the_batch_statistics():
     np.testing.assert_allclose(ema(x).numpy(), hidden / np.sqrt(1 + 1e-3), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ema(x, training=True).numpy(), expected, rtol=1e-4, atol=1e-4)
     assert not ema.trainable_weights and len(ema.non_trainable_weights) == len(encoder.weights)
+
+
+def test_a_model_with_a_queue_round_trips_through_a_keras_file(tmp_path):
+    """`get_config` holds ``trainable``; `from_config` used to pass it twice and fail."""
+    inputs = keras.Input((3,))
+    embeddings = keras.layers.Dense(2)(inputs)
+    queue = NegativeQueue(size=5, dim=2, seed=3)
+    model = keras.Model(inputs, [embeddings, queue(embeddings)])
+    queue.enqueue(np.arange(6, dtype=np.float32).reshape(3, 2))
+    model.save(tmp_path / "queue.keras")
+    again = keras.models.load_model(tmp_path / "queue.keras")
+    loaded = again.get_layer(queue.name)
+    assert isinstance(loaded, NegativeQueue) and not loaded.trainable
+    np.testing.assert_array_equal(loaded.keys.numpy(), queue.keys.numpy())
+    assert int(loaded.pointer.numpy()) == 3
+    with pytest.raises(ValueError, match="argument `trainable`"):
+        NegativeQueue(size=5, dim=2, trainable=True)
+
+
+def test_a_model_with_a_momentum_encoder_round_trips_through_a_keras_file(tmp_path):
+    """The key encoder's own (EMA) weights come back, not the query encoder's."""
+    query = _encoder()
+    ema = MomentumEncoder(query, momentum=0.5)
+    query.set_weights([w + 1.0 for w in query.get_weights()])
+    ema.update(query)  # the copy now differs from both the start and the query encoder
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, ema(inputs))
+    model.save(tmp_path / "ema.keras")
+    again = keras.models.load_model(tmp_path / "ema.keras")
+    loaded = again.get_layer(ema.name)
+    assert isinstance(loaded, MomentumEncoder) and loaded.momentum == 0.5
+    for got, want in zip(
+        loaded.key_encoder.get_weights(), ema.key_encoder.get_weights(), strict=True
+    ):
+        np.testing.assert_array_equal(got, want)
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    np.testing.assert_allclose(again.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (2,), (1, 2, 2)])
+def test_enqueue_refuses_keys_of_another_size_or_rank(shape):
+    queue = NegativeQueue(size=4, dim=2)
+    with pytest.raises(ValueError, match=r"argument `keys`.*Received: keys=.*" + str(shape[-1])):
+        queue.enqueue(np.zeros(shape, np.float32))
+
+
+def test_update_refuses_an_encoder_of_another_architecture():
+    ema = MomentumEncoder(_encoder(), momentum=0.9)
+    inputs = keras.Input((3,))
+    wider = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(5)(inputs)))
+    shallower = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    for other in (wider, shallower):
+        with pytest.raises(ValueError, match="argument `encoder`"):
+            ema.update(other)

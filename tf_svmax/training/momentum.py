@@ -16,13 +16,15 @@ import tensorflow as tf
 from tf_svmax.ops import _checks
 
 
+@keras.saving.register_keras_serializable(package="tf_svmax")
 class MomentumEncoder(keras.layers.Layer):
     """A copy of `encoder` that follows it by an exponential moving average of the weights,
     ``theta_k <- m theta_k + (1 - m) theta_q`` (every weight, trainable or not, position by
     position), and never receives gradients.
 
-    It is training state (checkpointed with `tf.train.Checkpoint`), not part of a saved
-    model: save the query encoder. Its weights are all non-trainable for the enclosing model
+    It is training state (checkpointed with `tf.train.Checkpoint`); a model that contains it
+    also round-trips through a ``.keras`` file (the config holds the encoder's architecture, the
+    file the copy's own EMA weights). Its weights are all non-trainable for the enclosing model
     (no optimizer slot, no gradient), but its layers stay trainable so that
     ``call(x, training=True)`` normalizes a batch by the batch's statistics as the query
     encoder does (Keras runs a non-trainable BatchNormalization in inference mode, with running
@@ -53,10 +55,42 @@ class MomentumEncoder(keras.layers.Layer):
         return tf.stop_gradient(self.key_encoder(inputs, training=training))
 
     def update(self, encoder):
-        """One EMA step towards `encoder`'s current weights."""
+        """One EMA step towards `encoder`'s current weights (the encoder the copy was made
+        from: the same weights, position by position, of the same shapes)."""
+        keys = self.key_encoder.weights
+        queries = getattr(encoder, "weights", None)
+        expected = [tuple(w.shape) for w in keys]
+        if queries is None or [tuple(w.shape) for w in queries] != expected:
+            received = (
+                encoder
+                if queries is None
+                else f"<{type(encoder).__name__} with weights of shapes "
+                f"{[tuple(w.shape) for w in queries]}>"
+            )
+            raise ValueError(
+                _checks.invalid(
+                    "encoder",
+                    f"the query encoder this copy was made from (weights of shapes {expected})",
+                    received,
+                )
+            )
         m = self.momentum
-        for key, query in zip(self.key_encoder.weights, encoder.weights, strict=True):
+        for key, query in zip(keys, queries, strict=True):
             key.assign(m * key.value + (1.0 - m) * query.value)
+
+    def get_config(self):
+        # The architecture only: the copy's own (EMA) weights are this layer's saved variables.
+        return {
+            **super().get_config(),
+            "encoder": keras.saving.serialize_keras_object(self.key_encoder),
+            "momentum": self.momentum,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -72,6 +106,12 @@ class NegativeQueue(keras.layers.Layer):
     """
 
     def __init__(self, size, dim, seed=0, **kwargs):
+        # `get_config` (hence a `.keras` file) carries ``trainable=False``; passing it again as
+        # well would make `from_config` fail. The queue is only ever written by `enqueue`.
+        if _checks.check_bool(kwargs.pop("trainable", False), "trainable"):
+            raise ValueError(
+                _checks.invalid("trainable", "False (the queue is written by `enqueue`)", True)
+            )
         super().__init__(trainable=False, **kwargs)
         self.size = _checks.check_positive_int(size, "size")
         self.dim = _checks.check_positive_int(dim, "dim")
@@ -95,9 +135,19 @@ class NegativeQueue(keras.layers.Layer):
     def enqueue(self, keys):
         """Writes `keys` (`[b, dim]`, b <= size) over the oldest entries."""
         keys = tf.cast(tf.stop_gradient(keys), self.keys.dtype)
+        # Checked where the shape is static (an unknown dimension is left to the scatter).
+        shape = keys.shape
+        if shape.rank is not None and (
+            shape.rank != 2 or shape[1] not in (None, self.dim) or (shape[0] or 0) > self.size
+        ):
+            raise ValueError(
+                _checks.invalid(
+                    "keys",
+                    f"a [b, {self.dim}] tensor with b <= {self.size}",
+                    f"<tensor of shape {shape}>",
+                )
+            )
         count = tf.shape(keys, out_type=tf.int64)[0]
-        if keys.shape[0] is not None and keys.shape[0] > self.size:
-            raise ValueError(_checks.invalid("keys", f"at most {self.size} rows", keys.shape[0]))
         slots = (self.pointer.value + tf.range(count)) % self.size
         self.keys.assign(tf.tensor_scatter_nd_update(self.keys.value, slots[:, None], keys))
         self.pointer.assign((self.pointer.value + count) % self.size)
