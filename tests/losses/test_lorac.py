@@ -1,5 +1,6 @@
 """LORAC (seed 003, Eq. 11-13) against a float64 NumPy transcription of the equations."""
 
+import json
 import math
 
 import keras
@@ -131,3 +132,89 @@ def test_keras_class_is_the_mean_and_round_trips(rng):
 def test_bad_arguments_are_named(kwargs, name):
     with pytest.raises(ValueError, match=f"argument `{name}`"):
         LORACLoss(**kwargs)
+
+
+def _float32_inputs(rng, **kwargs):
+    return tuple(a.astype(np.float32) for a in _inputs(rng, **kwargs))
+
+
+@pytest.mark.parametrize(
+    "change, name",
+    [
+        (lambda q, k, n: (q, k[:, :-1], n), "positive_keys"),  # C differs
+        (lambda q, k, n: (q, k, n[:, :-1]), "negative_keys"),  # C differs
+        (lambda q, k, n: (q, k[:-1], n), "positive_keys"),  # N differs
+        (lambda q, k, n: (q[:, :0], k, n), "queries"),  # M = 1: no query view (NaN before)
+        (lambda q, k, n: (q[0], k, n), "queries"),  # rank
+    ],
+)
+def test_mismatched_or_degenerate_inputs_are_named(rng, change, name):
+    q, k, n = change(*_float32_inputs(rng))
+    with pytest.raises(ValueError, match=f"argument `{name}`.*Received"):
+        lorac_loss(q, k, n)
+
+
+def test_row_mismatch_in_a_traced_function_is_named(rng):
+    q, k, n = _float32_inputs(rng)
+    fn = tf.function(lambda q, k, n: lorac_loss(q, k, n)).get_concrete_function(
+        tf.TensorSpec([None, 3, 8]), tf.TensorSpec([None, 8]), tf.TensorSpec([None, 8])
+    )
+    np.testing.assert_allclose(fn(q, k, n), lorac_loss(q, k, n), rtol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="argument `positive_keys`"):
+        fn(q, k[:-1], n)
+
+
+@pytest.mark.parametrize(
+    "y_pred, match",
+    [
+        (lambda q, k, n: (q, k, n), "a mapping"),  # a tuple
+        (lambda q, k, n: {"queries": q, "positive_keys": k}, "negative_keys"),
+    ],
+)
+def test_keras_class_names_a_malformed_y_pred(rng, y_pred, match):
+    with pytest.raises(ValueError, match=f"argument `y_pred`.*{match}"):
+        LORACLoss()(None, y_pred(*_float32_inputs(rng)))
+
+
+def test_keras_class_refuses_sample_weights_of_another_length(rng):
+    q, k, n = _float32_inputs(rng)
+    y_pred = {"queries": q, "positive_keys": k, "negative_keys": n}
+    loss = LORACLoss()
+    weighted = loss(None, y_pred, sample_weight=np.arange(5.0).reshape(5, 1))
+    want = np.mean(lorac_loss(q, k, n) * np.arange(5.0))
+    np.testing.assert_allclose(weighted, want, rtol=1e-6)
+    for weights in (np.ones(3), np.ones(1)):
+        with pytest.raises(ValueError, match="argument `sample_weight`"):
+            loss(None, y_pred, sample_weight=weights)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(prior="gaussian", center=float("nan")), "center"),
+        (dict(prior="gaussian", center=-1.0), "center"),  # c0 is a nuclear norm (>= 0)
+        (dict(prior="margin", constant=float("nan")), "constant"),
+        (dict(prior="margin", constant=-1e9), "constant"),  # a bonus, not a margin: loss 0
+        (dict(prior="margin", constant=float("inf")), "constant"),
+        (dict(beta=float("nan")), "beta"),
+        (dict(beta=True), "beta"),
+        (dict(temperature=float("inf")), "temperature"),
+        (dict(temperature=np.float32(-1.0)), "temperature"),
+    ],
+)
+def test_hyperparameters_outside_the_papers_range_are_named(rng, kwargs, name):
+    with pytest.raises(ValueError, match=f"argument `{name}`"):
+        lorac_loss(*_float32_inputs(rng), **kwargs)
+
+
+def test_numpy_floats_are_accepted_as_python_floats(rng):
+    q, k, n = _float32_inputs(rng)
+    kwargs = dict(temperature=0.2, beta=2.0, center=2.0, constant=3.0)
+    for prior in ("laplace", "gaussian", "margin"):
+        want = lorac_loss(q, k, n, prior=prior, **kwargs)
+        numpy_kwargs = {key: np.float32(value) for key, value in kwargs.items()}
+        got = lorac_loss(q, k, n, prior=prior, **numpy_kwargs)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    config = LORACLoss(beta=np.float32(2.0), constant=np.float32(3.0)).get_config()
+    assert type(config["beta"]) is float and type(config["constant"]) is float
+    json.dumps(config)  # what a .keras file does with it

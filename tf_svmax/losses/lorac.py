@@ -22,6 +22,7 @@ its gradient ``U V^T`` involves no division by singular-value gaps, so coincidin
 prior's minimum, ``||Q||_* = sqrt(M)``) are safe.
 """
 
+import collections.abc
 import math
 
 import keras
@@ -30,8 +31,23 @@ import tensorflow as tf
 from tf_svmax.ops import _checks
 
 PRIORS = ("laplace", "gaussian", "margin")
+# The entries of `LORACLoss`'s ``y_pred`` (the arguments of `lorac_loss`).
+INPUT_KEYS = ("queries", "positive_keys", "negative_keys")
 # The Gaussian prior's centre in the paper's comparison (Sec. 6): c0 = sqrt(5).
 GAUSSIAN_CENTER = math.sqrt(5.0)
+
+
+def _check_y_pred(y_pred):
+    """`LORACLoss`'s ``y_pred``: a mapping holding the three inputs of `lorac_loss`."""
+    if isinstance(y_pred, collections.abc.Mapping):
+        if all(key in y_pred for key in INPUT_KEYS):
+            return
+        received = f"<mapping with keys {sorted(map(str, y_pred))}>"
+    else:
+        received = f"<{type(y_pred).__name__}>"
+    raise ValueError(
+        _checks.invalid("y_pred", f"a mapping with the keys {list(INPUT_KEYS)}", received)
+    )
 
 
 def _unit_rows(x):
@@ -43,6 +59,35 @@ def _unit_rows(x):
 def batched_nuclear_norm(matrices):
     """``||Q_i||_*`` of every matrix of a `[N, M, C]` batch (float32/64): `[N]`."""
     return tf.reduce_sum(tf.linalg.svd(matrices, compute_uv=False), axis=-1)
+
+
+def _check_shapes(q, k, negatives):
+    """Ranks, the feature size C shared by the three inputs and M - 1 >= 1 query views, where
+    the shapes say so statically (the N of `positive_keys` is `same_rows`' job)."""
+    expected = {"queries": "[N, M-1, C]", "positive_keys": "[N, C]", "negative_keys": "[K, C]"}
+    tensors = {"queries": q, "positive_keys": k, "negative_keys": negatives}
+    for arg, x in tensors.items():
+        if x.shape.rank != expected[arg].count(",") + 1:
+            raise ValueError(
+                _checks.invalid(arg, f"a tensor of shape {expected[arg]}", f"<shape {x.shape}>")
+            )
+    if q.shape[1] == 0:  # M = 1: no view to average over (the mean of nothing is NaN)
+        raise ValueError(
+            _checks.invalid("queries", "at least one query view (M - 1 >= 1)", f"<shape {q.shape}>")
+        )
+    known = None  # the first (argument, C) known statically
+    for arg, x in tensors.items():
+        size = x.shape[-1]
+        if size is None:
+            continue
+        if known is None:
+            known = (arg, size)
+        elif size != known[1]:
+            raise ValueError(
+                _checks.invalid(
+                    arg, f"C = {known[1]} columns, as `{known[0]}`", f"<shape {x.shape}>"
+                )
+            )
 
 
 def lorac_loss(
@@ -72,24 +117,22 @@ def lorac_loss(
     Returns:
       `[N]` losses (float32 for half-precision inputs).
     """
-    temperature = _checks.check_non_negative_number(temperature, "temperature")
-    if temperature == 0:
-        raise ValueError(_checks.invalid("temperature", "a float > 0", temperature))
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not beta > 0:
-        raise ValueError(_checks.invalid("beta", "a float > 0 (inf: no prior)", beta))
+    temperature = _checks.check_positive_number(temperature, "temperature")
+    beta = _checks.check_positive_number(beta, "beta", allow_inf=True)
     if prior not in PRIORS:
         raise ValueError(_checks.invalid("prior", f"one of {list(PRIORS)}", prior))
+    # c0 and c are values of ||Q||_* (the Gaussian's centre, the margin prior's stand-in for the
+    # norm; seed 003 Sec. 6: sqrt(5) and 3, "a similar value of ||Q||_* at convergence"), so
+    # finite and >= 0; a negative c would be a bonus, not a margin (c = -1e9 gave a zero loss).
+    center = _checks.check_non_negative_number(center, "center")
+    constant = _checks.check_non_negative_number(constant, "constant")
     q = tf.convert_to_tensor(queries)
     dtype = _checks.compute_dtype(q.dtype)
     q = _unit_rows(tf.cast(q, dtype))
     k = _unit_rows(tf.stop_gradient(tf.cast(positive_keys, dtype)))
     negatives = _unit_rows(tf.stop_gradient(tf.cast(negative_keys, dtype)))
-    if q.shape.rank != 3 or k.shape.rank != 2 or negatives.shape.rank != 2:
-        raise ValueError(
-            "Invalid value for argument `queries`, `positive_keys` or `negative_keys`. Expected "
-            "shapes [N, M-1, C], [N, C] and [K, C]. Received: "
-            f"{q.shape}, {k.shape}, {negatives.shape}"
-        )
+    _check_shapes(q, k, negatives)
+    k = _checks.same_rows(k, q, "positive_keys", "queries")
     views = tf.shape(q)[1]
     m = tf.cast(views + 1, dtype)
     positive = tf.einsum("nvc,nc->nv", q, k) / temperature  # [N, M-1]
@@ -137,6 +180,9 @@ class LORACLoss(keras.losses.Loss):
         lorac_loss(  # validates the arguments now rather than at the first call
             tf.ones([1, 1, 2]), tf.ones([1, 2]), tf.ones([1, 2]), **self._kwargs()
         )
+        # Python floats in the config (a NumPy float32 is not JSON-serializable).
+        self.temperature, self.beta = float(temperature), float(beta)
+        self.center, self.constant = float(center), float(constant)
 
     def _kwargs(self):
         return dict(
@@ -149,6 +195,13 @@ class LORACLoss(keras.losses.Loss):
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         del y_true  # no labels; Keras' __call__ would try to convert None
+        _check_y_pred(y_pred)
+        if sample_weight is not None:
+            # One weight per instance or a scalar: Keras would broadcast a [1] weight and fail
+            # with a bare shape error on another length.
+            sample_weight = _checks.same_rows(
+                sample_weight, y_pred["queries"], "sample_weight", "y_pred['queries']"
+            )
         return super().__call__(tf.zeros([0]), y_pred, sample_weight)
 
     def call(self, y_true, y_pred):

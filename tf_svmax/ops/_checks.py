@@ -29,6 +29,18 @@ def check_non_negative_number(value, arg):
     return float(value)
 
 
+def check_positive_number(value, arg, allow_inf=False):
+    """Returns `value` as a Python float, raising ValueError unless it is a real number > 0
+    (Python or NumPy, not a bool): finite, or also ``inf`` where `allow_inf` (a scale whose
+    infinity means "no term", e.g. LORAC's ``beta``)."""
+    expected = "a float > 0 (or inf)" if allow_inf else "a finite float > 0"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(invalid(arg, expected, value))
+    if np.isnan(value) or value <= 0 or (np.isinf(value) and not allow_inf):
+        raise ValueError(invalid(arg, expected, value))
+    return float(value)
+
+
 def check_positive_int(value, arg):
     """Returns `value` as an int, raising ValueError unless it is an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
