@@ -68,3 +68,58 @@ def test_bad_arguments_are_named(rng):
         cross_batch_embeddings(np.ones((2, 3)), np.ones((2, 2)), [1, 0])
     with pytest.raises(ValueError, match=r"argument `features`"):
         prototype_histograms(np.ones((2, 3)), np.ones((4, 3)))
+
+
+@pytest.mark.parametrize(
+    "histograms, embeddings, mask, name",
+    [
+        (np.ones((4, 3)), np.ones((3, 2)), [True, False, True, False], "embeddings"),
+        (np.ones((4, 3)), np.ones((4, 2)), [True, False, True], "fit_mask"),
+        (np.ones((4, 3)), np.ones((4, 2)), [[True, False], [True, False]], "fit_mask"),
+        (np.ones((4, 3, 1)), np.ones((4, 2)), [True, False, True, False], "histograms"),
+        (np.ones((4, 3)), np.ones((4,)), [True, False, True, False], "embeddings"),
+    ],
+)
+def test_cross_batch_inputs_of_other_lengths_or_ranks_are_named(histograms, embeddings, mask, name):
+    with pytest.raises(ValueError, match=f"argument `{name}`.*Received"):
+        cross_batch_embeddings(histograms, embeddings, mask)
+
+
+def test_cross_batch_row_mismatch_in_a_traced_function_is_named(rng):
+    fn = tf.function(lambda z, y, w: cross_batch_embeddings(z, y, w)).get_concrete_function(
+        tf.TensorSpec([None, 3], tf.float64),
+        tf.TensorSpec([None, 2], tf.float64),
+        tf.TensorSpec([None], tf.bool),
+    )
+    z, y, mask = rng.random((4, 3)), rng.standard_normal((4, 2)), np.array([1, 0, 1, 0], bool)
+    np.testing.assert_allclose(fn(z, y, mask), cross_batch_embeddings(z, y, mask), rtol=1e-12)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="argument `embeddings`"):
+        fn(z, y[:3], mask)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="argument `fit_mask`"):
+        fn(z, y, mask[:3])
+
+
+def test_histograms_refuse_integer_inputs_and_empty_sizes():
+    features, prototypes = np.ones((8, 3, 4), np.float32), np.ones((5, 4), np.float32)
+    with pytest.raises(TypeError, match="argument `features`.*floating"):
+        prototype_histograms(features.astype(np.int32), prototypes)
+    with pytest.raises(TypeError, match="argument `prototypes`.*floating"):
+        prototype_histograms(features, prototypes.astype(np.int32))
+    # No location: the mean of nothing (NaN before). No prototype: an [8, 0] "histogram".
+    with pytest.raises(ValueError, match="argument `features`.*Received"):
+        prototype_histograms(features[:, :0], prototypes)
+    with pytest.raises(ValueError, match="argument `prototypes`.*Received"):
+        prototype_histograms(features, prototypes[:0])
+    with pytest.raises(ValueError, match="argument `prototypes`.*Received"):
+        prototype_histograms(features, prototypes[:, :3])  # another feature size d
+
+
+def test_ridge_accepts_numpy_floats_and_refuses_non_positive_ones(rng):
+    z, y, mask = rng.random((4, 3)), rng.standard_normal((4, 2)), [True, False, True, False]
+    np.testing.assert_allclose(
+        cross_batch_embeddings(z, y, mask, ridge=np.float32(0.5)),
+        cross_batch_embeddings(z, y, mask, ridge=0.5),
+    )
+    for ridge in (0.0, float("inf"), float("nan"), np.float64(-1.0)):
+        with pytest.raises(ValueError, match="argument `ridge`"):
+            cross_batch_embeddings(z, y, mask, ridge=ridge)

@@ -19,26 +19,43 @@ import tensorflow as tf
 from tf_svmax.ops import _checks
 
 
+def _floating(x, arg):
+    """`x` as a tensor, a TypeError naming `arg` unless floating (as the spectral ops)."""
+    x = tf.convert_to_tensor(x)
+    if not x.dtype.is_floating:
+        raise TypeError(
+            _checks.invalid(arg, "a floating-point tensor", f"<tensor of dtype {x.dtype.name}>")
+        )
+    return x
+
+
 def prototype_histograms(features, prototypes, *, epsilon=10.0):
     """Soft histograms of every image's features on the prototypes (XML Eq. 2.4).
 
     Args:
-      features: `[B, n, d]` convolutional features (n locations per image).
-      prototypes: `[m, d]` prototype features.
+      features: `[B, n, d]` floating-point convolutional features (n >= 1 locations per image).
+      prototypes: `[m, d]` prototype features (m >= 1).
       epsilon: Inverse temperature of the assignment (paper: 10).
 
     Returns:
       `[B, m]`: each row is non-negative and sums to 1.
     """
     epsilon = _checks.check_non_negative_number(epsilon, "epsilon")
-    x = tf.convert_to_tensor(features)
+    x = _floating(features, "features")
     dtype = _checks.compute_dtype(x.dtype)
     x = tf.cast(x, dtype)
-    v = tf.cast(tf.convert_to_tensor(prototypes), dtype)
-    if x.shape.rank != 3 or v.shape.rank != 2 or x.shape[-1] != v.shape[-1]:
+    v = tf.cast(_floating(prototypes, "prototypes"), dtype)
+    if x.shape.rank != 3 or x.shape[1] == 0:  # no location: the mean of nothing is NaN
+        raise ValueError(
+            _checks.invalid("features", "a [B, n, d] tensor with n >= 1", f"<shape {x.shape}>")
+        )
+    d = x.shape[-1]
+    if v.shape.rank != 2 or v.shape[0] == 0 or d is not None and v.shape[-1] not in (None, d):
         raise ValueError(
             _checks.invalid(
-                "features", "[B, n, d] features and [m, d] prototypes", f"{x.shape}, {v.shape}"
+                "prototypes",
+                f"a [m, d] tensor with m >= 1 and d = {d} (as `features` {x.shape})",
+                f"<shape {v.shape}>",
             )
         )
     scores = epsilon * tf.einsum("bnd,md->bnm", x, v)
@@ -73,21 +90,19 @@ def cross_batch_embeddings(histograms, embeddings, fit_mask, *, ridge=0.05):
       `[B, e]`: predictions ``z_i V`` for every row; those of the `fit_mask` rows are the fit's
       own (in-sample) values, the others are the cross-batch predictions.
     """
-    ridge = _checks.check_non_negative_number(ridge, "ridge")
-    if ridge == 0:
-        raise ValueError(_checks.invalid("ridge", "a float > 0 (the system is singular)", 0.0))
-    z = tf.convert_to_tensor(histograms)
-    dtype = _checks.compute_dtype(z.dtype)
-    z = tf.cast(z, dtype)
-    y = tf.cast(tf.convert_to_tensor(embeddings), dtype)
-    mask = tf.reshape(tf.convert_to_tensor(fit_mask), [-1])
-    if mask.dtype != tf.bool:
-        raise ValueError(_checks.invalid("fit_mask", "a [B] bool tensor", mask.dtype.name))
-    if z.shape.rank != 2 or y.shape.rank != 2:
+    ridge = _checks.check_positive_number(ridge, "ridge")  # 0: Z^T Z may be singular
+    z, _ = _checks.float_matrix(histograms, "histograms", min_rows=0)
+    y = tf.cast(_floating(embeddings, "embeddings"), z.dtype)
+    if y.shape.rank != 2:
+        raise ValueError(_checks.invalid("embeddings", "a [B, e] tensor", f"<shape {y.shape}>"))
+    y = _checks.same_rows(y, z, "embeddings", "histograms")
+    mask = tf.convert_to_tensor(fit_mask)
+    if mask.dtype != tf.bool or mask.shape.rank not in (1, 2) or mask.shape[1:] not in ([], [1]):
         raise ValueError(
             _checks.invalid(
-                "histograms", "[B, m] histograms and [B, e] embeddings", f"{z.shape}, {y.shape}"
+                "fit_mask", "a [B] (or [B, 1]) bool tensor", f"<{mask.dtype.name} {mask.shape}>"
             )
         )
-    prototypes = fit_prototypes(z, y, tf.cast(mask, dtype), ridge=ridge)
+    mask = _checks.same_rows(tf.reshape(mask, [-1]), z, "fit_mask", "histograms")
+    prototypes = fit_prototypes(z, y, tf.cast(mask, z.dtype), ridge=ridge)
     return tf.matmul(z, prototypes)
