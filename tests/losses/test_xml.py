@@ -6,7 +6,14 @@ import pytest
 import scipy.linalg
 import tensorflow as tf
 
-from tf_svmax.losses import PKContrastiveLoss, TripletHardLoss, XMLLoss, triplet_hard_loss
+from tf_svmax.losses import (
+    BatchHardTripletLoss,
+    PKContrastiveLoss,
+    ProxyAnchorLoss,
+    TripletHardLoss,
+    XMLLoss,
+    triplet_hard_loss,
+)
 from tf_svmax.losses.xml import class_halves
 
 
@@ -100,3 +107,28 @@ def test_bad_arguments_are_named(kwargs, name):
     base = dict(loss=TripletHardLoss(), num_prototypes=4)
     with pytest.raises(ValueError, match=f"argument `{name}`"):
         XMLLoss(**{**base, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        keras.losses.MeanSquaredError(),  # compares y_true with y_pred element-wise
+        "mse",
+        triplet_hard_loss,  # a function: use its class, TripletHardLoss
+        lambda y_true, y_pred: tf.reduce_mean(y_pred),
+        "tf_svmax>triplet_hard_loss",
+        "no_such_loss",
+        ProxyAnchorLoss(),  # y_pred are proxy similarities, not embeddings
+        XMLLoss(TripletHardLoss(), num_prototypes=2),
+    ],
+)
+def test_losses_that_are_not_ranking_losses_on_embeddings_are_refused(loss):
+    with pytest.raises(ValueError, match=r"argument `loss`.*ranking loss.*Received: loss="):
+        XMLLoss(loss, num_prototypes=4)
+
+
+@pytest.mark.parametrize("loss", [BatchHardTripletLoss(), "tf_svmax>TripletSemiHardLoss"])
+def test_ranking_losses_are_accepted_as_instances_or_names(rng, loss):
+    labels, emb, hist = _batch(rng)
+    xml = XMLLoss(loss, num_prototypes=5, lambda_=0.3)
+    assert np.isfinite(float(xml(labels, np.concatenate([emb, hist], 1).astype(np.float32))))

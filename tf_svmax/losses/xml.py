@@ -14,8 +14,8 @@ The model's output is the embedding with the histograms appended: ``concat([embe
 import keras
 import tensorflow as tf
 
-from tf_svmax.losses._base import BatchPenaltyLoss
-from tf_svmax.losses.composite import as_loss
+from tf_svmax.losses._base import BatchPenaltyLoss, PerSampleLabelLoss
+from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss
 from tf_svmax.ops import _checks, prototypes
 
 
@@ -34,13 +34,41 @@ def _batch_value(loss, labels, embeddings):
     return tf.reduce_mean(value) if value.shape.rank else value
 
 
+_RANKING_LOSS = (
+    "a ranking loss on class labels and embeddings: an instance (or 'tf_svmax>ClassName' name) "
+    "of a tf_svmax.losses metric-learning loss such as TripletHardLoss() or PKContrastiveLoss(); "
+    "Keras' losses compare y_true with y_pred element-wise, ProxyAnchorLoss takes proxy "
+    "similarities, and for a function use its class (TripletHardLoss for triplet_hard_loss)"
+)
+
+
+def _ranking_loss(loss):
+    """`loss` (resolved if a name or config) if XML can evaluate it on each half through its
+    `call`: one of the library's label-aware losses on embeddings (`BatchPenaltyLoss`,
+    `PerSampleLabelLoss`), not another `XMLLoss` nor `ProxyAnchorLoss` (whose ``y_pred`` are
+    not embeddings); anything else would fail on shapes or mean something else."""
+    resolved = loss
+    if isinstance(loss, (str, dict)):
+        try:
+            resolved = keras.losses.get(loss)
+        except ValueError:  # an unknown name: the error below says what is expected
+            resolved = None
+    if isinstance(resolved, (BatchPenaltyLoss, PerSampleLabelLoss)) and not isinstance(
+        resolved, (XMLLoss, ProxyAnchorLoss)
+    ):
+        return resolved
+    raise ValueError(_checks.invalid("loss", _RANKING_LOSS, loss))
+
+
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class XMLLoss(BatchPenaltyLoss):
     """``(1 - lambda_) loss(Y) + lambda_ * sum_k loss(Y_hat_k)`` (XML Eq. 2.11).
 
     Args:
-      loss: The ranking loss (a `tf_svmax.losses` instance, e.g. `PKContrastiveLoss()`); it
-        is evaluated through its `call` on each part, so the parts never mix. Each half must be
+      loss: The ranking loss (a `tf_svmax.losses` instance, e.g. `PKContrastiveLoss()`, or
+        its ``"tf_svmax>ClassName"`` name): a loss on class labels and embeddings; a Keras loss,
+        a function or `ProxyAnchorLoss` is refused. It is evaluated through its `call` on each
+        part, so the parts never mix. Each half must be
         a batch the loss accepts (P x K losses: P / 2 classes per half, so P even or, for the
         pair losses that pair classes, P a multiple of 4).
       num_prototypes: m, the trailing columns of ``y_pred`` that hold the histograms (paper:
@@ -54,7 +82,7 @@ class XMLLoss(BatchPenaltyLoss):
         self, loss, num_prototypes, lambda_=0.01, ridge=0.05, normalize=True, name="xml", **kwargs
     ):
         super().__init__(name=name, **kwargs)
-        self.loss = as_loss(loss, "loss")
+        self.loss = _ranking_loss(loss)
         self.num_prototypes = _checks.check_positive_int(num_prototypes, "num_prototypes")
         self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
         if self.lambda_ > 1:
