@@ -40,7 +40,16 @@ BATCH_LOSSES = [
 ]
 
 
-@pytest.mark.parametrize("loss", BATCH_LOSSES, ids=str)
+# Ids that are the same in every process (pytest-xdist's workers must collect the same tests).
+BATCH_LOSS_IDS = [
+    *BATCH_LOSSES[:3],
+    "TripletSemiHardLoss(angular)",
+    "TripletHardLoss(soft,dot_similarity)",
+    "RegularizedLoss(TripletSemiHardLoss,SVMaxLoss)",
+]
+
+
+@pytest.mark.parametrize("loss", BATCH_LOSSES, ids=BATCH_LOSS_IDS)
 def test_compile_fit_save_load(rng, tmp_path, loss):
     x, y = _pk_data(rng)
     model = _model()
