@@ -75,6 +75,62 @@ def test_a_damaged_cache_file_is_regenerated(tmp_path):
     assert path.stat().st_size > 1000
 
 
+def _crc_damaged(raw):
+    """The zip archive with one byte of the first member's data flipped: its CRC fails."""
+    header = raw.index(b"PK\x03\x04")
+    name_length, extra_length = np.frombuffer(raw[header + 26 : header + 30], np.uint16)
+    at = header + 30 + int(name_length) + int(extra_length) + 200
+    return raw[:at] + bytes([raw[at] ^ 0xFF]) + raw[at + 1 :]
+
+
+def _foreign_arrays(path):
+    """A valid .npz under the cache's name whose arrays are not the set's (a 2 x 2 image)."""
+    np.savez(
+        path,
+        images=np.zeros((2, 2, 2, 1), np.float32),
+        labels=np.zeros(2, np.int64),
+        characters=np.array(["a"]),
+    )
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
+        lambda path: path.write_bytes(_crc_damaged(path.read_bytes())),
+        _foreign_arrays,
+    ],
+    ids=["truncated", "crc", "foreign_arrays"],
+)
+def test_a_damaged_or_foreign_cache_file_is_regenerated(tmp_path, damage):
+    first = data.load_glyphs_open_set(images_per_class=2, cache_dir=tmp_path)
+    (path,) = tmp_path.glob("glyphs-*.npz")
+    size = path.stat().st_size
+    damage(path)
+    again = data.load_glyphs_open_set(images_per_class=2, cache_dir=tmp_path)
+    for split in ("train", "test"):
+        np.testing.assert_array_equal(again[split][0], first[split][0])
+        np.testing.assert_array_equal(again[split][1], first[split][1])
+    assert again["characters"] == first["characters"] and path.stat().st_size == size
+
+
+@pytest.mark.parametrize("cache_dir", [True, 3, ["x"]])
+def test_a_cache_dir_that_is_not_a_folder_name_is_refused(cache_dir):
+    with pytest.raises(ValueError, match=r"`cache_dir`. Expected a folder path, None or False"):
+        data.load_glyphs_open_set(images_per_class=2, cache_dir=cache_dir)
+
+
+def test_a_cache_dir_that_is_a_file_is_refused_before_generating(tmp_path, monkeypatch):
+    def generate(**kwargs):
+        raise AssertionError("generated before the cache folder was checked")
+
+    monkeypatch.setattr(glyphs, "generate_glyphs", generate)
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    with pytest.raises(ValueError, match=r"`cache_dir`. Expected a folder .* is a file"):
+        data.load_glyphs_open_set(images_per_class=2, cache_dir=a_file)
+
+
 def test_cache_key_covers_settings_and_font_files(tmp_path, monkeypatch):
     key = glyphs.cache_key(seed=0, images_per_class=32, image_size=32)
     assert key != glyphs.cache_key(seed=1, images_per_class=32, image_size=32)

@@ -28,6 +28,8 @@ import io
 import json
 import os
 import tempfile
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -342,12 +344,21 @@ def load_glyphs_open_set(*, seed=0, images_per_class=32, image_size=32, cache_di
     image_size = _checks.check_positive_int(image_size, "image_size")
     if image_size < 16:
         raise ValueError(_checks.invalid("image_size", "an int >= 16", image_size))
+    if not (cache_dir is None or cache_dir is False or isinstance(cache_dir, (str, os.PathLike))):
+        raise ValueError(_checks.invalid("cache_dir", "a folder path, None or False", cache_dir))
     settings = {"seed": seed, "images_per_class": images_per_class, "image_size": image_size}
     path = None
     if cache_dir is not False:
         directory = default_cache_dir() if cache_dir is None else os.fspath(cache_dir)
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            # Checked before the generation (seconds), which would otherwise fail only at the end.
+            raise ValueError(
+                _checks.invalid(
+                    "cache_dir", "a folder (or a path to create one); it is a file", directory
+                )
+            )
         path = os.path.join(directory, f"glyphs-{cache_key(**settings)}.npz")
-    cached = _read_cache(path) if path else None
+    cached = _read_cache(path, **settings) if path else None
     if cached is None:
         images, labels, characters = generate_glyphs(**settings)
         if path:
@@ -362,14 +373,29 @@ def load_glyphs_open_set(*, seed=0, images_per_class=32, image_size=32, cache_di
     }
 
 
-def _read_cache(path):
+def _read_cache(path, *, seed, images_per_class, image_size):
+    """The cached arrays, or None when the file is missing, damaged (truncated, a failed CRC)
+    or holds arrays that are not the set these settings generate (their shapes, dtypes, label
+    layout and class count are checked); such a file is regenerated and replaced."""
+    del seed  # part of the file name (the cache key), not of the arrays' layout
     if not os.path.isfile(path):
         return None
     try:
         with np.load(path) as f:
-            return f["images"], f["labels"], [str(c) for c in f["characters"]]
-    except (OSError, ValueError, KeyError, EOFError):
-        return None  # a damaged cache file is regenerated (and replaced) rather than trusted
+            images, labels, characters = f["images"], f["labels"], [str(c) for c in f["characters"]]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error):
+        return None
+    classes = len(confusable_groups()["classes"])
+    expected_labels = np.repeat(np.arange(classes, dtype=np.int64), images_per_class)
+    if (
+        images.dtype != np.float32
+        or images.shape != (classes * images_per_class, image_size, image_size, 1)
+        or labels.dtype != np.int64
+        or not np.array_equal(labels, expected_labels)
+        or len(characters) != classes
+    ):
+        return None
+    return images, labels, characters
 
 
 def _write_cache(path, images, labels, characters):
