@@ -11,8 +11,9 @@ over as a `Job`; `run_job` does the rest, the same way for every trainer:
   two is held until both are written, `interrupts_deferred`);
 - a trace point every `trace_every` steps: the window's mean of every logged scalar, the
   learning rate the window ended with and the window's wall seconds per step;
-- the NaN guard: a non-finite loss stops training before anything non-finite is evaluated or
-  saved; the run ends ``diverged`` with the last good checkpoint kept;
+- the NaN guard: a non-finite loss (checked every step) or non-finite weights (checked before
+  each evaluation) stop training before anything non-finite is evaluated or saved; the run
+  ends ``diverged`` with the last good checkpoint kept;
 - TensorBoard, and the final record (``status``, ``message``, ``wall_seconds`` over attempts).
 
 The job's config must have the fields ``output_dir``, ``train_steps``, ``eval_every``,
@@ -151,6 +152,28 @@ def interrupts_deferred():
             signal.raise_signal(signal.SIGINT)
 
 
+def trained_state(model, state):
+    """The variables a run trains and checkpoints: the model's, and those of the job's extra
+    state (e.g. a second optimizer)."""
+    variables = {id(v): v for v in model.weights}
+    for trackable in state.values():
+        variables.update((id(v), v) for v in getattr(trackable, "variables", []))
+    return list(variables.values())
+
+
+def non_finite_variables(variables, shown=3):
+    """Names of the floating-point `variables` holding a NaN or an infinity (the first
+    `shown`, then how many more), or "" when all are finite."""
+    names = []
+    for v in variables:
+        if tf.as_dtype(v.dtype).is_floating and not bool(tf.reduce_all(tf.math.is_finite(v))):
+            name = v.path if hasattr(v, "path") else v.name
+            names += [name] if name not in names else []  # copies (an EMA encoder) share names
+    if len(names) > shown:
+        names = names[:shown] + [f"{len(names) - shown} more"]
+    return ", ".join(names)
+
+
 def start_step_of(manager):
     latest = manager.latest_checkpoint
     return int(latest.rsplit("-", 1)[-1]) if latest else 0
@@ -164,6 +187,7 @@ class _Cadence(keras.callbacks.Callback):
         super().__init__()
         self.job, self.config, self.paths, self.results = job, job.config, paths, results
         self.manager, self.started, self.diverged_at = manager, started, None
+        self.diverged_what = None
         self._window_start = (0, {}, time.perf_counter())
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -175,6 +199,7 @@ class _Cadence(keras.callbacks.Callback):
         loss = logs.get("loss")
         if loss is not None and not np.isfinite(float(loss)):
             self.diverged_at = int(self.model.optimizer.iterations.numpy())
+            self.diverged_what = "non-finite loss"
             self.model.stop_training = True
             return
         done = batch + 1
@@ -202,6 +227,14 @@ class _Cadence(keras.callbacks.Callback):
             return  # never evaluate or checkpoint non-finite weights
         logs = logs if logs is not None else {}
         step = int(self.model.optimizer.iterations.numpy())
+        # A finite loss does not prove finite weights (a loss over normalised embeddings, or a
+        # step whose update overflowed after the loss was computed): the trained state is
+        # checked before it is evaluated or saved.
+        broken = non_finite_variables(trained_state(self.model, self.job.state))
+        if broken:
+            self.diverged_at, self.diverged_what = step, f"non-finite weights ({broken})"
+            self.model.stop_training = True
+            return
         record = self.job.evaluate(step, epoch + 1)
         logs.update(
             {f"test_{k}": v for k, v in record.items() if self.job.is_metric(k) and v is not None}
@@ -267,10 +300,8 @@ def _run(job, config_dict, run, started):
     with model.distribute_strategy.scope():  # the optimizer's slots mirror the weights
         model.optimizer.build(model.trainable_variables)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **job.state)
-    manager = tf.train.CheckpointManager(checkpoint, paths["checkpoints"], max_to_keep=2)
-    start_step = 0
-    if restore_newest_readable(checkpoint, manager):
-        start_step = int(model.optimizer.iterations.numpy())
+    manager, restored = restore_newest_readable(checkpoint, paths["checkpoints"], max_to_keep=2)
+    start_step = int(model.optimizer.iterations.numpy()) if restored else 0
     if previous and previous.get("status") == "completed" and start_step >= config.train_steps:
         # A finished run is reported, not re-recorded (wall time and files stay as they were).
         _say(job, f"already completed: {summary(previous, job.is_metric)}")
@@ -328,13 +359,16 @@ def _run(job, config_dict, run, started):
             f"{paths['checkpoints']}; the same command resumes from it once the cause is fixed."
         ) from error
     if cadence.diverged_at is not None:
+        last = start_step_of(manager)
+        kept = (
+            f"The last good checkpoint (step {last}) is kept in {paths['checkpoints']}"
+            if last
+            else "No checkpoint was written before it (the same command starts anew)"
+        )
         status, message = (
             "diverged",
-            (
-                f"Non-finite loss at step {cadence.diverged_at}: training stopped. The last good "
-                f"checkpoint (step {start_step_of(manager)}) is kept in {paths['checkpoints']}; "
-                "lower --learning_rate or check the data."
-            ),
+            f"{cadence.diverged_what.capitalize()} at step {cadence.diverged_at}: training "
+            f"stopped. {kept}; lower --learning_rate or check the data.",
         )
     else:
         status, message = "completed", ""

@@ -2,6 +2,7 @@
 
 import dataclasses
 import io
+import re
 import signal
 
 import keras
@@ -10,7 +11,14 @@ import pytest
 import tensorflow as tf
 
 from trainers.harness.flags import option
-from trainers.harness.loop import Job, fit_verbosity, interrupts_deferred, run_job, window_means
+from trainers.harness.loop import (
+    Job,
+    fit_verbosity,
+    interrupts_deferred,
+    non_finite_variables,
+    run_job,
+    window_means,
+)
 
 
 def test_window_means_are_the_means_of_the_window_steps():
@@ -106,3 +114,39 @@ def test_a_commit_without_ctrl_c_raises_nothing():
     with interrupts_deferred():
         pass
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class _BreakKernelAt(keras.callbacks.Callback):
+    """Sets the kernel to NaN after `step`: the loss of that step was finite."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self.step:
+            kernel = self.model.layers[0].kernel
+            kernel.assign(np.full(kernel.shape, np.nan, "float32"))
+
+
+def test_non_finite_weights_under_a_finite_loss_end_the_run_diverged(tmp_path):
+    config = ToyConfig(output_dir=str(tmp_path))
+    job = _job(config, tf.Variable(0.0))
+    job.callbacks = [_BreakKernelAt(6)]  # the last step of the second interval
+    evaluated = []
+    evaluate = job.evaluate
+    job.evaluate = lambda step, epoch: evaluated.append(step) or evaluate(step, epoch)
+    results = run_job(job, ToyConfig, started=0.0)
+    assert results["status"] == "diverged" and evaluated == [0, 3]
+    assert re.match(r"Non-finite weights \(\S*dense\S*/kernel\) at step 6", results["message"])
+    assert "The last good checkpoint (step 3) is kept" in results["message"]
+    assert [p.name for p in sorted((tmp_path / "checkpoints").glob("*.index"))] == ["ckpt-3.index"]
+
+
+def test_non_finite_variables_names_each_broken_variable_once():
+    finite = tf.Variable([1.0, 2.0], name="finite")
+    broken = [tf.Variable([np.inf], name=f"b{i}") for i in range(5)]
+    steps = tf.Variable(3, name="steps")  # integers cannot hold a NaN: skipped
+    assert non_finite_variables([finite, steps]) == ""
+    assert non_finite_variables([finite, broken[0], broken[0]]) == "b0:0"
+    assert non_finite_variables(broken) == "b0:0, b1:0, b2:0, 2 more"
