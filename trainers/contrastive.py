@@ -407,7 +407,7 @@ def knn_accuracy(train_features, train_labels, test_features, test_labels, k):
     """Top-1 accuracy of a k-NN majority vote under the cosine distance (scikit-learn)."""
     from sklearn.neighbors import KNeighborsClassifier
 
-    knn = KNeighborsClassifier(n_neighbors=min(k, len(train_labels)), metric="cosine")
+    knn = KNeighborsClassifier(n_neighbors=k, metric="cosine")
     knn.fit(train_features, train_labels)
     return float(knn.score(test_features, test_labels))
 
@@ -546,6 +546,12 @@ def train_contrastive(config, *, callbacks=()):
     if config.batch_size > len(train_x):
         raise ConfigError(
             f"--batch_size ({config.batch_size}) exceeds the {len(train_x)} pre-training images."
+        )
+    if config.knn_k >= len(train_x):
+        # k = n makes every vote the whole training set's (the majority class for every image).
+        raise ConfigError(
+            f"--knn_k ({config.knn_k}) must be below the {len(train_x)} pre-training images the "
+            "k-NN classifier votes among."
         )
     model, schedule = build_model(config, train_x.shape[1:])
     features = feature_extractor(model.encoder)

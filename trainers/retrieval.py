@@ -23,6 +23,7 @@ from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness.config import (
     ConfigError,
     check_fields_and_data,
+    dataset_refusals,
     output_dir_option,
     resolve_cadence,
     verbose_option,
@@ -327,7 +328,8 @@ def _load_split(config):
     if config.dataset in EMBEDDED:
         split = EMBEDDED[config.dataset]()
         return split["train"], split["test"], split["train"][0].shape[1:], None
-    split = data.read_dataset(config.dataset, config.data_dir)
+    with dataset_refusals(config):
+        split = data.read_dataset(config.dataset, config.data_dir)
     size = config.input_size or models.default_input_size(config.backbone) or 224
     loaders = (
         data.image_loader(training=True, input_size=size),

@@ -29,6 +29,7 @@ from tf_svmax import data, losses, metrics, models
 from trainers.harness.config import (
     ConfigError,
     check_fields_and_data,
+    dataset_refusals,
     output_dir_option,
     resolve_cadence,
     verbose_option,
@@ -47,6 +48,7 @@ from trainers.harness.flags import (
     option,
     positive_int,
     positive_number,
+    rate,
 )
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.loop import summary as loop_summary
@@ -76,6 +78,7 @@ def _digit_classes():
 EMBEDDED = {"glyphs": _glyph_classes, "digits": _digit_classes}
 # The weight of each mode's term (dissertation Sec. 5.4.1; OLÉ paper Fig. 4 / Table 2: 0.25).
 PAPER_LAMBDA = {"center": 0.003, "semi_hard": 1.0, "hard": 1.0, "ole": 0.25}
+PAPER_MARGIN, PAPER_CENTER_ALPHA = 0.2, 0.5  # semi-hard margin; center loss update rate
 DEFAULT_STEPS = {"glyphs": 3000, "digits": 1000, "fgvr": 40000, "folder": 40000}
 # Images of each class held out for testing in the embedded sets (a fixed split: data seed 0).
 DATA_SEED = 0
@@ -130,9 +133,15 @@ class TwoHeadConfig:
         "Weight of the mode's term (paper: 1 semi_hard and hard, 0.003 center, 0.25 ole).",
         check=non_negative_number,
     )
-    margin: float = option(0.2, "Semi-hard triplet margin (paper: 0.2).", check=non_negative_number)
-    center_alpha: float = option(
-        0.5, "Center-loss center update rate (paper: 0.5).", check=non_negative_number
+    margin: float | None = option(
+        None,
+        "Semi-hard triplet margin (--mode=semi_hard only; default: the paper's 0.2).",
+        check=non_negative_number,
+    )
+    center_alpha: float | None = option(
+        None,
+        "Center-loss center update rate in (0, 1] (--mode=center only; default: the paper's 0.5).",
+        check=rate,
     )
     svmax_lambda: float = option(
         0.0,
@@ -209,6 +218,17 @@ def resolve(config, num_classes=None):
             "--mode=softmax has no regularizer term; --regularizer_lambda="
             f"{c.regularizer_lambda} would be ignored. Leave it unset (or use --svmax_lambda)."
         )
+    for name, mode in (("margin", "semi_hard"), ("center_alpha", "center")):
+        if getattr(c, name) is not None and c.mode != mode:
+            raise ConfigError(
+                f"--{name} applies to --mode={mode} only; with --mode={c.mode} it would be "
+                "ignored. Leave it unset."
+            )
+    if c.jit_compile and c.mode == "ole":
+        raise ConfigError(
+            "--mode=ole cannot be XLA-compiled (the number of classes in a batch decides the "
+            "shapes of its SVDs); leave --jit_compile unset."
+        )
     if c.batch_k < 2:
         raise ConfigError(f"--batch_k must be >= 2 (positives per class); received {c.batch_k}.")
     if c.batch_p < 2 and c.mode in ("semi_hard", "hard"):
@@ -222,6 +242,10 @@ def resolve(config, num_classes=None):
         **resolve_cadence(c, DEFAULT_STEPS[c.dataset]),
         regularizer_lambda=(
             PAPER_LAMBDA.get(c.mode, 0.0) if c.regularizer_lambda is None else c.regularizer_lambda
+        ),
+        margin=PAPER_MARGIN if c.margin is None and c.mode == "semi_hard" else c.margin,
+        center_alpha=(
+            PAPER_CENTER_ALPHA if c.center_alpha is None and c.mode == "center" else c.center_alpha
         ),
         input_size=c.input_size or models.default_input_size(c.backbone),
         recall_ks=tuple(int(k) for k in c.recall_ks),
@@ -268,7 +292,8 @@ def load_split(config):
         input_shape, loaders = images.shape[1:], None
     else:
         if config.dataset == "fgvr":
-            split = data.read_fgvr_lists(config.data_dir, image_dir=config.image_dir)
+            with dataset_refusals(config):
+                split = data.read_fgvr_lists(config.data_dir, image_dir=config.image_dir)
         else:
             # Without both, read_image_folder would split the classes (open set) instead.
             if not all(os.path.isdir(os.path.join(config.data_dir, s)) for s in ("train", "test")):
@@ -277,7 +302,8 @@ def load_split(config):
                     "--data_dir/test/<class>/<image> for classification (the same classes in "
                     f"both); {config.data_dir!r} lacks train/ or test/."
                 )
-            split = data.read_image_folder(config.data_dir)
+            with dataset_refusals(config):
+                split = data.read_image_folder(config.data_dir)
         train, test = split["train"], split["test"]
         size = config.input_size or 224
         input_shape = (size, size, 3)

@@ -356,3 +356,10 @@ def test_spread_out_baseline_fits_next_to_a_ranking_loss(rng):
     assert np.all(np.isfinite(history["loss"]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="consecutive rows per class"):
         model.fit(x[::-1].copy(), np.roll(y, 1), batch_size=16, epochs=1, shuffle=False, verbose=0)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 2.0, -0.5, float("nan")])
+def test_center_loss_update_rate_outside_0_1_is_refused(alpha):
+    # Wen et al.: alpha in [0, 1]; at 0 the centers never leave their initialization.
+    with pytest.raises(ValueError, match=r"argument `alpha`. Expected a (finite )?float"):
+        losses.CenterLoss(num_classes=3, embedding_dim=4, alpha=alpha)

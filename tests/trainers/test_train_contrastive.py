@@ -234,3 +234,10 @@ def test_cli_refuses_before_work(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert "M = 2 views" in proc.stderr and not out.exists()
+
+
+def test_a_knn_k_as_large_as_the_training_set_is_refused_before_training(tmp_path):
+    # k >= n made every k-NN vote the whole training set's (0.204 instead of 0.99 at k = 10).
+    with pytest.raises(contrastive.ConfigError, match=r"--knn_k \(100000\) must be below the"):
+        contrastive.train_contrastive(_config(tmp_path, knn_k=100000))
+    assert not (tmp_path / "run").exists()

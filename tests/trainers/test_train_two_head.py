@@ -56,11 +56,30 @@ def test_paper_lambda_per_mode(mode, lam):
         (dict(backbone="resnet50"), "small grey images"),
         (dict(train_steps=10, eval_every=3), "multiple of --eval_every"),
         (dict(batch_k=1), "--batch_k must be >= 2"),
+        (dict(mode="ole", jit_compile=True), "--mode=ole cannot be XLA-compiled"),
+        (dict(mode="softmax", margin=0.5), "--margin applies to --mode=semi_hard only"),
+        (dict(mode="center", margin=0.2), "--margin applies to --mode=semi_hard only"),
+        (dict(mode="hard", center_alpha=0.5), "--center_alpha applies to --mode=center only"),
+        (dict(mode="center", center_alpha=2.0), r"`--center_alpha`. Expected a float in \(0, 1\]"),
+        (dict(weights="imagenet"), "small_cnn_bn has no ImageNet weights"),
+        (dict(weights="/nonexistent.weights.h5"), "starts from random weights"),
+        (
+            dict(dataset="folder", data_dir="/tmp", backbone="resnet50", weights="/no.weights.h5"),
+            "--weights=/no.weights.h5 is not a file",
+        ),
+        (dict(output_dir="/dev/null"), "`--output_dir`"),
     ],
 )
 def test_refused_combinations(kwargs, message):
     with pytest.raises(two_head.ConfigError, match=message):
-        two_head.resolve(two_head.TwoHeadConfig(output_dir="x", **kwargs))
+        two_head.resolve(two_head.TwoHeadConfig(**{"output_dir": "x", **kwargs}))
+
+
+@pytest.mark.parametrize("mode", ["softmax", "center", "semi_hard", "hard", "ole"])
+def test_margin_and_center_rate_take_the_papers_values_in_their_mode_only(mode):
+    config = two_head.resolve(two_head.TwoHeadConfig(output_dir="x", mode=mode))
+    assert config.margin == (0.2 if mode == "semi_hard" else None)
+    assert config.center_alpha == (0.5 if mode == "center" else None)
 
 
 def test_losses_per_mode_sit_on_the_right_outputs():
@@ -165,6 +184,20 @@ def test_cli_refuses_bad_flags_and_documents_the_papers_values(tmp_path):
     text = " ".join(done.stdout.split())
     for phrase in ("0.003 center", "0.25 ole", "paper: 256", "40000 ResNet-50", "--flagfile"):
         assert phrase in text, phrase
+
+
+@pytest.mark.parametrize("empty", ["train/", "train/a/"], ids=["no_classes", "no_images"])
+def test_an_empty_folder_dataset_is_refused_naming_the_folder(tmp_path, empty):
+    for split in ("train", "test"):
+        (tmp_path / "tree" / empty.replace("train", split)).mkdir(parents=True)
+    done = _cli(
+        "--dataset=folder",
+        f"--data_dir={tmp_path / 'tree'}",
+        "--backbone=small_cnn",
+        f"--output_dir={tmp_path / 'run'}",
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "refused: --dataset=folder --data_dir=" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_folder_without_train_and_test_splits_is_refused_before_reading(tmp_path):

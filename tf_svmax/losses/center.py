@@ -26,7 +26,7 @@ class CenterLoss(keras.losses.Loss):
       num_classes: Number of classes C (labels in [0, C)).
       embedding_dim: Feature dimension D.
       lambda_: Weight (two-head baseline: 0.003).
-      alpha: Center update rate (0.5).
+      alpha: Center update rate in (0, 1] (0.5).
       centers: Optional `[C, D]` initial centers (a saved model passes its trained ones).
       seed: Seed of the N(0, 1) initialization.
 
@@ -57,7 +57,7 @@ class CenterLoss(keras.losses.Loss):
         self.num_classes = _checks.check_positive_int(num_classes, "num_classes")
         self.embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")
         self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
-        self.alpha = _checks.check_non_negative_number(alpha, "alpha")
+        self.alpha = _checks.check_rate(alpha, "alpha")
         self.seed = seed
         if centers is None:
             centers = np.random.default_rng(seed).standard_normal(

@@ -41,6 +41,14 @@ def check_positive_number(value, arg, allow_inf=False):
     return float(value)
 
 
+def check_rate(value, arg):
+    """Returns `value` as a Python float, raising ValueError unless it is a real number in
+    (0, 1] (an update rate: 0 would never move, above 1 overshoots the target)."""
+    if check_non_negative_number(value, arg) == 0 or value > 1:
+        raise ValueError(invalid(arg, "a float in (0, 1]", value))
+    return float(value)
+
+
 def check_positive_int(value, arg):
     """Returns `value` as an int, raising ValueError unless it is an integer >= 1."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:

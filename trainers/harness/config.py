@@ -1,7 +1,10 @@
 """Checks every trainer's config shares: each field against its option, the data source."""
 
+import contextlib
+import os
+
 from tf_svmax import models
-from trainers.harness.flags import REQUIRED, FlagValueError, option, validate
+from trainers.harness.flags import REQUIRED, FlagValueError, option, validate, writable_folder
 from trainers.harness.run_dir import RunRefused
 
 
@@ -16,6 +19,7 @@ def output_dir_option(flag_default):
         "Results, checkpoints, TensorBoard, plots (a relative path starts at the current "
         "directory).",
         flag_default=flag_default,
+        check=writable_folder,
         identity=False,  # a moved run folder resumes
     )
 
@@ -41,14 +45,30 @@ def check_fields(config):
 
 def check_fields_and_data(config, embedded):
     """Raises ConfigError for a field outside its option's kind or choices, a file dataset
-    without --data_dir, an embedded one (a name in `embedded`) with one, or an embedded set
-    (small grey images) with an applications backbone."""
+    without --data_dir, an embedded one (a name in `embedded`) with one, an embedded set
+    (small grey images) with an applications backbone, or --weights the backbone cannot load
+    (a missing file; any weights for a small backbone)."""
     c = config
     check_fields(c)
     if c.dataset not in embedded and not c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
     if c.dataset in embedded and c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} is embedded; it takes no --data_dir.")
+    if c.weights not in (None, "none", "imagenet"):
+        if c.backbone in models.SMALL_BACKBONES:
+            raise ConfigError(
+                f"--weights={c.weights}: --backbone={c.backbone} starts from random weights; "
+                f"weights files load into the applications backbones ({list(models.APPLICATIONS)})."
+            )
+        if not os.path.isfile(c.weights):
+            raise ConfigError(
+                f"--weights={c.weights} is not a file; expected 'imagenet' or a .weights.h5 file."
+            )
+    if c.weights == "imagenet" and c.backbone in models.SMALL_BACKBONES:
+        raise ConfigError(
+            f"--weights=imagenet: --backbone={c.backbone} has no ImageNet weights; use one of "
+            f"{list(models.APPLICATIONS)}."
+        )
     if c.dataset in embedded and c.backbone not in models.SMALL_BACKBONES:
         raise ConfigError(
             f"--dataset={c.dataset} has small grey images; --backbone={c.backbone} needs RGB "
@@ -69,3 +89,16 @@ def resolve_cadence(config, default_steps):
         )
     trace_every = max(1, eval_every // 20) if c.trace_every is None else c.trace_every
     return {"train_steps": train_steps, "eval_every": eval_every, "trace_every": trace_every}
+
+
+@contextlib.contextmanager
+def dataset_refusals(config):
+    """Turns a dataset reader's complaint about --data_dir (missing or empty folders, no
+    images, a malformed list file: FileNotFoundError, NotADirectoryError, ValueError) into a
+    refusal (exit 2) with the reader's message, instead of a traceback."""
+    try:
+        yield
+    except (FileNotFoundError, NotADirectoryError, ValueError) as error:
+        raise ConfigError(
+            f"--dataset={config.dataset} --data_dir={config.data_dir}: {error}"
+        ) from None

@@ -14,7 +14,9 @@ string otherwise) and `config_from_flags` builds the dataclass back from the par
 """
 
 import dataclasses
+import os
 import sys
+import tempfile
 import types
 import typing
 
@@ -125,13 +127,32 @@ def config_from_flags(config_class, flag_values=flags.FLAGS, **overrides):
 positive_int = _checks.check_positive_int
 non_negative_int = _checks.check_non_negative_int
 non_negative_number = _checks.check_non_negative_number
+positive_number = _checks.check_positive_number
+rate = _checks.check_rate
 
 
-def positive_number(value, name):
-    """A finite float > 0."""
-    if _checks.check_non_negative_number(value, name) == 0:
-        raise ValueError(_checks.invalid(name, "a finite float > 0", value))
-    return float(value)
+def writable_folder(value, name):
+    """A folder path this process can write: an existing folder, or one it can create (the
+    nearest existing ancestor is a folder where a trial folder can be made and removed; that
+    catches /dev/null, a file, /proc and read-only places before any work)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(_checks.invalid(name, "a folder path", value))
+    existing = os.path.abspath(value)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(
+            _checks.invalid(name, f"a folder path ({existing} is a file, not a folder)", value)
+        )
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".write-check-").cleanup()
+    except OSError as error:
+        raise ValueError(
+            _checks.invalid(
+                name, f"a folder this process can write ({existing}: {error.strerror})", value
+            )
+        ) from None
+    return value
 
 
 def number_at_least(low):

@@ -18,6 +18,10 @@ import os
 
 from tf_svmax import records
 
+# What a folder without a recorded configuration may hold and still take a run: the lock this
+# process took, and a run's own sub-folders (checked below: checkpoints must be empty).
+_RUN_FOLDER_PARTS = {".lock", "checkpoints", "tensorboard"}
+
 
 class RunRefused(ValueError):
     """The folder cannot take this run (exit status 2); the message says why and what to do."""
@@ -111,6 +115,15 @@ class RunDirectory:
             recorded = None if previous is None else previous.get("config")
             if previous is not None and not recorded:
                 raise RunRefused(f"{self.paths['results']} records no configuration.")
+        if recorded is None:
+            foreign = sorted(set(os.listdir(self.output_dir)) - _RUN_FOLDER_PARTS)
+            if foreign:
+                more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+                raise RunRefused(
+                    f"--output_dir={self.output_dir!r} is not empty ({', '.join(foreign[:5])}"
+                    f"{more}) and is not a run folder (no config.json or results.json); a run "
+                    "would mix its files with these. Use a new or empty --output_dir."
+                )
         if recorded is None and os.path.isdir(self.paths["checkpoints"]):
             if os.listdir(self.paths["checkpoints"]):
                 raise RunRefused(

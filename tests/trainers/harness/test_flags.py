@@ -23,6 +23,7 @@ from trainers.harness.flags import (
     positive_int,
     positive_number,
     validate,
+    writable_folder,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -148,7 +149,7 @@ class Checked:
     "field, value, message",
     [
         ("rate", 0.0, "`--rate`. Expected a finite float > 0"),
-        ("rate", float("nan"), "`--rate`. Expected a finite float >= 0"),
+        ("rate", float("nan"), "`--rate`. Expected a finite float > 0"),
         ("steps", 0, "`--steps`. Expected an int >= 1"),
         ("steps", 2.5, "`--steps`. Expected an int >= 1"),
         ("seed", -1, "`--seed`. Expected an int >= 0"),
@@ -164,4 +165,30 @@ def test_validate_names_the_flag_kind_and_value(field, value, message):
     validate(Checked())  # the defaults pass; None passes where the default is None
     with pytest.raises(FlagValueError) as error:
         validate(dataclasses.replace(Checked(), **{field: value}))
+    assert message in str(error.value)
+
+
+def test_writable_folder_accepts_a_folder_to_create_without_creating_it(tmp_path):
+    target = tmp_path / "a" / "b"
+    assert writable_folder(str(target), "--output_dir") == str(target)
+    assert not (tmp_path / "a").exists() and os.listdir(tmp_path) == []
+    assert writable_folder(str(tmp_path), "--output_dir") == str(tmp_path)
+    assert os.listdir(tmp_path) == []  # the trial folder is removed
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("/dev/null", "/dev/null is a file, not a folder"),
+        ("/dev/null/run", "/dev/null is a file, not a folder"),
+        ("{file}/run", "is a file, not a folder"),
+        ("/proc/run", "a folder this process can write (/proc:"),
+        ("", "Expected a folder path"),
+    ],
+)
+def test_writable_folder_refuses_what_cannot_hold_a_run(tmp_path, where, message):
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    with pytest.raises(ValueError, match="`--output_dir`") as error:
+        writable_folder(where.format(file=a_file), "--output_dir")
     assert message in str(error.value)

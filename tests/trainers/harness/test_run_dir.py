@@ -100,3 +100,19 @@ def test_a_damaged_record_is_refused_by_name(tmp_path):
 def test_config_is_recorded_before_anything_else(tmp_path):
     with RunDirectory(str(tmp_path / "new"), CONFIG):
         assert json.loads((tmp_path / "new" / "config.json").read_text()) == CONFIG
+
+
+def test_a_non_empty_folder_that_is_not_a_run_folder_is_refused(tmp_path):
+    (tmp_path / "thesis.tex").write_text("")
+    (tmp_path / "data").mkdir()
+    with pytest.raises(RunRefused, match=r"is not empty \(data, thesis.tex\) and is not a run"):
+        with RunDirectory(str(tmp_path), CONFIG):
+            pass
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_a_run_folder_whose_record_is_not_yet_written_takes_the_run(tmp_path):
+    (tmp_path / "tensorboard").mkdir()  # a run's own part, e.g. killed before config.json
+    with RunDirectory(str(tmp_path), CONFIG):
+        pass
+    assert json.loads((tmp_path / "config.json").read_text()) == CONFIG
