@@ -201,3 +201,33 @@ def test_semihard_in_many_row_blocks_matches_tfa(name, monkeypatch):
     value, grad = _value_and_grad(_loss_fn(case), _get(name, "labels"), _get(name, "x"))
     np.testing.assert_allclose(value, _get(name, "value"), **TOL)
     np.testing.assert_allclose(grad, _get(name, "grad"), **TOL)
+
+
+# TFA's classes returned the batch's scalar under reduction "none"; ours default to
+# "sum_over_batch_size", which gives the same scalar without sample weights (which TFA's
+# triplet, lifted and N-pair classes refused) and scales by the weights' mean with them.
+REDUCTION_DIFFERS = {"none": "sum_over_batch_size"}
+
+
+@pytest.mark.parametrize("name", sorted(META["class_defaults"]))
+def test_class_defaults_are_tfas(name, rng):
+    tfa_config = META["class_defaults"][name]
+    ours = getattr(losses, name)()
+    config = ours.get_config()
+    for key, value in tfa_config.items():
+        if key == "name":
+            continue  # TFA's None became Keras 3's generated name; ours are the functions'
+        if key == "reduction":
+            assert config[key] == REDUCTION_DIFFERS.get(value, value)
+            continue
+        assert config[key] == value, key
+    if tfa_config["reduction"] == "none":
+        # The default and TFA's "none" give the same value on a batch without sample weights.
+        labels = np.repeat(np.arange(4), 2)
+        x = rng.standard_normal((8, 4)).astype("float32")
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        y_pred = x @ x.T if name.startswith("Npairs") else x
+        if name == "NpairsMultilabelLoss":
+            labels = np.eye(4, dtype="float32")[labels]
+        as_tfa = getattr(losses, name)(reduction="none")(labels, y_pred)
+        assert float(ours(labels, y_pred)) == pytest.approx(float(as_tfa), rel=1e-6)

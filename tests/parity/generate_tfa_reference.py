@@ -296,6 +296,29 @@ def build_cases():
     return cases, arrays
 
 
+# The metric-learning loss classes of tfa.losses, whose defaults a drop-in must keep.
+CLASSES = (
+    "TripletSemiHardLoss",
+    "TripletHardLoss",
+    "ContrastiveLoss",
+    "NpairsLoss",
+    "NpairsMultilabelLoss",
+    "LiftedStructLoss",
+)
+
+
+def class_defaults():
+    """``{class: get_config() of a default instance}`` (name, reduction, hyperparameters)."""
+    out = {}
+    for name in CLASSES:
+        config = getattr(tfa.losses, name)().get_config()
+        out[name] = {
+            k: v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
+            for k, v in config.items()
+        }
+    return out
+
+
 def main(path):
     cases, arrays = build_cases()
     meta = {
@@ -303,6 +326,7 @@ def main(path):
         "tensorflow_addons": tfa.__version__,
         "seed": SEED,
         "cases": cases,
+        "class_defaults": class_defaults(),
     }
     np.savez_compressed(path, __meta__=np.array(json.dumps(meta)), **arrays)
     print(
