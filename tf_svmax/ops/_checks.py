@@ -180,3 +180,113 @@ def zero_unless_rows(x, fn):
     if rows is not None:
         return fn() if rows > 0 else zero()
     return tf.cond(tf.shape(x)[0] > 0, fn, zero)
+
+
+def finite_matrix(x, arg, *, dtype=np.float64, min_rows=1):
+    """`x` as a 2-D NumPy array of `dtype` (None: a float array keeps its dtype, an integer one
+    becomes float64) with at least `min_rows` rows and one column, every entry a finite real
+    number; otherwise a ValueError naming `arg` and showing the shape, dtype or first offending
+    entry (never the whole array).
+
+    Only real numbers are converted: strings are refused before NumPy could parse "1.5" into a
+    number, and so are booleans, complex numbers and objects (None). Finiteness is checked after
+    the conversion, where float64 values beyond float32's range would have become inf.
+    """
+    expected = "a 2-D array of finite real numbers"
+    try:
+        array = np.asarray(x)
+    except (ValueError, TypeError):  # ragged nested lists
+        raise ValueError(invalid(arg, expected, f"<{type(x).__name__} of ragged rows>")) from None
+    if array.dtype.kind not in "iuf":
+        raise ValueError(invalid(arg, expected, f"<{array.dtype} array of shape {array.shape}>"))
+    if array.ndim != 2:
+        raise ValueError(invalid(arg, "a 2-D [rows, columns] array", f"<shape {array.shape}>"))
+    if len(array) < min_rows:
+        rows = "row" if min_rows == 1 else "rows"
+        raise ValueError(invalid(arg, f"at least {min_rows} {rows}", f"<shape {array.shape}>"))
+    if array.shape[1] < 1:
+        raise ValueError(invalid(arg, "at least 1 column", f"<shape {array.shape}>"))
+    if dtype is None:
+        dtype = array.dtype if array.dtype.kind == "f" else np.float64
+    out = array.astype(dtype, copy=False)
+    finite = np.isfinite(out)
+    if not finite.all():
+        index = tuple(int(i) for i in np.argwhere(~finite)[0])
+        raise ValueError(
+            invalid(
+                arg,
+                f"finite values (in {np.dtype(dtype).name})",
+                f"<{array.dtype} array of shape {array.shape} with {array[index].item()!r} "
+                f"at {index}>",
+            )
+        )
+    return out
+
+
+def _label_kind(value):
+    """The kind of one class id: "number", "str" or "bytes"; None for anything else."""
+    if isinstance(value, str):  # np.str_ too
+        return "str"
+    if isinstance(value, bytes):  # np.bytes_ too
+        return "bytes"
+    if isinstance(value, (numbers.Real, np.bool_)):
+        return "number"
+    return None
+
+
+def class_labels(labels, arg):
+    """`labels` flattened to a 1-D NumPy array of class ids, numbers or strings, one kind for
+    all; otherwise a ValueError naming `arg`. Two ids are one class when they are equal: floats
+    are exact values (0.2 and 0.7 are two classes, 1 and 1.0 one), "1" and 1 are never equal.
+
+    Refused: NaN and inf (NaN equals nothing, not even itself, so it cannot name a class; inf
+    as a class id is a bug upstream), None and other objects (np.unique cannot order them),
+    complex numbers, and sequences mixing numbers and strings (NumPy would turn 1 into "1",
+    merging the classes 1 and "1"). Object arrays that hold only numbers or only strings (a
+    pandas column, a tf.string tensor's bytes) are converted. May be empty: callers check sizes.
+    """
+    expected = "class ids of one type (ints, floats or strings), no NaN/inf or None"
+    if not isinstance(labels, np.ndarray) or labels.dtype == object:
+        items = np.asarray(labels, dtype=object).reshape(-1)
+        kinds = [_label_kind(v) for v in items]
+        if None in kinds:
+            i = kinds.index(None)
+            raise ValueError(
+                invalid(arg, expected, f"<{type(items[i]).__name__} {items[i]!r} at index {i}>")
+            )
+        if len(set(kinds)) > 1:
+            names = sorted({type(v).__name__ for v in items})
+            raise ValueError(invalid(arg, expected, f"<mixed list of {', '.join(names)}>"))
+        labels = np.array(items.tolist()) if len(items) else np.asarray(labels)
+    y = np.asarray(labels).reshape(-1)
+    if y.dtype.kind not in "biufUS":
+        raise ValueError(invalid(arg, expected, f"<{y.dtype} array>"))
+    if y.dtype.kind == "f" and not np.isfinite(y).all():
+        i = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise ValueError(invalid(arg, expected, f"<{y.dtype} array with {y[i].item()!r} at {i}>"))
+    return y
+
+
+def label_kind(labels):
+    """The kind of a `class_labels` array: "number", "str" or "bytes" (ids of different kinds
+    are never equal, so a comparison between them would silently count every pair unequal)."""
+    return {"U": "str", "S": "bytes"}.get(labels.dtype.kind, "number")
+
+
+def progress_verbosity(verbose, arg="verbose", stream=None):
+    """`verbose` (0: silent, 1: a progress bar, 2: one plain line per stage or interval) checked,
+    with 1 turned into 2 when `stream` (default: sys.stdout) is not a terminal: the bar redraws
+    itself with carriage returns and ANSI colour codes, which pile up in a log file or a CI log
+    as one endless line. (The trainers' `fit_verbosity` applies the same rule to `fit`.)"""
+    import sys  # noqa: PLC0415 (appended below the module's imports, which stay as they are)
+
+    if (
+        isinstance(verbose, (bool, np.bool_))
+        or not isinstance(verbose, (int, np.integer))
+        or verbose not in (0, 1, 2)
+    ):
+        raise ValueError(invalid(arg, "0, 1 or 2", verbose))
+    stream = sys.stdout if stream is None else stream
+    if verbose == 1 and not (hasattr(stream, "isatty") and stream.isatty()):
+        return 2
+    return int(verbose)
