@@ -146,3 +146,62 @@ def test_bad_arguments_are_named():
         kmeans.kmeans(x, 2, init="kmeans")
     with pytest.raises(ValueError, match=r"argument `max_iter`"):
         kmeans.kmeans(x, 2, max_iter=0)
+
+
+@pytest.mark.parametrize("init", kmeans.INITS)
+def test_every_init_checks_its_arguments(init):
+    """init="random" went straight to scikit-learn (its own errors); every init checks the
+    same things by name."""
+    x = np.random.default_rng(0).normal(size=(10, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match=r"argument `n_clusters`.*at most 10.*11"):
+        kmeans.kmeans(x, 11, init=init)
+    with pytest.raises(ValueError, match=r"argument `n_clusters`.*0"):
+        kmeans.kmeans(x, 0, init=init)
+    for seed in (-1, 1.5, 2**32, True):
+        with pytest.raises(ValueError, match=r"argument `seed`.*2\*\*32 - 1"):
+            kmeans.kmeans(x, 2, init=init, seed=seed)
+    with pytest.raises(ValueError, match=r"argument `x`.*finite.*nan at \(3, 0\)"):
+        kmeans.kmeans(np.where(np.arange(10)[:, None] == 3, np.nan, x), 2, init=init)
+
+
+@pytest.mark.parametrize("draws", kmeans.DRAWS)
+@pytest.mark.parametrize("bad", [np.nan, -np.inf])
+def test_non_finite_rows_are_refused(draws, bad):
+    """A NaN row was chosen as a centre (draws="sklearn"; the pooled draws never returned)."""
+    x = np.random.default_rng(0).normal(size=(10, 3)).astype(np.float32)
+    x[3, 1] = bad
+    with pytest.raises(ValueError, match=r"argument `x`.*finite.*at \(3, 1\)"):
+        kmeans.kmeans_plusplus(x, 3, draws=draws)
+    with pytest.raises(ValueError, match=r"argument `seed`"):
+        kmeans.kmeans_plusplus(x[:3] * 0, 3, draws=draws, seed=-1)
+
+
+def _far_blobs(scale):
+    """4 well separated float32 blobs of 5 points, at the given scale."""
+    rng = np.random.default_rng(0)
+    x = np.repeat(rng.normal(size=(4, 3)), 5, axis=0) + 0.01 * rng.normal(size=(20, 3))
+    return (x * scale).astype(np.float32)
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-25])
+@pytest.mark.parametrize("init", kmeans.INITS)
+def test_extreme_float32_scales_cluster_like_unit_scale(scale, init):
+    """Around 1e20 the float32 squared norms overflow (the centres were duplicates, all points
+    one cluster; the pooled draws never returned), around 1e-25 they underflow to 0. The data
+    are scaled by a power of two first: the same clusters as at unit scale."""
+    x = _far_blobs(scale)
+    labels, _ = kmeans.kmeans(x, 4, seed=1, init=init)
+    np.testing.assert_array_equal(np.bincount(labels), [5, 5, 5, 5])
+    assert len(set(labels[::5])) == 4
+    for draws in kmeans.DRAWS:
+        seeds = kmeans.kmeans_plusplus(x, 4, seed=1, draws=draws)
+        assert sorted(seeds // 5) == [0, 1, 2, 3]
+
+
+def test_power_of_two_scaling_keeps_scikit_learns_float64_seeds(rng):
+    """The rescaling is exact (a power of two): float64 data far from unit scale still get
+    scikit-learn's indices with draws="sklearn"."""
+    x = _blobs(rng, 500, 20, 6, np.float64) * 2.0**40
+    ours = kmeans.kmeans_plusplus(x, 20, seed=3, draws="sklearn")
+    _, theirs = kmeans_plusplus(x, 20, random_state=3)
+    np.testing.assert_array_equal(ours, theirs)

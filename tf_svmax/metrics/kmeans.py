@@ -61,9 +61,10 @@ def kmeans_plusplus(x, n_clusters, *, seed=0, n_local_trials=None, draws="pooled
     2007, with scikit-learn's ``2 + ln k`` local trials per centre).
 
     Args:
-      x: `[n, d]` float32 or float64 array (computed in its own precision).
+      x: `[n, d]` finite float32 or float64 array (computed in its own precision, after
+        scaling by a power of two when its values are far from 1: see `_rescaled`).
       n_clusters: Number of centres, 1 <= n_clusters <= n.
-      seed: Seed of the `numpy.random.RandomState` the draws come from.
+      seed: Seed of the `numpy.random.RandomState` the draws come from (0 to 2**32 - 1).
       n_local_trials: Candidates per centre; None: ``2 + int(ln n_clusters)``.
       draws: ``"pooled"``: candidates drawn a pool at a time and kept by rejection sampling,
         sparse cached distance rows (see the module docstring; same distribution, another
@@ -74,15 +75,8 @@ def kmeans_plusplus(x, n_clusters, *, seed=0, n_local_trials=None, draws="pooled
     Returns:
       `[n_clusters]` int64 array of row indices.
     """
-    x = np.asarray(x)
-    if x.ndim != 2 or x.dtype not in (np.float32, np.float64):
-        raise ValueError(
-            _checks.invalid("x", "a 2-D float32 or float64 array", f"{x.dtype} {x.shape}")
-        )
+    x, n_clusters, seed = _check_data(x, n_clusters, seed)
     n = len(x)
-    n_clusters = _checks.check_positive_int(n_clusters, "n_clusters")
-    if n_clusters > n:
-        raise ValueError(_checks.invalid("n_clusters", f"at most {n} (the rows of x)", n_clusters))
     if n_local_trials is None:
         n_local_trials = 2 + int(np.log(n_clusters))
     n_local_trials = _checks.check_positive_int(n_local_trials, "n_local_trials")
@@ -101,6 +95,66 @@ def kmeans_plusplus(x, n_clusters, *, seed=0, n_local_trials=None, draws="pooled
     else:
         _pooled_draws(data, data.squared_distances(indices[:1])[0], indices, n_local_trials, rng)
     return indices
+
+
+def _check_data(x, n_clusters, seed):
+    """`(x, n_clusters, seed)` checked for every init: a finite 2-D float32 or float64 `x`
+    (rescaled, see `_rescaled`), 1 <= n_clusters <= n, a `RandomState` seed."""
+    x = np.asarray(x)
+    if x.ndim != 2 or x.dtype not in (np.float32, np.float64):
+        raise ValueError(
+            _checks.invalid("x", "a 2-D float32 or float64 array", f"{x.dtype} {x.shape}")
+        )
+    # A NaN row would be drawn as a centre (NaN compares false against every distance), and an
+    # inf makes every distance to it inf: refused, there is no right answer to give.
+    x = _checks.finite_matrix(x, "x", dtype=x.dtype)
+    n_clusters = _checks.check_positive_int(n_clusters, "n_clusters")
+    if n_clusters > len(x):
+        raise ValueError(
+            _checks.invalid("n_clusters", f"at most {len(x)} (the rows of x)", n_clusters)
+        )
+    return _rescaled(x), n_clusters, _check_seed(seed)
+
+
+def _check_seed(seed):
+    """An int seed in `numpy.random.RandomState`'s range (scikit-learn's `random_state` too)."""
+    if (
+        isinstance(seed, (bool, np.bool_))
+        or not isinstance(seed, (int, np.integer))
+        or not 0 <= seed < 2**32
+    ):
+        raise ValueError(_checks.invalid("seed", "an int in [0, 2**32 - 1]", seed))
+    return int(seed)
+
+
+def check_settings(seed, init, max_iter):
+    """`(seed, init, max_iter)` of `kmeans`, checked (callers check them before long work)."""
+    if init not in INITS:
+        raise ValueError(_checks.invalid("init", " or ".join(f'"{i}"' for i in INITS), init))
+    return _check_seed(seed), init, _checks.check_positive_int(max_iter, "max_iter")
+
+
+# Data whose largest magnitude is within 2**+-_SAFE_EXPONENT are used as they are. Beyond it
+# they are scaled by a power of two: float32 squared distances (up to 4 d max|x|^2) overflow
+# from max|x| ~ 1e19 / sqrt(d), and underflow to 0 below max|x| ~ 1e-19 (every distance 0).
+# 2**16 leaves a margin of over 2**90 on both sides for any d below 2**30.
+_SAFE_EXPONENT = 16
+
+
+def _rescaled(x):
+    """`x` times a power of two that brings its largest magnitude into [0.5, 1) when it is far
+    from 1. Multiplying by a power of two is exact (short of subnormals, entries below float
+    resolution relative to the largest anyway), so every distance, potential and comparison
+    is the unscaled one times a power of two: the same seeds, draws and clusters, without
+    the overflow (float32 data around 1e20 gave duplicate centres, one cluster) or underflow.
+    """
+    peak = float(np.abs(x).max()) if x.size else 0.0
+    if peak == 0:
+        return x
+    exponent = int(np.frexp(peak)[1])  # peak = m * 2**exponent, 0.5 <= m < 1
+    if abs(exponent) <= _SAFE_EXPONENT:
+        return x
+    return np.ldexp(x, -exponent).astype(x.dtype, copy=False)
 
 
 class _Data:
@@ -291,9 +345,9 @@ def kmeans(x, n_clusters, *, seed=0, init="k-means++", max_iter=300):
     """k-means clusters of the rows of `x` (scikit-learn's Lloyd iterations).
 
     Args:
-      x: `[n, d]` float32 or float64 array.
-      n_clusters: k.
-      seed: Seeds the initial centres.
+      x: `[n, d]` finite float32 or float64 array.
+      n_clusters: k, 1 <= k <= n.
+      seed: Seeds the initial centres (an int in [0, 2**32 - 1]).
       init: ``"k-means++"`` (`kmeans_plusplus`, pooled draws), ``"k-means++-sklearn"``
         (`kmeans_plusplus` with ``draws="sklearn"``: scikit-learn's seeds and clusters for the
         same seed, slower at thousands of clusters) or ``"random"`` (k distinct rows drawn
@@ -308,10 +362,10 @@ def kmeans(x, n_clusters, *, seed=0, init="k-means++", max_iter=300):
     import threadpoolctl  # scikit-learn's own dependency
     from sklearn.cluster import KMeans
 
-    if init not in INITS:
-        raise ValueError(_checks.invalid("init", " or ".join(f'"{i}"' for i in INITS), init))
-    max_iter = _checks.check_positive_int(max_iter, "max_iter")
-    x = np.asarray(x)
+    seed, init, max_iter = check_settings(seed, init, max_iter)
+    # Lloyd's iterations overflow as the seeding would: both see the rescaled data (the same
+    # clusters, see `_rescaled`).
+    x, n_clusters, seed = _check_data(x, n_clusters, seed)
     started = time.perf_counter()
     if init != "random":
         draws = "sklearn" if init == "k-means++-sklearn" else "pooled"
