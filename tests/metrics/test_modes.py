@@ -78,3 +78,23 @@ def test_bad_arguments_are_named():
         mode_coverage(np.zeros((3, 2)), CENTRES, 0.0)
     with pytest.raises(ValueError, match=r"argument `min_share`"):
         mode_coverage(np.zeros((3, 2)), CENTRES, STD, min_share=1.5)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_centres_are_refused(rng, bad):
+    """A NaN centre was counted as a ninth mode (KL NaN) and an inf centre as an uncovered one
+    (7 of 8): neither is a mixture's mode."""
+    points = np.concatenate([_around(m, 10, rng) for m in range(8)])
+    centres = CENTRES.copy()
+    centres[0, 1] = bad
+    with pytest.raises(ValueError, match=r"argument `centres`.*finite.*at \(0, 1\)"):
+        mode_coverage(points, centres, STD)
+
+
+def test_points_must_be_numbers():
+    """Strings are refused, also those NumPy would parse ("1.5" is not a generated point)."""
+    for points in (np.array([["a", "b"]]), np.array([["1.5", "2"]]), [[0.0, None]]):
+        with pytest.raises(ValueError, match=r"argument `points`.*real numbers"):
+            mode_coverage(points, CENTRES, STD)
+    with pytest.raises(ValueError, match=r"argument `centres`.*real numbers"):
+        mode_coverage(np.zeros((3, 2)), CENTRES.astype(str), STD)
