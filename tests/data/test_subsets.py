@@ -56,3 +56,15 @@ def test_long_tailed_subset_counts_with_floor():
     np.testing.assert_array_equal(_counts(labels, kept), [40, 10, 2])
     with pytest.raises(ValueError, match="fractions"):
         data.long_tailed_subset(labels, [1.0, 0.5], seed=0)
+
+
+def test_empty_labels_are_refused_by_name():
+    empty = np.array([], np.int64)
+    with pytest.raises(ValueError, match=r"argument `labels`.*non-empty.*\(0,\)"):
+        data.split_per_class(empty, test_fraction=0.5)
+    with pytest.raises(ValueError, match=r"argument `labels`.*non-empty"):
+        data.cap_per_class(empty, images_per_class=2)
+    with pytest.raises(ValueError, match=r"argument `labels`.*non-empty"):
+        data.long_tailed_subset(empty, [])
+    with pytest.raises(ValueError, match=r"argument `labels`.*non-empty"):
+        data.cap_per_class([], images_per_class=2)  # a float64 array to NumPy: still "empty"

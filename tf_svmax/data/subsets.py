@@ -11,6 +11,14 @@ from tf_svmax.ops import _checks
 
 def _classes(labels):
     labels = np.asarray(labels).reshape(-1)
+    if not len(labels):
+        # No class to take members from: a subset of nothing is an upstream mistake (an empty
+        # split or a filter that kept nothing), refused by name rather than returned empty.
+        raise ValueError(
+            _checks.invalid(
+                "labels", "a non-empty array of integer class labels", f"<shape {labels.shape}>"
+            )
+        )
     if labels.dtype.kind not in "iu":
         raise ValueError(_checks.invalid("labels", "integer class labels", labels.dtype))
     return labels, np.unique(labels)
