@@ -43,3 +43,67 @@ def test_error_neighbour_agreement_without_errors_is_nan():
     x = np.eye(3)
     share, errors = metrics.neighbour_agreement_of_errors(x, [0, 1, 2], x, [0, 1, 2], [0, 1, 2])
     assert errors == 0 and np.isnan(share)
+
+
+def test_class_ids_are_exact_values_of_any_type():
+    """Labels are class ids compared as they are: 0.2 and 0.7 are two classes (they were both
+    int(.) = 0), strings are ids, and an int label equals the same float prediction."""
+    out = metrics.classification_accuracies([0.2, 0.7], [0.2, 0.2])
+    assert out["per_class_accuracy"] == {0.2: 1.0, 0.7: 0.0}
+    assert out["macro_accuracy"] == 0.5 and out["accuracy"] == 0.5
+    out = metrics.classification_accuracies(["cat", "dog", "dog"], ["cat", "cat", "dog"])
+    assert out["per_class_accuracy"] == {"cat": 1.0, "dog": 0.5}
+    assert all(type(k) is str for k in out["per_class_accuracy"])
+    out = metrics.classification_accuracies(np.array([1, 2]), np.array([1.0, 3.0]))
+    assert out["per_class_accuracy"] == {1: 1.0, 2: 0.0}
+    assert all(type(k) is int for k in out["per_class_accuracy"])
+
+
+@pytest.mark.parametrize(
+    "labels, predictions, match",
+    [
+        ([0.0, np.nan], [0.0, 0.0], r"argument `labels`.*no NaN.*nan at 1"),
+        ([0.0, 1.0], [0.0, np.inf], r"argument `predictions`.*no NaN/inf.*inf at 1"),
+        ([0, None], [0, 0], r"argument `labels`.*None at index 1"),
+        ([1, "1"], [1, 1], r"argument `labels`.*one type.*mixed list of int, str"),
+        (["a", "b"], [0, 1], r"argument `predictions`.*the labels' kind \(str\)"),
+        ([], [], r"argument `labels`.*at least one"),
+    ],
+)
+def test_accuracies_refuse_labels_that_are_not_class_ids(labels, predictions, match):
+    with pytest.raises(ValueError, match=match):
+        metrics.classification_accuracies(labels, predictions)
+
+
+def _agreement_case(**changes):
+    rng = np.random.default_rng(2)
+    case = {
+        "train_embeddings": rng.normal(size=(10, 3)),
+        "train_labels": np.arange(10) % 3,
+        "test_embeddings": rng.normal(size=(8, 3)),
+        "test_labels": np.arange(8) % 3,
+        "predictions": (np.arange(8) + 1) % 3,
+    }
+    case.update(changes)
+    return case
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"train_labels": np.arange(5)}, r"`train_labels`.*one label per row.*\(10\).*5"),
+        ({"test_embeddings": np.zeros((5, 3))}, r"`test_embeddings`.*one row per.*\(8\).*5"),
+        ({"train_embeddings": np.zeros(10)}, r"`train_embeddings`.*2-D.*\(10,\)"),
+        ({"test_embeddings": np.zeros((8, 2))}, r"`test_embeddings`.*3 columns.*\(8, 2\)"),
+        (
+            {"train_embeddings": np.zeros((0, 3)), "train_labels": []},
+            r"`train_embeddings`.*at least 1 row",
+        ),
+        ({"train_embeddings": np.full((10, 3), np.nan)}, r"`train_embeddings`.*finite"),
+        ({"train_labels": (np.arange(10) % 3).astype(str)}, r"`train_labels`.*kind \(number\)"),
+        ({"predictions": [0, 1]}, r"`predictions`"),
+    ],
+)
+def test_error_neighbour_agreement_checks_its_inputs(changes, match):
+    with pytest.raises(ValueError, match=match):
+        metrics.neighbour_agreement_of_errors(**_agreement_case(**changes))

@@ -9,15 +9,33 @@ from sklearn.neighbors import NearestNeighbors
 from tf_svmax.ops import _checks
 
 
-def _labels_and_predictions(labels, predictions):
-    labels, predictions = np.asarray(labels).reshape(-1), np.asarray(predictions).reshape(-1)
-    if labels.shape != predictions.shape or not len(labels):
+def _labels_and_predictions(labels, predictions, labels_arg="labels"):
+    """Both as `_checks.class_labels` arrays: as many predictions as labels (at least one), of
+    the labels' kind (a string id never equals a number: every prediction would count wrong)."""
+    labels = _checks.class_labels(labels, labels_arg)
+    predictions = _checks.class_labels(predictions, "predictions")
+    if not len(labels):
+        raise ValueError(_checks.invalid(labels_arg, "at least one label", "<empty array>"))
+    if labels.shape != predictions.shape:
         raise ValueError(
             _checks.invalid(
                 "predictions", f"{len(labels)} predictions, one per label", predictions.shape
             )
         )
+    _same_kind(labels, labels_arg, predictions, "predictions")
     return labels, predictions
+
+
+def _same_kind(reference, reference_arg, other, other_arg):
+    kind = _checks.label_kind(reference)
+    if _checks.label_kind(other) != kind:
+        raise ValueError(
+            _checks.invalid(
+                other_arg,
+                f"class ids of the {reference_arg}' kind ({kind})",
+                f"<{other.dtype} array>",
+            )
+        )
 
 
 def classification_accuracies(labels, predictions):
@@ -26,11 +44,16 @@ def classification_accuracies(labels, predictions):
     ``accuracy`` is the micro average (correct / all), ``macro_accuracy`` the mean of the
     per-class accuracies (each class counts once, however many test images it has), and
     ``per_class_accuracy`` maps each class present in `labels` to its accuracy.
+
+    Labels and predictions are class ids of one kind: numbers, compared as exact values (0.2
+    and 0.7 are two classes, 1 and 1.0 one), or strings; NaN, inf and None are refused.
     """
     labels, predictions = _labels_and_predictions(labels, predictions)
     correct = labels == predictions
     classes = np.unique(labels)
-    per_class = {int(c): float(correct[labels == c].mean()) for c in classes}
+    # Keyed by the class id itself, as a Python value (int, float, str or bytes): int(c) made
+    # the classes 0.2 and 0.7 one class 0.
+    per_class = {c.item(): float(correct[labels == c].mean()) for c in classes}
     return {
         "accuracy": float(correct.mean()),
         "macro_accuracy": float(np.mean(list(per_class.values()))),
@@ -44,13 +67,48 @@ def neighbour_agreement_of_errors(
     """Among misclassified test images, the share whose nearest training image (Euclidean
     distance in the embedding) has the label the classifier predicted; NaN without errors.
 
+    Args:
+      train_embeddings: `[n, d]` finite training embeddings (n >= 1).
+      train_labels: `[n]` class ids of the training images, of the predictions' kind.
+      test_embeddings: `[m, d]` finite test embeddings.
+      test_labels, predictions: `[m]` true and predicted class ids (see
+        `classification_accuracies`).
+
     Returns ``(share, number_of_errors)``.
     """
-    test_labels, predictions = _labels_and_predictions(test_labels, predictions)
+    test_labels, predictions = _labels_and_predictions(test_labels, predictions, "test_labels")
+    train = _checks.finite_matrix(train_embeddings, "train_embeddings")
+    train_labels = _checks.class_labels(train_labels, "train_labels")
+    if len(train_labels) != len(train):
+        raise ValueError(
+            _checks.invalid(
+                "train_labels",
+                f"one label per row of `train_embeddings` ({len(train)})",
+                f"<{len(train_labels)} labels>",
+            )
+        )
+    # The nearest training label is compared with the prediction: of one kind, or never equal.
+    _same_kind(predictions, "predictions", train_labels, "train_labels")
+    test = _checks.finite_matrix(test_embeddings, "test_embeddings")
+    if len(test) != len(test_labels):
+        raise ValueError(
+            _checks.invalid(
+                "test_embeddings",
+                f"one row per test label ({len(test_labels)})",
+                f"<shape {test.shape}>",
+            )
+        )
+    if test.shape[1] != train.shape[1]:
+        raise ValueError(
+            _checks.invalid(
+                "test_embeddings",
+                f"{train.shape[1]} columns, as `train_embeddings`",
+                f"<shape {test.shape}>",
+            )
+        )
     wrong = test_labels != predictions
     if not wrong.any():
         return float("nan"), 0
-    train_labels = np.asarray(train_labels).reshape(-1)
-    index = NearestNeighbors(n_neighbors=1).fit(np.asarray(train_embeddings))
-    nearest = index.kneighbors(np.asarray(test_embeddings)[wrong], return_distance=False)[:, 0]
+    index = NearestNeighbors(n_neighbors=1).fit(train)
+    nearest = index.kneighbors(test[wrong], return_distance=False)[:, 0]
     return float(np.mean(train_labels[nearest] == predictions[wrong])), int(wrong.sum())
