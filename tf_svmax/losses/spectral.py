@@ -60,9 +60,14 @@ class OLELoss(BatchPenaltyLoss):
       threshold: Singular values below it are dropped from the subgradient (original: 1e-6).
       name: Loss name.
 
+    OLE acts on the deep features of the penultimate layer, beside the classifier's
+    cross-entropy on the logits (OLE paper Sec. 3-4), so the model outputs both:
+
     Example:
-      >>> model.compile("sgd", loss=tf_svmax.losses.RegularizedLoss(
-      ...     "sparse_categorical_crossentropy", [tf_svmax.losses.OLELoss()]))
+      >>> model = keras.Model(inputs, {"logits": logits, "features": features})
+      >>> model.compile("sgd", loss={
+      ...     "logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      ...     "features": tf_svmax.losses.OLELoss()}, jit_compile=False)
     """
 
     def __init__(self, lambda_=0.25, delta=1.0, threshold=1e-6, name="ole", **kwargs):
