@@ -1,3 +1,6 @@
+import contextlib
+import io
+
 import numpy as np
 import pytest
 from sklearn.cluster import KMeans
@@ -269,3 +272,70 @@ def test_huge_values_are_refused():
     x = np.array([[1e20, 0], [1e20, 1], [0, 0], [0, 1]], np.float32)
     with pytest.raises(ValueError, match=r"argument `embeddings`.*fit in float32"):
         retrieval.map_at_r(x, [0, 0, 1, 1])
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _printed(stream, monkeypatch, **kwargs):
+    # A line at every block: the interval is what a slow scan would wait for.
+    monkeypatch.setattr(retrieval, "_PROGRESS_SECONDS", 0.0, raising=False)
+    x = np.random.default_rng(0).standard_normal((30, 3)).astype(np.float32)
+    with contextlib.redirect_stdout(stream):
+        retrieval.evaluate_retrieval(x, np.arange(30) % 3, block_size=8, **kwargs)
+    return stream.getvalue()
+
+
+def test_progress_to_a_log_is_plain_lines(monkeypatch):
+    """`python -m benchmarks.retrieval_eval > log` filled the log with the Keras bar's carriage
+    returns and colour codes: off a terminal, verbose=1 prints one plain line per interval."""
+    out = _printed(io.StringIO(), monkeypatch, verbose=1)
+    assert "\r" not in out and "\x1b" not in out and "\b" not in out
+    lines = out.splitlines()
+    assert [line.split(" queries")[0] for line in lines[:4]] == [
+        "retrieval: 8/30",
+        "retrieval: 16/30",
+        "retrieval: 24/30",
+        "retrieval: 30/30",
+    ]
+    assert lines[4].startswith("NMI: k-means with 3 clusters") and len(lines) == 5
+    plain = _printed(_Terminal(), monkeypatch, verbose=2).splitlines()  # 2: plain anywhere
+    assert [line.split(" queries")[0] for line in plain] == [
+        line.split(" queries")[0] for line in lines
+    ]
+
+
+def test_progress_bar_on_a_terminal(monkeypatch):
+    out = _printed(_Terminal(), monkeypatch, verbose=1)
+    assert "\r" in out and "30/30" in out and "k-means with 3 clusters" in out
+    assert _printed(io.StringIO(), monkeypatch, verbose=0) == ""
+    for verbose in (3, "yes", True, 1.0):
+        with pytest.raises(ValueError, match=r"argument `verbose`.*0, 1 or 2"):
+            _printed(io.StringIO(), monkeypatch, verbose=verbose)
+
+
+def test_embeddings_must_be_a_finite_number_matrix():
+    with pytest.raises(ValueError, match=r"argument `embeddings`.*at least 1 column.*\(30, 0\)"):
+        retrieval.evaluate_retrieval(np.zeros((30, 0)), np.arange(30) % 3)
+    # NumPy would parse these strings into numbers: refused, they are not an embedding.
+    with pytest.raises(ValueError, match=r"argument `embeddings`.*real numbers"):
+        retrieval.recall_at_k(np.array([["1", "2"], ["3", "4"]]), [0, 0])
+    with pytest.raises(ValueError, match=r"argument `embeddings`.*2-D"):
+        retrieval.recall_at_k(np.zeros(4), [0, 0, 1, 1])
+    with pytest.raises(ValueError, match=r"argument `embeddings`.*finite.*nan at \(1, 0\)"):
+        retrieval.nearest_neighbors([[0.0, 1.0], [np.nan, 2.0]], 1)
+
+
+def test_kmeans_settings_are_checked_before_the_scan(monkeypatch):
+    monkeypatch.setattr(retrieval, "_scan", lambda *a, **k: pytest.fail("scanned first"))
+    x, y = np.eye(4, dtype=np.float32), [0, 0, 1, 1]
+    for settings, arg in (
+        ({"seed": -1}, "seed"),
+        ({"seed": 1.5}, "seed"),
+        ({"kmeans_init": "kmeans"}, "init"),
+        ({"kmeans_max_iter": 0}, "max_iter"),
+    ):
+        with pytest.raises(ValueError, match=rf"argument `{arg}`"):
+            retrieval.evaluate_retrieval(x, y, **settings)

@@ -31,39 +31,21 @@ from tf_svmax.ops import _checks
 # Columns read to bound each query's R-th nearest distance for MAP@R. More columns make the
 # bound tighter (fewer candidates to sort) at the cost of a larger partial sort.
 _BOUND_COLUMNS = 2048
+# Seconds between two plain progress lines (verbose=2, or 1 off a terminal).
+_PROGRESS_SECONDS = 10.0
 
 
 def _check_inputs(embeddings, labels):
-    x = np.asarray(embeddings, dtype=np.float32)
-    if isinstance(labels, (list, tuple)):
-        # NumPy turns [1, "1", "a"] into strings, silently merging 1 and "1": refuse mixtures.
-        kinds = {isinstance(v, (str, bytes)) for v in np.ravel(np.asarray(labels, dtype=object))}
-        if len(kinds) > 1:
-            raise ValueError(
-                _checks.invalid("labels", "class ids of one type (ints or strings)", "<mixed list>")
-            )
-    y = np.asarray(labels).reshape(-1)
-    if x.ndim != 2:
-        raise ValueError(_checks.invalid("embeddings", "a [n, d] array", f"<shape {x.shape}>"))
+    x = _checks.finite_matrix(embeddings, "embeddings", dtype=np.float32, min_rows=2)
+    # Class ids (`_checks.class_labels`): no NaN (np.unique would merge every NaN into one
+    # class), no None (np.unique cannot order it), no list mixing 1 and "1" (NumPy would turn
+    # both into "1", one class).
+    y = _checks.class_labels(labels, "labels")
     if len(y) != len(x):
         raise ValueError(
             f"Invalid value for argument `labels`. Expected one label per embedding "
             f"({len(x)}). Received: {len(y)} labels."
         )
-    if len(x) < 2:
-        raise ValueError(_checks.invalid("embeddings", "at least 2 rows", f"<shape {x.shape}>"))
-    # Labels are class ids: no NaN (np.unique would merge every NaN into one class) and no
-    # object arrays (np.unique cannot order None or mixed objects).
-    if y.dtype == object or (y.dtype.kind == "f" and not np.all(np.isfinite(y))):
-        raise ValueError(
-            _checks.invalid(
-                "labels",
-                "class ids of one type (ints or strings), no NaN/inf",
-                f"<{y.dtype} array>",
-            )
-        )
-    if not np.all(np.isfinite(x)):
-        raise ValueError(_checks.invalid("embeddings", "finite values", "<array with NaN/inf>"))
     if not np.all(np.isfinite(np.einsum("ij,ij->i", x, x))):
         raise ValueError(
             _checks.invalid(
@@ -91,7 +73,7 @@ def nearest_neighbors(embeddings, k, *, block_size=1024):
     Ties go to the smaller index. Each block of rows is fully sorted (O(n log n) per row): use it
     to inspect neighbours; the metrics below do not need sorted lists.
     """
-    x = np.asarray(embeddings, dtype=np.float32)
+    x = _checks.finite_matrix(embeddings, "embeddings", dtype=np.float32, min_rows=2)
     n = len(x)
     k = min(_checks.check_positive_int(k, "k"), n - 1)
     block_size = _checks.check_positive_int(block_size, "block_size")
@@ -257,17 +239,36 @@ def _scan(x, classes, *, need_map, block_size, progress=None):
     return rank, ap
 
 
+class _PlainProgress:
+    """Progress as plain lines, for a log: one every `_PROGRESS_SECONDS` and one at the end."""
+
+    def __init__(self, total):
+        self.total = total
+        self.started = self.printed = time.perf_counter()
+
+    def __call__(self, done):
+        now = time.perf_counter()
+        if done >= self.total or now - self.printed >= _PROGRESS_SECONDS:
+            self.printed = now
+            print(
+                f"retrieval: {done}/{self.total} queries ({now - self.started:.0f} s)", flush=True
+            )
+
+
 def _checked_scan(embeddings, labels, block_size, *, need_map, verbose=0):
-    """Checks the inputs, then one `_scan` (with a progress bar if `verbose`):
+    """Checks the inputs, then one `_scan` (`verbose`, resolved by
+    `_checks.progress_verbosity`: 1 a progress bar, 2 plain lines):
     ``(x, y, classes, ranks, average precisions)``."""
     x, y = _check_inputs(embeddings, labels)
     block_size = _checks.check_positive_int(block_size, "block_size")
     classes = _ClassIndex(y)
     progress = None
-    if verbose:
+    if verbose == 1:
         import keras
 
         progress = keras.utils.Progbar(len(x), unit_name="query").update
+    elif verbose == 2:
+        progress = _PlainProgress(len(x))
     rank, ap = _scan(x, classes, need_map=need_map, block_size=block_size, progress=progress)
     return x, y, classes, rank, ap
 
@@ -360,9 +361,12 @@ def evaluate_retrieval(
       labels: `[n]` class labels (any integers or strings).
       ks: The K of Recall@K.
       compute_nmi, compute_map_at_r, compute_spectrum: Which extra metrics to compute.
-      seed, kmeans_init, kmeans_max_iter: k-means settings for NMI (see `nmi`).
+      seed, kmeans_init, kmeans_max_iter: k-means settings for NMI (see `nmi`), checked
+        even when `compute_nmi` is False.
       block_size: Queries per block (memory: ``block_size x n`` float32).
-      verbose: 1 shows a progress bar.
+      verbose: 0 silent; 1 a progress bar on a terminal, and plain lines (as 2) when stdout
+        is not one (a log file: the bar's carriage returns and colour codes would pile up
+        there); 2 a plain line per interval and per stage.
 
     Returns:
       A dict with ``recall_at_<k>`` for each k, ``map_at_r``, ``nmi`` (with
@@ -383,6 +387,9 @@ def evaluate_retrieval(
         ("compute_spectrum", compute_spectrum),
     ):
         _checks.check_bool(value, arg)
+    verbose = _checks.progress_verbosity(verbose)
+    # Checked now, not after the scan (minutes at scale) that comes before k-means.
+    seed, kmeans_init, kmeans_max_iter = kmeans.check_settings(seed, kmeans_init, kmeans_max_iter)
     x, y, classes, rank, ap = _checked_scan(
         embeddings, labels, block_size, need_map=compute_map_at_r, verbose=verbose
     )
