@@ -358,3 +358,37 @@ def test_semihard_traced_and_xla_match_eager(rng):
     for jit in (False, True):
         traced = tf.function(losses.triplet_semihard_loss, jit_compile=jit)
         np.testing.assert_allclose(traced(y, x).numpy(), eager, rtol=1e-5)
+
+
+def _lifted_numpy(labels, x, margin, squared):
+    """The lifted structured loss by its definition, pair by pair, in float64."""
+    d2 = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    d = d2 if squared else np.sqrt(d2)
+    same = labels[:, None] == labels[None, :]
+    total, pairs = 0.0, 0
+    for i in range(len(x)):
+        for j in range(len(x)):
+            if i == j or not same[i, j]:
+                continue
+            pairs += 1
+            negatives = (
+                np.exp(margin - d[i][~same[i]]).sum() + np.exp(margin - d[j][~same[j]]).sum()
+            )
+            total += max(np.log(negatives) + d[i, j], 0.0) ** 2
+    return 0.25 * total / (pairs / 2.0)
+
+
+@pytest.mark.parametrize("squared", [False, True])
+def test_lifted_matches_its_definition_with_plain_or_squared_distances(rng, squared):
+    x = rng.standard_normal((12, 5))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    labels = np.repeat(np.arange(4), 3)
+    expected = _lifted_numpy(labels, x, 0.5, squared)
+    value = losses.lifted_struct_loss(labels, tf.constant(x), 0.5, squared=squared)
+    assert float(value) == pytest.approx(expected, rel=1e-10)  # float64 in, float64 out
+    loss = losses.LiftedStructLoss(margin=0.5, squared=squared)
+    assert float(loss(labels, tf.constant(x))) == pytest.approx(expected, rel=1e-6)
+    restored = losses.LiftedStructLoss.from_config(loss.get_config())
+    assert restored.squared is squared
+    with pytest.raises(ValueError, match="`squared`"):
+        losses.LiftedStructLoss(squared="yes")

@@ -7,10 +7,10 @@ import tensorflow as tf
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.losses.triplet import _check_margin
-from tf_svmax.ops import distances
+from tf_svmax.ops import _checks, distances
 
 
-def lifted_struct_loss(labels, embeddings, margin=1.0):
+def lifted_struct_loss(labels, embeddings, margin=1.0, *, squared=False):
     """Lifted structured loss over all positive pairs of the batch.
 
     For each positive pair ``(i, j)``::
@@ -23,6 +23,9 @@ def lifted_struct_loss(labels, embeddings, margin=1.0):
       labels: `[batch_size]` class labels.
       embeddings: `[batch_size, dim]` embeddings.
       margin: Margin term.
+      squared: Use squared Euclidean distances for ``d`` (the SVMax repository's
+        ``ranking/lifted_structured.py`` variant); False (tensorflow-addons, tf.contrib and
+        tf_retrieval_baseline) uses plain ones.
 
     Returns:
       A scalar of the embeddings' dtype. 0 when the batch has no positive pair, and pairs with
@@ -33,7 +36,7 @@ def lifted_struct_loss(labels, embeddings, margin=1.0):
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
     labels = _common.flat_labels(labels, x.shape[0], arg="labels")
     labels = _common.same_batch(labels, x, arg="labels")
-    pdist = distances.pairwise_distance(x)
+    pdist = distances.pairwise_distance(x, squared=squared)
     same, positives = _common.label_masks(labels)
     negatives = tf.logical_not(same)
 
@@ -66,14 +69,16 @@ def lifted_struct_loss(labels, embeddings, margin=1.0):
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class LiftedStructLoss(BatchPenaltyLoss):
-    """Keras loss for `lifted_struct_loss` (drop-in for `tfa.losses.LiftedStructLoss`)."""
+    """Keras loss for `lifted_struct_loss` (drop-in for `tfa.losses.LiftedStructLoss`;
+    ``squared=True`` is the SVMax repository's squared-distance variant)."""
 
-    def __init__(self, margin=1.0, name="lifted_struct_loss", **kwargs):
+    def __init__(self, margin=1.0, squared=False, name="lifted_struct_loss", **kwargs):
         super().__init__(name=name, **kwargs)
         self.margin = _check_margin(margin)
+        self.squared = _checks.check_bool(squared, "squared")
 
     def call(self, y_true, y_pred):
-        return lifted_struct_loss(y_true, y_pred, self.margin)
+        return lifted_struct_loss(y_true, y_pred, self.margin, squared=self.squared)
 
     def get_config(self):
-        return {**super().get_config(), "margin": self.margin}
+        return {**super().get_config(), "margin": self.margin, "squared": self.squared}
