@@ -33,7 +33,7 @@ def _same_kind(reference, reference_arg, other, other_arg):
             _checks.invalid(
                 other_arg,
                 f"class ids of the {reference_arg}' kind ({kind})",
-                f"<{other.dtype} array>",
+                f"<{_checks.label_kind(other)} ids>",
             )
         )
 

@@ -198,7 +198,9 @@ def finite_matrix(x, arg, *, dtype=np.float64, min_rows=1):
     except (ValueError, TypeError):  # ragged nested lists
         raise ValueError(invalid(arg, expected, f"<{type(x).__name__} of ragged rows>")) from None
     if array.dtype.kind not in "iuf":
-        raise ValueError(invalid(arg, expected, f"<{array.dtype} array of shape {array.shape}>"))
+        raise ValueError(
+            invalid(arg, expected, f"<array of shape {array.shape}, dtype {array.dtype}>")
+        )
     if array.ndim != 2:
         raise ValueError(invalid(arg, "a 2-D [rows, columns] array", f"<shape {array.shape}>"))
     if len(array) < min_rows:
