@@ -357,8 +357,8 @@ def evaluate_retrieval(
     """All retrieval metrics of a test embedding in one call.
 
     Args:
-      embeddings: `[n, d]` float array (the test split's embeddings).
-      labels: `[n]` class labels (any integers or strings).
+      embeddings: `[n, d]` finite real array, n >= 2 (the test split's embeddings).
+      labels: `[n]` class ids: numbers (exact values) or strings, one kind; no NaN or None.
       ks: The K of Recall@K.
       compute_nmi, compute_map_at_r, compute_spectrum: Which extra metrics to compute.
       seed, kmeans_init, kmeans_max_iter: k-means settings for NMI (see `nmi`), checked
