@@ -32,8 +32,8 @@ setup(
         "cpu": ["tensorflow-cpu>=2.16"],
         "gpu": ["tensorflow[and-cuda]>=2.16"],
         # The test tools without TensorFlow (tasks.py adds the cpu or gpu extra), and with it.
-        "testtools": ["pytest", "scipy", "ruff"],
-        "test": ["tensorflow-cpu>=2.16", "pytest", "scipy", "ruff"],
+        "testtools": ["pytest", "pytest-xdist", "scipy", "ruff"],
+        "test": ["tensorflow-cpu>=2.16", "pytest", "pytest-xdist", "scipy", "ruff"],
         "bench": ["scipy", "matplotlib"],
     },
     license="Apache-2.0",

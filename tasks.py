@@ -76,6 +76,21 @@ def call(command):
             continue
 
 
+def pytest_workers(arguments, cores=None):
+    """pytest-xdist's ``-n`` for the suite: one worker process per core (at most 4: each
+    worker's TensorFlow already uses every core for its larger ops), none on one core or when
+    the arguments choose (``-n``, ``--numprocesses``, ``-p no:xdist``)."""
+    chosen = any(
+        a == "-n"
+        or (a.startswith("-n") and not a.startswith("--"))
+        or a.startswith("--numprocesses")
+        or a == "no:xdist"
+        for a in arguments
+    )
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    return [] if chosen or cores < 2 else ["-n", str(min(cores, 4))]
+
+
 def main(argv):
     if sys.version_info < MIN_PYTHON:
         print(f"tasks.py: needs Python >= 3.10; this is {sys.version.split()[0]}.", file=sys.stderr)
@@ -92,7 +107,7 @@ def main(argv):
     lint = call([str(PYTHON), "-m", "ruff", "check", "."])
     if lint:
         return lint
-    status = call([str(PYTHON), "-m", "pytest", "-q", "tests", *rest])
+    status = call([str(PYTHON), "-m", "pytest", "-q", "tests", *pytest_workers(rest), *rest])
     if status == 5:
         print("tasks.py: pytest collected no tests; that is a failure here.", file=sys.stderr)
         return 1

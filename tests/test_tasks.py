@@ -27,3 +27,22 @@ def test_unknown_or_missing_verb_prints_usage_and_exits_2():
 def test_bad_tensorflow_choice_is_refused_before_setup():
     done = _tasks("run", TF_SVMAX_TENSORFLOW="tpu")
     assert done.returncode != 0 and "TF_SVMAX_TENSORFLOW must be 'cpu' or 'gpu'" in done.stderr
+
+
+def _tasks_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tasks", ROOT / "tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_suite_runs_one_pytest_worker_per_core_unless_told():
+    workers = _tasks_module().pytest_workers
+    assert workers([], cores=2) == ["-n", "2"]
+    assert workers(["-x"], cores=16) == ["-n", "4"]  # each worker's TensorFlow uses every core
+    assert workers([], cores=1) == []
+    for chosen in (["-n", "0"], ["-n0"], ["--numprocesses=3"], ["-p", "no:xdist"]):
+        assert workers(["-x", *chosen], cores=2) == [], chosen
+    assert workers(["--noconftest"], cores=2) == ["-n", "2"]

@@ -65,7 +65,7 @@ def test_paper_defaults_per_loss():
         (dict(backbone="resnet50"), r"--backbone=resnet50 needs RGB"),
         (dict(dataset="cub200"), r"--dataset=cub200 needs --data_dir"),
         (dict(learning_rate=0.0), r"`--learning_rate`. Expected a finite float > 0"),
-        (dict(learning_rate=float("inf")), r"`--learning_rate`. Expected a finite float >= 0"),
+        (dict(learning_rate=float("inf")), r"`--learning_rate`. Expected a finite float > 0"),
         (dict(margin=float("nan")), r"`--margin`. Expected a finite float >= 0"),
         (dict(svmax_lambda=-1.0), r"`--svmax_lambda`"),
         (dict(recall_ks=(1, 0)), r"`--recall_ks`. Expected an int >= 1. Received: --recall_ks=0"),

@@ -279,7 +279,7 @@ def progress_verbosity(verbose, arg="verbose", stream=None):
     """`verbose` (0: silent, 1: a progress bar, 2: one plain line per stage or interval) checked,
     with 1 turned into 2 when `stream` (default: sys.stdout) is not a terminal: the bar redraws
     itself with carriage returns and ANSI colour codes, which pile up in a log file or a CI log
-    as one endless line. (The trainers' `fit_verbosity` applies the same rule to `fit`.)"""
+    as one endless line. (The trainers' `fit_verbosity` uses it for `fit`.)"""
     import sys  # noqa: PLC0415 (appended below the module's imports, which stay as they are)
 
     if (

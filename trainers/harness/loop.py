@@ -23,7 +23,6 @@ The job's config must have the fields ``output_dir``, ``train_steps``, ``eval_ev
 import contextlib
 import dataclasses
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data, records
+from tf_svmax.ops import _checks  # the library's validators
 from trainers.harness.checkpoints import restore_newest_readable
 from trainers.harness.distribute import description as strategy_description
 from trainers.harness.distribute import replica_batches
@@ -250,11 +250,9 @@ class _Cadence(keras.callbacks.Callback):
 
 def fit_verbosity(verbose, stream=None):
     """Keras' `verbose` for `fit`: the progress bar (1) only on a terminal; to a file or a CI
-    log (where the bar's carriage returns pile up into megabytes) one line per interval (2)."""
-    stream = sys.stdout if stream is None else stream
-    if verbose == 1 and not (hasattr(stream, "isatty") and stream.isatty()):
-        return 2
-    return verbose
+    log (where the bar's carriage returns pile up into megabytes) one line per interval (2).
+    The library's rule (`evaluate_retrieval` follows it too)."""
+    return _checks.progress_verbosity(verbose, "--verbose", stream)
 
 
 def _wall_seconds(results, started):
