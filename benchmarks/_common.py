@@ -117,3 +117,12 @@ def line_plot(path, series, xlabel, ylabel, title):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def run(main):
+    """``absl.app.run(main)`` with the project's exit codes: 2 for a flag absl cannot parse or
+    a value refused with ``app.UsageError(..., exitcode=2)``, 0 after ``--help`` (absl exits 1
+    for both, which the trainers and benchmarks reserve for a failed run)."""
+    from trainers.harness.flags import run as run_with_exit_codes
+
+    run_with_exit_codes(main)

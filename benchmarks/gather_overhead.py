@@ -101,10 +101,11 @@ def main(argv):
         replica_counts = _common.parse_ints(FLAGS.replicas, "replicas")
         batches = _common.parse_ints(FLAGS.batches, "batches")
     except ValueError as error:
-        raise app.UsageError(str(error)) from None
+        raise app.UsageError(str(error), exitcode=2) from None
     if any(b % r for b in batches for r in replica_counts):
         raise app.UsageError(
-            f"--replicas must divide every --batches; received {replica_counts}, {batches}."
+            f"--replicas must divide every --batches; received {replica_counts}, {batches}.",
+            exitcode=2,
         )
     if FLAGS.child_replicas:
         rows = time_in_this_process(
@@ -163,4 +164,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _common.run(main)

@@ -117,11 +117,12 @@ def main(argv):
     try:
         sizes = _common.parse_ints(FLAGS.batch_sizes, "--batch_sizes")
     except ValueError as error:
-        raise app.UsageError(str(error)) from None
+        raise app.UsageError(str(error), exitcode=2) from None
     if FLAGS.batch_p % 4:
         raise app.UsageError(
             "Invalid value for flag `--batch_p`. Expected a multiple of 4 (XML's halves of the "
-            f"contrastive loss). Received: {FLAGS.batch_p}"
+            f"contrastive loss). Received: {FLAGS.batch_p}",
+            exitcode=2,
         )
     rows = []
     for n in sizes:
@@ -164,4 +165,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _common.run(main)

@@ -282,4 +282,4 @@ def _plot(rows, stem):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _common.run(main)

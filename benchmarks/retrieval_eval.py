@@ -30,7 +30,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
 from tf_svmax.metrics import kmeans, retrieval  # noqa: E402
@@ -245,4 +245,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _common.run(main)

@@ -22,7 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
 import tf_svmax  # noqa: E402
 from benchmarks import _common  # noqa: E402
@@ -261,4 +261,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _common.run(main)

@@ -74,7 +74,8 @@ def main(argv):
     if unknown or "softmax" not in FLAGS.modes:
         raise app.UsageError(
             f"--modes from {list(two_head.MODES)} including softmax (the baseline), "
-            f"--backbones from {list(INPUTS)}; received {unknown or FLAGS.modes}."
+            f"--backbones from {list(INPUTS)}; received {unknown or FLAGS.modes}.",
+            exitcode=2,
         )
     rows = []
     for backbone in FLAGS.backbones:
@@ -104,4 +105,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _common.run(main)

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -177,3 +179,49 @@ def test_lorac_xml_overhead(tmp_path):
     assert ("retrieval step", "contrastive") in parts and len(parts) == 6
     assert all(r["median_ms"] > 0 for r in record["results"])
     assert "| contrastive step | lorac | 8 |" in stdout and "machine" in record
+
+
+def _refused(program, *flags):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{program}", *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+PROGRAMS = (
+    "gather_overhead",
+    "lorac_xml_overhead",
+    "mining_memory",
+    "ole_cost",
+    "retrieval_eval",
+    "spectral_speed",
+    "step_overhead",
+    "svd_cost",
+    "two_head_overhead",
+)
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
+    # absl exits 1 for a flag it cannot parse; 1 means a failed run here.
+    done = _refused(program, "--no_such_flag=1", f"--output_dir={tmp_path}")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "no_such_flag" in done.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "program, flags",
+    [
+        ("gather_overhead", ("--replicas=3", "--batches=8")),
+        ("lorac_xml_overhead", ("--batch_p=6",)),
+        ("two_head_overhead", ("--modes=center",)),
+    ],
+)
+def test_a_refused_value_exits_2(program, flags):
+    done = _refused(program, *flags)
+    assert done.returncode == 2, done.stderr[-2000:]
