@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data, losses, metrics, models
+from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
 from trainers.harness.config import (
     ConfigError,
     check_fields_and_data,
@@ -197,7 +198,7 @@ class TwoHeadConfig:
     recall_ks: tuple[int, ...] = option(
         (1, 4, 8, 16), "K of Recall@K (paper: 1, 4, 8, 16).", check=positive_int
     )
-    kmeans_init: str = option("k-means++", "NMI k-means seeding.", choices=("k-means++", "random"))
+    kmeans_init: str = option("k-means++", "NMI k-means seeding.", choices=KMEANS_INITS)
     kmeans_max_iter: int = option(300, "NMI k-means iterations.", check=positive_int)
     eval_batch_size: int = option(
         256, "Batch size for evaluation.", identity=False, check=positive_int

@@ -647,3 +647,10 @@ def test_xml_run_trains_and_records(tmp_path):
     assert {"xml_loss", "embedding_loss", "embedding_mean_singular_value"} <= set(trace)
     assert results["config"]["xml_prototypes"] == 64
     assert (tmp_path / "run" / "embedding_model.keras").exists()
+
+
+def test_every_library_kmeans_seeding_is_a_choice():
+    from tf_svmax.metrics import kmeans
+
+    for init in kmeans.INITS:  # k-means++-sklearn was missing from the flag's choices
+        assert retrieval.resolve(retrieval.RetrievalConfig(output_dir="x", kmeans_init=init))

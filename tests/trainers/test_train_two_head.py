@@ -207,3 +207,10 @@ def test_folder_without_train_and_test_splits_is_refused_before_reading(tmp_path
     )
     with pytest.raises(two_head.ConfigError, match="lacks train/ or test/"):
         two_head.load_split(config)
+
+
+def test_every_library_kmeans_seeding_is_a_choice():
+    from tf_svmax.metrics import kmeans
+
+    for init in kmeans.INITS:  # k-means++-sklearn was missing from the flag's choices
+        assert two_head.resolve(two_head.TwoHeadConfig(output_dir="x", kmeans_init=init))
