@@ -5,26 +5,17 @@ Each runs as `python -m benchmarks.<program>` in a subprocess: absl flags are pr
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.benchmarks import run_program
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(program, *flags):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{program}", *flags],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = run_program(program, *flags, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -181,18 +172,6 @@ def test_lorac_xml_overhead(tmp_path):
     assert "| contrastive step | lorac | 8 |" in stdout and "machine" in record
 
 
-def _refused(program, *flags):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{program}", *flags],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 PROGRAMS = (
     "gather_overhead",
     "lorac_xml_overhead",
@@ -209,7 +188,7 @@ PROGRAMS = (
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
     # absl exits 1 for a flag it cannot parse; 1 means a failed run here.
-    done = _refused(program, "--no_such_flag=1", f"--output_dir={tmp_path}")
+    done = run_program(program, "--no_such_flag=1", f"--output_dir={tmp_path}", timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "no_such_flag" in done.stderr and list(tmp_path.iterdir()) == []
 
@@ -223,5 +202,5 @@ def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
     ],
 )
 def test_a_refused_value_exits_2(program, flags):
-    done = _refused(program, *flags)
+    done = run_program(program, *flags, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
