@@ -102,10 +102,12 @@ def test_kmeans_equals_scikit_learns_kmeans(rng, init):
     np.testing.assert_array_equal(labels, reference.labels_)
     seconds = {k: info.pop(k) for k in ("seconds_kmeans_seeding", "seconds_kmeans_lloyd")}
     assert min(seconds.values()) >= 0
+    rows = {"kmeans_seeding_rows_computed": 12, "kmeans_seeding_rows_from_neighbors": 0}
     assert info == {
         "kmeans_init": init,
         "kmeans_iterations": int(reference.n_iter_),
         "kmeans_converged": bool(reference.n_iter_ < 300),
+        **(rows if init != "random" else {}),
     }
 
 
@@ -205,3 +207,85 @@ def test_power_of_two_scaling_keeps_scikit_learns_float64_seeds(rng):
     ours = kmeans.kmeans_plusplus(x, 20, seed=3, draws="sklearn")
     _, theirs = kmeans_plusplus(x, 20, random_state=3)
     np.testing.assert_array_equal(ours, theirs)
+
+
+def _brute_lists(x, size, rng=None):
+    """Reference `NeighborLists` from float64 brute force: row i lists every point j != i
+    closer than its radius, the squared distance to its `size`-th nearest other point (a
+    random size per row when `size` is an array)."""
+    x64 = x.astype(np.float64)
+    d2 = ((x64[:, None, :] - x64[None]) ** 2).sum(-1)
+    np.fill_diagonal(d2, np.inf)
+    radii = np.sort(d2, axis=1)[np.arange(len(x)), np.asarray(size) - 1]
+    mask = d2 < radii[:, None]
+    rows, columns = np.nonzero(mask)
+    indptr = np.concatenate([[0], np.cumsum(mask.sum(axis=1))])
+    return kmeans.NeighborLists(indptr, columns, d2[rows, columns].astype(x.dtype), radii)
+
+
+@pytest.mark.parametrize("size", ["small", "mixed", "all"])
+def test_neighbor_lists_give_the_seeds_computed_without_them(rng, size):
+    """The lists only spare computing rows: with float64 data the seeds equal the seeding's
+    without lists, same seed, whether the lists cover few points (most rows computed), some
+    (rows from lists plus the points whose D^2 exceeds the radius) or all of them."""
+    x = _blobs(rng, 700, 45, 6, np.float64, spread=0.5)
+    sizes = {"small": 3, "mixed": rng.integers(1, 300, len(x)), "all": len(x) - 1}[size]
+    lists = _brute_lists(x, sizes)
+    for seed in (0, 1, 2):
+        stats = {}
+        ours = kmeans.kmeans_plusplus(x, 45, seed=seed, neighbors=lists, stats=stats)
+        np.testing.assert_array_equal(ours, kmeans.kmeans_plusplus(x, 45, seed=seed))
+        if size != "small":
+            assert stats["rows_from_neighbors"] > stats["rows_computed"]
+
+
+def test_neighbor_lists_are_trusted_only_up_to_their_radius(rng):
+    """A list whose radius is too large for it (points left out) must change the seeds: the
+    radius is what the seeding relies on, so a test of the lists can fail."""
+    x = _blobs(rng, 700, 45, 6, np.float64, spread=0.5)
+    lists = _brute_lists(x, 60)
+    lists.radii[:] = np.inf  # claims every point is listed
+    changed = [
+        not np.array_equal(
+            kmeans.kmeans_plusplus(x, 45, seed=s, neighbors=lists),
+            kmeans.kmeans_plusplus(x, 45, seed=s),
+        )
+        for s in range(3)
+    ]
+    assert any(changed)
+
+
+def test_kmeans_with_neighbor_lists_has_scikit_learns_inertia(rng):
+    """float32, lists from float64 brute force: the converged inertia over seeds matches
+    scikit-learn's `KMeans(init="k-means++")`, and the info says where the rows came from."""
+    x = _blobs(rng, 1500, 60, 12, np.float32, spread=0.6)
+    lists = _brute_lists(x, 100)
+
+    def inertia(labels):
+        return sum(((x[labels == c] - x[labels == c].mean(0)) ** 2).sum() for c in set(labels))
+
+    runs = [kmeans.kmeans(x, 60, seed=s, neighbors=lists) for s in range(6)]
+    theirs = [KMeans(60, n_init=1, random_state=s).fit(x).inertia_ for s in range(6)]
+    assert np.mean([inertia(labels) for labels, _ in runs]) == pytest.approx(
+        np.mean(theirs), rel=0.01
+    )
+    assert all(info["kmeans_seeding_rows_from_neighbors"] > 0 for _, info in runs)
+
+
+def test_bad_neighbor_lists_are_named():
+    x = np.random.default_rng(0).normal(size=(10, 3)).astype(np.float32)
+    lists = _brute_lists(x, 4)
+    with pytest.raises(ValueError, match=r"argument `neighbors`.*10 rows"):
+        kmeans.kmeans_plusplus(x[:9], 2, neighbors=lists)
+    with pytest.raises(ValueError, match=r"argument `neighbors`"):
+        kmeans.kmeans_plusplus(x, 2, neighbors="lists")
+    with pytest.raises(ValueError, match=r"argument `indptr`"):
+        kmeans.NeighborLists(lists.indptr[:-1], lists.indices, lists.squared_distances, lists.radii)
+    with pytest.raises(ValueError, match=r"argument `indices`.*\[0, 10\)"):
+        kmeans.NeighborLists(lists.indptr, lists.indices + 10, lists.squared_distances, lists.radii)
+    with pytest.raises(ValueError, match=r"argument `radii`.*NaN"):
+        kmeans.NeighborLists(
+            lists.indptr, lists.indices, lists.squared_distances, lists.radii * np.nan
+        )
+    with pytest.raises(ValueError, match=r"argument `squared_distances`"):
+        kmeans.NeighborLists(lists.indptr, lists.indices, lists.squared_distances[1:], lists.radii)

@@ -24,6 +24,14 @@ drawn from the same distribution, with two changes to how the work is done:
   90 % of the points end up drawn) instead of ``(2 + ln k) n k d`` (~11 Lloyd iterations, as
   skinny memory-bound products).
 
+Given a `NeighborLists` (each point's neighbours up to a radius, which a k-NN scan has
+computed anyway: `tf_svmax.metrics.retrieval.evaluate_retrieval` hands its own over), a
+candidate's row needs no product where its list is complete: a candidate c can only lower D(x)
+where ``|x - c|^2 < D(x)^2``, so its list (every x closer than its radius) is all it needs over
+the points whose D^2 is below the radius, and the few points above it are scored against the
+listed candidates directly. The same draws and choices (with float64 data the same indices,
+tested); at SOP shape 95 % of the rows then come from the lists.
+
 The result follows greedy k-means++'s distribution exactly (tested against scikit-learn's over
 seeds) but not scikit-learn's random stream: the seeds differ from
 `sklearn.cluster.kmeans_plusplus`'s for the same seed, and so do the clusters and the NMI, by
@@ -54,9 +62,67 @@ _POOL_SIZE = 512
 _COMPACT_ABOVE = 256
 # Rows of a distance block sparsified per task (64 x SOP's 60,502 float32: 15 MB, cache-sized).
 _SPARSIFY_ROWS = 64
+# With neighbour lists, a candidate's row is its list plus a product with the points whose D^2
+# exceeds its list's radius, used while those are at most 1 / _SCORED_APART of the points
+# (beyond that, the full row costs little more).
+_SCORED_APART = 8
 
 
-def kmeans_plusplus(x, n_clusters, *, seed=0, n_local_trials=None, draws="pooled"):
+class NeighborLists:
+    """Every row's nearby points up to a radius, all of them: what a k-NN scan, which computes
+    every pairwise distance anyway, hands to `kmeans_plusplus` so that its seeding need not
+    compute them again (`tf_svmax.metrics.retrieval.neighbor_lists` builds one; so does
+    `evaluate_retrieval`'s scan for its NMI).
+
+    Row i lists the points ``indices[indptr[i]:indptr[i + 1]]`` (distinct, none of them i) and
+    their squared distances to x_i, ``squared_distances[indptr[i]:indptr[i + 1]]``, and promises
+    that **every point j != i not listed is at squared distance >= radii[i]** (as the same
+    computation rounds it; the seeding allows for the rounding between that computation and its
+    own). Distances are in the units of the rows given to the seeding, computed in float32 or
+    better. A radius may be inf (everything listed) or below 0 (nothing promised).
+
+    Args:
+      indptr: `[n + 1]` non-decreasing ints from 0 to ``len(indices)``.
+      indices: `[nnz]` ints in [0, n).
+      squared_distances: `[nnz]` float32 or float64.
+      radii: `[n]` float32 or float64, no NaN.
+    """
+
+    def __init__(self, indptr, indices, squared_distances, radii):
+        self.indptr = np.asarray(indptr)
+        self.indices = np.asarray(indices)
+        self.squared_distances = np.asarray(squared_distances)
+        self.radii = np.asarray(radii)
+        n = len(self.radii)
+        nnz = len(self.indices) if self.indices.ndim == 1 else -1
+        checks = (
+            ("radii", self.radii, "a 1-D float32 or float64 array without NaN", "f", n),
+            ("indptr", self.indptr, f"{n + 1} non-decreasing ints from 0 to {nnz}", "iu", n + 1),
+            ("indices", self.indices, f"a 1-D int array of values in [0, {n})", "iu", nnz),
+            ("squared_distances", self.squared_distances, f"{nnz} float32/64 values", "f", nnz),
+        )
+        for arg, array, expected, kinds, length in checks:
+            if array.ndim != 1 or array.dtype.kind not in kinds or len(array) != length:
+                received = f"<{array.dtype} array of shape {array.shape}>"
+                raise ValueError(_checks.invalid(arg, expected, received))
+        if np.isnan(self.radii).any():
+            raise ValueError(_checks.invalid("radii", checks[0][2], "<array with NaN>"))
+        if self.indptr[0] != 0 or self.indptr[-1] != nnz or np.any(np.diff(self.indptr) < 0):
+            raise ValueError(_checks.invalid("indptr", checks[1][2], "<other values>"))
+        if nnz and (self.indices.min() < 0 or self.indices.max() >= n):
+            raise ValueError(_checks.invalid("indices", checks[2][2], "<values out of range>"))
+
+    @property
+    def num_rows(self):
+        return len(self.radii)
+
+    def __repr__(self):
+        return f"NeighborLists({self.num_rows} rows, {len(self.indices)} entries)"
+
+
+def kmeans_plusplus(
+    x, n_clusters, *, seed=0, n_local_trials=None, draws="pooled", neighbors=None, stats=None
+):
     """Indices of `n_clusters` rows of `x` chosen by greedy k-means++ (Arthur & Vassilvitskii
     2007, with scikit-learn's ``2 + ln k`` local trials per centre).
 
@@ -71,12 +137,30 @@ def kmeans_plusplus(x, n_clusters, *, seed=0, n_local_trials=None, draws="pooled
         random stream, several times faster at thousands of centres). ``"sklearn"``: the draws
         of `sklearn.cluster.kmeans_plusplus(x, n_clusters, random_state=seed)`, so that with
         float64 input the indices equal scikit-learn's (up to rounding ties).
+      neighbors: None, or a `NeighborLists` of x's rows (a k-NN scan's by-product, e.g.
+        `tf_svmax.metrics.retrieval.neighbor_lists`), for the pooled draws: a candidate's row
+        then comes from its list where that is provably complete (see `NeighborLists`), not
+        from a new product. The same algorithm and random stream: with float64 data the
+        indices equal those without lists; listed distances are the scan's, so in float32
+        a near-tie between candidates may go the other way. Ignored by ``draws="sklearn"``
+        and when x is rescaled (`_rescaled`).
+      stats: None, or a dict that receives ``rows_computed`` (candidates' distance rows
+        computed here) and ``rows_from_neighbors`` (rows taken from `neighbors`).
 
     Returns:
       `[n_clusters]` int64 array of row indices.
     """
-    x, n_clusters, seed = _check_data(x, n_clusters, seed)
+    x, n_clusters, seed, rescaled = _check_data(x, n_clusters, seed)
     n = len(x)
+    if neighbors is not None:
+        if not isinstance(neighbors, NeighborLists) or neighbors.num_rows != n:
+            raise ValueError(
+                _checks.invalid("neighbors", f"None or a NeighborLists of {n} rows", neighbors)
+            )
+        if rescaled:
+            # Its distances are in the units of the unscaled data (and may have overflowed or
+            # underflowed there): the seeding computes its own rows instead.
+            neighbors = None
     if n_local_trials is None:
         n_local_trials = 2 + int(np.log(n_clusters))
     n_local_trials = _checks.check_positive_int(n_local_trials, "n_local_trials")
@@ -92,14 +176,19 @@ def kmeans_plusplus(x, n_clusters, *, seed=0, n_local_trials=None, draws="pooled
         # euclidean_distances does.
         first = data.squared - 2.0 * (x @ x[indices[0]]) + data.squared[indices[0]]
         _sklearn_draws(data, np.maximum(first, 0), indices, n_local_trials, rng)
+        counts = {"rows_computed": n_clusters, "rows_from_neighbors": 0}
     else:
-        _pooled_draws(data, data.squared_distances(indices[:1])[0], indices, n_local_trials, rng)
+        closest = data.squared_distances(indices[:1])[0]
+        counts = _pooled_draws(data, closest, indices, n_local_trials, rng, neighbors)
+    if stats is not None:
+        stats.update(counts)
     return indices
 
 
 def _check_data(x, n_clusters, seed):
-    """`(x, n_clusters, seed)` checked for every init: a finite 2-D float32 or float64 `x`
-    (rescaled, see `_rescaled`), 1 <= n_clusters <= n, a `RandomState` seed."""
+    """`(x, n_clusters, seed, rescaled)` checked for every init: a finite 2-D float32 or float64
+    `x` (`rescaled`: scaled by a power of two, see `_rescaled`), 1 <= n_clusters <= n, a
+    `RandomState` seed."""
     x = np.asarray(x)
     if x.ndim != 2 or x.dtype not in (np.float32, np.float64):
         raise ValueError(
@@ -113,7 +202,8 @@ def _check_data(x, n_clusters, seed):
         raise ValueError(
             _checks.invalid("n_clusters", f"at most {len(x)} (the rows of x)", n_clusters)
         )
-    return _rescaled(x), n_clusters, _check_seed(seed)
+    scaled = _rescaled(x)
+    return scaled, n_clusters, _check_seed(seed), scaled is not x
 
 
 def _check_seed(seed):
@@ -212,10 +302,13 @@ def _sklearn_draws(data, closest, indices, n_local_trials, rng):
         indices[c] = ids[best]
 
 
-def _pooled_draws(data, closest, indices, n_local_trials, rng):
-    """Greedy k-means++ with pooled draws (rejection sampling) and sparse cached rows."""
+def _pooled_draws(data, closest, indices, n_local_trials, rng, neighbors):
+    """Greedy k-means++ with pooled draws (rejection sampling) and sparse cached rows; returns
+    the row counts (`kmeans_plusplus`'s `stats`)."""
     with concurrent.futures.ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 8))) as threads:
-        _pooled_loop(data, closest, indices, n_local_trials, rng, _SparseRows(data, threads))
+        rows = _SparseRows(data, threads, neighbors)
+        _pooled_loop(data, closest, indices, n_local_trials, rng, rows)
+    return {"rows_computed": rows.computed, "rows_from_neighbors": rows.from_neighbors}
 
 
 def _pooled_loop(data, closest, indices, n_local_trials, rng, rows):
@@ -282,18 +375,32 @@ class _SparseRows:
     """Per point, the points its row could improve when computed (``|x - c|^2 < D(x)^2``) and
     those squared distances; D only shrinks, so the entries left out never matter again."""
 
-    def __init__(self, data, pool):
+    def __init__(self, data, pool, neighbors=None):
         self.data = data
         self.pool = pool
         n = len(data.squared)
         self.columns = [None] * n
         self.values = [None] * n
+        self.neighbors = neighbors
+        self.computed = self.from_neighbors = 0
+        if neighbors is not None:
+            # A listed distance and the one this seeding would compute are two roundings of the
+            # same expanded form |x|^2 + |c|^2 - 2 x.c, each off by at most (d + 2) u (|x| +
+            # |c|)^2 <= 4 (d + 2) u max|x|^2 (u = eps / 2, the unit roundoff; the standard dot
+            # product bound): a list is trusted only for points whose D^2 is below its radius
+            # by twice their sum, so a point left out of it could not have been kept here.
+            eps = max(np.finfo(data.x.dtype).eps, np.finfo(neighbors.squared_distances.dtype).eps)
+            self.margin = 8.0 * (data.x.shape[1] + 2) * eps * float(data.squared.max())
+            self.trusted = neighbors.radii.astype(np.float64) - self.margin
 
     def compute(self, ids, closest):
         new = np.unique(ids)
         new = new[[self.columns[p] is None for p in new]]
+        if len(new) and self.neighbors is not None:
+            new = self._from_lists(new, closest)
         if not len(new):
             return
+        self.computed += len(new)
         distances = self.data.squared_distances(new, clamp=False)
         n = len(closest)
 
@@ -314,6 +421,68 @@ class _SparseRows:
                 p = new[start + j]
                 self.columns[p] = column[bounds[j] : bounds[j + 1]]
                 self.values[p] = values[bounds[j] : bounds[j + 1]]
+
+    def _from_lists(self, new, closest):
+        """Stores the rows of the points `new` whose neighbour lists are complete enough; returns
+        the others (their rows are computed in full).
+
+        A point c's list holds every x with ``|x - c|^2 < radius(c)``; c can only lower D(x)
+        where ``|x - c|^2 < D(x)^2``. So the list is all c needs over the points with
+        ``D(x)^2 <= radius(c)`` (less the rounding margin), and the few points whose D^2 is
+        larger (the set S below, at most n / _SCORED_APART of them) are scored against the
+        listed candidates directly, one product of ``len(listed) x |S|``.
+        """
+        n = len(closest)
+        limit = max(1, n // _SCORED_APART)
+        # Points with D^2 above `floor` number at most `limit` (ties aside).
+        floor = float(np.partition(closest, n - limit)[n - limit]) if limit < n else -np.inf
+        trusted = self.trusted[new]
+        use = trusted >= floor
+        if not use.any():
+            return new
+        listed = new[use]
+        tau = float(trusted[use].min())
+        apart = np.flatnonzero(closest > tau)
+        nb = self.neighbors
+        starts, stops = nb.indptr[listed], nb.indptr[listed + 1]
+        lengths = stops - starts
+        owner = np.repeat(np.arange(len(listed)), lengths)
+        # Positions of every listed candidate's entries, concatenated.
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        position = np.arange(int(lengths.sum())) + np.repeat(starts - offsets, lengths)
+        columns = nb.indices[position]
+        values = nb.squared_distances[position].astype(closest.dtype)
+        current = closest[columns]
+        # S's points are scored below; a list holding its own row is not trusted for it.
+        keep = (values < current) & (current <= tau) & (columns != listed[owner])
+        parts = [(owner[keep], columns[keep], values[keep])]
+        # Each candidate's own entry, 0, kept where it lowers D (as in a computed row); those
+        # in S get it from the product.
+        mine = np.flatnonzero((closest[listed] <= tau) & (closest[listed] > 0))
+        parts.append((mine, listed[mine], np.zeros(len(mine))))
+        if len(apart):
+            d = self.data.x.shape[1]
+            candidates = np.empty((len(listed), d + 2), self.data.x.dtype)
+            candidates[:, :d] = -2.0 * self.data.x[listed]
+            candidates[:, d] = 1.0
+            candidates[:, d + 1] = self.data.squared[listed]
+            block = candidates @ self.data.augmented[:, apart]
+            flat = np.flatnonzero(block < closest[apart])
+            row, column = np.divmod(flat, len(apart))
+            # Clamped at 0 (rounding of the expanded form); a candidate's distance to itself is
+            # exactly 0.
+            found = np.maximum(block.ravel()[flat], 0)
+            found[apart[column] == listed[row]] = 0
+            parts.append((row, apart[column], found))
+        owner, columns, values = (np.concatenate(p) for p in zip(*parts, strict=True))
+        order = np.argsort(owner, kind="stable")
+        owner, columns, values = owner[order], columns[order].astype(np.int32), values[order]
+        bounds = np.searchsorted(owner, np.arange(len(listed) + 1))
+        for j, p in enumerate(listed):
+            self.columns[p] = columns[bounds[j] : bounds[j + 1]]
+            self.values[p] = values[bounds[j] : bounds[j + 1]].astype(closest.dtype)
+        self.from_neighbors += len(listed)
+        return new[~use]
 
     def gains(self, candidates, closest):
         """How much choosing each candidate would lower the potential (one pass over their
@@ -341,7 +510,7 @@ class _SparseRows:
         self.columns[p] = self.values[p] = np.empty(0)
 
 
-def kmeans(x, n_clusters, *, seed=0, init="k-means++", max_iter=300):
+def kmeans(x, n_clusters, *, seed=0, init="k-means++", max_iter=300, neighbors=None):
     """k-means clusters of the rows of `x` (scikit-learn's Lloyd iterations).
 
     Args:
@@ -353,11 +522,16 @@ def kmeans(x, n_clusters, *, seed=0, init="k-means++", max_iter=300):
         same seed, slower at thousands of clusters) or ``"random"`` (k distinct rows drawn
         uniformly, scikit-learn's ``init="random"``).
       max_iter: At most this many Lloyd iterations.
+      neighbors: None, or a `NeighborLists` of x's rows for the ``"k-means++"`` seeding
+        (`kmeans_plusplus`; the same seeding, fewer distances computed); ignored by the other
+        inits.
 
     Returns:
       ``(labels, info)``: `[n]` cluster index per row, and ``{"kmeans_init", "kmeans_iterations",
       "kmeans_converged", "seconds_kmeans_seeding", "seconds_kmeans_lloyd"}`` (converged:
-      stopped before `max_iter`; the seconds are wall time, for benchmarks).
+      stopped before `max_iter`; the seconds are wall time, for benchmarks), with
+      ``kmeans_seeding_rows_computed`` and ``kmeans_seeding_rows_from_neighbors`` (see
+      `kmeans_plusplus`'s `stats`) for the k-means++ inits.
     """
     import threadpoolctl  # scikit-learn's own dependency
     from sklearn.cluster import KMeans
@@ -365,11 +539,20 @@ def kmeans(x, n_clusters, *, seed=0, init="k-means++", max_iter=300):
     seed, init, max_iter = check_settings(seed, init, max_iter)
     # Lloyd's iterations overflow as the seeding would: both see the rescaled data (the same
     # clusters, see `_rescaled`).
-    x, n_clusters, seed = _check_data(x, n_clusters, seed)
+    x, n_clusters, seed, rescaled = _check_data(x, n_clusters, seed)
+    if rescaled and neighbors is not None:
+        if not isinstance(neighbors, NeighborLists):
+            raise ValueError(_checks.invalid("neighbors", "None or a NeighborLists", neighbors))
+        # In the unscaled data's units: see `kmeans_plusplus`.
+        neighbors = None
     started = time.perf_counter()
+    counts = {}
     if init != "random":
         draws = "sklearn" if init == "k-means++-sklearn" else "pooled"
-        start = x[kmeans_plusplus(x, n_clusters, seed=seed, draws=draws)]
+        seeds = kmeans_plusplus(
+            x, n_clusters, seed=seed, draws=draws, neighbors=neighbors, stats=counts
+        )
+        start = x[seeds]
         model = KMeans(n_clusters=n_clusters, init=start, n_init=1, max_iter=max_iter)
     else:
         model = KMeans(
@@ -387,4 +570,5 @@ def kmeans(x, n_clusters, *, seed=0, init="k-means++", max_iter=300):
         # scikit-learn's init="random" draws its centres inside fit: counted as Lloyd time.
         "seconds_kmeans_seeding": seeded - started,
         "seconds_kmeans_lloyd": time.perf_counter() - seeded,
+        **{f"kmeans_seeding_{k}": v for k, v in counts.items()},
     }
