@@ -148,12 +148,16 @@ def _random_case(rng):
     return x, y
 
 
+@pytest.mark.parametrize("list_size", [0, 1, 4, 512])
 @pytest.mark.parametrize("bound_columns", [1, 3, 4096])
 def test_metrics_match_brute_force_on_random_tied_and_collapsed_sets(
-    rng, monkeypatch, bound_columns
+    rng, monkeypatch, bound_columns, list_size
 ):
     # A small column sample forces the MAP@R candidate bound to be loose (the SOP-scale path).
     monkeypatch.setattr(retrieval, "_BOUND_COLUMNS", bound_columns)
+    # Neighbour lists (none, short ones that cover few questions, or everything) answer the
+    # rank and MAP@R questions they cover; a full pass answers the rest.
+    monkeypatch.setattr(retrieval, "_LIST_SIZE", list_size)
     for _ in range(40):
         x, y = _random_case(rng)
         if np.bincount(y).max() < 2:
@@ -339,3 +343,61 @@ def test_kmeans_settings_are_checked_before_the_scan(monkeypatch):
     ):
         with pytest.raises(ValueError, match=rf"argument `{arg}`"):
             retrieval.evaluate_retrieval(x, y, **settings)
+
+
+@pytest.mark.parametrize("cap_factor", [4, 1])
+def test_neighbor_lists_hold_every_point_below_the_radius(rng, monkeypatch, cap_factor):
+    """Against float64 brute force: each row lists distinct other points with their squared
+    distances, every point it leaves out is at least the radius away (float32 rounding
+    aside), about `size` of them and at most the cap (4x; 1x: about half the rows are
+    crowded and take the radius of their cap-th nearest)."""
+    monkeypatch.setattr(retrieval, "_LIST_CAP_FACTOR", cap_factor)
+    x = rng.standard_normal((900, 8)).astype(np.float32)
+    x[:40] = x[0]  # duplicates
+    size = 30
+    lists = retrieval.neighbor_lists(x, size=size, block_size=128)
+    x64 = x.astype(np.float64)
+    d2 = ((x64[:, None] - x64[None]) ** 2).sum(-1)
+    counts = np.diff(lists.indptr)
+    assert counts.max() <= cap_factor * size and size / 3 < counts.mean() < 3 * size
+    tolerance = 1e-5 * d2.max()  # float32 expanded-form rounding
+    for i in range(len(x)):
+        listed = lists.indices[lists.indptr[i] : lists.indptr[i + 1]]
+        assert i not in listed and len(set(listed)) == len(listed)
+        np.testing.assert_allclose(
+            lists.squared_distances[lists.indptr[i] : lists.indptr[i + 1]],
+            d2[i, listed],
+            atol=tolerance,
+        )
+        others = np.setdiff1d(np.arange(len(x)), np.append(listed, i))
+        assert (d2[i, others] >= lists.radii[i] - tolerance).all()
+        assert (d2[i, listed] < lists.radii[i] + tolerance).all()
+
+
+def test_evaluate_retrieval_seeds_kmeans_from_its_scan_with_the_same_result(rng):
+    """The scan hands its neighbour lists to the k-means++ seeding: most candidates' rows come
+    from them, and the clusters (so the NMI) are those computed without lists, same seed."""
+    y = np.repeat(np.arange(120), 5)
+    x = rng.standard_normal((120, 16))[y] + 0.6 * rng.standard_normal((600, 16))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    for seed in (0, 1):
+        out = retrieval.evaluate_retrieval(
+            x, y, seed=seed, neighbor_list_size=60, compute_spectrum=False
+        )
+        plain = retrieval.evaluate_retrieval(
+            x, y, seed=seed, neighbor_list_size=0, compute_spectrum=False
+        )
+        assert out["kmeans_seeding_rows_from_neighbors"] > out["kmeans_seeding_rows_computed"]
+        assert plain["kmeans_seeding_rows_from_neighbors"] == 0
+        assert out["nmi"] == plain["nmi"] == retrieval.nmi(x, y, seed=seed)
+        for key in ("recall_at_1", "recall_at_8", "map_at_r"):
+            assert out[key] == plain[key]
+
+
+def test_neighbor_list_size_is_checked():
+    x, y = np.eye(4, dtype=np.float32), [0, 0, 1, 1]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=r"argument `neighbor_list_size`.*>= 0"):
+            retrieval.evaluate_retrieval(x, y, neighbor_list_size=bad)
+    with pytest.raises(ValueError, match=r"argument `size`"):
+        retrieval.neighbor_lists(x, size=0)
