@@ -31,7 +31,9 @@ from trainers.harness.config import (
 )
 from trainers.harness.distribute import (
     check_even_split,
+    cluster_timeout_option,
     cpu_devices_option,
+    local_copy,
     make_strategy,
     strategy_option,
 )
@@ -241,6 +243,7 @@ class RetrievalConfig:
     )
     strategy: str = strategy_option()
     cpu_devices: int = cpu_devices_option()
+    cluster_timeout: int = cluster_timeout_option()
     verbose: int = verbose_option()
 
 
@@ -435,12 +438,14 @@ def train_retrieval(config, *, callbacks=()):
     """
     started = time.perf_counter()
     config, split, embedding_model, strategy = _setup(config)
+    evaluated = local_copy(embedding_model, strategy)  # multi_worker: the chief's own copy
     with strategy.scope():  # the training head, the loss's state, the optimizer's slots
-        job = _job(config, split, embedding_model, callbacks)
+        job = _job(config, split, embedding_model, callbacks, evaluated)
     return run_job(job, RetrievalConfig, started)
 
 
-def _job(config, split, embedding_model, callbacks):
+def _job(config, split, embedding_model, callbacks, evaluated):
+    """The run's `Job`; `evaluated` is ``(model, refresh)`` of `local_copy`."""
     train, test, input_shape, loaders = split
     train_classes, train_labels = np.unique(train[1], return_inverse=True)
     model = build_training_model(config, embedding_model, len(train_classes))
@@ -484,7 +489,13 @@ def _job(config, split, embedding_model, callbacks):
     xml = (
         f" + XML (λ {config.xml_lambda:g}, m {config.xml_prototypes})" if config.xml_lambda else ""
     )
-    evaluator.set_model(embedding_model)
+    evaluated_model, refresh = evaluated
+    evaluator.set_model(evaluated_model)
+
+    def evaluate(step, epoch):
+        refresh()
+        return evaluator.evaluate(step=step, epoch=epoch)
+
     return Job(
         name="train_retrieval",
         config=config,
@@ -492,7 +503,7 @@ def _job(config, split, embedding_model, callbacks):
         schedule=schedule,
         batches=batches,
         global_batch=config.batch_p * config.batch_k,
-        evaluate=lambda step, epoch: evaluator.evaluate(step=step, epoch=epoch),
+        evaluate=evaluate,
         is_metric=is_metric_key,
         plot=lambda results, folder: plot_run(results, bounds, folder),
         save=lambda folder: embedding_model.save(os.path.join(folder, "embedding_model.keras")),
@@ -529,7 +540,7 @@ def _setup(config):
     """Seeds, checks flags, reads the split and builds the embedding model — in that order,
     so the same config always gives the same initial weights."""
     resolve(config)  # refuse bad flags before reading any data
-    strategy = make_strategy(config.strategy, config.cpu_devices)
+    strategy = make_strategy(config.strategy, config.cpu_devices, config.cluster_timeout)
     keras.utils.set_random_seed(config.seed)
     train, test, input_shape, loaders = _load_split(config)
     config = resolve(config, num_train_classes=len(np.unique(train[1])))

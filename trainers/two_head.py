@@ -37,7 +37,9 @@ from trainers.harness.config import (
 )
 from trainers.harness.distribute import (
     check_even_split,
+    cluster_timeout_option,
     cpu_devices_option,
+    local_copy,
     make_strategy,
     strategy_option,
 )
@@ -207,6 +209,7 @@ class TwoHeadConfig:
     jit_compile: bool = option(False, "XLA-compile the train step (slow with SVD on CPU).")
     strategy: str = strategy_option()
     cpu_devices: int = cpu_devices_option()
+    cluster_timeout: int = cluster_timeout_option()
     verbose: int = verbose_option()
 
 
@@ -514,7 +517,7 @@ def _setup(config):
     """Seeds, checks flags, reads the data and builds the model — in that order, so the same
     config always gives the same initial weights."""
     resolve(config)  # refuse bad flags before reading any data
-    strategy = make_strategy(config.strategy, config.cpu_devices)
+    strategy = make_strategy(config.strategy, config.cpu_devices, config.cluster_timeout)
     keras.utils.set_random_seed(config.seed)
     split = load_split(config)
     config = resolve(config, num_classes=split["num_classes"])
@@ -541,6 +544,7 @@ def train_two_head(config, *, callbacks=()):
     """
     started = time.perf_counter()
     config, split, model, strategy = _setup(config)
+    evaluated, refresh = local_copy(model, strategy)  # multi_worker: the chief's own copy
     schedule = keras.optimizers.schedules.PolynomialDecay(
         config.learning_rate, config.train_steps, end_learning_rate=1e-4, power=1.0
     )
@@ -572,6 +576,10 @@ def train_two_head(config, *, callbacks=()):
             num_parallel_calls=tf.data.AUTOTUNE,
         )
 
+    def evaluate_at(step, epoch):
+        refresh()
+        return {"step": step, "epoch": epoch, **evaluate(config, evaluated, split)}
+
     counts = np.bincount(train_y, minlength=split["num_classes"])
     title = (
         f"Two-head trainer: {describe(config)}, {config.dataset} ({split['num_classes']} "
@@ -584,11 +592,7 @@ def train_two_head(config, *, callbacks=()):
         schedule=schedule,
         batches=batches,
         global_batch=config.batch_p * config.batch_k,
-        evaluate=lambda step, epoch: {
-            "step": step,
-            "epoch": epoch,
-            **evaluate(config, model, split),
-        },
+        evaluate=evaluate_at,
         is_metric=is_metric,
         plot=lambda results, folder: plot_run(results, folder, title),
         save=lambda folder: model.save(os.path.join(folder, "model.keras")),

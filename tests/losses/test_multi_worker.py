@@ -7,24 +7,15 @@ run on this strategy (keras-team/keras#20585).
 """
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from tests.cluster import free_ports
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def launch(*args):

@@ -25,7 +25,7 @@ def checkpoints_on_disk(directory):
     return sorted((p for p in prefixes if re.fullmatch(r".*-\d+", p)), key=_step)
 
 
-def restore_newest_readable(checkpoint, directory, max_to_keep):
+def restore_newest_readable(checkpoint, directory, max_to_keep, keep_in=None):
     """Restores the newest checkpoint in `directory` that reads completely into `checkpoint`.
 
     The candidates are the checkpoints the state file (``directory/checkpoint``) lists and
@@ -34,14 +34,19 @@ def restore_newest_readable(checkpoint, directory, max_to_keep):
     note on stderr. If every candidate is unreadable the run is refused (RunRefused) rather
     than silently restarted from scratch.
 
+    With `keep_in` (a non-chief worker of a multi-worker run, restoring the chief's
+    checkpoints), `directory` is only read (its state file is left as it is) and the manager
+    saves into `keep_in` instead.
+
     Returns ``(manager, path)``: a `tf.train.CheckpointManager` of `checkpoint` in `directory`
-    keeping `max_to_keep` checkpoints, and the restored path (None when there was none).
+    (or `keep_in`) keeping `max_to_keep` checkpoints, and the restored path (None when there
+    was none).
     """
     listed = list(tf.train.CheckpointManager(checkpoint, directory, max_to_keep).checkpoints)
     on_disk = checkpoints_on_disk(directory)
     unlisted = [p for p in on_disk if p not in listed]
     candidates = sorted(set(listed) | set(on_disk), key=_step)
-    if unlisted:
+    if unlisted and keep_in is None:
         print(
             f"[checkpoints] {os.path.join(directory, 'checkpoint')} does not list "
             f"{', '.join(os.path.basename(p) for p in unlisted)} (the state file is damaged, "
@@ -58,7 +63,7 @@ def restore_newest_readable(checkpoint, directory, max_to_keep):
             all_model_checkpoint_timestamps=times,
             last_preserved_timestamp=min(times) - 1.0,
         )
-    manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep)
+    manager = tf.train.CheckpointManager(checkpoint, keep_in or directory, max_to_keep)
     skipped = []
     for path in reversed(candidates):
         try:

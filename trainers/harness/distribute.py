@@ -1,14 +1,27 @@
-"""`--strategy` and `--cpu_devices`: the `tf.distribute` strategy a trainer builds its model in.
+"""`--strategy`, `--cpu_devices` and `--cluster_timeout`: the `tf.distribute` strategy a trainer
+builds its model in.
 
-Batch flags stay global: P x K is the batch of one step, split evenly across the replicas, and
-every batch-level loss of the library evaluates on the whole of it (see the README's
-"Multiple devices"). Checkpoints do not depend on the strategy: a run may resume under another.
+Batch flags stay global: P x K is the batch of one step, split evenly across the replicas (of
+every worker, under multi_worker), and every batch-level loss of the library evaluates on the
+whole of it (see the README's "Multiple devices"). Checkpoints do not depend on the strategy: a
+run may resume under another.
+
+Under ``--strategy=multi_worker`` every worker runs the same command with its own ``TF_CONFIG``
+(the cluster and this worker's place in it, as `tf.distribute` documents it); the chief
+(``task.type == "chief"``, or worker 0 when the cluster has no chief) keeps the run folder
+(`is_chief`), the others train along and keep nothing (`trainers.harness.loop`).
 """
 
+import json
+import os
+import subprocess
+import sys
+
+import keras
 import tensorflow as tf
 
 from trainers.harness.config import ConfigError
-from trainers.harness.flags import non_negative_int, option
+from trainers.harness.flags import non_negative_int, option, positive_int
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -18,8 +31,9 @@ def strategy_option():
     return option(
         "default",
         "tf.distribute strategy: default (one device), mirrored (every GPU of this machine, "
-        "or --cpu_devices logical CPUs without one), multi_worker (not runnable with Keras 3 "
-        "fit: refused).",
+        "or --cpu_devices logical CPUs without one), multi_worker (every worker of the cluster in "
+        "the TF_CONFIG environment variable runs the same command; the chief keeps the run "
+        "folder: --output_dir must be the same shared folder on every machine).",
         choices=STRATEGIES,
         identity=False,  # the same steps on other hardware: a run resumes under another
     )
@@ -33,6 +47,18 @@ def cpu_devices_option():
         "on a machine without GPUs. They share the same cores: a test of the code path, not a "
         "speed-up.",
         check=non_negative_int,
+        identity=False,
+    )
+
+
+def cluster_timeout_option():
+    """The trainers' `cluster_timeout` field."""
+    return option(
+        600,
+        "--strategy=multi_worker: seconds to wait for every worker of TF_CONFIG's cluster to "
+        "join; a worker that cannot reach them in time is stopped (exit status 137) with a "
+        "message naming TF_CONFIG.",
+        check=positive_int,
         identity=False,
     )
 
@@ -53,23 +79,111 @@ def _split_cpu(count):
         ) from None
 
 
-def make_strategy(strategy, cpu_devices):
+def cluster_from_environment():
+    """``(cluster, task)`` of the ``TF_CONFIG`` environment variable, checked.
+
+    Raises:
+      ConfigError: TF_CONFIG is unset, is not JSON, or does not name this task in its cluster.
+    """
+    example = (
+        'e.g. TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+        '"task": {"type": "worker", "index": 0}}\' on the first machine, index 1 on the second'
+    )
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        raise ConfigError(
+            "--strategy=multi_worker needs the TF_CONFIG environment variable: the cluster's "
+            f"addresses and this worker's place in it ({example})."
+        )
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"TF_CONFIG is not valid JSON ({error}): {text!r} ({example}).") from None
+    cluster = spec.get("cluster") if isinstance(spec, dict) else None
+    task = spec.get("task") if isinstance(spec, dict) else None
+    jobs = {"chief", "worker"}
+    if (
+        not isinstance(cluster, dict)
+        or not cluster
+        or not set(cluster) <= jobs
+        or not all(
+            isinstance(addresses, list)
+            and addresses
+            and all(isinstance(a, str) and ":" in a for a in addresses)
+            for addresses in cluster.values()
+        )
+    ):
+        raise ConfigError(
+            "TF_CONFIG's 'cluster' must map 'worker' (and optionally 'chief') to lists of "
+            f"'host:port' addresses; received {cluster!r} ({example})."
+        )
+    if (
+        not isinstance(task, dict)
+        or task.get("type") not in cluster
+        or not isinstance(task.get("index"), int)
+        or not 0 <= task["index"] < len(cluster[task["type"]])
+    ):
+        raise ConfigError(
+            "TF_CONFIG's 'task' must name this worker's place in the cluster, a type of "
+            f"{sorted(cluster)} and an index within its list; received {task!r} ({example})."
+        )
+    return cluster, task
+
+
+# The watchdog of `_join_cluster`: a separate process, because TensorFlow's join blocks with
+# Python's lock held, so no thread (or signal handler) of the joining process can run.
+# argv: the joining process's id, the timeout in seconds, the message. Its stdin closes when
+# the process has joined (or has ended some other way): then it has nothing to do.
+_WATCHDOG = """
+import os, select, signal, sys
+pid, timeout, message = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+ready, _, _ = select.select([sys.stdin], [], [], timeout)
+if not ready:
+    print(message, file=sys.stderr, flush=True)
+    os.kill(pid, signal.SIGKILL)
+"""
+
+
+def _join_cluster(cluster, task, timeout):
+    """MultiWorkerMirroredStrategy for `cluster`, once every worker has joined it.
+
+    TensorFlow waits for missing workers without a bound (a worker started alone waits for
+    ever, deaf to SIGTERM), so a watchdog process kills this one (SIGKILL, exit status 137)
+    after `timeout` seconds, with a message naming TF_CONFIG; nothing has been written yet.
+    The first collective step proves that every worker is there (the strategy's constructor
+    alone does not)."""
+    addresses = ", ".join(a for job in ("chief", "worker") for a in cluster.get(job, []))
+    message = (
+        f"--strategy=multi_worker: this worker ({task['type']} {task['index']}) could not reach "
+        f"every worker of the cluster in TF_CONFIG ({addresses}) within "
+        f"--cluster_timeout={timeout} s, and was stopped. Start the same command on every "
+        "machine, each with its own TF_CONFIG task, and check the addresses, ports and firewalls."
+    )
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(timeout), message],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        values_of_every_replica(strategy, 1)
+    finally:
+        watchdog.stdin.close()  # joined (or failed otherwise): the watchdog ends
+        watchdog.wait()
+    return strategy
+
+
+def make_strategy(strategy, cpu_devices, cluster_timeout=600):
     """The strategy to build and compile the model in (call before any TensorFlow op runs).
 
     Raises:
-      ConfigError: multi_worker (Keras 3's `fit` cannot run on it), or --cpu_devices without
+      ConfigError: multi_worker without a valid TF_CONFIG, or --cpu_devices without
         --strategy=mirrored.
     """
-    if strategy == "multi_worker":
-        raise ConfigError(
-            "--strategy=multi_worker: Keras 3's fit() does not run on "
-            "MultiWorkerMirroredStrategy (keras-team/keras#20585, open upstream: its first-batch "
-            "build fails on the distributed batch). The library's losses do support it in a "
-            "custom training loop (README, 'Multiple devices'); on one machine use "
-            "--strategy=mirrored."
-        )
     if cpu_devices and strategy != "mirrored":
         raise ConfigError(f"--cpu_devices={cpu_devices} needs --strategy=mirrored.")
+    if strategy == "multi_worker":
+        cluster, task = cluster_from_environment()
+        return _join_cluster(cluster, task, cluster_timeout)
     if strategy == "default":
         return tf.distribute.get_strategy()
     if cpu_devices:
@@ -77,6 +191,52 @@ def make_strategy(strategy, cpu_devices):
     gpus = tf.config.list_logical_devices("GPU")
     devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
     return tf.distribute.MirroredStrategy(devices)
+
+
+def is_multi_worker(strategy):
+    """Whether `strategy` spans workers (processes) as well as devices."""
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def is_chief(strategy):
+    """Whether this process keeps the run's records: always, except on the non-chief workers
+    of a multi-worker cluster."""
+    return bool(strategy.extended.should_checkpoint)
+
+
+def local_copy(model, strategy):
+    """``(evaluated, refresh)``: the model an evaluation runs, and what brings it up to date.
+
+    Under multi_worker only the chief evaluates, but Keras' `predict` on a model built in the
+    strategy's scope is a collective step (its outputs are gathered from every worker), which
+    would wait for ever for the others: the chief evaluates a copy built outside the strategy,
+    whose weights ``refresh()`` sets to the trained model's (the same values, so the same
+    numbers as a one-process evaluation). Otherwise the model itself and a no-op. Call outside
+    the strategy's scope.
+    """
+    if not is_multi_worker(strategy):
+        return model, lambda: None
+    if tf.distribute.has_strategy():
+        raise RuntimeError("local_copy must be called outside the strategy's scope.")
+    copy = keras.models.clone_model(model)
+
+    def refresh():
+        copy.set_weights(model.get_weights())
+
+    refresh()
+    return copy, refresh
+
+
+def values_of_every_replica(strategy, value):
+    """The integer `value` of every replica of `strategy`, in replica order (under
+    multi_worker: every worker's, so all take the same decision). A collective step: every
+    worker must call it at the same point of the program."""
+    # float32: exact for the small integers exchanged here. In a tf.function: run eagerly, a
+    # multi-worker strategy warns of its overhead.
+    gathered = tf.function(
+        lambda local: strategy.gather(strategy.run(tf.identity, args=(local,)), axis=0)
+    )(tf.constant([float(value)]))
+    return [int(v) for v in gathered.numpy()]
 
 
 def check_even_split(strategy, global_batch):
@@ -91,6 +251,8 @@ def check_even_split(strategy, global_batch):
 
 
 def _flag_name(strategy):
+    if is_multi_worker(strategy):
+        return "multi_worker"
     return "mirrored" if isinstance(strategy, tf.distribute.MirroredStrategy) else "default"
 
 
@@ -99,7 +261,14 @@ def description(strategy):
     replicas = int(strategy.num_replicas_in_sync)
     # The default strategy has no worker_devices (it raises): one device, wherever TF puts ops.
     devices = list(strategy.extended.worker_devices) if replicas > 1 else []
-    return {"strategy": _flag_name(strategy), "replicas": replicas, "devices": devices}
+    out = {"strategy": _flag_name(strategy), "replicas": replicas, "devices": devices}
+    if is_multi_worker(strategy):
+        resolver = strategy.cluster_resolver
+        out["workers"] = {
+            job: len(tasks) for job, tasks in resolver.cluster_spec().as_dict().items()
+        }
+        out["task"] = {"type": resolver.task_type, "index": int(resolver.task_id)}
+    return out
 
 
 def replica_batches(strategy, make_dataset, global_batch):
@@ -117,12 +286,16 @@ def replica_batches(strategy, make_dataset, global_batch):
     check_even_split(strategy, global_batch)
 
     def per_replica(input_context):
-        # One input pipeline per worker; consecutive elements go to consecutive replicas.
-        # flat_map builds the pipeline anew for every iterator: Keras iterates once to build
-        # the model and again to train, and a shared pipeline's reshuffling sampler would
-        # start the second iterator on its next permutation.
-        del input_context
+        # One input pipeline per worker, each building every global batch (the same sampler,
+        # the same seed) and keeping its workers' consecutive slices: replica r of the whole
+        # cluster takes the r-th. flat_map builds the pipeline anew for every iterator: Keras
+        # iterates once to build the model and again to train, and a shared pipeline's
+        # reshuffling sampler would start the second iterator on its next permutation.
+        pipelines, pipeline = input_context.num_input_pipelines, input_context.input_pipeline_id
         fresh = tf.data.Dataset.from_tensors(0).flat_map(lambda _: make_dataset())
+        if pipelines > 1:
+            fresh = fresh.unbatch().batch(global_batch // pipelines, drop_remainder=True)
+            fresh = fresh.shard(pipelines, pipeline)
         return fresh.unbatch().batch(global_batch // replicas, drop_remainder=True)
 
     return strategy.distribute_datasets_from_function(per_replica)

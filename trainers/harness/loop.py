@@ -16,13 +16,22 @@ over as a `Job`; `run_job` does the rest, the same way for every trainer:
   ends ``diverged`` with the last good checkpoint kept;
 - TensorBoard, and the final record (``status``, ``message``, ``wall_seconds`` over attempts).
 
+Under MultiWorkerMirroredStrategy (which Keras 3's `fit` cannot run on) the steps run in
+`trainers.harness.custom_fit.fit`, the same train step and callbacks; every worker runs the
+same loop in lockstep, restores the chief's newest checkpoint and takes the same decisions
+(the logged loss and the weights are the same on every worker), but only the chief keeps the
+run folder, evaluates and plots. The other workers write their checkpoints (saving is a
+collective step) into a temporary folder, deleted when they end.
+
 The job's config must have the fields ``output_dir``, ``train_steps``, ``eval_every``,
 ``trace_every``, ``evaluate_untrained`` and ``verbose`` (resolved: no None).
 """
 
 import contextlib
 import dataclasses
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,11 +42,17 @@ import tensorflow as tf
 
 from tf_svmax import data, records
 from tf_svmax.ops import _checks  # the library's validators
+from trainers.harness import custom_fit
 from trainers.harness.checkpoints import restore_newest_readable
 from trainers.harness.distribute import description as strategy_description
-from trainers.harness.distribute import replica_batches
+from trainers.harness.distribute import (
+    is_chief,
+    is_multi_worker,
+    replica_batches,
+    values_of_every_replica,
+)
 from trainers.harness.flags import identity
-from trainers.harness.run_dir import RunDirectory
+from trainers.harness.run_dir import RunDirectory, RunRefused, layout
 
 
 @dataclasses.dataclass
@@ -85,7 +100,18 @@ class Job:
 
 
 class RunFailed(RuntimeError):
-    """The run stopped on an error whose cause `Job.diagnose` named (exit status 1)."""
+    """The run stopped on an error whose cause `Job.diagnose` named, or a multi-worker run
+    lost a worker (exit status 1)."""
+
+
+# What a collective step raises under MultiWorkerMirroredStrategy when a peer is gone (killed,
+# crashed, its machine down): TensorFlow aborts the pending collectives on every survivor.
+WORKER_LOST = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+    tf.errors.DeadlineExceededError,
+)
 
 
 def image_file_diagnosis(*path_lists):
@@ -183,10 +209,11 @@ class _Cadence(keras.callbacks.Callback):
     """Per step: NaN guard, and every `trace_every` steps a trace point. Per interval:
     evaluation, results.json, checkpoint, plots (in that order)."""
 
-    def __init__(self, job, paths, results, manager, started):
+    def __init__(self, job, paths, results, manager, started, chief=True):
         super().__init__()
         self.job, self.config, self.paths, self.results = job, job.config, paths, results
         self.manager, self.started, self.diverged_at = manager, started, None
+        self.chief = chief  # only the chief evaluates, records and plots
         self.diverged_what = None
         self._window_start = (0, {}, time.perf_counter())
 
@@ -235,6 +262,9 @@ class _Cadence(keras.callbacks.Callback):
             self.diverged_at, self.diverged_what = step, f"non-finite weights ({broken})"
             self.model.stop_training = True
             return
+        if not self.chief:
+            self.manager.save(checkpoint_number=step)  # a collective step: every worker saves
+            return
         record = self.job.evaluate(step, epoch + 1)
         logs.update(
             {f"test_{k}": v for k, v in record.items() if self.job.is_metric(k) and v is not None}
@@ -276,15 +306,39 @@ def run_job(job, config_class, started):
       started: `time.perf_counter()` when the program began (setup time counts).
 
     Returns the results dict (also in ``output_dir/results.json``), whose ``status`` is
-    ``"completed"`` or ``"diverged"`` (``message`` says where and what is kept).
+    ``"completed"`` or ``"diverged"`` (``message`` says where and what is kept). On a
+    non-chief worker of a multi-worker cluster: the same, kept nowhere (see the module
+    docstring).
 
     Raises:
       RunRefused: `output_dir` is in use by another process, holds another configuration,
-        or its record is damaged (`trainers.harness.run_dir`).
+        or its record is damaged (`trainers.harness.run_dir`); under multi_worker, on every
+        worker when any worker refuses.
     """
     config_dict = config_record(job.config)
-    with RunDirectory(job.config.output_dir, identity(config_dict, config_class)) as run:
-        return _run(job, config_dict, run, started)
+    strategy = job.model.distribute_strategy
+    chief = is_chief(strategy)
+    with contextlib.ExitStack() as stack:
+        folder = job.config.output_dir
+        if not chief:
+            folder = tempfile.mkdtemp(prefix=f"{job.name}-worker-")
+            stack.callback(shutil.rmtree, folder, ignore_errors=True)
+        refusal = None
+        try:
+            run = stack.enter_context(RunDirectory(folder, identity(config_dict, config_class)))
+        except RunRefused as error:
+            refusal = error
+        if is_multi_worker(strategy):
+            # Every worker learns whether any refused, so none waits for the others for ever.
+            refused = values_of_every_replica(strategy, 0 if refusal is None else 1)
+            if refusal is None and any(refused):
+                refusal = RunRefused(
+                    "another worker of the cluster refused this run (its output says why); "
+                    "this worker stops too."
+                )
+        if refusal is not None:
+            raise refusal
+        return _run(job, config_dict, run, started, chief)
 
 
 def _say(job, text):
@@ -292,18 +346,37 @@ def _say(job, text):
         print(f"[{job.name}] {text}", flush=True)
 
 
-def _run(job, config_dict, run, started):
+def _run(job, config_dict, run, started, chief=True):
     config, paths, model = job.config, run.paths, job.model
+    strategy = model.distribute_strategy
     previous = run.previous_results()
-    with model.distribute_strategy.scope():  # the optimizer's slots mirror the weights
+    with strategy.scope():  # the optimizer's slots mirror the weights
         model.optimizer.build(model.trainable_variables)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **job.state)
-    manager, restored = restore_newest_readable(checkpoint, paths["checkpoints"], max_to_keep=2)
+    # Every worker restores the chief's checkpoint; a non-chief saves into its own folder.
+    manager, restored = restore_newest_readable(
+        checkpoint,
+        layout(config.output_dir)["checkpoints"],
+        max_to_keep=2,
+        keep_in=None if chief else paths["checkpoints"],
+    )
     start_step = int(model.optimizer.iterations.numpy()) if restored else 0
-    if previous and previous.get("status") == "completed" and start_step >= config.train_steps:
+    if is_multi_worker(strategy):
+        steps = set(values_of_every_replica(strategy, start_step))
+        if len(steps) > 1:
+            raise RunFailed(
+                f"The workers restored different checkpoints (steps {sorted(steps)}) from "
+                f"{layout(config.output_dir)['checkpoints']}: every worker must see the chief's "
+                "--output_dir (one shared folder). Nothing was trained."
+            )
+    finished = bool(previous and previous.get("status") == "completed")
+    if is_multi_worker(strategy):  # the chief's record decides for every worker
+        finished = any(values_of_every_replica(strategy, int(finished)))
+    if finished and start_step >= config.train_steps:
         # A finished run is reported, not re-recorded (wall time and files stay as they were).
-        _say(job, f"already completed: {summary(previous, job.is_metric)}")
-        return previous
+        if chief:
+            _say(job, f"already completed: {summary(previous, job.is_metric)}")
+        return previous or {"status": "completed"}
     results = previous or {"evaluations": [], "trace": [], "resumed_at_steps": []}
     results["evaluations"] = [e for e in results["evaluations"] if e["step"] <= start_step]
     results["trace"] = [t for t in results["trace"] if t["step"] <= start_step]
@@ -323,19 +396,17 @@ def _run(job, config_dict, run, started):
     )
     where = f"resuming at step {start_step}" if start_step else "starting"
     _say(job, f"{where}: {job.description} -> {config.output_dir}")
-    cadence = _Cadence(job, paths, results, manager, started)
+    cadence = _Cadence(job, paths, results, manager, started, chief)
     try:
-        if config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
+        if chief and config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
             # Step 0: where training starts from; kept if a restart finds it already recorded.
             results["evaluations"] = [job.evaluate(0, 0)]
             results["wall_seconds"] = _wall_seconds(results, started)
             records.write_json(paths["results"], results)
             _say(job, f"untrained: {summary(results, job.is_metric)}")
         if start_step < config.train_steps:
-            model.fit(
-                replica_batches(
-                    model.distribute_strategy, lambda: job.batches(start_step), job.global_batch
-                ),
+            dataset = replica_batches(strategy, lambda: job.batches(start_step), job.global_batch)
+            settings = dict(
                 epochs=config.train_steps // config.eval_every,
                 initial_epoch=start_step // config.eval_every,
                 steps_per_epoch=config.eval_every,
@@ -345,8 +416,12 @@ def _run(job, config_dict, run, started):
                     *job.callbacks,
                 ],
                 verbose=fit_verbosity(config.verbose),
-                shuffle=False,  # batches keep the layout their sampler gave them
             )
+            if is_multi_worker(strategy):
+                custom_fit.fit(model, dataset, **settings)
+            else:
+                # shuffle=False: batches keep the layout their sampler gave them.
+                model.fit(dataset, shuffle=False, **settings)
     except tf.errors.InvalidArgumentError as error:
         cause = job.diagnose(error) if job.diagnose is not None else None
         if cause is None:
@@ -355,6 +430,21 @@ def _run(job, config_dict, run, started):
         raise RunFailed(
             f"{cause} The last checkpoint (step {start_step_of(manager)}) is kept in "
             f"{paths['checkpoints']}; the same command resumes from it once the cause is fixed."
+        ) from error
+    except WORKER_LOST as error:
+        if not is_multi_worker(strategy):
+            raise
+        first_line = (str(error).strip().splitlines() or [""])[0][:300]
+        cause = (
+            f"A worker of the cluster was lost ({type(error).__name__}: {first_line}); "
+            "training stopped."
+        )
+        _record_end(results, "failed", cause, started, paths["results"])
+        last = start_step_of(manager) if chief else "the chief's newest"
+        raise RunFailed(
+            f"{cause} The last checkpoint (step {last}) is kept in "
+            f"{layout(config.output_dir)['checkpoints']}; run the same command on every worker "
+            "to resume from it."
         ) from error
     if cadence.diverged_at is not None:
         last = start_step_of(manager)
@@ -370,8 +460,11 @@ def _run(job, config_dict, run, started):
         )
     else:
         status, message = "completed", ""
-        job.save(config.output_dir)
+        if chief:
+            job.save(config.output_dir)
     _record_end(results, status, message, started, paths["results"])
+    if not chief:
+        return results
     job.plot(results, paths["plots"])
     _say(job, f"{results['status']}: {summary(results, job.is_metric)}")
     if results["message"]:
