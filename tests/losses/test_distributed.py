@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import tensorflow as tf
+
+from tf_svmax import losses
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-5
@@ -92,3 +96,91 @@ def test_reduction_none_gives_each_replica_its_own_rows(probes, replicas):
 
 def test_center_loss_refuses_per_replica_centers(probes):
     assert "global_batch=False" in probes[2]["center_opt_out"]
+
+
+# Losses split by anchors under a strategy: `call(..., anchor_rows=(start, count))` returns
+# those anchors' share. Disjoint ranges covering the batch (an empty one, and ranges that end
+# inside a P x 2 pair, included) must add up to the one-device loss of the whole batch, value
+# and gradient; the step tests above check the same through an actual all-gather.
+SHARE_ROWS = ((0, 13), (13, 0), (13, 30), (43, 3))
+ANCHOR_SHARES = {
+    "lifted": (lambda y, x, rows: losses.lifted_struct_loss(y, x, 0.5, anchor_rows=rows), 7),
+    "lifted_squared": (
+        lambda y, x, rows: losses.lifted_struct_loss(y, x, 2.0, squared=True, anchor_rows=rows),
+        7,
+    ),
+    "lifted_pk": (  # consecutive classes: each range's window is its rows +- one pair
+        lambda y, x, rows: losses.lifted_struct_loss(y, x, 1.0, anchor_rows=rows),
+        2,
+    ),
+    "lifted_class": (
+        lambda y, x, rows: losses.LiftedStructLoss(margin=0.5).call(y, x, anchor_rows=rows),
+        7,
+    ),
+    "pk_npair": (
+        lambda y, x, rows: losses.PKNpairLoss(l2_reg=0.1).call(y, x, anchor_rows=rows),
+        2,
+    ),
+    "pk_angular": (
+        lambda y, x, rows: losses.PKAngularLoss(alpha=40.0).call(y, x, anchor_rows=rows),
+        2,
+    ),
+    "proxy_anchor": (
+        lambda y, x, rows: losses.ProxyAnchorLoss(alpha=8.0).call(y, x, anchor_rows=rows),
+        5,
+    ),
+}
+
+
+def _share_inputs(name, k):
+    rng = np.random.default_rng(0)
+    if k == 2:  # P x 2 rows, the layout of the N-pair and angular losses
+        y = np.repeat(rng.permutation(23), 2)
+        return y, tf.constant(0.5 * rng.standard_normal((46, 6)).astype(np.float32))
+    y = rng.integers(0, k, size=46)
+    if name == "proxy_anchor":  # cosine similarities of 46 rows to 5 proxies
+        x = tf.math.l2_normalize(rng.standard_normal((46, 6)).astype(np.float32), axis=1)
+        proxies = tf.math.l2_normalize(rng.standard_normal((5, 6)).astype(np.float32), axis=1)
+        return y, tf.constant(tf.matmul(x, proxies, transpose_b=True))
+    return y, tf.constant(rng.standard_normal((46, 6)).astype(np.float32))
+
+
+@pytest.mark.parametrize("name", ANCHOR_SHARES)
+def test_anchor_shares_add_up_to_the_single_device_loss(name):
+    fn, k = ANCHOR_SHARES[name]
+    y, x = _share_inputs(name, k)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        whole = fn(y, x, None)
+        total = tf.add_n([fn(y, x, rows) for rows in SHARE_ROWS])
+    assert abs(float(whole)) > 0.01  # the comparison means something
+    np.testing.assert_allclose(total.numpy(), whole.numpy(), rtol=1e-5, atol=1e-6)
+    grad_whole = tape.gradient(whole, x).numpy()
+    assert np.abs(grad_whole).max() > 1e-3
+    np.testing.assert_allclose(tape.gradient(total, x).numpy(), grad_whole, rtol=1e-4, atol=1e-6)
+
+
+def test_one_share_is_not_the_whole_loss():
+    """A share that silently computed every anchor would pass the sum test only by accident;
+    the first range's share must differ from the loss."""
+    for name, (fn, k) in ANCHOR_SHARES.items():
+        y, x = _share_inputs(name, k)
+        whole, part = float(fn(y, x, None)), float(fn(y, x, SHARE_ROWS[0]))
+        assert abs(whole - part) > 1e-3 * abs(whole), name
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        losses.TripletSemiHardLoss,
+        losses.TripletHardLoss,
+        losses.BatchHardTripletLoss,
+        losses.LiftedStructLoss,
+        losses.PKNpairLoss,
+        losses.PKAngularLoss,
+        losses.ProxyAnchorLoss,
+    ],
+)
+def test_the_step_tests_run_the_split_path(loss):
+    # The probe's step equality checks the split (all-gathers included) only for these.
+    assert loss.splits_anchors is True

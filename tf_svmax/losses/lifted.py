@@ -10,7 +10,7 @@ from tf_svmax.losses.triplet import _check_margin
 from tf_svmax.ops import _checks, distances
 
 
-def lifted_struct_loss(labels, embeddings, margin=1.0, *, squared=False):
+def lifted_struct_loss(labels, embeddings, margin=1.0, *, squared=False, anchor_rows=None):
     """Lifted structured loss over all positive pairs of the batch.
 
     For each positive pair ``(i, j)``::
@@ -26,6 +26,14 @@ def lifted_struct_loss(labels, embeddings, margin=1.0, *, squared=False):
       squared: Use squared Euclidean distances for ``d`` (the SVMax repository's
         ``ranking/lifted_structured.py`` variant); False (tensorflow-addons, tf.contrib and
         tf_retrieval_baseline) uses plain ones.
+      anchor_rows: Optional ``(start, count)``: only the ordered pairs ``(i, j)`` whose first
+        row ``i`` is one of those anchors, still divided by the whole batch's number of pairs,
+        so that disjoint anchor ranges covering the batch add up to the loss (each replica's
+        share of a global batch). ``J_ij`` needs the negative sum of each positive ``j`` too,
+        so the distance rows computed are those of the smallest window of rows holding the
+        anchors and every row of their classes (`_class_window`): ``count`` rows plus the
+        classes cut by the range's ends in a batch of consecutive classes (P x K), up to all
+        rows when the classes are scattered.
 
     Returns:
       A scalar of the embeddings' dtype. 0 when the batch has no positive pair, and pairs with
@@ -36,22 +44,30 @@ def lifted_struct_loss(labels, embeddings, margin=1.0, *, squared=False):
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
     labels = _common.flat_labels(labels, x.shape[0], arg="labels")
     labels = _common.same_batch(labels, x, arg="labels")
-    pdist = distances.pairwise_distance(x, squared=squared)
-    same, positives = _common.label_masks(labels)
-    negatives = tf.logical_not(same)
+    if anchor_rows is None:
+        window, own = None, None
+    else:
+        window = _class_window(labels, anchor_rows)
+        # The anchors' place in the window (they are its rows own .. own + count - 1).
+        own = anchor_rows[0] - window[0]
+    pdist = distances.pairwise_distance(x, squared=squared, rows=window)  # [n, b]
+    positives, negatives = _common.anchor_masks(labels, window)
+    shift, scaled = _negative_sums(margin, pdist, negatives)  # [n, 1] each
+    row_shift, column_shift = shift, tf.transpose(shift)
+    row_scaled, column_scaled = scaled, tf.transpose(scaled)
+    if window is not None:
+        # Pairs (anchor, j) with j in the window: the anchors' positives all lie there.
+        count, start, size = anchor_rows[1], window[0], window[1]
+        rows = slice(own, own + count)
+        pdist = pdist[rows, start : start + size]
+        positives = positives[rows, start : start + size]
+        row_shift, row_scaled = shift[rows], scaled[rows]
 
-    # Per row: sum over negatives of exp(margin - d), kept as (shift, scaled sum) for stability.
-    diff = margin - pdist
-    # The shifts only keep exp() in range; the log-sum-exp is invariant to them, so they carry no
-    # gradient (letting it flow breaks at ties between two rows' shifts, as it does in TFA).
-    shift = tf.stop_gradient(_common.masked_max(diff, negatives))  # [B, 1]
-    # The exponent is masked before exp: an unselected overflow would still poison the gradient.
-    exponent = tf.where(negatives, diff - shift, 0.0)
-    scaled = tf.reduce_sum(tf.where(negatives, tf.exp(exponent), 0.0), axis=1, keepdims=True)
     # log(S_i e^{r_i} + S_j e^{r_j}) = M + log(S_i e^{r_i - M} + S_j e^{r_j - M}), M = max(r_i, r_j)
-    pair_shift = tf.maximum(shift, tf.transpose(shift))
-    rescaled = scaled * tf.exp(shift - pair_shift)
-    pair_sum = rescaled + tf.transpose(rescaled)  # M is symmetric
+    pair_shift = tf.maximum(row_shift, column_shift)
+    pair_sum = row_scaled * tf.exp(row_shift - pair_shift) + column_scaled * tf.exp(
+        column_shift - pair_shift
+    )
     has_negatives = pair_sum > 0.0
     # log(0) only where neither row has a negative; those pairs contribute max(-inf, 0) = 0.
     log_sum = tf.where(
@@ -63,22 +79,60 @@ def lifted_struct_loss(labels, embeddings, margin=1.0, *, squared=False):
 
     hinge = tf.maximum(tf.where(positives, objective, 0.0), 0.0)
     total = 0.25 * tf.reduce_sum(tf.square(hinge))
-    num_pairs = tf.reduce_sum(tf.cast(positives, x.dtype)) / 2.0
+    num_pairs = _common.positive_pair_count(labels, x.dtype) / 2.0
     return tf.cast(_common.safe_mean_over(total, num_pairs), dtype)
+
+
+def _class_window(labels, anchor_rows):
+    """``(start, size)``: the smallest range of rows holding the rows ``anchor_rows = (start,
+    count)`` and every row of their classes (``(start, 0)`` for no anchors)."""
+    start, count = anchor_rows
+    b = tf.shape(labels)[0]
+    own_labels = labels[start : start + count]
+    # Rows sharing a class with an anchor (the anchors among them): a [count, b] comparison.
+    needed = tf.reduce_any(tf.equal(own_labels[:, tf.newaxis], labels[tf.newaxis, :]), axis=0)
+    index = tf.range(b)
+    first = tf.reduce_min(tf.where(needed, index, b))
+    end = tf.reduce_max(tf.where(needed, index + 1, 0))
+    has_anchors = count > 0
+    return tf.where(has_anchors, first, start), tf.where(has_anchors, end - first, 0)
+
+
+def _negative_sums(margin, pdist, negatives):
+    """Per row: ``sum_{k in neg} exp(margin - d_k)`` as ``(shift, scaled)``, each `[n, 1]`,
+    the sum being ``scaled * exp(shift)`` (kept apart so that exp() stays in range)."""
+    diff = margin - pdist
+    # The shifts only keep exp() in range; the log-sum-exp is invariant to them, so they carry no
+    # gradient (letting it flow breaks at ties between two rows' shifts, as it does in TFA).
+    shift = tf.stop_gradient(_common.masked_max(diff, negatives))  # [n, 1]
+    # The exponent is masked before exp: an unselected overflow would still poison the gradient.
+    exponent = tf.where(negatives, diff - shift, 0.0)
+    scaled = tf.reduce_sum(tf.where(negatives, tf.exp(exponent), 0.0), axis=1, keepdims=True)
+    return shift, scaled
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class LiftedStructLoss(BatchPenaltyLoss):
     """Keras loss for `lifted_struct_loss` (drop-in for `tfa.losses.LiftedStructLoss`;
-    ``squared=True`` is the SVMax repository's squared-distance variant)."""
+    ``squared=True`` is the SVMax repository's squared-distance variant).
+
+    Under a `tf.distribute` strategy each replica computes the pairs of its own anchors
+    against the global batch (`lifted_struct_loss`'s ``anchor_rows``): the distance rows of
+    its anchors' classes, about `[b/N, b]` on P x K batches, with the same value and gradients
+    as one device.
+    """
+
+    splits_anchors = True
 
     def __init__(self, margin=1.0, squared=False, name="lifted_struct_loss", **kwargs):
         super().__init__(name=name, **kwargs)
         self.margin = _check_margin(margin)
         self.squared = _checks.check_bool(squared, "squared")
 
-    def call(self, y_true, y_pred):
-        return lifted_struct_loss(y_true, y_pred, self.margin, squared=self.squared)
+    def call(self, y_true, y_pred, anchor_rows=None):
+        return lifted_struct_loss(
+            y_true, y_pred, self.margin, squared=self.squared, anchor_rows=anchor_rows
+        )
 
     def get_config(self):
         return {**super().get_config(), "margin": self.margin, "squared": self.squared}

@@ -106,14 +106,33 @@ def pk_contrastive_loss(labels, embeddings, *, margin=1.0, batch_k=4):
     return tf.cast(loss, dtype)
 
 
-def _anchor_positive_halves(labels, embeddings):
+def _anchor_positive_halves(labels, embeddings, anchor_rows=None):
+    """``(anchors, positives, own_anchors, own_positives, targets, dtype)`` of a P x 2 batch:
+    even rows are anchors, odd rows their positives; ``own_*`` are the pairs whose anchor row
+    is in ``anchor_rows = (start, count)`` (all pairs when None), `targets` their rows of the
+    N-pair targets `[own, B/2]`."""
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
     labels = _check_pk(labels, x, 2, expected_k=2)
     pairs = tf.reshape(x, [-1, 2, tf.shape(x)[1]])
     anchor_labels = tf.reshape(labels, [-1, 2])[:, 0]
-    same = tf.cast(tf.equal(anchor_labels[:, None], anchor_labels[None, :]), x.dtype)
+    first, last = _own_pairs(anchor_rows)
+    own_labels = anchor_labels if anchor_rows is None else anchor_labels[first:last]
+    same = tf.cast(tf.equal(own_labels[:, None], anchor_labels[None, :]), x.dtype)
     targets = same / tf.reduce_sum(same, axis=1, keepdims=True)
-    return pairs[:, 0], pairs[:, 1], targets, dtype
+    anchors, positives = pairs[:, 0], pairs[:, 1]
+    if anchor_rows is None:
+        return anchors, positives, anchors, positives, targets, dtype
+    return anchors, positives, anchors[first:last], positives[first:last], targets, dtype
+
+
+def _own_pairs(anchor_rows):
+    """``(first, last)``: the pairs ``first .. last - 1`` whose anchor (row ``2k``) lies in
+    ``anchor_rows = (start, count)``; disjoint row ranges give disjoint pair ranges, whatever
+    the parity of their bounds (a replica's shard may end inside a pair)."""
+    if anchor_rows is None:
+        return None, None
+    start, count = anchor_rows
+    return (start + 1) // 2, (start + count + 1) // 2
 
 
 def _l2_term(anchors, positives, l2_reg):
@@ -128,39 +147,67 @@ def _l2_term(anchors, positives, l2_reg):
     )
 
 
-def pk_npair_loss(labels, embeddings, *, l2_reg=0.002):
+def pk_npair_loss(labels, embeddings, *, l2_reg=0.002, anchor_rows=None):
     """Per-anchor N-pair loss (Sohn 2016) on a P x 2 batch, with the originals' L2 term.
 
     Even rows are anchors, odd rows their positives. ``softmax_xent(A P^T, T)`` per anchor with
     targets ``T`` uniform over anchors of the same class, plus
     ``0.25 * l2_reg * (mean ||a||^2 + mean ||p||^2)`` (paper: l2_reg = 0.002).
 
+    Args:
+      labels: `[B]` labels, 2 consecutive rows per class.
+      embeddings: `[B, D]`.
+      l2_reg: Weight of the L2 term.
+      anchor_rows: Optional ``(start, count)``: the values of the anchors (even rows) in those
+        rows only, against every positive of the batch (`[count/2, B/2]` logits), e.g. a
+        replica's own rows of a gathered global batch.
+
     Returns:
-      `[B / 2]` values whose mean is the originals' loss.
+      `[B / 2]` (or the own anchors') values whose mean (over all B / 2) is the originals' loss.
     """
-    anchors, positives, targets, dtype = _anchor_positive_halves(labels, embeddings)
-    logits = tf.matmul(anchors, positives, transpose_b=True)
+    anchors, positives, own, _, targets, dtype = _anchor_positive_halves(
+        labels, embeddings, anchor_rows
+    )
+    logits = tf.matmul(own, positives, transpose_b=True)
     xent = tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
     return tf.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
 
 
-def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002):
+def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002, anchor_rows=None):
     """Per-anchor angular loss (Wang et al. 2017, the "angular-mc" form) on a P x 2 batch.
 
     With ``t = tan^2(alpha)``: ``f_ii = 2 (1 + t) a_i.p_i`` and, for ``j != i``,
     ``f_ij = 4 t (a_i + p_i).p_j``; softmax cross-entropy of each row against the same targets
     as N-pair, plus the same L2 term (``l2_reg = 0`` disables it). Paper: alpha = 45 degrees.
+    ``anchor_rows`` as in `pk_npair_loss`.
 
     Returns:
-      `[B / 2]` values whose mean is the originals' loss.
+      `[B / 2]` (or the own anchors') values whose mean (over all B / 2) is the originals' loss.
     """
-    anchors, positives, targets, dtype = _anchor_positive_halves(labels, embeddings)
+    anchors, positives, own, own_positives, targets, dtype = _anchor_positive_halves(
+        labels, embeddings, anchor_rows
+    )
     t = math.tan(math.radians(alpha)) ** 2
-    off_diagonal = 4.0 * t * tf.matmul(anchors + positives, positives, transpose_b=True)
-    diagonal = 2.0 * (1.0 + t) * tf.reduce_sum(anchors * positives, axis=1)
-    logits = tf.linalg.set_diag(off_diagonal, diagonal)
+    off_diagonal = 4.0 * t * tf.matmul(own + own_positives, positives, transpose_b=True)
+    diagonal = 2.0 * (1.0 + t) * tf.reduce_sum(own * own_positives, axis=1)
+    if anchor_rows is None:
+        logits = tf.linalg.set_diag(off_diagonal, diagonal)
+    else:
+        # The own pairs' "diagonal" sits at column first + i of row i.
+        first, _ = _own_pairs(anchor_rows)
+        itself = tf.one_hot(tf.range(tf.shape(own)[0]) + first, tf.shape(positives)[0]) > 0
+        logits = tf.where(itself, diagonal[:, tf.newaxis], off_diagonal)
     xent = tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
     return tf.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
+
+
+def _mean_over_anchors(values, embeddings, anchor_rows):
+    """The mean over the batch's B / 2 anchors, or (``anchor_rows``) the own anchors' values
+    summed and divided by the whole batch's B / 2: the replicas' shares add up to the mean."""
+    if anchor_rows is None:
+        return tf.reduce_mean(values)
+    pairs = tf.cast(tf.shape(embeddings)[0] // 2, values.dtype)
+    return tf.math.divide_no_nan(tf.reduce_sum(values), pairs)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -169,6 +216,10 @@ class PKContrastiveLoss(BatchPenaltyLoss):
 
     The SVMax experiments: L2-normalized embeddings, margin 1.0, 36 x 4 batches, and
     ``RegularizedLoss(PKContrastiveLoss(), [SVMaxLoss(lambda_=1.0)])``.
+
+    Not split over the replicas of a `tf.distribute` strategy (each evaluates the B / 2 pairs
+    of the global batch): there is no B x B term, the pairs cost O(B D), as much as the
+    gather of the embeddings that any split would still need.
     """
 
     def __init__(self, margin=1.0, batch_k=4, name="pk_contrastive", **kwargs):
@@ -187,14 +238,22 @@ class PKContrastiveLoss(BatchPenaltyLoss):
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class PKNpairLoss(BatchPenaltyLoss):
-    """Keras loss for `pk_npair_loss` (mean over anchors); 72 x 2 batches in the paper."""
+    """Keras loss for `pk_npair_loss` (mean over anchors); 72 x 2 batches in the paper.
+
+    Under a `tf.distribute` strategy each replica computes the anchors of its own rows against
+    every positive of the global batch (`pk_npair_loss`'s ``anchor_rows``): the same value and
+    gradients as one device, with 1/N of the logits.
+    """
+
+    splits_anchors = True
 
     def __init__(self, l2_reg=0.002, name="pk_npair", **kwargs):
         super().__init__(name=name, **kwargs)
         self.l2_reg = _checks.check_non_negative_number(l2_reg, "l2_reg")
 
-    def call(self, y_true, y_pred):
-        return tf.reduce_mean(pk_npair_loss(y_true, y_pred, l2_reg=self.l2_reg))
+    def call(self, y_true, y_pred, anchor_rows=None):
+        values = pk_npair_loss(y_true, y_pred, l2_reg=self.l2_reg, anchor_rows=anchor_rows)
+        return _mean_over_anchors(values, y_pred, anchor_rows)
 
     def get_config(self):
         return {**super().get_config(), "l2_reg": self.l2_reg}
@@ -202,7 +261,12 @@ class PKNpairLoss(BatchPenaltyLoss):
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class PKAngularLoss(BatchPenaltyLoss):
-    """Keras loss for `pk_angular_loss` (mean over anchors); 72 x 2 batches in the paper."""
+    """Keras loss for `pk_angular_loss` (mean over anchors); 72 x 2 batches in the paper.
+
+    Split over the replicas of a `tf.distribute` strategy by anchors, as `PKNpairLoss`.
+    """
+
+    splits_anchors = True
 
     def __init__(self, alpha=45.0, l2_reg=0.002, name="pk_angular", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -211,8 +275,11 @@ class PKAngularLoss(BatchPenaltyLoss):
         self.alpha = float(alpha)
         self.l2_reg = _checks.check_non_negative_number(l2_reg, "l2_reg")
 
-    def call(self, y_true, y_pred):
-        return tf.reduce_mean(pk_angular_loss(y_true, y_pred, alpha=self.alpha, l2_reg=self.l2_reg))
+    def call(self, y_true, y_pred, anchor_rows=None):
+        values = pk_angular_loss(
+            y_true, y_pred, alpha=self.alpha, l2_reg=self.l2_reg, anchor_rows=anchor_rows
+        )
+        return _mean_over_anchors(values, y_pred, anchor_rows)
 
     def get_config(self):
         return {**super().get_config(), "alpha": self.alpha, "l2_reg": self.l2_reg}
