@@ -37,7 +37,10 @@ class CenterLoss(keras.losses.Loss):
     ``strategy.scope()``), ``global_batch=True`` (default) computes the loss and the center
     update once on the global batch: every replica moves the centers identically, as one device
     would. ``global_batch=False`` is refused there: each replica would move the centers with its
-    own rows and the copies would drift apart.
+    own rows and the copies would drift apart. The global batch is not split by anchors (unlike
+    the mining losses): the value is a sum of per-row terms costing O(B D), no more than the
+    gather itself, and the center update needs every row's pull on the class centers, which
+    each replica would otherwise all-reduce as a `[C, D]` tensor.
     """
 
     def __init__(
