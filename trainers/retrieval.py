@@ -31,6 +31,7 @@ from trainers.harness.config import (
 )
 from trainers.harness.distribute import (
     check_even_split,
+    check_strategy_combinations,
     cluster_timeout_option,
     cpu_devices_option,
     local_copy,
@@ -251,6 +252,7 @@ def resolve(config, num_train_classes=None):
     """The config with every default filled in, checked; raises ConfigError naming flags."""
     c = config
     check_fields_and_data(c, EMBEDDED)
+    check_strategy_combinations(c)
     if c.decoded_cache and c.dataset in EMBEDDED:
         raise ConfigError(
             f"--decoded_cache caches decoded image files; --dataset={c.dataset} is already in "

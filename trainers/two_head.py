@@ -37,6 +37,7 @@ from trainers.harness.config import (
 )
 from trainers.harness.distribute import (
     check_even_split,
+    check_strategy_combinations,
     cluster_timeout_option,
     cpu_devices_option,
     local_copy,
@@ -228,6 +229,7 @@ def resolve(config, num_classes=None):
                 f"--{name} applies to --mode={mode} only; with --mode={c.mode} it would be "
                 "ignored. Leave it unset."
             )
+    check_strategy_combinations(c)
     if c.jit_compile and c.mode == "ole":
         raise ConfigError(
             "--mode=ole cannot be XLA-compiled (the number of classes in a batch decides the "

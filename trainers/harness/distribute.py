@@ -63,6 +63,18 @@ def cluster_timeout_option():
     )
 
 
+def check_strategy_combinations(config):
+    """Raises ConfigError for flags the chosen strategy cannot run (checked with the config,
+    before any data is read): XLA cannot compile the multi-worker collectives (TensorFlow's
+    tf2xla conversion fails on them)."""
+    if config.strategy == "multi_worker" and config.jit_compile:
+        raise ConfigError(
+            "--jit_compile with --strategy=multi_worker: XLA cannot compile the step's "
+            "cross-worker all-reduces (TensorFlow's tf2xla conversion fails); leave "
+            "--jit_compile unset."
+        )
+
+
 def _split_cpu(count):
     cpu = tf.config.list_physical_devices("CPU")[0]
     current = tf.config.get_logical_device_configuration(cpu)

@@ -102,6 +102,7 @@ def test_mirrored_two_head_center_loss_equals_the_default_run(tmp_path):
     "flags, message",
     [
         (["--strategy=multi_worker"], "needs the TF_CONFIG environment variable"),
+        (["--strategy=multi_worker", "--jit_compile"], "XLA cannot compile the step's"),
         (["--cpu_devices=2"], "--cpu_devices=2 needs --strategy=mirrored"),
         (["--strategy=mirrored", "--cpu_devices=5"], "must split evenly across the 5 replicas"),
         (["--cpu_devices=-1"], "--cpu_devices"),
