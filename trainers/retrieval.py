@@ -25,6 +25,7 @@ from trainers.harness.config import (
     ConfigError,
     check_fields_and_data,
     dataset_refusals,
+    image_input_size,
     output_dir_option,
     resolve_cadence,
     verbose_option,
@@ -297,7 +298,7 @@ def resolve(config, num_train_classes=None):
         **cadence,
         svmax_lambda=PAPER_LAMBDA[c.loss] if c.svmax_lambda is None else c.svmax_lambda,
         margin=PAPER_MARGIN.get(c.loss) if c.margin is None else c.margin,
-        input_size=c.input_size or models.default_input_size(c.backbone),
+        input_size=image_input_size(c, EMBEDDED),
         recall_ks=tuple(int(k) for k in c.recall_ks),
     )
 
@@ -337,7 +338,7 @@ def _load_split(config):
         return split["train"], split["test"], split["train"][0].shape[1:], None
     with dataset_refusals(config):
         split = data.read_dataset(config.dataset, config.data_dir)
-    size = config.input_size or models.default_input_size(config.backbone) or 224
+    size = image_input_size(config, EMBEDDED)
     loaders = (
         data.image_loader(training=True, input_size=size),
         data.image_loader(training=False, input_size=size),

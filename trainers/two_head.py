@@ -31,6 +31,7 @@ from trainers.harness.config import (
     ConfigError,
     check_fields_and_data,
     dataset_refusals,
+    image_input_size,
     output_dir_option,
     resolve_cadence,
     verbose_option,
@@ -253,7 +254,7 @@ def resolve(config, num_classes=None):
         center_alpha=(
             PAPER_CENTER_ALPHA if c.center_alpha is None and c.mode == "center" else c.center_alpha
         ),
-        input_size=c.input_size or models.default_input_size(c.backbone),
+        input_size=image_input_size(c, EMBEDDED),
         recall_ks=tuple(int(k) for k in c.recall_ks),
     )
 
@@ -311,7 +312,7 @@ def load_split(config):
             with dataset_refusals(config):
                 split = data.read_image_folder(config.data_dir)
         train, test = split["train"], split["test"]
-        size = config.input_size or 224
+        size = image_input_size(config, EMBEDDED)
         input_shape = (size, size, 3)
         loaders = (
             data.image_loader(training=True, input_size=size),

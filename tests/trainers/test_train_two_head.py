@@ -214,3 +214,32 @@ def test_every_library_kmeans_seeding_is_a_choice():
 
     for init in kmeans.INITS:  # k-means++-sklearn was missing from the flag's choices
         assert two_head.resolve(two_head.TwoHeadConfig(output_dir="x", kmeans_init=init))
+
+
+@pytest.mark.parametrize(
+    "backbone, flag, size",
+    [
+        ("small_cnn", None, 224),
+        ("inception_v3", None, 299),
+        ("resnet50", None, 224),
+        ("small_cnn", 48, 48),
+    ],
+)
+def test_the_recorded_input_size_is_the_one_the_images_are_loaded_at(
+    tmp_path, backbone, flag, size
+):
+    """One definition for both: before, an inception_v3 run loaded its images at 224 while its
+    resolved config (and results.json) said 299, and a small backbone recorded None."""
+    root = tmp_path / "tree"  # the same four classes in train/ and test/
+    for k, name in enumerate(("ant", "bee", "cat", "dog")):
+        for part, count in (("train", 2), ("test", 1)):
+            for j in range(count):
+                fake_trees.write_image(str(root / part / name / f"{j}.jpg"), 10 * k + j)
+    config = _config(
+        tmp_path, dataset="folder", data_dir=str(root), backbone=backbone, input_size=flag
+    )
+    split = two_head.load_split(config)
+    assert split["input_shape"] == (size, size, 3)
+    assert two_head.resolve(config, num_classes=split["num_classes"]).input_size == size
+    image = split["loaders"][1](tf.constant(split["test"][0][0]))
+    assert tuple(image.shape) == (size, size, 3)

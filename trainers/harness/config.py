@@ -76,6 +76,22 @@ def check_fields_and_data(config, embedded):
         )
 
 
+# The side image files are resized to for a small backbone (any size works there): CUB's and
+# the other benchmarks' customary 224.
+FILE_INPUT_SIZE = 224
+
+
+def image_input_size(config, embedded):
+    """The image side a run trains and evaluates at, the one definition its resolved config
+    records and its image loaders use: --input_size, else the backbone's own (224 or 299 for
+    an applications backbone), else 224 for image files (None for an embedded set, read at its
+    own size)."""
+    size = config.input_size or models.default_input_size(config.backbone)
+    if size is None and config.dataset not in embedded:
+        size = FILE_INPUT_SIZE
+    return size
+
+
 def resolve_cadence(config, default_steps):
     """``{"train_steps", "eval_every", "trace_every"}`` of a config whose unset fields take
     `default_steps`, a quarter of the steps between evaluations and a twentieth of an interval
