@@ -289,3 +289,31 @@ def test_bad_neighbor_lists_are_named():
         )
     with pytest.raises(ValueError, match=r"argument `squared_distances`"):
         kmeans.NeighborLists(lists.indptr, lists.indices, lists.squared_distances[1:], lists.radii)
+
+
+@pytest.mark.parametrize("lists", [False, True])
+def test_seeding_reports_each_points_nearest_seed(rng, lists):
+    """`nearest_centre` (the assignment step of Lloyd's first iteration, which kmeans then
+    skips) is the argmin of float64 brute-force distances to the seeds."""
+    x = _blobs(rng, 700, 45, 6, np.float64, spread=0.5)
+    stats = {}
+    neighbors = _brute_lists(x, 80) if lists else None
+    seeds = kmeans.kmeans_plusplus(x, 45, seed=4, neighbors=neighbors, stats=stats)
+    d2 = ((x[:, None] - x[seeds][None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(stats["nearest_centre"], d2.argmin(axis=1))
+
+
+def test_default_kmeans_is_scikit_learns_lloyd_from_the_same_seeds(rng):
+    """kmeans(init="k-means++") does Lloyd's first iteration from the seeding's assignment and
+    hands the rest to scikit-learn: the clusters and iteration count of scikit-learn's
+    `KMeans` started from the same seeds."""
+    x = _blobs(rng, 1200, 40, 8, np.float64, spread=0.8)
+    for seed in (0, 1, 2):
+        labels, info = kmeans.kmeans(x, 40, seed=seed)
+        start = x[kmeans.kmeans_plusplus(x, 40, seed=seed)]
+        reference = KMeans(40, init=start, n_init=1, max_iter=300).fit(x)
+        np.testing.assert_array_equal(labels, reference.labels_)
+        assert info["kmeans_iterations"] == reference.n_iter_ > 1
+        assert info["kmeans_converged"]
+        _, capped = kmeans.kmeans(x, 40, seed=seed, max_iter=2)
+        assert capped["kmeans_iterations"] == 2
