@@ -5,10 +5,16 @@ the gathered global batch (`global_batch=True`, the default) against per-replica
 The step: a Dense(512 -> 128) embedding with unit-norm rows, `RegularizedLoss(
 TripletHardLoss(margin=0.2), [SVMaxLoss(lambda_=0.1)])` (batch-hard mining, b x b), SGD,
 `train_on_batch` on a global batch of b rows (b = 144 ... 1024, split evenly). Global
-evaluation costs an all-gather of the embeddings and labels per loss term and the loss on all b
-rows on every replica (the b x b mining and the SVD are repeated, not split). Not
+evaluation costs an all-gather of the embeddings and labels per loss term; each replica mines
+its own b/N anchors against all b rows, and the SVD is repeated on every replica. Not
 `TripletSemiHardLoss`: its tensorflow-addons formulation materializes b x b x b tensors, and at
 b = 1024 two replicas doing so at once exhausted this 24 GB machine.
+
+``--loss`` picks another loss split by anchors: ``lifted`` (`LiftedStructLoss`, margin 1) or
+``proxy_anchor`` (`ProxyAnchorLoss` on a `CosineProxies` head of `PROXIES` classes, the labels
+taken modulo). ``--compare_unsplit`` adds the mode ``global_unsplit``: the same loss with its
+anchor split switched off (every replica evaluates all b rows, the code before the split), in
+the same process for a side-by-side before/after.
 
 Logical CPU devices share the machine's cores, so these numbers measure the code path's overhead,
 not a multi-device speed-up; GPU numbers are not yet measured. Each replica count runs in its own
@@ -39,12 +45,47 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_string("output_dir", "benchmarks/results/gather_overhead", "Where results go.")
 flags.DEFINE_integer("child_replicas", 0, "Internal: time this replica count in this process.")
+flags.DEFINE_enum(
+    "loss", "triplet_hard_svmax", ["triplet_hard_svmax", "lifted", "proxy_anchor"], "The loss."
+)
+flags.DEFINE_bool(
+    "compare_unsplit", False, "Also time the global batch with the anchor split switched off."
+)
 
 PROGRAM = "gather_overhead"
 INPUT_DIM = 512
+# Classes of the proxy-anchor head (CUB-200's training half).
+PROXIES = 100
+LOSS_NAMES = {
+    "triplet_hard_svmax": "RegularizedLoss(TripletHardLoss(0.2), [SVMaxLoss(0.1)])",
+    "lifted": "LiftedStructLoss(1.0)",
+    "proxy_anchor": f"ProxyAnchorLoss() on CosineProxies({PROXIES})",
+}
 
 
-def time_in_this_process(replicas, batches, dim, repeats):
+def make_loss(name, global_batch, split):
+    """The timed loss; ``split=False`` switches its anchor split off (on this instance)."""
+    from tf_svmax import losses
+
+    if name == "lifted":
+        loss = losses.LiftedStructLoss(margin=1.0, global_batch=global_batch)
+        parts = [loss]
+    elif name == "proxy_anchor":
+        loss = losses.ProxyAnchorLoss(global_batch=global_batch)
+        parts = [loss]
+    else:
+        parts = [
+            losses.TripletHardLoss(margin=0.2, global_batch=global_batch),
+            losses.SVMaxLoss(lambda_=0.1, global_batch=global_batch),
+        ]
+        loss = losses.RegularizedLoss(parts[0], parts[1:])
+    if not split:
+        for part in parts:
+            part.splits_anchors = False
+    return loss
+
+
+def time_in_this_process(replicas, batches, dim, repeats, loss_name, compare_unsplit):
     """Rows of step times for `replicas` logical CPUs (configured before TensorFlow starts)."""
     import tensorflow as tf
 
@@ -56,7 +97,7 @@ def time_in_this_process(replicas, batches, dim, repeats):
     import keras
     import numpy as np
 
-    from tf_svmax import losses
+    from tf_svmax import models
 
     strategy = (
         tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
@@ -68,25 +109,27 @@ def time_in_this_process(replicas, batches, dim, repeats):
     for batch in batches:
         x = rng.standard_normal((batch, INPUT_DIM)).astype(np.float32)
         y = np.repeat(np.arange(batch // 4), 4).astype(np.int64)
+        if loss_name == "proxy_anchor":
+            y = y % PROXIES
         modes = ("global", "per_replica") if replicas > 1 else ("single",)
+        if replicas > 1 and compare_unsplit:
+            modes += ("global_unsplit",)
         for mode in modes:
             _common.progress(PROGRAM, f"{replicas} replica(s), b = {batch}, {mode}")
             global_batch = mode != "per_replica"
             with strategy.scope():
                 keras.utils.set_random_seed(0)
-                model = keras.Sequential(
-                    [
-                        keras.Input((INPUT_DIM,)),
-                        keras.layers.Dense(dim),
-                        keras.layers.UnitNormalization(),
-                    ]
-                )
+                layers = [
+                    keras.Input((INPUT_DIM,)),
+                    keras.layers.Dense(dim),
+                    keras.layers.UnitNormalization(),
+                ]
+                if loss_name == "proxy_anchor":
+                    layers.append(models.CosineProxies(PROXIES))
+                model = keras.Sequential(layers)
                 model.compile(
                     keras.optimizers.SGD(0.01),
-                    loss=losses.RegularizedLoss(
-                        losses.TripletHardLoss(margin=0.2, global_batch=global_batch),
-                        [losses.SVMaxLoss(lambda_=0.1, global_batch=global_batch)],
-                    ),
+                    loss=make_loss(loss_name, global_batch, split=mode != "global_unsplit"),
                     jit_compile=False,
                 )
             step = functools.partial(model.train_on_batch, x, y)
@@ -109,7 +152,12 @@ def main(argv):
         )
     if FLAGS.child_replicas:
         rows = time_in_this_process(
-            FLAGS.child_replicas, batches, FLAGS.embedding_dim, FLAGS.repeats
+            FLAGS.child_replicas,
+            batches,
+            FLAGS.embedding_dim,
+            FLAGS.repeats,
+            FLAGS.loss,
+            FLAGS.compare_unsplit,
         )
         print(json.dumps(rows))
         return
@@ -124,6 +172,8 @@ def main(argv):
                 f"--batches={','.join(map(str, batches))}",
                 f"--embedding_dim={FLAGS.embedding_dim}",
                 f"--repeats={FLAGS.repeats}",
+                f"--loss={FLAGS.loss}",
+                f"--compare_unsplit={FLAGS.compare_unsplit}",
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -138,7 +188,7 @@ def main(argv):
     for r in rows:
         if r["batch"] in single:
             r["vs_single_device"] = r["median_ms"] / single[r["batch"]]
-        if r["mode"] == "global":
+        if r["mode"] in ("global", "global_unsplit"):
             r["vs_per_replica"] = r["median_ms"] / per_replica[(r["replicas"], r["batch"])]
     out = FLAGS.output_dir
     config = {
@@ -147,7 +197,8 @@ def main(argv):
         "embedding_dim": FLAGS.embedding_dim,
         "input_dim": INPUT_DIM,
         "repeats": FLAGS.repeats,
-        "loss": "RegularizedLoss(TripletHardLoss(0.2), [SVMaxLoss(0.1)])",
+        "loss": LOSS_NAMES[FLAGS.loss],
+        "compare_unsplit": FLAGS.compare_unsplit,
         "devices": "logical CPU devices sharing one machine's cores",
     }
     _common.write_records(out, PROGRAM, config, rows)
