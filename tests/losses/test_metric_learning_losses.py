@@ -392,3 +392,23 @@ def test_lifted_matches_its_definition_with_plain_or_squared_distances(rng, squa
     assert restored.squared is squared
     with pytest.raises(ValueError, match="`squared`"):
         losses.LiftedStructLoss(squared="yes")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        losses.TripletSemiHardLoss,
+        losses.TripletHardLoss,
+        losses.LiftedStructLoss,
+        losses.ContrastiveLoss,
+    ],
+)
+@pytest.mark.parametrize("margin", [float("nan"), float("inf"), True, "1"])
+def test_a_margin_that_is_not_a_finite_number_is_refused(make, margin):
+    # A NaN or infinite margin would make every loss value NaN or infinite, silently.
+    with pytest.raises(ValueError, match=r"argument `margin`. Expected a finite float"):
+        make(margin=margin)
+
+
+def test_a_negative_margin_is_kept_as_tensorflow_addons_keeps_it():
+    assert losses.TripletSemiHardLoss(margin=-0.5).margin == -0.5

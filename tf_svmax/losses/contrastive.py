@@ -3,7 +3,6 @@
 import keras
 import tensorflow as tf
 
-from tf_svmax.losses.triplet import _check_margin
 from tf_svmax.ops import _checks
 
 
@@ -41,7 +40,7 @@ class ContrastiveLoss(keras.losses.Loss):
         self, margin=1.0, reduction="sum_over_batch_size", name="contrastive_loss", **kwargs
     ):
         super().__init__(name=name, reduction=reduction, **kwargs)
-        self.margin = _check_margin(margin)
+        self.margin = _checks.check_finite_number(margin, "margin")
 
     def call(self, y_true, y_pred):
         return contrastive_loss(y_true, y_pred, self.margin)

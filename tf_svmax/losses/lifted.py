@@ -6,7 +6,6 @@ import tensorflow as tf
 
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss
-from tf_svmax.losses.triplet import _check_margin
 from tf_svmax.ops import _checks, distances
 
 
@@ -126,7 +125,7 @@ class LiftedStructLoss(BatchPenaltyLoss):
 
     def __init__(self, margin=1.0, squared=False, name="lifted_struct_loss", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.margin = _check_margin(margin)
+        self.margin = _checks.check_finite_number(margin, "margin")
         self.squared = _checks.check_bool(squared, "squared")
 
     def call(self, y_true, y_pred, anchor_rows=None):

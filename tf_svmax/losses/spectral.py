@@ -7,12 +7,6 @@ from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.ops import _checks
 
 
-def _check_method(method):
-    if method not in ops.METHODS:
-        raise ValueError(_checks.invalid("method", f"one of {ops.METHODS}", method))
-    return method
-
-
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class SVMaxLoss(BatchPenaltyLoss):
     """SVMax regularizer as a label-oblivious Keras loss: ``lambda_ * svmax(y_pred)``.
@@ -36,7 +30,7 @@ class SVMaxLoss(BatchPenaltyLoss):
         super().__init__(name=name, **kwargs)
         self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
         self.bounded = _checks.check_bool(bounded, "bounded")
-        self.method = _check_method(method)
+        self.method = _checks.check_choice(method, "method", ops.METHODS)
 
     def call(self, y_true, y_pred):
         return self.lambda_ * ops.svmax(y_pred, bounded=self.bounded, method=self.method)

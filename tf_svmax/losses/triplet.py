@@ -267,12 +267,6 @@ def triplet_hard_loss(
     return tf.cast(_common.safe_mean_over(total, tf.size(labels)), dtype)
 
 
-def _check_margin(margin):
-    if isinstance(margin, bool) or not isinstance(margin, (int, float, np.floating, np.integer)):
-        raise ValueError(_checks.invalid("margin", "a float", margin))
-    return float(margin)
-
-
 def _check_metric(distance_metric):
     if callable(distance_metric) or distance_metric in ("L2", "squared-L2", "angular"):
         return distance_metric
@@ -307,7 +301,7 @@ class TripletSemiHardLoss(BatchPenaltyLoss):
 
     def __init__(self, margin=1.0, distance_metric="L2", name="triplet_semihard_loss", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.margin = _check_margin(margin)
+        self.margin = _checks.check_finite_number(margin, "margin")
         self.distance_metric = _check_metric(_deserialize_metric(distance_metric))
 
     def call(self, y_true, y_pred, anchor_rows=None):
@@ -333,7 +327,7 @@ class TripletHardLoss(BatchPenaltyLoss):
         self, margin=1.0, soft=False, distance_metric="L2", name="triplet_hard_loss", **kwargs
     ):
         super().__init__(name=name, **kwargs)
-        self.margin = _check_margin(margin)
+        self.margin = _checks.check_finite_number(margin, "margin")
         self.soft = _checks.check_bool(soft, "soft")
         self.distance_metric = _check_metric(_deserialize_metric(distance_metric))
 

@@ -29,6 +29,21 @@ def check_non_negative_number(value, arg):
     return float(value)
 
 
+def check_finite_number(value, arg):
+    """Returns `value` as a Python float, raising ValueError unless it is a finite real number
+    (Python or NumPy, not a bool; negative allowed, e.g. a triplet margin)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+        raise ValueError(invalid(arg, "a finite float", value))
+    return float(value)
+
+
+def check_choice(value, arg, choices):
+    """Returns `value`, raising ValueError unless it is one of `choices`."""
+    if isinstance(value, str) and value in choices:
+        return value
+    raise ValueError(invalid(arg, f"one of {list(choices)}", value))
+
+
 def check_positive_number(value, arg, allow_inf=False):
     """Returns `value` as a Python float, raising ValueError unless it is a real number > 0
     (Python or NumPy, not a bool): finite, or also ``inf`` where `allow_inf` (a scale whose

@@ -5,7 +5,6 @@ import tensorflow as tf
 
 from tf_svmax import ops
 from tf_svmax.losses._base import check_global_batch
-from tf_svmax.losses.spectral import _check_method
 from tf_svmax.ops import _checks, replicas
 
 
@@ -44,7 +43,7 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
         self.global_batch = check_global_batch(global_batch)
         self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
         self.bounded = _checks.check_bool(bounded, "bounded")
-        self.method = _check_method(method)
+        self.method = _checks.check_choice(method, "method", ops.METHODS)
 
     def __call__(self, x):
         # Returned in the compute dtype (float32 for float16/bfloat16 activations): Keras adds
