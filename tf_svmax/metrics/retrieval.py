@@ -325,9 +325,17 @@ class _ListCollector:
     def lists(self):
         if not self.keep:
             return None
-        parts = [self.blocks.pop(start) for start in sorted(self.blocks)]
-        counts, columns, values, radii = (np.concatenate(p) for p in zip(*parts, strict=True))
+        starts = sorted(self.blocks)
+        counts = np.concatenate([self.blocks[start][0] for start in starts])
+        radii = np.concatenate([self.blocks[start][3] for start in starts])
         indptr = np.concatenate([[0], np.cumsum(counts)])
+        columns = np.empty(indptr[-1], np.int32)
+        values = np.empty(indptr[-1], radii.dtype)
+        # Block by block, each freed once copied: the lists are never held twice.
+        for start in starts:
+            _, block_columns, block_values, _ = self.blocks.pop(start)
+            columns[indptr[start] : indptr[start] + len(block_columns)] = block_columns
+            values[indptr[start] : indptr[start] + len(block_values)] = block_values
         return kmeans.NeighborLists(indptr, columns, values, radii)
 
 
