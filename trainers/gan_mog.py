@@ -33,7 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax import data, metrics, ops, records
+from tf_svmax import data, metrics, ops
 from trainers.harness.config import ConfigError, check_fields, output_dir_option, verbose_option
 from trainers.harness.flags import (
     non_negative_int,
@@ -44,7 +44,6 @@ from trainers.harness.flags import (
 )
 from trainers.harness.loop import Job, run_job
 from trainers.harness.plots import pyplot, save_figure
-from trainers.harness.run_dir import layout
 
 VARIANTS = ("vanilla", "unrolled")
 UNROLL_GRADIENTS = ("through", "surrogate")
@@ -535,10 +534,12 @@ def train_gan_mog(config, *, callbacks=()):
         ),
         state={"d_optimizer": gan.d_optimizer},
         callbacks=callbacks,
+        summarize=final_numbers,
     )
-    results = run_job(job, GanConfig, started)
+    return run_job(job, GanConfig, started)
+
+
+def final_numbers(results):
+    """The last evaluation's mode counts, at the top of the record."""
     final = results["evaluations"][-1] if results["evaluations"] else {}
-    for key in ("modes_covered", "high_quality_fraction", "mode_kl"):
-        results[key] = final.get(key)
-    records.write_json(layout(config.output_dir)["results"], results)
-    return results
+    return {key: final.get(key) for key in ("modes_covered", "high_quality_fraction", "mode_kl")}

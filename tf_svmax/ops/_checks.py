@@ -92,7 +92,7 @@ def compute_dtype(dtype):
     return dtype
 
 
-def float_matrix(x, arg, min_rows=1, min_cols=1):
+def float_matrix(x, arg, min_rows=1):
     """Converts `x` to a rank-2 floating tensor, validating what can be validated statically.
 
     Returns `(x_compute, input_dtype)` where `x_compute` is in the compute dtype (float32 for
@@ -124,10 +124,8 @@ def float_matrix(x, arg, min_rows=1, min_cols=1):
         raise ValueError(
             invalid(arg, f"at least {min_rows} row(s)", f"<tensor of shape {x.shape}>")
         )
-    if cols is not None and cols < min_cols:
-        raise ValueError(
-            invalid(arg, f"at least {min_cols} column(s)", f"<tensor of shape {x.shape}>")
-        )
+    if cols is not None and cols < 1:
+        raise ValueError(invalid(arg, "at least 1 column", f"<tensor of shape {x.shape}>"))
     return tf.cast(x, compute_dtype(x.dtype)), x.dtype
 
 

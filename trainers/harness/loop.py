@@ -80,6 +80,8 @@ class Job:
       diagnose: None, or ``error -> message or None``: for an `InvalidArgumentError` out of
         the input pipeline (e.g. a corrupt image), a message naming its cause; the run then
         ends ``failed`` with that message (`RunFailed`) instead of the bare TensorFlow error.
+      summarize: ``results -> dict`` of entries the final record adds when training ends
+        (completed or diverged), e.g. the last evaluation's headline numbers.
     """
 
     name: str
@@ -97,6 +99,7 @@ class Job:
     state: dict = dataclasses.field(default_factory=dict)
     callbacks: Sequence = ()
     diagnose: Callable[[Exception], str | None] | None = None
+    summarize: Callable[[dict], dict] = lambda results: {}
 
 
 class RunFailed(RuntimeError):
@@ -209,9 +212,10 @@ class _Cadence(keras.callbacks.Callback):
     """Per step: NaN guard, and every `trace_every` steps a trace point. Per interval:
     evaluation, results.json, checkpoint, plots (in that order)."""
 
-    def __init__(self, job, paths, results, manager, started, chief=True):
+    def __init__(self, job, run, results, manager, started, chief=True):
         super().__init__()
-        self.job, self.config, self.paths, self.results = job, job.config, paths, results
+        self.job, self.config, self.results = job, job.config, results
+        self.run, self.paths = run, run.paths
         self.manager, self.started, self.diverged_at = manager, started, None
         self.chief = chief  # only the chief evaluates, records and plots
         self.diverged_what = None
@@ -273,7 +277,7 @@ class _Cadence(keras.callbacks.Callback):
         self.results["evaluations"] = evaluations + [record]
         self.results["wall_seconds"] = _wall_seconds(self.results, self.started)
         with interrupts_deferred():
-            records.write_json(self.paths["results"], self.results)
+            self.run.write_results(self.results)
             self.manager.save(checkpoint_number=step)
         self.job.plot(self.results, self.paths["plots"])
 
@@ -290,11 +294,11 @@ def _wall_seconds(results, started):
     return results["wall_seconds_before"] + time.perf_counter() - started
 
 
-def _record_end(results, status, message, started, path):
+def _record_end(results, status, message, started, run):
     """The attempt's final record: status, message and the wall time over all attempts."""
     results.update(status=status, message=message, wall_seconds=_wall_seconds(results, started))
     del results["wall_seconds_before"]
-    records.write_json(path, results)
+    run.write_results(results)
 
 
 def run_job(job, config_class, started):
@@ -396,13 +400,13 @@ def _run(job, config_dict, run, started, chief=True):
     )
     where = f"resuming at step {start_step}" if start_step else "starting"
     _say(job, f"{where}: {job.description} -> {config.output_dir}")
-    cadence = _Cadence(job, paths, results, manager, started, chief)
+    cadence = _Cadence(job, run, results, manager, started, chief)
     try:
         if chief and config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
             # Step 0: where training starts from; kept if a restart finds it already recorded.
             results["evaluations"] = [job.evaluate(0, 0)]
             results["wall_seconds"] = _wall_seconds(results, started)
-            records.write_json(paths["results"], results)
+            run.write_results(results)
             _say(job, f"untrained: {summary(results, job.is_metric)}")
         if start_step < config.train_steps:
             dataset = replica_batches(strategy, lambda: job.batches(start_step), job.global_batch)
@@ -426,7 +430,7 @@ def _run(job, config_dict, run, started, chief=True):
         cause = job.diagnose(error) if job.diagnose is not None else None
         if cause is None:
             raise
-        _record_end(results, "failed", cause, started, paths["results"])
+        _record_end(results, "failed", cause, started, run)
         raise RunFailed(
             f"{cause} The last checkpoint (step {start_step_of(manager)}) is kept in "
             f"{paths['checkpoints']}; the same command resumes from it once the cause is fixed."
@@ -439,7 +443,7 @@ def _run(job, config_dict, run, started, chief=True):
             f"A worker of the cluster was lost ({type(error).__name__}: {first_line}); "
             "training stopped."
         )
-        _record_end(results, "failed", cause, started, paths["results"])
+        _record_end(results, "failed", cause, started, run)
         last = start_step_of(manager) if chief else "the chief's newest"
         raise RunFailed(
             f"{cause} The last checkpoint (step {last}) is kept in "
@@ -462,7 +466,8 @@ def _run(job, config_dict, run, started, chief=True):
         status, message = "completed", ""
         if chief:
             job.save(config.output_dir)
-    _record_end(results, status, message, started, paths["results"])
+    results.update(job.summarize(results))
+    _record_end(results, status, message, started, run)
     if not chief:
         return results
     job.plot(results, paths["plots"])

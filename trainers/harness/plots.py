@@ -13,9 +13,9 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path, dpi=100):
-    """Writes `fig` to `path` through a temporary file, so a reader (or a run killed
+def save_figure(fig, path):
+    """Writes `fig` to `path` (100 dpi) through a temporary file, so a reader (or a run killed
     mid-write) never sees half a PNG."""
     tmp = f"{path}.tmp.png"
-    fig.savefig(tmp, dpi=dpi)
+    fig.savefig(tmp, dpi=100)
     os.replace(tmp, path)
