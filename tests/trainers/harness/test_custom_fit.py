@@ -126,3 +126,50 @@ def test_a_custom_train_step_runs_as_in_keras_fit():
     for a, b in zip(ours.get_weights(), reference.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert np.abs(ours.get_weights()[0] - _players().get_weights()[0]).max() > 1e-2
+
+
+def _contrastive():
+    from tf_svmax import losses as library_losses
+    from trainers.contrastive import ContrastiveModel
+
+    keras.utils.set_random_seed(7)
+    inputs = keras.Input((4, 4, 1))
+    outputs = keras.layers.UnitNormalization()(
+        keras.layers.Dense(6)(keras.layers.Flatten()(inputs))
+    )
+    encoder = keras.Model(inputs, outputs)
+    model = ContrastiveModel(
+        encoder,
+        views=2,
+        loss_fn=library_losses.LORACLoss(temperature=0.2, beta=float("inf")),
+        prior_loss_fn=None,
+        prior_start=0,
+        key_momentum=0.9,
+        queue_size=16,
+        seed=0,
+    )
+    model.compile(keras.optimizers.SGD(0.5, momentum=0.9), jit_compile=False)
+    return model
+
+
+def test_the_contrastive_train_step_runs_as_in_keras_fit():
+    """`ContrastiveModel`'s step: a momentum key encoder, a negative queue (state outside the
+    optimizer) and its own trackers."""
+    views = np.random.default_rng(1).standard_normal((8 * 6, 2, 4, 4, 1)).astype(np.float32)
+    settings = dict(epochs=2, initial_epoch=0, steps_per_epoch=3, verbose=0)
+    reference, ours = _contrastive(), _contrastive()
+    expected, got = _Recorder(), _Recorder()
+    reference.fit(
+        tf.data.Dataset.from_tensor_slices(views).batch(8),
+        shuffle=False,
+        callbacks=[expected],
+        **settings,
+    )
+    custom_fit.fit(
+        ours, tf.data.Dataset.from_tensor_slices(views).batch(8), callbacks=[got], **settings
+    )
+    assert got.events == expected.events
+    for a, b in zip(ours.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours.queue(None), reference.queue(None), atol=1e-6)
+    assert np.abs(ours.get_weights()[0] - _contrastive().get_weights()[0]).max() > 1e-3
