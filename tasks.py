@@ -107,7 +107,10 @@ def main(argv):
     lint = call([str(PYTHON), "-m", "ruff", "check", "."])
     if lint:
         return lint
-    status = call([str(PYTHON), "-m", "pytest", "-q", "tests", *pytest_workers(rest), *rest])
+    # --durations: the slowest tests in every run's log, to keep the suite's time in view.
+    status = call(
+        [str(PYTHON), "-m", "pytest", "-q", "--durations=20", "tests", *pytest_workers(rest), *rest]
+    )
     if status == 5:
         print("tasks.py: pytest collected no tests; that is a failure here.", file=sys.stderr)
         return 1
