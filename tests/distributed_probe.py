@@ -53,6 +53,14 @@ def proxy_model():
     return keras.Sequential([keras.Input((6,)), dense(), models.CosineProxies(10)])
 
 
+def xml_model():
+    """Embeddings (4, unit rows) with 3 histogram columns appended, as `XMLLoss` takes them."""
+    inputs = keras.Input((6,))
+    embeddings = keras.layers.UnitNormalization()(dense()(inputs))
+    histograms = keras.layers.Softmax()(dense(3)(inputs))
+    return keras.Model(inputs, keras.layers.Concatenate()([embeddings, histograms]))
+
+
 # name -> (make model, make loss(global_batch), K of the P x K labels)
 CASES = {
     "svmax": (embedding_model, lambda g: losses.SVMaxLoss(global_batch=g), 4),
@@ -96,6 +104,15 @@ CASES = {
         embedding_model,
         lambda g: losses.RegularizedLoss(
             losses.PKContrastiveLoss(global_batch=g), [losses.SVMaxLoss(global_batch=g)]
+        ),
+        4,
+    ),
+    # XML's two halves (disjoint classes) are the global batch's: on 2 replicas each replica's
+    # own rows would be one half, and a per-replica split another loss.
+    "xml": (
+        xml_model,
+        lambda g: losses.XMLLoss(
+            losses.TripletHardLoss(), num_prototypes=3, lambda_=0.5, global_batch=g
         ),
         4,
     ),
@@ -172,12 +189,14 @@ def per_replica_reference(case):
     return model.get_weights()
 
 
-# P x K losses refuse a remainder batch (it is not P x K); they get no uneven run.
+# P x K losses refuse a remainder batch (it is not P x K); they get no uneven run. Nor does XML:
+# the 3-row remainder holds one class, so one of its halves would be empty.
 WHOLE_BATCHES_ONLY = (
     "pk_contrastive",
     "pk_npair",
     "pk_angular",
     "regularized_pk_contrastive_svmax",
+    "xml",
 )
 
 

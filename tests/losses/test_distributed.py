@@ -22,6 +22,11 @@ from tf_svmax import losses
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-5
+# XML's step goes through a closed-form ridge fit of prototypes to one half of the batch, whose
+# float32 rounding alone moves this case's step by 3.7e-5 (one device, float32 against float64:
+# 3.69e-5, measured); replicas agree with one device to that accuracy (3.7e-5), while evaluating
+# per-replica halves moves it by more than 1e-3 (test_opt_out_is_the_average_...).
+CASE_TOLERANCE = {"xml": 1e-4}
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +54,18 @@ def probes():
 @pytest.mark.parametrize("replicas", [2, 4])
 def test_one_step_equals_the_single_device_step_on_the_global_batch(probes, replicas):
     cases = probes[replicas]["cases"]
-    assert len(cases) == 15
+    assert len(cases) == 16
     for case, row in cases.items():
         for size in ("even", "uneven"):
             if f"{size}_step" not in row:
                 continue
             # The step itself is far larger than the tolerance, so equality means something.
             assert row[f"{size}_step"] > 1e-3, (case, size, row)
-            assert row[f"{size}_weight_error"] < TOLERANCE, (case, size, row)
+            assert row[f"{size}_weight_error"] < CASE_TOLERANCE.get(case, TOLERANCE), (
+                case,
+                size,
+                row,
+            )
 
 
 @pytest.mark.parametrize("replicas", [2, 4])
@@ -78,14 +87,22 @@ def test_evaluate_reports_the_single_device_values(probes, replicas):
 def test_opt_out_is_the_average_of_per_replica_losses(probes, replicas):
     cases = probes[replicas]["cases"]
     compared = [case for case, row in cases.items() if "opt_out_vs_per_replica" in row]
-    assert len(compared) == 12
+    assert len(compared) == 13
     for case in compared:
         row = cases[case]
         assert row["opt_out_vs_per_replica"] < TOLERANCE, (case, row)
     # Per-replica evaluation is a different loss for everything that mixes rows across the
     # batch: the reason global batches are the default. (P x K contrastive pairs stay inside
     # each class block, so its per-replica loss is the global one.)
-    for case in ("svmax", "ole", "triplet_semihard", "batch_hard", "pk_npair", "proxy_anchor"):
+    for case in (
+        "svmax",
+        "ole",
+        "triplet_semihard",
+        "batch_hard",
+        "pk_npair",
+        "proxy_anchor",
+        "xml",
+    ):
         assert cases[case]["opt_out_vs_global"] > 1e-3, (case, cases[case])
 
 
