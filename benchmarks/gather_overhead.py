@@ -4,7 +4,9 @@ the gathered global batch (`global_batch=True`, the default) against per-replica
 
 The step: a Dense(512 -> 128) embedding with unit-norm rows, `RegularizedLoss(
 TripletHardLoss(margin=0.2), [SVMaxLoss(lambda_=0.1)])` (batch-hard mining, b x b), SGD,
-`train_on_batch` on a global batch of b rows (b = 144 ... 1024, split evenly). Global
+Keras' own step function (`fit`'s) on a global batch of b rows from a distributed iterator
+(b = 144 ... 1024, split evenly across the replicas; `train_on_batch` would give every replica
+the whole batch, which is how the runs before 2026-11-25's third session measured it). Global
 evaluation costs an all-gather of the embeddings and labels per loss term; each replica mines
 its own b/N anchors against all b rows, and the SVD is repeated on every replica. Not
 `TripletSemiHardLoss`: its tensorflow-addons formulation materializes b x b x b tensors, and at
@@ -132,7 +134,13 @@ def time_in_this_process(replicas, batches, dim, repeats, loss_name, compare_uns
                     loss=make_loss(loss_name, global_batch, split=mode != "global_unsplit"),
                     jit_compile=False,
                 )
-            step = functools.partial(model.train_on_batch, x, y)
+            # fit's own step function on a distributed iterator, which splits each global batch
+            # across the replicas. Not `train_on_batch`: under a strategy, Keras 3 hands the
+            # whole batch to every replica (N copies: a global batch of N x b rows).
+            data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).repeat()
+            iterator = iter(strategy.experimental_distribute_dataset(data))
+            model.make_train_function()
+            step = functools.partial(model.train_function, iterator)
             timing = _common.time_calls(step, repeats, warmup=3)
             rows.append({"replicas": replicas, "batch": batch, "dim": dim, "mode": mode, **timing})
     return rows
