@@ -2,6 +2,7 @@
 
 import json
 import socket
+import subprocess
 
 
 def free_ports(count):
@@ -23,3 +24,15 @@ def tf_config(ports, index):
             "task": {"type": "worker", "index": index},
         }
     )
+
+
+def finish(process, timeout=600):
+    """``(returncode, stderr)`` of a `subprocess.Popen` with text pipes; a process that outlives
+    `timeout` seconds is killed and the test fails with its stderr (no hang)."""
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+        raise AssertionError(f"timed out after {timeout} s:\n{stderr[-3000:]}") from None
+    return process.returncode, stderr

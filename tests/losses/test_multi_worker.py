@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.cluster import free_ports
+from tests.cluster import finish, free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,22 +31,13 @@ def launch(*args):
     )
 
 
-def finish(process, timeout):
-    try:
-        _, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        _, stderr = process.communicate()
-        raise AssertionError(f"timed out after {timeout} s:\n{stderr[-3000:]}") from None
-    assert process.returncode == 0, stderr[-3000:]
-
-
 def test_two_workers_train_like_one_process_on_the_global_batch(tmp_path):
     ports = ",".join(map(str, free_ports(2)))
     workers = [launch("worker", i, ports, tmp_path / f"worker{i}.npz") for i in range(2)]
     single = launch("single", tmp_path / "single.npz")
     for process in [*workers, single]:
-        finish(process, timeout=300)
+        code, stderr = finish(process, timeout=300)
+        assert code == 0, stderr[-3000:]
     reference = np.load(tmp_path / "single.npz")
     for i in range(2):
         result = np.load(tmp_path / f"worker{i}.npz")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import free_ports, tf_config
+from tests.cluster import finish, free_ports, tf_config
 from trainers.harness import distribute
 from trainers.harness.config import ConfigError
 
@@ -140,21 +140,10 @@ def _start_worker(program, output_dir, ports, index, *flags):
     )
 
 
-def _finish(process, timeout=600):
-    """``(returncode, stderr)``, the process killed if it outlives `timeout` (no hang)."""
-    try:
-        _, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        _, stderr = process.communicate()
-        raise AssertionError(f"timed out after {timeout} s:\n{stderr[-3000:]}") from None
-    return process.returncode, stderr
-
-
 def _train_on_two_workers(program, output_dir, *flags):
     ports = free_ports(2)
     workers = [_start_worker(program, output_dir, ports, i, *flags) for i in range(2)]
-    return [_finish(w) for w in workers]
+    return [finish(w) for w in workers]
 
 
 def _worker_folders(program):
@@ -186,10 +175,10 @@ def test_two_workers_train_retrieval_like_one_process_and_resume_after_a_sigkill
     deadline = time.monotonic() + 600
     while not first.exists() and time.monotonic() < deadline and workers[1].poll() is None:
         time.sleep(0.2)
-    assert first.exists(), _finish(workers[0])[1][-3000:]
+    assert first.exists(), finish(workers[0])[1][-3000:]
     workers[1].kill()  # SIGKILL: no handler runs
-    code, stderr = _finish(workers[0], timeout=300)
-    _finish(workers[1])
+    code, stderr = finish(workers[0], timeout=300)
+    finish(workers[1])
     assert code == 1, stderr[-3000:]
     assert "A worker of the cluster was lost" in stderr
     assert "run the same command on every worker" in stderr
@@ -258,7 +247,7 @@ def test_a_worker_that_cannot_reach_its_cluster_fails_in_bounded_time_naming_tf_
     worker = _start_worker(
         "train_retrieval", tmp_path / "run", ports, 1, "--train_steps=2", "--cluster_timeout=3"
     )
-    code, stderr = _finish(worker, timeout=300)
+    code, stderr = finish(worker, timeout=300)
     assert code == -9, stderr[-3000:]  # SIGKILL: TensorFlow's join cannot be interrupted
     assert "TF_CONFIG" in stderr and "--cluster_timeout=3 s" in stderr
     assert time.monotonic() - started < 240
