@@ -72,7 +72,8 @@ def test_one_step_equals_the_single_device_step_on_the_global_batch(probes, repl
 def test_evaluate_reports_the_single_device_values(probes, replicas):
     for case, row in probes[replicas]["cases"].items():
         if case == "svmax_regularizer":
-            continue  # Keras' logged total for a gathered activity loss: see the README.
+            # Keras' logged total for a gathered activity loss: docs/guide/multiple-devices.md
+            continue
         for size in ("even", "uneven"):
             if f"{size}_logs" not in row:
                 continue

@@ -3,8 +3,8 @@ builds its model in.
 
 Batch flags stay global: P x K is the batch of one step, split evenly across the replicas (of
 every worker, under multi_worker), and every batch-level loss of the library evaluates on the
-whole of it (see the README's "Multiple devices"). Checkpoints do not depend on the strategy: a
-run may resume under another.
+whole of it (see docs/guide/multiple-devices.md). Checkpoints do not depend on the strategy:
+a run may resume under another.
 
 Under ``--strategy=multi_worker`` every worker runs the same command with its own ``TF_CONFIG``
 (the cluster and this worker's place in it, as `tf.distribute` documents it); the chief
