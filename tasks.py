@@ -7,8 +7,9 @@
 Setup creates the virtual environment ``.venv`` in the repository and installs the package
 in it (editable) with TensorFlow: ``tensorflow[and-cuda]`` where ``nvidia-smi`` runs,
 ``tensorflow-cpu`` elsewhere (``TF_SVMAX_TENSORFLOW=cpu`` or ``gpu`` overrides the choice).
-It is done again only when setup.py or that choice changed. Arguments after the verb go to the
-trainer (``python3 tasks.py run --dataset=digits``) or to pytest (``python3 tasks.py test -x``).
+It is done again only when pyproject.toml or that choice changed. Arguments after the verb go
+to the trainer (``python3 tasks.py run --dataset=digits``) or to pytest
+(``python3 tasks.py test -x``).
 Both verbs run from the repository root, so the main job writes ``runs/`` there.
 """
 
@@ -41,11 +42,17 @@ def tensorflow_extra():
     return "cpu"
 
 
+def setup_stamp(extras):
+    """What .venv's stamp holds after installing `extras`: the extras and pyproject.toml's
+    SHA-256 (the dependencies and extras live there), so either changing means a new setup."""
+    return f"{extras} {hashlib.sha256((ROOT / 'pyproject.toml').read_bytes()).hexdigest()}"
+
+
 def setup():
     """Creates .venv and installs the package with TensorFlow and the test tools, unless the
     stamp says this exact setup is already there."""
     extras = f"{tensorflow_extra()},testtools"
-    wanted = f"{extras} {hashlib.sha256((ROOT / 'setup.py').read_bytes()).hexdigest()}"
+    wanted = setup_stamp(extras)
     if PYTHON.exists() and STAMP.exists() and STAMP.read_text() == wanted:
         return
     if not PYTHON.exists():

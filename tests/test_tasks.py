@@ -46,3 +46,12 @@ def test_the_suite_runs_one_pytest_worker_per_core_unless_told():
     for chosen in (["-n", "0"], ["-n0"], ["--numprocesses=3"], ["-p", "no:xdist"]):
         assert workers(["-x", *chosen], cores=2) == [], chosen
     assert workers(["--noconftest"], cores=2) == ["-n", "2"]
+
+
+def test_setup_is_redone_when_pyproject_or_the_extras_change():
+    import hashlib
+
+    stamp = _tasks_module().setup_stamp
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    assert stamp("cpu,testtools") == f"cpu,testtools {digest}"
+    assert stamp("gpu,testtools") != stamp("cpu,testtools")

@@ -1,0 +1,53 @@
+"""pyproject.toml's promises that are cheap to check here; .ci/check_wheel.sh builds the sdist
+and the wheel and installs the wheel into a fresh environment (CI runs it after the suite)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import tf_svmax
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pyproject():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_the_version_lives_in_tf_svmax_init_as_a_literal_read_without_tensorflow():
+    # setuptools reads `attr = "tf_svmax.__version__"` statically only when it is a literal
+    # assignment; anything else makes it import tf_svmax, hence TensorFlow, in the build
+    # environment, where TensorFlow is not installed.
+    config = _pyproject()
+    assert "version" in config["project"]["dynamic"]
+    assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tf_svmax.__version__"}
+    tree = ast.parse((ROOT / "tf_svmax" / "__init__.py").read_text(encoding="utf-8"))
+    literals = [
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["__version__"]
+    ]
+    assert literals == [tf_svmax.__version__]
+
+
+def test_every_directory_of_the_library_is_a_package_the_wheel_takes():
+    setuptools = pytest.importorskip("setuptools")
+    include = _pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
+    found = set(setuptools.find_packages(str(ROOT), include=include))
+    with_modules = {
+        ".".join(path.parent.relative_to(ROOT).parts)
+        for path in (ROOT / "tf_svmax").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert with_modules <= found, "directories without __init__.py would be left out"
+    assert all(name == "tf_svmax" or name.startswith("tf_svmax.") for name in found)
+
+
+def test_the_test_extras_take_the_docs_tools_and_test_is_cpu_plus_testtools():
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert extras["docs"]
+    assert "tf_svmax[docs]" in extras["testtools"]
+    assert set(extras["test"]) == set(extras["cpu"]) | set(extras["testtools"])
