@@ -32,6 +32,7 @@ from tf_svmax.losses.triplet import (
     triplet_hard_loss,
     triplet_semihard_loss,
 )
+from tf_svmax.losses.xbm import CrossBatchMemory, CrossBatchMemoryBank
 from tf_svmax.losses.xml import XMLLoss
 
 # Losses constructible without arguments, hence nameable by a string in `compile`.
@@ -76,6 +77,8 @@ __all__ = [
     "LORACLoss",
     "lorac_loss",
     "XMLLoss",
+    "CrossBatchMemory",
+    "CrossBatchMemoryBank",
     "CenterLoss",
     "PKAngularLoss",
     "PKContrastiveLoss",

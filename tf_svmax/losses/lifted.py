@@ -9,7 +9,9 @@ from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.ops import _checks, distances
 
 
-def lifted_struct_loss(labels, embeddings, margin=1.0, *, squared=False, anchor_rows=None):
+def lifted_struct_loss(
+    labels, embeddings, margin=1.0, *, squared=False, anchor_rows=None, normalizer_rows=None
+):
     """Lifted structured loss over all positive pairs of the batch.
 
     For each positive pair ``(i, j)``::
@@ -33,6 +35,11 @@ def lifted_struct_loss(labels, embeddings, margin=1.0, *, squared=False, anchor_
         anchors and every row of their classes (`_class_window`): ``count`` rows plus the
         classes cut by the range's ends in a batch of consecutive classes (P x K), up to all
         rows when the classes are scattered.
+      normalizer_rows: Optional ``(start, count)``: divide by half the number of ordered
+        positive pairs ``(i, j)`` whose first row ``i`` is one of those rows (``j`` anywhere in
+        the batch) instead of the whole batch's unordered pairs (the same number when the rows
+        are the whole batch); e.g. the batch rows of a batch + cross-batch-memory set
+        (`tf_svmax.losses.CrossBatchMemory`), whose memory rows are references only.
 
     Returns:
       A scalar of the embeddings' dtype. 0 when the batch has no positive pair, and pairs with
@@ -78,7 +85,11 @@ def lifted_struct_loss(labels, embeddings, margin=1.0, *, squared=False, anchor_
 
     hinge = tf.maximum(tf.where(positives, objective, 0.0), 0.0)
     total = 0.25 * tf.reduce_sum(tf.square(hinge))
-    num_pairs = _common.positive_pair_count(labels, x.dtype) / 2.0
+    if normalizer_rows is None:
+        num_pairs = _common.positive_pair_count(labels, x.dtype) / 2.0
+    else:
+        first_rows, _ = _common.anchor_masks(labels, normalizer_rows)
+        num_pairs = tf.cast(tf.math.count_nonzero(first_rows), x.dtype) / 2.0
     return tf.cast(_common.safe_mean_over(total, num_pairs), dtype)
 
 
@@ -128,9 +139,14 @@ class LiftedStructLoss(BatchPenaltyLoss):
         self.margin = _checks.check_finite_number(margin, "margin")
         self.squared = _checks.check_bool(squared, "squared")
 
-    def call(self, y_true, y_pred, anchor_rows=None):
+    def call(self, y_true, y_pred, anchor_rows=None, normalizer_rows=None):
         return lifted_struct_loss(
-            y_true, y_pred, self.margin, squared=self.squared, anchor_rows=anchor_rows
+            y_true,
+            y_pred,
+            self.margin,
+            squared=self.squared,
+            anchor_rows=anchor_rows,
+            normalizer_rows=normalizer_rows,
         )
 
     def get_config(self):

@@ -36,7 +36,9 @@ def _anchor_distances(embeddings, labels, distance_metric, anchor_rows):
     return tf.cast(pdist, embeddings.dtype), positives, negatives
 
 
-def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2", *, anchor_rows=None):
+def triplet_semihard_loss(
+    y_true, y_pred, margin=1.0, distance_metric="L2", *, anchor_rows=None, normalizer_rows=None
+):
     """Triplet loss with semi-hard negative mining (FaceNet), averaged over positive pairs.
 
     For every anchor ``a`` and positive ``p`` (same label, ``p != a``) the negative is the
@@ -59,6 +61,10 @@ def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2", *, a
       anchor_rows: Optional ``(start, count)``: only the terms of those anchors, still divided
         by the whole batch's number of positive pairs, so that the values of disjoint anchor
         ranges covering the batch add up to the loss (each replica's share of a global batch).
+      normalizer_rows: Optional ``(start, count)``: divide by the number of positive pairs
+        ``(a, p)`` whose anchor ``a`` is one of those rows (``p`` anywhere in the batch) instead
+        of the whole batch's; e.g. the batch rows of a batch + cross-batch-memory set
+        (`tf_svmax.losses.CrossBatchMemory`), whose memory rows are references only.
 
     Returns:
       A scalar of the embeddings' dtype (float16/bfloat16 computed in float32). 0 when the
@@ -68,7 +74,7 @@ def triplet_semihard_loss(y_true, y_pred, margin=1.0, distance_metric="L2", *, a
       >>> triplet_semihard_loss([0, 0], [[0.0, 1.0], [1.0, 0.0]])  # 2.4142137
     """
     embeddings, labels, dtype = _inputs(y_true, y_pred)
-    count = _common.positive_pair_count(labels, embeddings.dtype)
+    count = _positive_pairs_of(labels, normalizer_rows, embeddings.dtype)
 
     def share(x, rows):
         """The anchors `rows`' sum of hinge terms."""
@@ -230,7 +236,14 @@ def _with_gradient(x, value, grad):
 
 
 def triplet_hard_loss(
-    y_true, y_pred, margin=1.0, soft=False, distance_metric="L2", *, anchor_rows=None
+    y_true,
+    y_pred,
+    margin=1.0,
+    soft=False,
+    distance_metric="L2",
+    *,
+    anchor_rows=None,
+    normalizer_rows=None,
 ):
     """Batch-hard triplet loss: hardest positive and hardest negative per anchor, averaged.
 
@@ -247,6 +260,8 @@ def triplet_hard_loss(
       distance_metric: "L2", "squared-L2", "angular", or a callable.
       anchor_rows: Optional ``(start, count)``: the sum over those anchors only, divided by the
         batch size (see `triplet_semihard_loss`).
+      normalizer_rows: Optional ``(start, count)``: divide by ``count`` (those anchors' number)
+        instead of the batch size (see `triplet_semihard_loss`).
 
     Returns:
       A scalar of the embeddings' dtype.
@@ -264,7 +279,17 @@ def triplet_hard_loss(
     # Mean over the batch's anchors; 0 for an empty batch (an uneven last batch under
     # tf.distribute).
     total = tf.reduce_sum(per_anchor)
-    return tf.cast(_common.safe_mean_over(total, tf.size(labels)), dtype)
+    anchors = tf.size(labels) if normalizer_rows is None else normalizer_rows[1]
+    return tf.cast(_common.safe_mean_over(total, anchors), dtype)
+
+
+def _positive_pairs_of(labels, anchor_rows, dtype):
+    """Ordered positive pairs ``(a, p)``, ``p != a``, of the anchors ``anchor_rows = (start,
+    count)`` against the whole batch (all anchors when None)."""
+    if anchor_rows is None:
+        return _common.positive_pair_count(labels, dtype)
+    positives, _ = _common.anchor_masks(labels, anchor_rows)
+    return tf.cast(tf.math.count_nonzero(positives), dtype)
 
 
 def _check_metric(distance_metric):
@@ -304,9 +329,14 @@ class TripletSemiHardLoss(BatchPenaltyLoss):
         self.margin = _checks.check_finite_number(margin, "margin")
         self.distance_metric = _check_metric(_deserialize_metric(distance_metric))
 
-    def call(self, y_true, y_pred, anchor_rows=None):
+    def call(self, y_true, y_pred, anchor_rows=None, normalizer_rows=None):
         return triplet_semihard_loss(
-            y_true, y_pred, self.margin, self.distance_metric, anchor_rows=anchor_rows
+            y_true,
+            y_pred,
+            self.margin,
+            self.distance_metric,
+            anchor_rows=anchor_rows,
+            normalizer_rows=normalizer_rows,
         )
 
     def get_config(self):
@@ -331,9 +361,15 @@ class TripletHardLoss(BatchPenaltyLoss):
         self.soft = _checks.check_bool(soft, "soft")
         self.distance_metric = _check_metric(_deserialize_metric(distance_metric))
 
-    def call(self, y_true, y_pred, anchor_rows=None):
+    def call(self, y_true, y_pred, anchor_rows=None, normalizer_rows=None):
         return triplet_hard_loss(
-            y_true, y_pred, self.margin, self.soft, self.distance_metric, anchor_rows=anchor_rows
+            y_true,
+            y_pred,
+            self.margin,
+            self.soft,
+            self.distance_metric,
+            anchor_rows=anchor_rows,
+            normalizer_rows=normalizer_rows,
         )
 
     def get_config(self):

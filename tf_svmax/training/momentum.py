@@ -93,6 +93,16 @@ class MomentumEncoder(keras.layers.Layer):
         return cls(**config)
 
 
+def ring_slots(pointer, count, size):
+    """``(slots, next_pointer)`` of a FIFO ring buffer of `size` rows whose oldest row is at
+    `pointer`: the `count` (<= `size`) slots the next rows overwrite, in order (int64 `[count]`),
+    and where the oldest row is afterwards. The one ring-buffer rule of `NegativeQueue` and
+    `tf_svmax.losses.CrossBatchMemoryBank`."""
+    pointer = tf.cast(pointer, tf.int64)
+    count = tf.cast(count, tf.int64)
+    return (pointer + tf.range(count)) % size, (pointer + count) % size
+
+
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class NegativeQueue(keras.layers.Layer):
     """A FIFO ring buffer of `size` keys of `dim` (the oldest are overwritten first), filled at
@@ -148,9 +158,9 @@ class NegativeQueue(keras.layers.Layer):
                 )
             )
         count = tf.shape(keys, out_type=tf.int64)[0]
-        slots = (self.pointer.value + tf.range(count)) % self.size
+        slots, pointer = ring_slots(self.pointer.value, count, self.size)
         self.keys.assign(tf.tensor_scatter_nd_update(self.keys.value, slots[:, None], keys))
-        self.pointer.assign((self.pointer.value + count) % self.size)
+        self.pointer.assign(pointer)
 
     def get_config(self):
         return {**super().get_config(), "size": self.size, "dim": self.dim, "seed": self.seed}

@@ -1,0 +1,376 @@
+"""CrossBatchMemory (XBM) against float64 NumPy references of the wrapped losses on the batch's
+anchors against (batch ∪ memory), over several steps: ring-buffer wrap-around, warm-up, reset,
+evaluation, checkpoint resume, `.keras` files, int64 labels, refusals, gradients (finite
+differences with the memory a constant) and MirroredStrategy (a 2-device subprocess)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import reference_ranking
+from tf_svmax import losses
+from tf_svmax.losses import CrossBatchMemory, CrossBatchMemoryBank
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- NumPy references: anchors are the first `b` rows of (x, labels) = batch ∪ memory. ---
+
+
+def _dist(x):
+    x = np.asarray(x, np.float64)
+    return np.sqrt(((x[:, None, :] - x[None, :, :]) ** 2).sum(-1))
+
+
+def ref_semihard(labels, x, b, margin=1.0):
+    d, n = _dist(x), len(x)
+    terms, pairs = 0.0, 0
+    for a in range(b):
+        negatives = [d[a, k] for k in range(n) if labels[k] != labels[a]]
+        for p in range(n):
+            if p == a or labels[p] != labels[a]:
+                continue
+            pairs += 1
+            farther = [v for v in negatives if v > d[a, p]]
+            chosen = min(farther) if farther else max(negatives)
+            terms += max(margin + d[a, p] - chosen, 0.0)
+    return terms / pairs if pairs else 0.0
+
+
+def ref_hard(labels, x, b, margin=1.0):
+    d, n = _dist(x), len(x)
+    out = []
+    for a in range(b):
+        positives = [d[a, p] for p in range(n) if p != a and labels[p] == labels[a]]
+        negatives = [d[a, k] for k in range(n) if labels[k] != labels[a]]
+        out.append(max((max(positives) if positives else 0.0) - min(negatives) + margin, 0.0))
+    return float(np.mean(out))
+
+
+def ref_lifted(labels, x, b, margin=1.0):
+    d, n = _dist(x), len(x)
+
+    def negative_sum(i):
+        return sum(math.exp(margin - d[i, k]) for k in range(n) if labels[k] != labels[i])
+
+    total, pairs = 0.0, 0
+    for i in range(b):
+        for j in range(n):
+            if j == i or labels[j] != labels[i]:
+                continue
+            pairs += 1
+            objective = math.log(negative_sum(i) + negative_sum(j)) + d[i, j]
+            total += 0.25 * max(objective, 0.0) ** 2
+    return total / (pairs / 2.0) if pairs else 0.0
+
+
+def ref_batch_hard(labels, x, b, margin=0.2):
+    # Independent loops (tests/reference_ranking.py): anchors' values only depend on their rows.
+    return float(reference_ranking.batch_hard(labels, x, margin, "euclidean")[:b].mean())
+
+
+CASES = {
+    "semihard": (lambda: losses.TripletSemiHardLoss(), ref_semihard),
+    "hard": (lambda: losses.TripletHardLoss(), ref_hard),
+    "lifted": (lambda: losses.LiftedStructLoss(), ref_lifted),
+    "batch_hard": (lambda: losses.BatchHardTripletLoss(), ref_batch_hard),
+}
+
+
+class NumpyMemory:
+    """The reference memory: the last `size` rows written, float32 as stored."""
+
+    def __init__(self, size):
+        self.size, self.x, self.y = size, np.zeros((0, 0), np.float32), np.zeros(0, np.int64)
+
+    def write(self, x, y):
+        x = np.asarray(x, np.float32)
+        self.x = x if not len(self.x) else np.concatenate([self.x, x])[-self.size :]
+        self.y = np.concatenate([self.y, y])[-self.size :]
+
+    def reference(self, x, y):
+        """``(labels, embeddings)`` of batch ∪ memory, the batch first."""
+        if not len(self.y):
+            return np.asarray(y), np.asarray(x, np.float64)
+        return np.concatenate([y, self.y]), np.concatenate([x, self.x]).astype(np.float64)
+
+
+def _batch(rng, b=6, dim=4, classes=3):
+    x = rng.standard_normal((b, dim)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y = rng.integers(0, classes, b).astype(np.int64)
+    y[:2] = [0, 1]  # at least two classes (every anchor has a negative)
+    return x, y
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_steps_match_the_reference_on_batch_and_memory(rng, case):
+    make, reference = CASES[case]
+    xbm = CrossBatchMemory(make(), memory_size=10, start_step=2)
+    memory = NumpyMemory(10)
+    for step in range(7):  # 2 warm-up steps, then 5 x 6 rows through a 10-row ring (wraps)
+        x, y = _batch(rng)
+        want = reference(*memory.reference(x, y), len(x))
+        got = float(xbm(y, x))
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=f"step {step}")
+        if step >= 2:
+            memory.write(x, y)
+        filled = int(xbm.memory.filled.numpy())
+        assert filled == len(memory.y) == (0 if step < 2 else min(10, 6 * (step - 1)))
+        assert int(xbm.memory.step.numpy()) == step + 1
+    # The memory holds the last 10 rows written (in ring order: compare as sets of rows).
+    stored = sorted(map(tuple, np.c_[xbm.memory.embeddings.numpy(), xbm.memory.labels.numpy()]))
+    assert stored == sorted(map(tuple, np.c_[memory.x, memory.y.astype(np.float32)]))
+
+
+def test_an_empty_memory_gives_the_wrapped_loss(rng):
+    x, y = _batch(rng, b=8)
+    for make, _ in CASES.values():
+        plain = float(make()(y, x))
+        assert float(CrossBatchMemory(make(), memory_size=4)(y, x)) == pytest.approx(plain, 1e-6)
+
+
+def test_reset_empties_the_memory_and_restarts_the_warm_up(rng):
+    xbm = CrossBatchMemory(losses.TripletHardLoss(), memory_size=8, start_step=1)
+    for _ in range(3):
+        xbm(*_batch(rng)[::-1])
+    assert int(xbm.memory.filled.numpy()) == 8
+    xbm.reset()
+    for variable in xbm.memory.weights:
+        assert not np.any(variable.numpy())
+    x, y = _batch(rng)
+    assert float(xbm(y, x)) == pytest.approx(ref_hard(y, x, len(x)), 1e-5)
+    assert int(xbm.memory.filled.numpy()) == 0  # step 0 again: warm-up, nothing written
+    xbm(y, x)
+    assert int(xbm.memory.filled.numpy()) == 6
+
+
+def test_batch_larger_than_the_memory_keeps_its_last_rows(rng):
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=4)
+    x, y = _batch(rng, b=10)
+    xbm(y, x)
+    stored = sorted(map(tuple, xbm.memory.embeddings.numpy()))
+    assert stored == sorted(map(tuple, x[-4:]))
+    assert int(xbm.memory.pointer.numpy()) == 0  # 4 rows written into 4 slots
+
+
+def test_int64_labels_above_2_to_the_24_stay_distinct(rng):
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=12)
+    memory = NumpyMemory(12)
+    for _ in range(3):
+        x, y = _batch(rng)
+        y = y + 2**40  # float32 would merge them all into one class
+        want = ref_semihard(*memory.reference(x, y), len(x))
+        assert float(xbm(tf.constant(y, tf.int64), x)) == pytest.approx(want, 1e-5)
+        memory.write(x, y)
+    assert sorted(xbm.memory.labels.numpy().tolist()) == sorted(memory.y.tolist())
+
+
+def test_gradient_is_the_reference_s_with_the_memory_a_constant(rng):
+    xbm = CrossBatchMemory(losses.TripletHardLoss(soft=True), memory_size=6)
+    first, first_y = _batch(rng)
+    xbm(first_y, first)  # fills the memory with `first` (float32)
+    x, y = _batch(rng)
+    x64 = tf.constant(x, tf.float64)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x64)
+        tape.watch(xbm.memory.embeddings.value)
+        value = xbm(y, x64)
+    grad = tape.gradient(value, x64).numpy()
+    assert tape.gradient(value, xbm.memory.embeddings.value) is None
+
+    def soft_hard(x_batch):
+        ref_x = np.concatenate([x_batch, first.astype(np.float64)])
+        ref_y = np.concatenate([y, first_y])
+        d, n = _dist(ref_x), len(ref_x)
+        out = []
+        for a in range(len(x_batch)):
+            pos = [d[a, p] for p in range(n) if p != a and ref_y[p] == ref_y[a]]
+            neg = [d[a, k] for k in range(n) if ref_y[k] != ref_y[a]]
+            out.append(math.log1p(math.exp((max(pos) if pos else 0.0) - min(neg))))
+        return np.mean(out)
+
+    # Central differences, step 1e-6 in float64: truncation and rounding both ~1e-9.
+    numeric = np.zeros_like(grad)
+    x_ref = x.astype(np.float64)
+    for index in np.ndindex(*x.shape):
+        up, down = x_ref.copy(), x_ref.copy()
+        up[index] += 1e-6
+        down[index] -= 1e-6
+        numeric[index] = (soft_hard(up) - soft_hard(down)) / 2e-6
+    np.testing.assert_allclose(grad, numeric, atol=1e-6)
+
+
+def _model(xbm, seed=0):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((5,)),
+            keras.layers.Dense(4),
+            keras.layers.UnitNormalization(),
+            xbm.memory,
+        ]
+    )
+
+
+def _data(rng, n=24):
+    return rng.standard_normal((n, 5)).astype(np.float32), rng.integers(0, 4, n)
+
+
+def test_fit_writes_the_memory_and_evaluate_does_not(rng):
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=16, start_step=1)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    x, y = _data(rng)
+    assert not model.jit_compile  # the memory layer opts the model out of XLA
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)  # 3 steps: 1 warm-up, 2 written
+    assert int(xbm.memory.step.numpy()) == 3
+    assert int(xbm.memory.filled.numpy()) == 16
+    stored = xbm.memory.embeddings.numpy().copy()
+    np.testing.assert_allclose(stored[:8], model.predict(x[8:16], verbose=0), atol=1e-1)
+    embeddings = model.predict(x[:8], verbose=0)
+    logged = model.evaluate(x[:8], y[:8], batch_size=8, verbose=0)
+    # Evaluation: the plain batch loss, the memory untouched.
+    assert logged == pytest.approx(ref_semihard(y[:8], embeddings, 8), 1e-5)
+    np.testing.assert_array_equal(xbm.memory.embeddings.numpy(), stored)
+    assert int(xbm.memory.step.numpy()) == 3
+
+
+def _one_step(model, x, y):
+    """The logged loss of one training step on (x, y) (the memory's state after it is read
+    by the caller)."""
+    return model.fit(x, y, batch_size=len(x), shuffle=False, verbose=0).history["loss"][0]
+
+
+def test_checkpoint_resume_restores_the_memory(rng, tmp_path):
+    x, y = _data(rng)
+    xbm = CrossBatchMemory(losses.LiftedStructLoss(), memory_size=12)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    state = [v.numpy().copy() for v in xbm.memory.weights]
+    assert state[3] == 12  # filled: the next step's loss reads the memory
+    want = _one_step(model, x[:8], y[:8])  # the run continued
+
+    resumed = CrossBatchMemory(losses.LiftedStructLoss(), memory_size=12)
+    model2 = _model(resumed, seed=1)
+    model2.compile(keras.optimizers.SGD(0.1), loss=resumed)
+    tf.train.Checkpoint(model=model2).restore(path).expect_partial()
+    for restored, saved in zip(resumed.memory.weights, state, strict=True):
+        np.testing.assert_array_equal(restored.numpy(), saved)
+    # The resumed run's next step equals the continued run's (loss and memory).
+    assert _one_step(model2, x[:8], y[:8]) == pytest.approx(want, 1e-6)
+    for restored, continued in zip(resumed.memory.weights, xbm.memory.weights, strict=True):
+        np.testing.assert_allclose(restored.numpy(), continued.numpy(), atol=1e-6)
+
+
+def test_keras_file_round_trip(rng, tmp_path):
+    x, y = _data(rng)
+    xbm = CrossBatchMemory(losses.BatchHardTripletLoss(), memory_size=10, start_step=1)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    bank = loaded.get_layer(xbm.memory.name)
+    assert isinstance(bank, CrossBatchMemoryBank)
+    for restored, saved in zip(bank.weights, xbm.memory.weights, strict=True):
+        np.testing.assert_array_equal(restored.numpy(), saved.numpy())
+    assert loaded.loss.get_config() == xbm.get_config()
+    want = _one_step(model, x[:8], y[:8])
+    # The documented wiring: recompile the loaded model with its restored memory layer.
+    again = CrossBatchMemory(loaded.loss.loss, 10, start_step=1, memory=bank)
+    loaded.compile(keras.optimizers.SGD(0.1), loss=again)
+    assert _one_step(loaded, x[:8], y[:8]) == pytest.approx(want, 1e-6)
+    for restored, continued in zip(bank.weights, xbm.memory.weights, strict=True):
+        np.testing.assert_allclose(restored.numpy(), continued.numpy(), atol=1e-6)
+
+
+def test_get_config_round_trips():
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(margin=0.3), 32, start_step=5, name="x")
+    config = xbm.get_config()
+    again = CrossBatchMemory.from_config(config)
+    assert again.get_config() == config
+    assert again.loss.margin == 0.3 and again.start_step == 5 and again.memory_size == 32
+    serialized = keras.saving.serialize_keras_object(xbm)
+    assert keras.saving.deserialize_keras_object(serialized).get_config() == config
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [losses.ContrastiveLoss(), losses.PKNpairLoss(), losses.SVMaxLoss(), losses.NpairsLoss()],
+)
+def test_unsupported_losses_are_refused_by_name(loss):
+    with pytest.raises(
+        ValueError, match=rf"argument `loss`.*TripletSemiHardLoss.*{type(loss).__name__}"
+    ):
+        CrossBatchMemory(loss, 8)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="memory_size"):
+        CrossBatchMemory(losses.TripletHardLoss(), 0)
+    with pytest.raises(ValueError, match="start_step"):
+        CrossBatchMemory(losses.TripletHardLoss(), 4, start_step=-1)
+    with pytest.raises(ValueError, match="global_batch"):
+        CrossBatchMemory(losses.TripletHardLoss(global_batch=False), 4)
+    with pytest.raises(ValueError, match="memory"):
+        CrossBatchMemory(losses.TripletHardLoss(), 4, memory=CrossBatchMemoryBank(5))
+    xbm = CrossBatchMemory(losses.TripletHardLoss(), 4)
+    with pytest.raises(TypeError, match="y_true"):
+        xbm(np.array([True, False]), np.eye(2, dtype=np.float32))
+    with pytest.raises(ValueError, match="sample_weight"):
+        xbm([0, 1], np.eye(2, dtype=np.float32), sample_weight=[1.0, 1.0])
+    xbm([0, 1], np.eye(2, dtype=np.float32))
+    with pytest.raises(ValueError, match="y_pred"):
+        xbm([0, 1], np.eye(3, dtype=np.float32)[:2])
+
+
+def test_the_memory_must_be_in_the_model_of_a_traced_step():
+    xbm = CrossBatchMemory(losses.TripletHardLoss(), 4)
+
+    @tf.function
+    def step(y, x):
+        return xbm(y, x)
+
+    with pytest.raises(ValueError, match=r"xbm\.memory"):
+        step(tf.constant([0, 1]), tf.eye(2))
+
+
+def test_docstring_example_runs():
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=64)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), xbm.memory])
+    model.compile(optimizer="sgd", loss=xbm)
+    model.fit(np.ones((8, 3)), np.arange(8) % 2, batch_size=4, verbose=0)
+    assert int(xbm.memory.filled.numpy()) == 8
+
+
+def test_two_replicas_equal_one_device():
+    """Global batch of 8 over 2 logical CPUs: weights, memory rows (global batch, replica
+    order) and both replicas' copies equal the one-device run (`tests/losses/xbm_probe.py`)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.losses.xbm_probe"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    for case, row in out.items():
+        assert row["step"] > 1e-3, (case, row)  # the weights moved: equality means something
+        assert row["weight_error"] < 1e-5, (case, row)
+        assert row["memory_error"] < 1e-5, (case, row)
+        assert row["labels_equal"] and row["replicas_identical"], (case, row)
+        assert row["filled"] == row["expected_filled"], (case, row)
