@@ -182,6 +182,20 @@ class RetrievalConfig:
         "--xml_lambda > 0.",
         check=positive_int,
     )
+    xbm_size: int = option(
+        0,
+        "Cross-batch memory (XBM, Wang et al. CVPR 2020) rows M: the ranking loss mines the "
+        "batch's anchors against the batch plus the last M training embeddings (global batch, "
+        "no gradient into them), normalized over the batch's anchors. 0: off. Losses "
+        "triplet_hard, triplet_semihard, lifted.",
+        check=non_negative_int,
+    )
+    xbm_start_step: int = option(
+        0,
+        "Training steps before the cross-batch memory is used (XBM's warm-up; paper: 1000 on "
+        "SOP). Needs --xbm_size > 0.",
+        check=non_negative_int,
+    )
     margin: float | None = option(
         None,
         "Margin (paper: 1.0 contrastive, 0.2 triplet, delta 0.1 Proxy-Anchor; 1.0 lifted).",
@@ -288,6 +302,7 @@ def resolve(config, num_train_classes=None):
         )
     cadence = resolve_cadence(c, DEFAULT_STEPS[c.dataset])
     _check_xml(c, batch_p)
+    _check_xbm(c)
     return dataclasses.replace(
         c,
         xml_prototypes=(64 if c.xml_prototypes is None else c.xml_prototypes)
@@ -301,6 +316,27 @@ def resolve(config, num_train_classes=None):
         input_size=image_input_size(c, EMBEDDED),
         recall_ks=tuple(int(k) for k in c.recall_ks),
     )
+
+
+# The --loss values whose mining takes a separate reference set (`losses.CrossBatchMemory`).
+XBM_LOSSES = ("triplet_hard", "triplet_semihard", "lifted")
+
+
+def _check_xbm(c):
+    if not c.xbm_size:
+        if c.xbm_start_step:
+            raise ConfigError("--xbm_start_step needs --xbm_size > 0 (the memory is off).")
+        return
+    if c.loss not in XBM_LOSSES:
+        raise ConfigError(
+            f"--xbm_size needs a loss that mines anchors against a reference set "
+            f"({', '.join(XBM_LOSSES)}); received --loss={c.loss}."
+        )
+    if c.xml_lambda:
+        raise ConfigError(
+            "--xbm_size and --xml_lambda cannot be combined (XML evaluates the ranking loss on "
+            "halves of the batch)."
+        )
 
 
 def _check_xml(c, batch_p):
@@ -355,8 +391,10 @@ def head_output(config):
     return "proxies" if config.loss == "proxy_anchor" else None
 
 
-def build_loss(config):
-    """The ranking loss, composed with the regularizer through `RegularizedLoss`.
+def build_loss(config, memory=None):
+    """The ranking loss, composed with the regularizer through `RegularizedLoss`; with
+    --xbm_size, the ranking loss in a `CrossBatchMemory` whose state is `memory` (the
+    `CrossBatchMemoryBank` of `build_training_model`).
 
     With a `head_output` a dict for the two outputs of `build_training_model`: the loss on the
     head (Proxy-Anchor on the proxy similarities, or XML around the ranking loss) and the
@@ -366,6 +404,10 @@ def build_loss(config):
     head = head_output(config)
     if head is None:
         ranking = _ranking_loss(config)
+        if config.xbm_size:
+            ranking = losses.CrossBatchMemory(
+                ranking, config.xbm_size, start_step=config.xbm_start_step, memory=memory
+            )
         return losses.RegularizedLoss(ranking, regularizers) if regularizers else ranking
     if head == "xml":
         head_loss = losses.XMLLoss(
@@ -400,11 +442,17 @@ def _regularizers(config):
     }[config.regularizer]
 
 
-def build_training_model(config, embedding_model, num_classes):
+def build_training_model(config, embedding_model, num_classes, memory=None):
     """The model `fit` trains: the embedding model itself; for ``proxy_anchor`` the
     embedding model with a `CosineProxies` head (outputs ``{"embedding", "proxies"}``); with
     XML, ``{"embedding", "xml"}``, the latter the embeddings with the `PrototypeHistograms` of
-    the backbone's last convolutional map appended."""
+    the backbone's last convolutional map appended; with --xbm_size, the embedding model
+    followed by the cross-batch memory layer `memory` (an identity that holds the memory's
+    state, checkpointed with the run)."""
+    if config.xbm_size:
+        return keras.Model(
+            embedding_model.input, memory(embedding_model.output), name="xbm_training_model"
+        )
     if config.xml_lambda:
         histograms = models.PrototypeHistograms(config.xml_prototypes, name="xml_prototypes")(
             models.pooled_feature_map(embedding_model)
@@ -451,13 +499,16 @@ def _job(config, split, embedding_model, callbacks, evaluated):
     """The run's `Job`; `evaluated` is ``(model, refresh)`` of `local_copy`."""
     train, test, input_shape, loaders = split
     train_classes, train_labels = np.unique(train[1], return_inverse=True)
-    model = build_training_model(config, embedding_model, len(train_classes))
+    memory = (
+        losses.CrossBatchMemoryBank(config.xbm_size, name="xbm_memory") if config.xbm_size else None
+    )
+    model = build_training_model(config, embedding_model, len(train_classes), memory)
     schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
     head = head_output(config)
     proxies = head == "proxies"
     model.compile(
         optimizer=keras.optimizers.SGD(schedule, momentum=0.9),
-        loss=build_loss(config),
+        loss=build_loss(config, memory),
         metrics={"embedding": metrics.svmax_metrics()} if head else metrics.svmax_metrics(),
         jit_compile=config.jit_compile,
     )
@@ -492,6 +543,9 @@ def _job(config, split, embedding_model, callbacks, evaluated):
     xml = (
         f" + XML (λ {config.xml_lambda:g}, m {config.xml_prototypes})" if config.xml_lambda else ""
     )
+    xbm = (
+        f" + XBM (M {config.xbm_size} from step {config.xbm_start_step})" if config.xbm_size else ""
+    )
     evaluated_model, refresh = evaluated
     evaluator.set_model(evaluated_model)
 
@@ -514,8 +568,8 @@ def _job(config, split, embedding_model, callbacks, evaluated):
             "train_batch_bounds": {"batch_size": batch, "lower": bounds[0], "upper": bounds[1]}
         },
         description=(
-            f"{config.dataset}, {config.backbone}, {config.loss} + {config.regularizer}{xml}, "
-            f"P x K = {config.batch_p} x {config.batch_k}, lr {config.learning_rate}, "
+            f"{config.dataset}, {config.backbone}, {config.loss} + {config.regularizer}{xml}"
+            f"{xbm}, P x K = {config.batch_p} x {config.batch_k}, lr {config.learning_rate}, "
             f"{config.train_steps} steps"
         ),
         callbacks=callbacks,

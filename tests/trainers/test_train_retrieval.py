@@ -654,3 +654,53 @@ def test_every_library_kmeans_seeding_is_a_choice():
 
     for init in kmeans.INITS:  # k-means++-sklearn was missing from the flag's choices
         assert retrieval.resolve(retrieval.RetrievalConfig(output_dir="x", kmeans_init=init))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(xbm_size=16), r"--xbm_size needs a loss .*received --loss=contrastive"),
+        (dict(xbm_size=16, loss="npair"), r"received --loss=npair"),
+        (dict(xbm_start_step=5), r"--xbm_start_step needs --xbm_size > 0"),
+        (dict(xbm_size=16, loss="lifted", xml_lambda=0.01), r"--xbm_size and --xml_lambda"),
+        (dict(xbm_size=-1, loss="lifted"), r"`--xbm_size`. Expected an int >= 0"),
+    ],
+)
+def test_xbm_refusals(kwargs, message):
+    with pytest.raises(retrieval.ConfigError, match=message):
+        retrieval.resolve(retrieval.RetrievalConfig(output_dir="x", **kwargs))
+
+
+def test_xbm_run_resumes_with_its_memory(tmp_path):
+    """--xbm_size: the memory layer is in the trained model and its checkpoint, so a run
+    interrupted after step 6 (checkpoint at 4) ends where an uninterrupted one does (an empty
+    memory after the resume would change steps 5 to 8)."""
+    config = _config(
+        tmp_path,
+        loss="triplet_semihard",
+        xbm_size=40,
+        xbm_start_step=2,
+        train_steps=8,
+        eval_every=4,
+    )
+    results, trained = _interrupt_then_resume(config, at_step=6)
+    assert results["status"] == "completed" and results["resumed_at_steps"] == [4]
+    memory = trained.get_layer("xbm_memory")
+    assert int(memory.step.numpy()) == 8 and int(memory.filled.numpy()) == 40
+    keras.backend.clear_session()
+    reference = retrieval.train_retrieval(
+        retrieval.dataclasses.replace(config, output_dir=str(tmp_path / "ref"))
+    )
+    for a, b in zip(_weights(tmp_path / "run"), _weights(tmp_path / "ref"), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert [t["loss"] for t in results["trace"]] == pytest.approx(
+        [t["loss"] for t in reference["trace"]], rel=1e-5
+    )
+
+
+def test_cli_documents_and_refuses_xbm_flags():
+    done = _cli("--dataset=digits", "--xbm_size=16", "--output_dir=/tmp/never")
+    assert done.returncode == 2 and "--xbm_size needs a loss" in done.stderr, done.stderr[-500:]
+    helpfull = _cli("--helpfull")
+    help_text = " ".join(helpfull.stdout.split())
+    assert "Cross-batch memory (XBM" in help_text and "--xbm_start_step" in help_text
