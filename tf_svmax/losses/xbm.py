@@ -220,7 +220,9 @@ class CrossBatchMemory(keras.losses.Loss):
     Args:
       loss: One of `SUPPORTED_LOSSES` (an instance; its own arguments apply).
       memory_size: M, the number of memory rows (the paper: up to the dataset's size).
-      start_step: Training steps before the memory is used (the paper: 1,000 on SOP).
+      start_step: Training steps before the memory is used (the paper: 1,000 on SOP). Start
+        it once the embedding drifts slowly: on the glyph set, a memory started 50 or 150
+        steps into a 300-step run collapsed semi-hard and lifted training (docs/xbm_glyphs.md).
       memory: Optional `CrossBatchMemoryBank` to use (e.g. the one of a model loaded from a
         ``.keras`` file); by default a new one of `memory_size` rows, ``xbm.memory``.
       name: The loss's name.
