@@ -47,13 +47,20 @@ flags.DEFINE_integer(
     "Pre-training steps (default: the trainer's, 1000 on the glyphs).",
     lower_bound=1,
 )
+flags.DEFINE_integer(
+    "test_views",
+    None,
+    "Augmented views per held-out image of the test nuclear norm (default: the trainer's, the "
+    "paper's 32).",
+    lower_bound=1,
+)
 flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/lorac_xml.md).")
 
 LABELS = {"lorac": "LORAC (β = 2)", "moco_m": "MoCo-M (β = ∞)", "moco": "MoCo (M = 2)"}
 CONTRASTIVE_COLUMNS = (
     ("Linear probe %", "linear_probe_accuracy", 100, 2),
     ("k-NN %", "knn_accuracy", 100, 2),
-    ("Test ‖Q̂‖* (32 views)", "test_nuclear_norm", 1, 2),
+    ("Test ‖Q̂‖* ({views} views)", "test_nuclear_norm", 1, 2),
     ("Open-set R@1 %", "open_set_recall_at_1", 100, 2),
     ("Open-set MAP@R %", "open_set_map_at_r", 100, 2),
 )
@@ -75,13 +82,15 @@ def _train(name, train, config):
     return results
 
 
-def contrastive_config(output_dir, method, seed, train_steps):
+def contrastive_config(output_dir, method, seed, train_steps, test_views=None):
+    views = {} if test_views is None else {"test_views": test_views}
     return contrastive.ContrastiveConfig(
         output_dir=os.path.join(output_dir, "contrastive", f"{method}_s{seed}"),
         method=method,
         seed=seed,
         train_steps=train_steps,
         verbose=0,
+        **views,
     )
 
 
@@ -134,7 +143,9 @@ def markdown(contrastive_runs, xml_runs, seeds, xml_lambda, argv):
     first = next(iter(contrastive_runs.values()))[0]
     c, d = first["config"], first["data"]
     x = next(iter(xml_runs.values()))[0]["config"]
-    head = "| Method | " + " | ".join(col[0] for col in CONTRASTIVE_COLUMNS)
+    head = "| Method | " + " | ".join(
+        col[0].format(views=c["test_views"]) for col in CONTRASTIVE_COLUMNS
+    )
     head += " | ms/step | Δ probe vs MoCo-M (paired) |"
     lines = [
         f"# LORAC and XML on the embedded glyph set (seeds {', '.join(map(str, seeds))})",
@@ -211,7 +222,8 @@ def plot(contrastive_runs, split_images, path, title):
             norms, bins=40, alpha=0.5, label=f"{LABELS[method]} (seed {run['config']['seed']})"
         )
     ax_hist.set(
-        xlabel="‖Q̂‖* of 32 augmented views of a held-out image",
+        xlabel=f"‖Q̂‖* of {next(iter(contrastive_runs.values()))[0]['config']['test_views']} "
+        "augmented views of a held-out image",
         ylabel="images",
         title="Test nuclear norm per image (seed 003 Fig. 4c)",
     )
@@ -260,7 +272,11 @@ def main(argv):
             for method in methods:
                 contrastive.resolve(
                     contrastive_config(
-                        FLAGS.output_dir, method, seed, FLAGS.contrastive_train_steps
+                        FLAGS.output_dir,
+                        method,
+                        seed,
+                        FLAGS.contrastive_train_steps,
+                        FLAGS.test_views,
                     )
                 )
             for lam in (0.0, FLAGS.xml_lambda):
@@ -273,7 +289,7 @@ def main(argv):
     for seed in seeds:
         for method in methods:
             config = contrastive_config(
-                FLAGS.output_dir, method, seed, FLAGS.contrastive_train_steps
+                FLAGS.output_dir, method, seed, FLAGS.contrastive_train_steps, FLAGS.test_views
             )
             results = _train(config.output_dir, contrastive.train_contrastive, config)
             contrastive_runs.setdefault(method, []).append(results)
@@ -297,7 +313,11 @@ def main(argv):
     heldout = contrastive.load_split(
         contrastive.resolve(
             contrastive_config(
-                FLAGS.output_dir, methods[0], seeds[0], FLAGS.contrastive_train_steps
+                FLAGS.output_dir,
+                methods[0],
+                seeds[0],
+                FLAGS.contrastive_train_steps,
+                FLAGS.test_views,
             )
         )
     )["heldout"][0]
