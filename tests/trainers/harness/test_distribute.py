@@ -55,7 +55,13 @@ def _assert_same_steps(a, b, rel):
 
 
 def test_mirrored_retrieval_run_equals_the_default_run_and_resumes_across_strategies(tmp_path):
-    common = ["--train_steps=4", "--eval_every=2", "--trace_every=1", "--noevaluate_untrained"]
+    common = [
+        "--dataset=digits",  # the strategy's path, not the data, is under test: the small set
+        "--train_steps=4",
+        "--eval_every=2",
+        "--trace_every=1",
+        "--noevaluate_untrained",
+    ]
     mirrored, single = tmp_path / "mirrored", tmp_path / "single"
     done = _train("train_retrieval", mirrored, "--strategy=mirrored", "--cpu_devices=2", *common)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -84,6 +90,7 @@ def test_mirrored_two_head_center_loss_equals_the_default_run(tmp_path):
     """The center loss's moving centers and the backbone's (synchronized) batch norm see the
     global batch under the strategy."""
     common = [
+        "--dataset=digits",  # the strategy's path, not the data, is under test: the small set
         "--mode=center",
         "--train_steps=4",
         "--eval_every=2",
@@ -160,10 +167,11 @@ def _assert_same_trace(a, b, rel):
 
 
 def test_two_workers_train_retrieval_like_one_process_and_resume_after_a_sigkill(tmp_path):
-    """24 steps on digits: the trace of two workers (each half of every P x K batch) equals a
-    one-process run's; a worker killed with SIGKILL after the first checkpoint leaves it intact,
-    the chief fails (exit 1) in bounded time, and the same command on both resumes from it and
-    ends on the uninterrupted trace."""
+    """24 steps on the glyph set (its evaluations give the kill time to land between the first
+    checkpoint and the end; digits would race it): the trace of two workers (each half of every
+    P x K batch) equals a one-process run's; a worker killed with SIGKILL after the first
+    checkpoint leaves it intact, the chief fails (exit 1) in bounded time, and the same command
+    on both resumes from it and ends on the uninterrupted trace."""
     common = ["--train_steps=24", "--eval_every=6", "--trace_every=3", "--noevaluate_untrained"]
     single, cluster = tmp_path / "single", tmp_path / "cluster"
     done = _train("train_retrieval", single, *common)
