@@ -18,7 +18,7 @@ from absl import flags  # noqa: E402
 
 import tf_svmax  # noqa: E402
 from benchmarks import _common  # noqa: E402
-from tests.reference_ole import ole_reference  # noqa: E402
+from benchmarks.reference_ole import ole_reference  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batch_sizes", ["72", "144", "288", "576"], "N swept at D, K defaults.")

@@ -26,7 +26,7 @@ from absl import flags  # noqa: E402
 
 import tf_svmax  # noqa: E402
 from benchmarks import _common  # noqa: E402
-from tests.reference_ole import ole_reference  # noqa: E402
+from benchmarks.reference_ole import ole_reference  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch_size", 144, "Rows b of the embedding matrix (paper: 144).")

@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 
 import tf_svmax
+from benchmarks.reference_ole import ole_reference
 from tests import reference_spectral as ref
-from tests.reference_ole import ole_reference
 from tf_svmax.losses import OLELoss, RegularizedLoss, SVMaxLoss
 
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.reference_ole import ole_reference
+from benchmarks.reference_ole import ole_reference
 from tf_svmax import ops
 
 
