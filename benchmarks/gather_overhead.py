@@ -2,7 +2,8 @@
 the gathered global batch (`global_batch=True`, the default) against per-replica evaluation
 (`global_batch=False`) and against one device, on N logical CPU devices.
 
-The step: a Dense(512 -> 128) embedding with unit-norm rows, `RegularizedLoss(
+The step: a Dense(512 -> 128) embedding with unit-norm rows (``--model=small_cnn``: the glyph
+trainer's convolutional network on 32 x 32 x 3 images instead), `RegularizedLoss(
 TripletHardLoss(margin=0.2), [SVMaxLoss(lambda_=0.1)])` (batch-hard mining, b x b), SGD,
 Keras' own step function (`fit`'s) on a global batch of b rows from a distributed iterator
 (b = 144 ... 1024, split evenly across the replicas; `train_on_batch` would give every replica
@@ -53,11 +54,24 @@ flags.DEFINE_enum(
 flags.DEFINE_bool(
     "compare_unsplit", False, "Also time the global batch with the anchor split switched off."
 )
+flags.DEFINE_enum(
+    "model",
+    "dense",
+    ["dense", "small_cnn"],
+    "The embedding network: dense (Dense(512 -> d), the loss is most of the step) or small_cnn "
+    "(the glyph trainer's network on 32 x 32 x 3 images, as `train_retrieval` builds it).",
+)
 
 PROGRAM = "gather_overhead"
 INPUT_DIM = 512
 # Classes of the proxy-anchor head (CUB-200's training half).
 PROXIES = 100
+# The glyph trainer's image size (`train_retrieval --dataset=glyphs`).
+IMAGE_SHAPE = (32, 32, 3)
+MODEL_NAMES = {
+    "dense": f"Dense({INPUT_DIM} -> d) + UnitNormalization",
+    "small_cnn": "models.build_embedding_model('small_cnn', input_shape=(32, 32, 3))",
+}
 LOSS_NAMES = {
     "triplet_hard_svmax": "RegularizedLoss(TripletHardLoss(0.2), [SVMaxLoss(0.1)])",
     "lifted": "LiftedStructLoss(1.0)",
@@ -87,7 +101,26 @@ def make_loss(name, global_batch, split):
     return loss
 
 
-def time_in_this_process(replicas, batches, dim, repeats, loss_name, compare_unsplit):
+def embedding_network(model_name, dim):
+    """The timed network from inputs to unit-norm `[b, dim]` embeddings, and its input shape."""
+    import keras
+
+    from tf_svmax import models
+
+    if model_name == "small_cnn":
+        network = models.build_embedding_model(
+            "small_cnn", input_shape=IMAGE_SHAPE, embedding_dim=dim
+        )
+        return network, IMAGE_SHAPE
+    network = keras.Sequential(
+        [keras.Input((INPUT_DIM,)), keras.layers.Dense(dim), keras.layers.UnitNormalization()]
+    )
+    return network, (INPUT_DIM,)
+
+
+def time_in_this_process(
+    replicas, batches, dim, repeats, loss_name, compare_unsplit, model_name="dense"
+):
     """Rows of step times for `replicas` logical CPUs (configured before TensorFlow starts)."""
     import tensorflow as tf
 
@@ -109,7 +142,8 @@ def time_in_this_process(replicas, batches, dim, repeats, loss_name, compare_uns
     rng = np.random.default_rng(0)
     rows = []
     for batch in batches:
-        x = rng.standard_normal((batch, INPUT_DIM)).astype(np.float32)
+        _, input_shape = embedding_network(model_name, dim)
+        x = rng.standard_normal((batch, *input_shape)).astype(np.float32)
         y = np.repeat(np.arange(batch // 4), 4).astype(np.int64)
         if loss_name == "proxy_anchor":
             y = y % PROXIES
@@ -121,14 +155,9 @@ def time_in_this_process(replicas, batches, dim, repeats, loss_name, compare_uns
             global_batch = mode != "per_replica"
             with strategy.scope():
                 keras.utils.set_random_seed(0)
-                layers = [
-                    keras.Input((INPUT_DIM,)),
-                    keras.layers.Dense(dim),
-                    keras.layers.UnitNormalization(),
-                ]
+                model, _ = embedding_network(model_name, dim)
                 if loss_name == "proxy_anchor":
-                    layers.append(models.CosineProxies(PROXIES))
-                model = keras.Sequential(layers)
+                    model = keras.Sequential([model, models.CosineProxies(PROXIES)])
                 model.compile(
                     keras.optimizers.SGD(0.01),
                     loss=make_loss(loss_name, global_batch, split=mode != "global_unsplit"),
@@ -166,6 +195,7 @@ def main(argv):
             FLAGS.repeats,
             FLAGS.loss,
             FLAGS.compare_unsplit,
+            FLAGS.model,
         )
         print(json.dumps(rows))
         return
@@ -182,6 +212,7 @@ def main(argv):
                 f"--repeats={FLAGS.repeats}",
                 f"--loss={FLAGS.loss}",
                 f"--compare_unsplit={FLAGS.compare_unsplit}",
+                f"--model={FLAGS.model}",
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -203,7 +234,7 @@ def main(argv):
         "replicas": replica_counts,
         "batches": batches,
         "embedding_dim": FLAGS.embedding_dim,
-        "input_dim": INPUT_DIM,
+        "model": MODEL_NAMES[FLAGS.model],
         "repeats": FLAGS.repeats,
         "loss": LOSS_NAMES[FLAGS.loss],
         "compare_unsplit": FLAGS.compare_unsplit,

@@ -137,16 +137,19 @@ def test_two_head_overhead(tmp_path):
     assert "| small_cnn | hard |" in stdout and "machine" in record
 
 
-def test_gather_overhead(tmp_path):
+@pytest.mark.parametrize("model", ["dense", "small_cnn"])
+def test_gather_overhead(tmp_path, model):
     stdout = _run(
         "gather_overhead",
         "--replicas=1,2",
         "--batches=8",
         "--embedding_dim=4",
         "--repeats=1",
+        f"--model={model}",
         f"--output_dir={tmp_path}",
     )
     record = json.loads((tmp_path / "gather_overhead.json").read_text())
+    assert record["config"]["model"].startswith({"dense": "Dense(", "small_cnn": "models."}[model])
     modes = {(r["replicas"], r["mode"]) for r in record["results"]}
     assert modes == {(1, "single"), (2, "global"), (2, "per_replica")}
     assert all(r["median_ms"] > 0 for r in record["results"])
