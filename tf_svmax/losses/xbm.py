@@ -20,6 +20,7 @@ a test step: the memory layer records Keras' ``training`` flag of the forward pa
 import keras
 import tensorflow as tf
 
+from tf_svmax.losses._common import flat_labels
 from tf_svmax.losses.batch_hard import BatchHardTripletLoss
 from tf_svmax.losses.lifted import LiftedStructLoss
 from tf_svmax.losses.triplet import TripletHardLoss, TripletSemiHardLoss
@@ -167,9 +168,10 @@ def _check_loss(loss):
     return loss
 
 
-def _integer_labels(y_true):
-    labels = tf.convert_to_tensor(y_true)
-    if not (labels.dtype.is_integer or labels.dtype.is_floating) or labels.dtype == tf.uint64:
+def _integer_labels(y_true, y_pred):
+    # The losses' shared check: [N] or [N, 1] numeric labels, one per embedding row.
+    labels = flat_labels(y_true, y_pred.shape[0])
+    if labels.dtype in (tf.bool, tf.uint64):
         raise TypeError(
             _checks.invalid(
                 "y_true",
@@ -180,7 +182,7 @@ def _integer_labels(y_true):
     # int64 holds every other integer dtype exactly (labels above 2**24 stay distinct). Float
     # labels (Keras hands a MirroredStrategy's fit float64 copies of integer arrays) are cast:
     # exact for float64 below 2**53.
-    return tf.cast(tf.reshape(labels, [-1]), tf.int64)
+    return tf.cast(labels, tf.int64)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -276,7 +278,7 @@ class CrossBatchMemory(keras.losses.Loss):
             )
         with tf.name_scope(self.name):
             y_pred = tf.cast(tf.convert_to_tensor(y_pred), self.loss.dtype)
-            labels = _integer_labels(y_true)
+            labels = _integer_labels(y_true, y_pred)
             local_rows = tf.shape(y_pred)[0]
             context, (labels, y_pred) = replicas.gather_global_batch(True, labels, y_pred)
             memory = self._built_memory(y_pred)
