@@ -101,21 +101,26 @@ def make_loss(name, global_batch, split):
     return loss
 
 
+# Each network's input shape (a model is built only inside the strategy's scope, per mode).
+INPUT_SHAPES = {"dense": (INPUT_DIM,), "small_cnn": IMAGE_SHAPE}
+
+
 def embedding_network(model_name, dim):
-    """The timed network from inputs to unit-norm `[b, dim]` embeddings, and its input shape."""
+    """The timed network from `INPUT_SHAPES[model_name]` inputs to unit-norm `[b, dim]`
+    embeddings."""
     import keras
 
     from tf_svmax import models
 
     if model_name == "small_cnn":
-        network = models.build_embedding_model(
-            "small_cnn", input_shape=IMAGE_SHAPE, embedding_dim=dim
-        )
-        return network, IMAGE_SHAPE
-    network = keras.Sequential(
-        [keras.Input((INPUT_DIM,)), keras.layers.Dense(dim), keras.layers.UnitNormalization()]
+        return models.build_embedding_model("small_cnn", input_shape=IMAGE_SHAPE, embedding_dim=dim)
+    return keras.Sequential(
+        [
+            keras.Input(INPUT_SHAPES["dense"]),
+            keras.layers.Dense(dim),
+            keras.layers.UnitNormalization(),
+        ]
     )
-    return network, (INPUT_DIM,)
 
 
 def time_in_this_process(
@@ -142,8 +147,7 @@ def time_in_this_process(
     rng = np.random.default_rng(0)
     rows = []
     for batch in batches:
-        _, input_shape = embedding_network(model_name, dim)
-        x = rng.standard_normal((batch, *input_shape)).astype(np.float32)
+        x = rng.standard_normal((batch, *INPUT_SHAPES[model_name])).astype(np.float32)
         y = np.repeat(np.arange(batch // 4), 4).astype(np.int64)
         if loss_name == "proxy_anchor":
             y = y % PROXIES
@@ -155,7 +159,7 @@ def time_in_this_process(
             global_batch = mode != "per_replica"
             with strategy.scope():
                 keras.utils.set_random_seed(0)
-                model, _ = embedding_network(model_name, dim)
+                model = embedding_network(model_name, dim)
                 if loss_name == "proxy_anchor":
                     model = keras.Sequential([model, models.CosineProxies(PROXIES)])
                 model.compile(
