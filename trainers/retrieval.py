@@ -127,8 +127,9 @@ class RetrievalConfig:
     )
     weights: str | None = option(
         None,
-        "Backbone weights: unset (random), 'imagenet' (needs the network or Keras' cache) or "
-        "a .weights.h5 file.",
+        "Backbone weights: unset (random), 'imagenet' (applications backbones; needs the network "
+        "or Keras' cache) or a .weights.h5 file (a small backbone's from "
+        "`python -m trainers.pretrain_glyphs`).",
     )
     input_size: int | None = option(
         None,

@@ -119,7 +119,9 @@ class TwoHeadConfig:
         choices=models.BACKBONES,
     )
     weights: str | None = option(
-        None, "Backbone weights: unset (random), 'imagenet' or a .weights.h5 file."
+        None,
+        "Backbone weights: unset (random), 'imagenet' (applications backbones) or a .weights.h5 "
+        "file (a small backbone's from `python -m trainers.pretrain_glyphs`).",
     )
     input_size: int | None = option(
         None,

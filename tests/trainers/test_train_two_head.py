@@ -62,7 +62,7 @@ def test_paper_lambda_per_mode(mode, lam):
         (dict(mode="hard", center_alpha=0.5), "--center_alpha applies to --mode=center only"),
         (dict(mode="center", center_alpha=2.0), r"`--center_alpha`. Expected a float in \(0, 1\]"),
         (dict(weights="imagenet"), "small_cnn_bn has no ImageNet weights"),
-        (dict(weights="/nonexistent.weights.h5"), "starts from random weights"),
+        (dict(weights="/nonexistent.weights.h5"), "is not a file; expected a .weights.h5 file[.]"),
         (
             dict(dataset="folder", data_dir="/tmp", backbone="resnet50", weights="/no.weights.h5"),
             "--weights=/no.weights.h5 is not a file",

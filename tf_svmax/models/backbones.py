@@ -1,9 +1,12 @@
 """Embedding networks: a backbone, a linear embedding layer and L2 normalisation.
 
-``small_cnn`` is a three-convolution network for small images (the embedded sets), and
-``small_cnn_bn`` the same with batch normalization;
-the others are `keras.applications` backbones with global average pooling, fed float32 RGB in
-[0, 255] and normalised inside the model by the backbone's own `preprocess_input`.
+``small_cnn`` is a three-convolution network for small images (the embedded sets),
+``small_cnn_bn`` the same with batch normalization, and ``small_resnet`` a ResNet-18 layout
+(four stages of two basic blocks) at a quarter of its widths for 32 x 32 images; the small ones
+start from random weights or from a ``.weights.h5`` file of `build_backbone` (e.g. written by
+``python -m trainers.pretrain_glyphs``). The others are `keras.applications` backbones with
+global average pooling, fed float32 RGB in [0, 255] and normalised inside the model by the
+backbone's own `preprocess_input`.
 """
 
 import os
@@ -23,7 +26,11 @@ APPLICATIONS = {
 # small_cnn_bn: the same three convolutions with batch normalization before each ReLU, as the
 # applications have; it trains a softmax head from scratch at the papers' learning rate (0.01),
 # where small_cnn's small activations make that take tens of thousands of steps.
-SMALL_BACKBONES = ("small_cnn", "small_cnn_bn")
+# small_resnet: ResNet-18's layout (He et al. 2016, the CIFAR variant: a 3 x 3 stem, no max-pool)
+# at widths 16-32-64-128 instead of 64-128-256-512, ~0.7 M weights and ~36 MFLOPs per 32 x 32
+# image (1/16 of ResNet-18's): a deeper backbone that a 2-core CPU pretrains in minutes.
+SMALL_BACKBONES = ("small_cnn", "small_cnn_bn", "small_resnet")
+SMALL_RESNET_WIDTHS = (16, 32, 64, 128)
 BACKBONES = (*SMALL_BACKBONES, *APPLICATIONS)
 
 
@@ -55,17 +62,20 @@ class ApplicationPreprocessing(keras.layers.Layer):
         return {**super().get_config(), "module": self.module}
 
 
+def _batch_norm():
+    # Built under a multi-replica tf.distribute strategy: synchronized statistics (the global
+    # batch's, as on one device). Not on one device, where Keras' synchronized path would swap
+    # tf.nn.moments for E[x^2] - E[x]^2 and change the numbers.
+    synchronized = tf.distribute.get_strategy().num_replicas_in_sync > 1
+    return keras.layers.BatchNormalization(synchronized=synchronized)
+
+
 def _small_cnn_map(inputs, batch_norm=False):
     x = inputs
     for filters in (32, 64, 128):
         if batch_norm:
             x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
-            # Built under a multi-replica tf.distribute strategy: synchronized statistics (the
-            # global batch's, as on one device). Not on one device, where Keras' synchronized
-            # path would swap tf.nn.moments for E[x^2] - E[x]^2 and change the numbers.
-            synchronized = tf.distribute.get_strategy().num_replicas_in_sync > 1
-            batch_norm_layer = keras.layers.BatchNormalization(synchronized=synchronized)
-            x = keras.layers.ReLU()(batch_norm_layer(x))
+            x = keras.layers.ReLU()(_batch_norm()(x))
         else:
             x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
         if x.shape[1] is not None and x.shape[1] >= 4:
@@ -73,8 +83,75 @@ def _small_cnn_map(inputs, batch_norm=False):
     return x
 
 
-def _small_cnn(inputs, batch_norm=False):
-    return keras.layers.GlobalAveragePooling2D()(_small_cnn_map(inputs, batch_norm))
+def _conv_bn(x, filters, strides=1, kernel=3):
+    x = keras.layers.Conv2D(filters, kernel, strides=strides, padding="same", use_bias=False)(x)
+    return _batch_norm()(x)
+
+
+def _small_resnet_map(inputs):
+    """ResNet-18's basic blocks at `SMALL_RESNET_WIDTHS`: 32 x 32 -> a 4 x 4 map."""
+    x = keras.layers.ReLU()(_conv_bn(inputs, SMALL_RESNET_WIDTHS[0]))
+    for stage, filters in enumerate(SMALL_RESNET_WIDTHS):
+        for block in range(2):
+            strides = 2 if stage > 0 and block == 0 else 1
+            shortcut = x
+            if strides != 1 or x.shape[-1] != filters:
+                shortcut = _conv_bn(x, filters, strides=strides, kernel=1)  # projection
+            y = keras.layers.ReLU()(_conv_bn(x, filters, strides=strides))
+            y = _conv_bn(y, filters)
+            x = keras.layers.ReLU()(keras.layers.Add()([shortcut, y]))
+    return x
+
+
+def _small_backbone(backbone, inputs, weights):
+    """``(map, pooled)`` of a small backbone on `inputs`, its weights loaded from `weights`
+    (a `build_backbone` file) unless None."""
+    if weights in ("imagenet",):
+        raise ValueError(
+            _checks.invalid("weights", f"None or a .weights.h5 file for {backbone}", weights)
+        )
+    if backbone == "small_resnet":
+        feature_map_ = _small_resnet_map(inputs)
+    else:
+        feature_map_ = _small_cnn_map(inputs, batch_norm=backbone == "small_cnn_bn")
+    pooled = keras.layers.GlobalAveragePooling2D()(feature_map_)
+    if weights not in (None, "none"):
+        _load_backbone_weights(keras.Model(inputs, pooled, name=backbone), weights)
+    return feature_map_, pooled
+
+
+def _load_backbone_weights(backbone_model, path):
+    """Loads a ``.weights.h5`` file into `backbone_model`, naming the file and the backbone
+    when it does not fit (another backbone's file, another number of input channels)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Backbone weights file not found: {path!r}.")
+    try:
+        backbone_model.load_weights(path)
+    except ValueError as error:
+        raise ValueError(
+            f"The weights file {path!r} does not fit backbone {backbone_model.name!r} with input "
+            f"shape {tuple(backbone_model.input.shape[1:])} (was it written for another backbone "
+            f"or another number of channels?): {error}"
+        ) from error
+
+
+def build_backbone(backbone, *, input_shape, weights=None):
+    """A small backbone as a `keras.Model` from images to its pooled features (`[B, C]`).
+
+    Its ``save_weights`` file is what ``weights=<path>`` loads into `build_embedding_model`,
+    `feature_map` and the two-head model (the layers are built in the same order there).
+
+    Args:
+      backbone: A name of `SMALL_BACKBONES`.
+      input_shape: `(height, width, channels)`.
+      weights: None (random) or a path to a ``.weights.h5`` file of this backbone.
+    """
+    if backbone not in SMALL_BACKBONES:
+        raise ValueError(_checks.invalid("backbone", f"one of {list(SMALL_BACKBONES)}", backbone))
+    inputs = keras.Input(tuple(input_shape), name="images")
+    _, pooled = _small_backbone(backbone, inputs, weights)
+    return keras.Model(inputs, pooled, name=backbone)
 
 
 def _application(backbone, inputs, weights, pooling):
@@ -106,9 +183,7 @@ def feature_map(backbone, inputs, *, weights=None):
     the Keras tensor `inputs`; `weights` as in `build_embedding_model`."""
     _check_backbone(backbone)
     if backbone in SMALL_BACKBONES:
-        if weights not in (None, "none"):
-            raise ValueError(_checks.invalid("weights", f"None for {backbone}", weights))
-        return _small_cnn_map(inputs, batch_norm=backbone == "small_cnn_bn")
+        return _small_backbone(backbone, inputs, weights)[0]
     return _application(backbone, inputs, weights, pooling=None)
 
 
@@ -142,16 +217,15 @@ def build_embedding_model(backbone, *, input_shape, embedding_dim=128, weights=N
       backbone: A name of `SMALL_BACKBONES` or a key of `APPLICATIONS`.
       input_shape: `(height, width, channels)`; applications need 3 channels and >= 32 px.
       embedding_dim: Size of the embedding (the papers: 128).
-      weights: None (random), ``"imagenet"`` (downloads unless cached) or a path to a
-        ``.weights.h5`` file for the backbone.
+      weights: None (random); for an applications backbone ``"imagenet"`` (downloads unless
+        cached) or a path to a ``.weights.h5`` file of the keras.applications network; for a
+        small backbone a path to a `build_backbone` ``.weights.h5`` file.
     """
     _check_backbone(backbone)
     embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")
     inputs = keras.Input(tuple(input_shape), name="images")
     if backbone in SMALL_BACKBONES:
-        if weights not in (None, "none"):
-            raise ValueError(_checks.invalid("weights", f"None for {backbone}", weights))
-        features = _small_cnn(inputs, batch_norm=backbone == "small_cnn_bn")
+        features = _small_backbone(backbone, inputs, weights)[1]
     else:
         features = _application(backbone, inputs, weights, pooling="avg")
     embedding = keras.layers.Dense(embedding_dim, name="embedding")(features)

@@ -47,27 +47,23 @@ def check_fields_and_data(config, embedded):
     """Raises ConfigError for a field outside its option's kind or choices, a file dataset
     without --data_dir, an embedded one (a name in `embedded`) with one, an embedded set
     (small grey images) with an applications backbone, or --weights the backbone cannot load
-    (a missing file; any weights for a small backbone)."""
+    (a missing file; 'imagenet' for a small backbone)."""
     c = config
     check_fields(c)
     if c.dataset not in embedded and not c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
     if c.dataset in embedded and c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} is embedded; it takes no --data_dir.")
-    if c.weights not in (None, "none", "imagenet"):
-        if c.backbone in models.SMALL_BACKBONES:
-            raise ConfigError(
-                f"--weights={c.weights}: --backbone={c.backbone} starts from random weights; "
-                f"weights files load into the applications backbones ({list(models.APPLICATIONS)})."
-            )
-        if not os.path.isfile(c.weights):
-            raise ConfigError(
-                f"--weights={c.weights} is not a file; expected 'imagenet' or a .weights.h5 file."
-            )
+    if c.weights not in (None, "none", "imagenet") and not os.path.isfile(c.weights):
+        kinds = "a .weights.h5 file" + (
+            "" if c.backbone in models.SMALL_BACKBONES else " or 'imagenet'"
+        )
+        raise ConfigError(f"--weights={c.weights} is not a file; expected {kinds}.")
     if c.weights == "imagenet" and c.backbone in models.SMALL_BACKBONES:
         raise ConfigError(
             f"--weights=imagenet: --backbone={c.backbone} has no ImageNet weights; use one of "
-            f"{list(models.APPLICATIONS)}."
+            f"{list(models.APPLICATIONS)}, or a .weights.h5 file of this backbone (e.g. "
+            f"python -m trainers.pretrain_glyphs --backbone={c.backbone})."
         )
     if c.dataset in embedded and c.backbone not in models.SMALL_BACKBONES:
         raise ConfigError(
