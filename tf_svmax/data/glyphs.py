@@ -88,10 +88,10 @@ MIN_FONTS = 8
 # see `confusable_groups`, and docs/glyphs.md for the pairs on either side of the threshold.
 MERGE_DISTANCE = 0.08
 MERGE_QUANTILE = 0.25
-_CANONICAL_SIZE = 32
+CANONICAL_SIZE = 32
 # Font size and baseline as fractions of the square canvas: cap height + descender fit inside.
-_FONT_SIZE = 0.66
-_BASELINE = 0.74
+FONT_SIZE = 0.66
+BASELINE = 0.74
 
 
 def font_directory():
@@ -101,7 +101,9 @@ def font_directory():
     return os.path.join(os.path.dirname(matplotlib.__file__), "mpl-data", "fonts", "ttf")
 
 
-def _font_paths():
+def font_paths():
+    """``{font file name: path}`` for every font the set draws with (`FULL_FONTS`, then
+    `ALPHANUMERIC_FONTS`); FileNotFoundError when one is missing."""
     directory = font_directory()
     paths = {name: os.path.join(directory, name) for name in FULL_FONTS + ALPHANUMERIC_FONTS}
     missing = [p for p in paths.values() if not os.path.isfile(p)]
@@ -110,37 +112,38 @@ def _font_paths():
     return paths
 
 
-def font_coverage():
-    """``{character: [font file names that have a glyph for it]}`` for every candidate."""
+def font_coverage(characters=CANDIDATES):
+    """``{character: [font file names that have a glyph for it]}`` for every character of
+    `characters` (default: the candidates); Computer Modern counts for letters and digits only."""
     from fontTools.ttLib import TTFont
 
-    coverage = {c: [] for c in CANDIDATES}
-    for name, path in _font_paths().items():
+    coverage = {c: [] for c in characters}
+    for name, path in font_paths().items():
         cmap = TTFont(path, lazy=True).getBestCmap()
-        for c in CANDIDATES:
+        for c in coverage:
             if ord(c) in cmap and (name in FULL_FONTS or c in _ALPHANUMERIC):
                 coverage[c].append(name)
     return coverage
 
 
-def _load_fonts(canvas):
-    """Every font, sized for a `canvas`-pixel square (`_FONT_SIZE` of its side)."""
+def load_fonts(canvas):
+    """Every font, sized for a `canvas`-pixel square (`FONT_SIZE` of its side)."""
     from PIL import ImageFont
 
-    size = round(_FONT_SIZE * canvas)
-    return {name: ImageFont.truetype(path, size) for name, path in _font_paths().items()}
+    size = round(FONT_SIZE * canvas)
+    return {name: ImageFont.truetype(path, size) for name, path in font_paths().items()}
 
 
-def _render(font, character, canvas, stroke_width=0):
+def render(font, character, canvas, stroke_width=0):
     """The character drawn white on black in a `canvas` x `canvas` 8-bit image, its advance
-    centred horizontally and its baseline at `_BASELINE` of the height (no normalisation to its
+    centred horizontally and its baseline at `BASELINE` of the height (no normalisation to its
     bounding box: x-height, cap height, ascenders and descenders keep their sizes, so ``o``
     and ``O`` differ as they do in text)."""
     from PIL import Image, ImageDraw
 
     image = Image.new("L", (canvas, canvas), 0)
     ImageDraw.Draw(image).text(
-        (canvas / 2, _BASELINE * canvas),
+        (canvas / 2, BASELINE * canvas),
         character,
         fill=255,
         font=font,
@@ -157,13 +160,13 @@ def canonical_renderings(characters=CANDIDATES, coverage=None):
     from PIL import Image
 
     coverage = font_coverage() if coverage is None else coverage
-    loaded = _load_fonts(2 * _CANONICAL_SIZE)
-    out = np.full((len(loaded), len(characters), _CANONICAL_SIZE**2), np.nan, np.float32)
+    loaded = load_fonts(2 * CANONICAL_SIZE)
+    out = np.full((len(loaded), len(characters), CANONICAL_SIZE**2), np.nan, np.float32)
     for f, (name, font) in enumerate(loaded.items()):
         for c, character in enumerate(characters):
             if name in coverage[character]:
-                image = _render(font, character, 2 * _CANONICAL_SIZE)
-                small = image.resize((_CANONICAL_SIZE,) * 2, Image.Resampling.BOX)
+                image = render(font, character, 2 * CANONICAL_SIZE)
+                small = image.resize((CANONICAL_SIZE,) * 2, Image.Resampling.BOX)
                 out[f, c] = np.asarray(small, np.float32).reshape(-1) / 255.0
     return out
 
@@ -232,13 +235,13 @@ def confusable_groups(threshold=MERGE_DISTANCE, quantile=MERGE_QUANTILE):
     }
 
 
-def _render_instance(font, character, rng, image_size):
+def render_instance(font, character, rng, image_size):
     """One image of `character`: stroke, warp, placement, blur, contrast and noise from `rng`.
     `font` is loaded at the size for a canvas of twice `image_size`."""
     from PIL import Image, ImageFilter
 
     canvas = 2 * image_size
-    image = _render(font, character, canvas, stroke_width=int(rng.integers(0, 3)))
+    image = render(font, character, canvas, stroke_width=int(rng.integers(0, 3)))
     # Warp about the canvas centre: rotation, shear, scale and aspect, then a shift.
     angle = np.deg2rad(rng.uniform(-12, 12))
     shear = rng.uniform(-0.25, 0.25)
@@ -277,7 +280,7 @@ def generate_glyphs(*, seed=0, images_per_class=32, image_size=32):
     """
     classes = confusable_groups()["classes"]
     coverage = font_coverage()
-    fonts = _load_fonts(2 * image_size)
+    fonts = load_fonts(2 * image_size)
     order = np.random.default_rng([seed, 0]).permutation(len(classes))
     characters = [classes[i] for i in order]
     images = np.empty((len(characters) * images_per_class, image_size, image_size, 1), np.float32)
@@ -287,7 +290,7 @@ def generate_glyphs(*, seed=0, images_per_class=32, image_size=32):
             rng = np.random.default_rng([seed, ord(character), instance])
             font = fonts[names[int(rng.integers(len(names)))]]
             index = label * images_per_class + instance
-            images[index, ..., 0] = _render_instance(font, character, rng, image_size)
+            images[index, ..., 0] = render_instance(font, character, rng, image_size)
     labels = np.repeat(np.arange(len(characters), dtype=np.int64), images_per_class)
     return images, labels, characters
 
@@ -311,12 +314,12 @@ def cache_key(*, seed, images_per_class, image_size):
         "min_fonts": MIN_FONTS,
         "merge_distance": MERGE_DISTANCE,
         "merge_quantile": MERGE_QUANTILE,
-        "font_size": _FONT_SIZE,
-        "baseline": _BASELINE,
+        "font_size": FONT_SIZE,
+        "baseline": BASELINE,
         "candidates": CANDIDATES,
     }
     digest.update(json.dumps(settings, sort_keys=True).encode())
-    for name, path in sorted(_font_paths().items()):
+    for name, path in sorted(font_paths().items()):
         with open(path, "rb") as f:
             digest.update(name.encode() + hashlib.sha256(f.read()).digest())
     return digest.hexdigest()[:20]
@@ -362,7 +365,7 @@ def load_glyphs_open_set(*, seed=0, images_per_class=32, image_size=32, cache_di
     if cached is None:
         images, labels, characters = generate_glyphs(**settings)
         if path:
-            _write_cache(path, images, labels, characters)
+            write_cache(path, images=images, labels=labels, characters=np.array(characters))
     else:
         images, labels, characters = cached
     train = labels < len(characters) // 2
@@ -378,13 +381,10 @@ def _read_cache(path, *, seed, images_per_class, image_size):
     or holds arrays that are not the set these settings generate (their shapes, dtypes, label
     layout and class count are checked); such a file is regenerated and replaced."""
     del seed  # part of the file name (the cache key), not of the arrays' layout
-    if not os.path.isfile(path):
+    arrays = read_cache(path, ("images", "labels", "characters"))
+    if arrays is None:
         return None
-    try:
-        with np.load(path) as f:
-            images, labels, characters = f["images"], f["labels"], [str(c) for c in f["characters"]]
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error):
-        return None
+    images, labels, characters = arrays[0], arrays[1], [str(c) for c in arrays[2]]
     classes = len(confusable_groups()["classes"])
     expected_labels = np.repeat(np.arange(classes, dtype=np.int64), images_per_class)
     if (
@@ -398,11 +398,24 @@ def _read_cache(path, *, seed, images_per_class, image_size):
     return images, labels, characters
 
 
-def _write_cache(path, images, labels, characters):
-    """Atomic: a crash leaves the old file or none, never a half-written one."""
+def read_cache(path, names):
+    """The arrays `names` of the .npz file at `path` (a tuple, read in full), or None when the
+    file is missing, damaged (truncated, a failed CRC) or lacks one of them."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with np.load(path) as f:
+            return tuple(f[name] for name in names)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error):
+        return None
+
+
+def write_cache(path, **arrays):
+    """Writes `arrays` to the .npz file at `path`, atomically: a crash leaves the old file or
+    none, never a half-written one."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     buffer = io.BytesIO()
-    np.savez(buffer, images=images, labels=labels, characters=np.array(characters))
+    np.savez(buffer, **arrays)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
