@@ -1,0 +1,246 @@
+"""Pretraining a small backbone by classification on the glyph pretraining source, the
+stand-in here for the ImageNet weights the SVMax paper fine-tunes (Sec. 4.1); behind
+`trainers/pretrain_glyphs.py`, callable without flags.
+
+The source (`tf_svmax.data.load_glyph_pretraining`) has over a thousand character classes from
+Unicode blocks the retrieval glyphs do not use, disjoint from every retrieval class by the glyph
+set's own look-alike rule. The backbone (global-average-pooled features) gets a softmax head
+and is trained with cross-entropy, SGD with momentum 0.9, the learning rate constant for half
+of the steps then decayed linearly to 1e-7, on uniformly shuffled batches (every training
+image once per epoch); the held-out images (the last instances of every class) give the top-1
+and top-5 accuracy at every evaluation. The finished backbone is written as
+``backbone.weights.h5``, the file ``train_retrieval --weights=<path>`` (and ``train_two_head``)
+loads into the same backbone.
+
+    config = PretrainConfig(output_dir="/tmp/pretrain")      # small_cnn_bn
+    results = pretrain(config)                                # also written to results.json
+"""
+
+import dataclasses
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_svmax import data, models
+from tf_svmax.training import ConstantThenPolynomialDecay
+from trainers.harness.config import (
+    ConfigError,
+    check_fields,
+    output_dir_option,
+    resolve_cadence,
+    verbose_option,
+)
+from trainers.harness.flags import non_negative_int, option, positive_int, positive_number
+from trainers.harness.loop import Job, run_job
+from trainers.harness.loop import summary as loop_summary
+from trainers.harness.plots import pyplot, save_figure
+
+# Held-out accuracies are the metrics; the rest of an evaluation is bookkeeping.
+METRIC_KEYS = ("top1", "top5")
+BACKBONE_FILE = "backbone.weights.h5"
+DEFAULT_STEPS = 3000
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainConfig:
+    """The pretraining run: backbone, data, optimisation, cadence."""
+
+    output_dir: str = output_dir_option("runs/pretrain_glyphs")
+    backbone: str = option(
+        "small_cnn_bn",
+        "Backbone to pretrain (its weights file loads into train_retrieval / train_two_head "
+        "--backbone=<the same> --weights=<output_dir>/backbone.weights.h5).",
+        choices=models.SMALL_BACKBONES,
+    )
+    images_per_class: int = option(
+        40, "Images rendered per pretraining class (training + held out).", check=positive_int
+    )
+    held_out_per_class: int = option(
+        4, "Of those, held out per class for the top-1 / top-5 evaluation.", check=positive_int
+    )
+    batch_size: int = option(256, "Images per training batch.", check=positive_int)
+    learning_rate: float = option(
+        0.05,
+        "SGD (momentum 0.9) rate: constant for half the steps, then linear to 1e-7.",
+        check=positive_number,
+    )
+    train_steps: int | None = option(
+        None, f"Training steps (default {DEFAULT_STEPS}).", check=positive_int
+    )
+    eval_every: int | None = option(
+        None, "Steps between held-out evaluations (default train_steps / 4).", check=positive_int
+    )
+    trace_every: int | None = option(
+        None, "Steps per point of the loss trace (default eval_every / 20).", check=positive_int
+    )
+    evaluate_untrained: bool = option(True, "Also evaluate before the first step.")
+    eval_batch_size: int = option(
+        512, "Batch size for the held-out predictions.", identity=False, check=positive_int
+    )
+    seed: int = option(
+        0, "Seed for the weights, the batches and the rendered set.", check=non_negative_int
+    )
+    verbose: int = verbose_option()
+
+
+def resolve(config):
+    """The config with every default filled in, checked; raises ConfigError naming flags."""
+    check_fields(config)
+    if config.held_out_per_class >= config.images_per_class:
+        raise ConfigError(
+            f"--held_out_per_class ({config.held_out_per_class}) must be below "
+            f"--images_per_class ({config.images_per_class}): a class needs training images."
+        )
+    return dataclasses.replace(config, **resolve_cadence(config, DEFAULT_STEPS))
+
+
+def batch_indices(num_images, batch_size, train_steps, seed):
+    """``[train_steps, batch_size]`` image indices: epoch ``e`` is a permutation of all
+    images seeded by ``(seed, e)``, cut into full batches (the last partial one dropped), so
+    batch ``i`` is the same whether a run starts at step 0 or resumes at step ``i``."""
+    per_epoch = num_images // batch_size
+    if per_epoch == 0:
+        raise ConfigError(f"--batch_size ({batch_size}) exceeds the {num_images} training images.")
+    epochs = -(-train_steps // per_epoch)
+    rows = [
+        np.random.default_rng([seed, e]).permutation(num_images)[: per_epoch * batch_size]
+        for e in range(epochs)
+    ]
+    return np.concatenate(rows).reshape(-1, batch_size)[:train_steps]
+
+
+def build_classifier(config, input_shape, num_classes):
+    """``(classifier, backbone)``: the backbone's pooled features under a softmax layer;
+    ``backbone`` is the `models.build_backbone` model whose weights file is the result."""
+    backbone = models.build_backbone(config.backbone, input_shape=input_shape)
+    logits = keras.layers.Dense(num_classes, name="logits")(backbone.output)
+    return keras.Model(backbone.input, logits, name=f"{config.backbone}_classifier"), backbone
+
+
+def top_k_accuracies(logits, labels, ks=(1, 5)):
+    """``{"top<k>": share of rows whose label is among the k largest logits}``. A tie with the
+    label's logit counts against the label (every other class with the same value ranks ahead
+    of it), so a network that outputs constants scores 0, not 1."""
+    logits = np.asarray(logits, np.float64)
+    labels = np.asarray(labels)
+    own = logits[np.arange(len(labels)), labels]
+    # Rank 0 = best: the classes strictly ahead, plus the ties other than the label itself.
+    rank = np.sum(logits > own[:, None], axis=1) + np.sum(logits == own[:, None], axis=1) - 1
+    return {f"top{k}": float(np.mean(rank < k)) for k in ks}
+
+
+def _is_metric(key):
+    return key.startswith(METRIC_KEYS)
+
+
+def summary(results):
+    """One line with the last evaluation's held-out accuracies."""
+    return loop_summary(results, _is_metric)
+
+
+def pretrain(config):
+    """Pretrains, evaluates every `eval_every` steps, resumes from `output_dir` if
+    interrupted (the shared loop, `trainers.harness.loop.run_job`); on completion writes
+    ``backbone.weights.h5`` and ``classifier.keras`` there.
+
+    Returns the results dict (also in ``output_dir/results.json``); its ``plateau`` entry is
+    the held-out top-1's change over the last evaluation interval.
+
+    Raises:
+      ConfigError: a flag combination the program cannot run.
+      RunRefused: `output_dir` is in use by another process, holds another configuration,
+        or its record is damaged.
+    """
+    started = time.perf_counter()
+    config = resolve(config)  # refuse bad flags before rendering anything
+    keras.utils.set_random_seed(config.seed)
+    source = data.load_glyph_pretraining(
+        seed=config.seed,
+        images_per_class=config.images_per_class,
+        held_out_per_class=config.held_out_per_class,
+    )
+    (x_train, y_train), (x_held, y_held) = source["train"], source["held_out"]
+    num_classes = len(source["characters"])
+    classifier, backbone = build_classifier(config, x_train.shape[1:], num_classes)
+    schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
+    classifier.compile(
+        optimizer=keras.optimizers.SGD(schedule, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="batch_accuracy")],
+    )
+    indices = batch_indices(len(x_train), config.batch_size, config.train_steps, config.seed)
+    images, labels = tf.constant(x_train), tf.constant(y_train)
+
+    def batches(start_step):
+        return (
+            tf.data.Dataset.from_tensor_slices(indices[start_step:])
+            .map(lambda i: (tf.gather(images, i), tf.gather(labels, i)))
+            .prefetch(tf.data.AUTOTUNE)
+        )
+
+    def evaluate(step, epoch):
+        logits = classifier.predict(x_held, batch_size=config.eval_batch_size, verbose=0)
+        return {"step": step, "epoch": epoch, **top_k_accuracies(logits, y_held)}
+
+    def save(folder):
+        backbone.save_weights(os.path.join(folder, BACKBONE_FILE))
+        classifier.save(os.path.join(folder, "classifier.keras"))
+
+    def summarize(results):
+        top1 = [e["top1"] for e in results["evaluations"]]
+        return {
+            "classes": num_classes,
+            "train_images": int(len(x_train)),
+            "held_out_images": int(len(x_held)),
+            "plateau": None if len(top1) < 2 else top1[-1] - top1[-2],
+        }
+
+    job = Job(
+        name="pretrain_glyphs",
+        config=config,
+        model=classifier,
+        schedule=schedule,
+        batches=batches,
+        global_batch=config.batch_size,
+        evaluate=evaluate,
+        is_metric=_is_metric,
+        plot=plot_run,
+        save=save,
+        description=(
+            f"{config.backbone} on {num_classes} pretraining classes ({len(x_train)} images), "
+            f"batch {config.batch_size}, lr {config.learning_rate}, {config.train_steps} steps"
+        ),
+        summarize=summarize,
+    )
+    return run_job(job, PretrainConfig, started)
+
+
+def plot_run(results, directory):
+    """``pretraining.png``: the training loss and the held-out top-1 / top-5 over steps,
+    titled with the backbone, the class count and the seed."""
+    trace, evaluations = results["trace"], results["evaluations"]
+    if not trace:
+        return
+    c = results["config"]
+    plt = pyplot()
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    ax_loss.plot([t["step"] for t in trace], [t.get("loss", np.nan) for t in trace])
+    ax_loss.set(xlabel="step", ylabel="cross-entropy (window mean)", title="Training loss")
+    for key in METRIC_KEYS:
+        ax_acc.plot(
+            [e["step"] for e in evaluations], [e[key] for e in evaluations], marker="o", label=key
+        )
+    ax_acc.set(xlabel="step", ylabel="held-out accuracy", title="Held-out top-1 / top-5")
+    ax_acc.legend(fontsize=8)
+    classes = results.get("classes", "?")
+    fig.suptitle(
+        f"Pretraining {c['backbone']} on the glyph pretraining source ({classes} classes), "
+        f"batch {c['batch_size']}, lr {c['learning_rate']:g}, seed {c['seed']}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    save_figure(fig, os.path.join(directory, "pretraining.png"))
+    plt.close("all")
