@@ -16,8 +16,19 @@ gets SVMax rows with lambda = 1 and 0.1. A first row shows the untrained network
 per seed: every run of a seed starts from the same seeded weights), a second table the final
 test embeddings' s_mu against its [L, U] bounds (a collapsed embedding sits near L). Two figures
 beside the table: the final R@1 per loss and method (``<table>.png``) and the training batches'
-s_mu over training between the batch's L and U (``<table>_s_mu.png``, dissertation Fig. 3.5).
-The file starts with the command, the machine and the settings the runs used.
+s_mu over training between the batch's L and U (``<table>_s_mu.png``, dissertation Fig. 3.5);
+with --eval_every below --train_steps a third, test R@1 over training (``<table>_recall.png``:
+which rate converges in fewer steps). ``<table>.json`` holds every run's evaluations. The file
+starts with the command, the machine, the settings the runs used and, with --weights=<file>,
+the file's SHA-256 and the pretraining record beside it (``results.json`` of
+``trainers.pretrain_glyphs``).
+
+The paper's regime, a pretrained backbone fine-tuned (Sec. 4.1):
+
+    python -m trainers.pretrain_glyphs --output_dir=runs/pretrain_small_cnn_bn
+    python -m trainers.reproduce_table1 --backbone=small_cnn_bn \
+        --weights=runs/pretrain_small_cnn_bn/backbone.weights.h5 --train_steps=300 \
+        --eval_every=100 --output_dir=runs/table1_pretrained --table=docs/table1_pretrained.md
 """
 
 import os
@@ -25,6 +36,8 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import dataclasses  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -352,7 +365,121 @@ def header(runs, seeds, argv):
         ),
         "",
     ]
+    if config.get("weights") not in (None, "none"):
+        lines += [weights_provenance(config["weights"]), ""]
     return "\n".join(lines)
+
+
+def weights_provenance(path):
+    """One paragraph: the backbone weights file (name, SHA-256) and, when the pretraining
+    record sits beside it, what made it (classes, steps, held-out top-1)."""
+    if path == "imagenet":
+        return "Backbone weights: Keras' ImageNet weights."
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    text = f"Backbone weights: `{os.path.basename(path)}` (SHA-256 {digest}…)"
+    record = os.path.join(os.path.dirname(os.path.abspath(path)), "results.json")
+    if os.path.isfile(record):
+        with open(record) as f:
+            pre = json.load(f)
+        last = (pre.get("evaluations") or [{}])[-1]
+        if "top1" in last:
+            c = pre["config"]
+            text += (
+                f", pretrained by `trainers.pretrain_glyphs` on {pre.get('classes', '?')} "
+                f"pretraining classes for {last['step']} steps (batch {c['batch_size']}, lr "
+                f"{c['learning_rate']:g}, seed {c['seed']}): held-out top-1 "
+                f"{100 * last['top1']:.2f} %, top-5 {100 * last['top5']:.2f} %"
+            )
+    return text + "."
+
+
+def records(results, losses, methods, learning_rates):
+    """The grid as JSON values: per cell (loss, method row, lr) and seed, the run's status,
+    wall seconds and evaluations (step, NMI, R@1, R@8, s_mu); the untrained network per
+    seed."""
+    keys = ("step", "nmi", "recall_at_1", "recall_at_8", "s_mu")
+    cells = []
+    for loss in losses:
+        for label, _, _ in rows_for(loss, methods):
+            for lr in learning_rates:
+                runs = [r for r in results["runs"] if _cell_of(r, loss, label, lr)]
+                for run in sorted(runs, key=lambda r: r["config"]["seed"]):
+                    cells.append(
+                        {
+                            "loss": loss,
+                            "method": label,
+                            "learning_rate": lr,
+                            "seed": run["config"]["seed"],
+                            "status": run["status"],
+                            "wall_seconds": run["wall_seconds"],
+                            "evaluations": [
+                                {k: e[k] for k in keys if k in e} for e in run["evaluations"]
+                            ],
+                        }
+                    )
+    untrained = {
+        str(seed): {k: e[k] for k in keys if k in e} for seed, e in results["untrained"].items()
+    }
+    return {"untrained": untrained, "runs": cells}
+
+
+def plot_recall(results, losses, methods, learning_rates, path, title):
+    """Test R@1 over training (mean over seeds, the untrained network at step 0), one panel
+    per (lr, loss), every method."""
+    plt = pyplot()
+    fig, axes = plt.subplots(
+        len(learning_rates),
+        len(losses),
+        figsize=(3.6 * len(losses), 2.8 * len(learning_rates)),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
+    start = [100 * e["recall_at_1"] for e in results["untrained"].values()]
+    for row, lr in enumerate(learning_rates):
+        for col, loss in enumerate(losses):
+            ax = axes[row][col]
+            for label, _, _ in rows_for(loss, methods):
+                runs = [r for r in results["runs"] if _cell_of(r, loss, label, lr)]
+                if not runs:
+                    continue
+                steps = [0] + [e["step"] for e in runs[0]["evaluations"] if e["step"]]
+                curves = [
+                    [np.mean(start)]
+                    + [100 * e["recall_at_1"] for e in r["evaluations"] if e["step"]]
+                    for r in runs
+                ]
+                length = min(len(c) for c in curves)
+                ax.plot(
+                    steps[:length],
+                    np.mean([c[:length] for c in curves], axis=0),
+                    marker="o",
+                    ms=3,
+                    label=label,
+                )
+            ax.set_title(f"{loss}, lr = {lr:g}", fontsize=9)
+            if row == len(learning_rates) - 1:
+                ax.set_xlabel("step")
+            if col == 0:
+                ax.set_ylabel("test R@1 (%)")
+            if row == 0:
+                ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def _cell_of(run, loss, label, lr):
+    """Whether `run` belongs to the table cell (loss, method row `label`, lr)."""
+    c = run["config"]
+    if c["loss"] != loss or c["learning_rate"] != lr:
+        return False
+    for row_label, regularizer, lam in rows_for(loss, METHODS):
+        if row_label == label:
+            return c["regularizer"] == regularizer and (lam is None or c["svmax_lambda"] == lam)
+    return False
 
 
 def main(argv):
@@ -431,8 +558,21 @@ def main(argv):
         f"s_μ of the training batches (b = {batch['batch_size']}, d = "
         f"{first['config']['embedding_dim']}) between its bounds, mean over seeds ({what})",
     )
+    written = [path, f"{stem}.png", f"{stem}_s_mu.png", f"{stem}.json"]
+    if first["config"]["eval_every"] < first["config"]["train_steps"]:
+        plot_recall(
+            results,
+            losses,
+            methods,
+            learning_rates,
+            f"{stem}_recall.png",
+            f"Test Recall@1 over training, mean over seeds ({what})",
+        )
+        written.append(f"{stem}_recall.png")
+    with open(f"{stem}.json", "w") as f:
+        json.dump(records(results, losses, methods, learning_rates), f, indent=1)
     print(table)
-    print(f"[reproduce_table1] wrote {path}, {stem}.png, {stem}_s_mu.png ({minutes:.1f} min)")
+    print(f"[reproduce_table1] wrote {', '.join(written)} ({minutes:.1f} min)")
 
 
 if __name__ == "__main__":

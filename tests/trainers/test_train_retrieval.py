@@ -1,5 +1,6 @@
 """The retrieval trainer: flag resolution, schedule, smoke runs, resume, divergence, results."""
 
+import hashlib
 import json
 import os
 import re
@@ -563,6 +564,65 @@ def test_reproduce_table1_writes_the_table(tmp_path):
         for s in (0, 1)
     ]
     assert f"{np.mean(final):.2f} ± {np.std(final, ddof=1):.2f}" in text
+
+
+def test_reproduce_table1_from_a_pretrained_backbone_records_its_weights_and_curves(tmp_path):
+    """The fine-tuning regime: --weights=<a backbone file>; the header names the file by its
+    SHA-256 and the pretraining record beside it, the JSON holds every run's evaluations."""
+    keras.utils.set_random_seed(5)
+    pretrained = tmp_path / "pre" / "backbone.weights.h5"
+    pretrained.parent.mkdir()
+    models.build_backbone("small_cnn_bn", input_shape=(8, 8, 1)).save_weights(pretrained)
+    record = {
+        "config": {"batch_size": 256, "learning_rate": 0.05, "seed": 0},
+        "classes": 1234,
+        "evaluations": [
+            {"step": 0, "top1": 0.001, "top5": 0.004},
+            {"step": 90, "top1": 0.5, "top5": 0.75},
+        ],
+    }
+    (pretrained.parent / "results.json").write_text(json.dumps(record))
+    table = tmp_path / "t.md"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainers.reproduce_table1",
+            "--dataset=digits",
+            "--backbone=small_cnn_bn",
+            f"--weights={pretrained}",
+            "--losses=npair",
+            "--methods=vanilla,svmax",
+            "--learning_rates=0.01",
+            "--train_steps=2",
+            "--eval_every=1",
+            "--seeds=0",
+            f"--output_dir={tmp_path / 'runs'}",
+            f"--table={table}",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = table.read_text()
+    digest = hashlib.sha256(pretrained.read_bytes()).hexdigest()[:16]
+    assert f"Backbone weights: `backbone.weights.h5` (SHA-256 {digest}…)" in text
+    assert "on 1234 pretraining classes for 90 steps (batch 256, lr 0.05, seed 0)" in text
+    assert "held-out top-1 50.00 %, top-5 75.00 %" in text
+    grid = json.loads((tmp_path / "t.json").read_text())
+    assert [(r["method"], r["seed"]) for r in grid["runs"]] == [("Vanilla", 0), ("SVMax", 0)]
+    for entry, name in zip(grid["runs"], ("npair_none", "npair_svmax"), strict=True):
+        run = json.loads((tmp_path / "runs" / f"{name}_lr0.01_seed0" / "results.json").read_text())
+        assert run["config"]["weights"] == str(pretrained)
+        assert [e["step"] for e in entry["evaluations"]] == [1, 2]
+        assert [e["recall_at_1"] for e in entry["evaluations"]] == [
+            e["recall_at_1"] for e in run["evaluations"]
+        ]
+    assert set(grid["untrained"]) == {"0"}
+    assert (tmp_path / "t_recall.png").stat().st_size > 10_000
 
 
 def test_reproduce_table1_refuses_bad_flags_before_training(tmp_path):
