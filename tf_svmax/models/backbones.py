@@ -27,8 +27,8 @@ APPLICATIONS = {
 # applications have; it trains a softmax head from scratch at the papers' learning rate (0.01),
 # where small_cnn's small activations make that take tens of thousands of steps.
 # small_resnet: ResNet-18's layout (He et al. 2016, the CIFAR variant: a 3 x 3 stem, no max-pool)
-# at widths 16-32-64-128 instead of 64-128-256-512, ~0.7 M weights and ~36 MFLOPs per 32 x 32
-# image (1/16 of ResNet-18's): a deeper backbone that a 2-core CPU pretrains in minutes.
+# at widths 16-32-64-128 instead of 64-128-256-512: 0.70 M weights and ~35 M multiply-adds per
+# 32 x 32 image (1/16 of ResNet-18's), a deeper backbone that a 2-core CPU can pretrain.
 SMALL_BACKBONES = ("small_cnn", "small_cnn_bn", "small_resnet")
 SMALL_RESNET_WIDTHS = (16, 32, 64, 128)
 BACKBONES = (*SMALL_BACKBONES, *APPLICATIONS)
