@@ -1,5 +1,5 @@
 """tf.data input: P x K sampling, dataset readers, image preprocessing, the embedded sets
-(rendered glyphs, digits), the 2-D Gaussian ring."""
+(rendered glyphs, a disjoint glyph pretraining set, digits), the 2-D Gaussian ring."""
 
 from tf_svmax.data.augment import random_view
 from tf_svmax.data.datasets import (
@@ -13,6 +13,7 @@ from tf_svmax.data.datasets import (
 )
 from tf_svmax.data.digits import load_digits_open_set
 from tf_svmax.data.glyphs import load_glyphs_open_set
+from tf_svmax.data.glyphs_pretrain import load_glyph_pretraining
 from tf_svmax.data.mixtures import gaussian_ring, gaussian_ring_batch, sample_gaussian_ring
 from tf_svmax.data.preprocessing import (
     cached_image_loader,
@@ -50,6 +51,7 @@ __all__ = [
     "image_dataset",
     "image_loader",
     "load_digits_open_set",
+    "load_glyph_pretraining",
     "load_glyphs_open_set",
     "pk_batches",
     "pk_index_batches",
