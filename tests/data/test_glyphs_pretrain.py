@@ -85,16 +85,6 @@ def test_every_class_has_enough_fonts_that_draw_it(selection):
             assert name in glyphs.FULL_FONTS and cmaps[name][ord(character)] != ".notdef"
 
 
-def test_blank_drawings_do_not_count_as_fonts(selection):
-    # The blank Braille cell maps in DejaVu but draws nothing: excluded, so not a class.
-    assert "\u2800" in glyphs_pretrain.CANDIDATES
-    assert ("\u2800", "DejaVuSans.ttf") in selection["excluded"]
-    assert "\u2800" not in selection["characters"]
-    rendered = glyphs.canonical_renderings(selection["classes"], coverage=selection["coverage"])
-    ink = np.sum(rendered, axis=-1)  # NaN where a font does not draw the character
-    assert np.all(ink[~np.isnan(ink)] > 0)
-
-
 def _per_font(renderings, pairs):
     """``[fonts, len(pairs)]`` RMS distances by direct differences (NaN where a font lacks one
     of the two characters); `renderings` is ``[fonts, characters, pixels]``."""
@@ -108,13 +98,15 @@ def _reference_lower_quantile(renderings, rows, columns):
     distance is below MERGE_DISTANCE + 0.001; any other pair's quantile is at least its minimum,
     so at least MERGE_DISTANCE. The minimum is screened per font with the Gram identity."""
     smallest = np.full((len(rows), len(columns)), np.inf)
-    for x in renderings.astype(np.float64):
-        a, b = x[rows], x[columns]
+    for x in renderings:
+        r = np.flatnonzero(~np.isnan(x[rows, 0]))  # the rows and columns this font draws
+        c = np.flatnonzero(~np.isnan(x[columns, 0]))
+        a, b = x[rows[r]].astype(np.float64), x[columns[c]].astype(np.float64)
         d2 = np.sum(a**2, 1)[:, None] + np.sum(b**2, 1)[None, :] - 2.0 * a @ b.T
         d = np.sqrt(np.maximum(d2, 0.0) / x.shape[-1])
-        smallest = np.fmin(smallest, d)  # NaN (a font lacking one) leaves it as it was
+        smallest[np.ix_(r, c)] = np.minimum(smallest[np.ix_(r, c)], d)
     near = np.argwhere(smallest < glyphs.MERGE_DISTANCE + 0.001)
-    pairs = np.stack([np.asarray(rows)[near[:, 0]], np.asarray(columns)[near[:, 1]]], axis=1)
+    pairs = np.stack([rows[near[:, 0]], columns[near[:, 1]]], axis=1)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
     quantile = np.nanquantile(_per_font(renderings, pairs), glyphs.MERGE_QUANTILE, axis=0)
     return dict(zip(map(tuple, pairs), quantile, strict=True))
@@ -137,6 +129,23 @@ def reference(selection):
     return characters, rendered, len(classes), len(retrieval)
 
 
+def test_blank_drawings_do_not_count_as_fonts(selection, reference):
+    # The blank Braille cell maps in DejaVu but draws nothing: excluded, so not a class.
+    assert "\u2800" in glyphs_pretrain.CANDIDATES
+    assert ("\u2800", "DejaVuSans.ttf") in selection["excluded"]
+    assert "\u2800" not in selection["characters"]
+    _, rendered, n, _ = reference  # the classes first, in the fonts that draw them
+    ink = np.sum(rendered[:, :n], axis=-1)  # NaN where a font does not draw the class
+    assert np.all(ink[~np.isnan(ink)] > 0)
+    assert np.array_equal(
+        ~np.isnan(ink).T,
+        [
+            [name in selection["coverage"][c] for name in glyphs.font_paths()]
+            for c in selection["classes"]
+        ],
+    )
+
+
 def test_no_class_is_a_look_alike_of_any_retrieval_candidate(reference, selection):
     characters, rendered, n, m = reference
     quantiles = _reference_lower_quantile(rendered, np.arange(n), np.arange(n, n + m))
@@ -157,6 +166,18 @@ def test_no_class_is_a_look_alike_of_any_retrieval_candidate(reference, selectio
     assert np.all(quantile < glyphs.MERGE_DISTANCE)
     expected = np.array([d["distance"] for d in direct])
     np.testing.assert_allclose(quantile, expected, atol=1e-7)
+    # And every step of the chains that drop the others (a pretraining character next to
+    # another, ..., next to a retrieval candidate).
+    steps = {
+        (index[a], index[b])
+        for d in selection["dropped"]
+        for a, b in zip(d["chain"][:-1], d["chain"][1:], strict=True)
+    }
+    assert len(steps) > len(direct)
+    quantile = np.nanquantile(
+        _per_font(rendered, np.array(sorted(steps))), glyphs.MERGE_QUANTILE, axis=0
+    )
+    assert np.all(quantile < glyphs.MERGE_DISTANCE)
 
 
 def test_no_two_classes_are_look_alikes(reference, selection):

@@ -163,8 +163,10 @@ def pretraining_classes():
       (columns: ``characters``, then ``retrieval``; NaN where no font has both);
     - ``dropped``: the characters dropped because their group holds a retrieval candidate, as
       dicts ``character``, ``retrieval`` (the closest retrieval candidate), ``distance`` (to
-      it) and ``via`` (None, or when that distance is not below `glyphs.MERGE_DISTANCE` the
-      ``(pretraining character, distance)`` that joined the group);
+      it), ``chain`` (a shortest chain of look-alike pairs from the character to a retrieval
+      candidate: ``[character, ..., retrieval candidate]``, each step below
+      `glyphs.MERGE_DISTANCE`) and ``via`` (None when the character is itself next to a
+      retrieval candidate, else ``(the chain's next character, distance to it)``);
     - ``groups``: the other groups of look-alikes (lists; the first member is kept);
     - ``classes``: the kept characters, in `CANDIDATES` order;
     - ``excluded``: ``(character, font file name)`` drawings left out as blank or .notdef.
@@ -176,7 +178,7 @@ def pretraining_classes():
     for key in ("characters", "retrieval", "dropped", "groups", "classes", "excluded"):
         out[key] = list(selection[key])
     out["groups"] = [list(g) for g in selection["groups"]]
-    out["dropped"] = [dict(d) for d in selection["dropped"]]
+    out["dropped"] = [{**d, "chain": list(d["chain"])} for d in selection["dropped"]]
     out["coverage"] = {c: list(f) for c, f in selection["coverage"].items()}
     out["distance"] = selection["distance"].copy()
     return out
@@ -324,18 +326,47 @@ def _groups(characters, retrieval, distance):
             if len(group) > 1:
                 groups.append([characters[i] for i in group])
             continue
-        for i in group:
-            j = int(np.nanargmin(distance[i, n:]))
-            d = float(distance[i, n + j])
-            via = None
-            if not d < glyphs.MERGE_DISTANCE:
-                others = [o for o in group if o != i]
-                k = min(others, key=lambda o: distance[i, o])
-                via = (characters[k], float(distance[i, k]))
-            dropped.append(
-                {"character": characters[i], "retrieval": retrieval[j], "distance": d, "via": via}
-            )
+        dropped += _chains(characters, retrieval, distance, group)
     return groups, dropped, [characters[i] for i in sorted(classes)]
+
+
+def _chains(characters, retrieval, distance, group):
+    """The `dropped` entries of a group that holds a retrieval candidate: each member's closest
+    retrieval candidate, and the shortest chain of look-alike pairs (each below
+    `glyphs.MERGE_DISTANCE`) that leads from it to one."""
+    n = len(characters)
+    close = np.nan_to_num(distance, nan=np.inf) < glyphs.MERGE_DISTANCE
+    # Breadth-first from the members that are next to a retrieval candidate themselves.
+    step = {i: None for i in group if close[i, n:].any()}
+    frontier = list(step)
+    while frontier:
+        reached = []
+        for i in frontier:
+            for k in group:
+                if k not in step and close[k, i]:
+                    step[k] = i
+                    reached.append(k)
+        frontier = reached
+    entries = []
+    for i in group:
+        path = [i]
+        while step[path[-1]] is not None:
+            path.append(step[path[-1]])
+        last = path[-1]  # next to a retrieval candidate: its closest one ends the chain
+        end = int(np.nanargmin(distance[last, n:]))
+        j = int(np.nanargmin(distance[i, n:]))
+        entries.append(
+            {
+                "character": characters[i],
+                "retrieval": retrieval[j],
+                "distance": float(distance[i, n + j]),
+                "via": None
+                if len(path) == 1
+                else (characters[path[1]], float(distance[i, path[1]])),
+                "chain": [characters[k] for k in path] + [retrieval[end]],
+            }
+        )
+    return entries
 
 
 def generate_glyph_pretraining(*, seed=0, images_per_class=32, image_size=32):
