@@ -14,6 +14,10 @@ from tf_svmax.losses.npairs import (
     npairs_loss,
     npairs_multilabel_loss,
 )
+from tf_svmax.losses.pair_contrastive import (
+    AllPairsContrastiveLoss,
+    all_pairs_contrastive_loss,
+)
 from tf_svmax.losses.pk_pairs import (
     PKAngularLoss,
     PKContrastiveLoss,
@@ -37,6 +41,7 @@ from tf_svmax.losses.xml import XMLLoss
 
 # Losses constructible without arguments, hence nameable by a string in `compile`.
 _CLASSES = (
+    AllPairsContrastiveLoss,
     BatchHardTripletLoss,
     ContrastiveLoss,
     PKAngularLoss,
@@ -73,6 +78,8 @@ def get(identifier):
 
 __all__ = [
     "get",
+    "AllPairsContrastiveLoss",
+    "all_pairs_contrastive_loss",
     "BatchHardTripletLoss",
     "LORACLoss",
     "lorac_loss",

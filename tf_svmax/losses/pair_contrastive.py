@@ -1,0 +1,213 @@
+"""All-pairs contrastive loss over labelled embeddings (Hadsell et al. 2006 in the form that
+pytorch-metric-learning's `ContrastiveLoss` and the XBM paper use): every ordered pair of
+distinct rows is a positive (same label) or a negative pair, with its own margin.
+
+Unlike `ContrastiveLoss` (tensorflow-addons': given pairs and their distances) and
+`PKContrastiveLoss` (the SVMax originals' fixed P x 4 pairing), its anchors can be mined
+against a separate reference set (``anchor_rows``), so `CrossBatchMemory` can wrap it.
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_svmax.losses import _common
+from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.ops import _checks, distances
+
+# "cosine": cosine similarity (rows L2-normalized here; pytorch-metric-learning's
+# `CosineSimilarity`); "dot": the plain dot product (its
+# `DotProductSimilarity(normalize_embeddings=False)`, the XBM paper's code on embeddings its
+# model already normalized); "euclidean": the plain Euclidean distance (its
+# `LpDistance(normalize_embeddings=False)`).
+METRICS = ("cosine", "dot", "euclidean")
+SIMILARITIES = ("cosine", "dot")
+
+
+def _check_metric(metric):
+    return _checks.check_choice(metric, "metric", METRICS)
+
+
+def _pair_matrix(x, metric, rows):
+    """`[count, n]`: the similarities or distances of the rows ``rows = (start, count)`` (all
+    rows when None) to every row."""
+    if metric == "euclidean":
+        # Exactly 0 with a zero gradient at duplicate rows (sqrt is not differentiable there).
+        return distances.pairwise_distance(x, rows=rows)
+    unit = tf.math.l2_normalize(x, axis=1) if metric == "cosine" else x
+    queries = unit if rows is None else unit[rows[0] : rows[0] + rows[1]]
+    return tf.matmul(queries, unit, transpose_b=True)
+
+
+def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows):
+    """``(positive, negative)`` `[count, n]` pair terms of the anchors `rows` against every
+    row, 0 outside the pairs of their kind (and at the anchor itself)."""
+    matrix = _pair_matrix(x, metric, rows)
+    positives, negatives = _common.anchor_masks(labels, rows)
+    if metric in SIMILARITIES:
+        positive, negative = pos_margin - matrix, matrix - neg_margin
+    else:
+        positive, negative = matrix - pos_margin, neg_margin - matrix
+    zero = tf.zeros_like(matrix)
+    return (
+        tf.where(positives, tf.nn.relu(positive), zero),
+        tf.where(negatives, tf.nn.relu(negative), zero),
+    )
+
+
+def _non_zero(terms):
+    # Counted in int64: a float32 sum of ones stops being exact past 2**24 pairs (a batch of
+    # 1,024 against a memory of 16,384 rows has that many).
+    return tf.math.count_nonzero(terms > 0.0, dtype=tf.int64)
+
+
+def _same_rows(first, second):
+    """Whether two ``(start, count)`` row ranges are the same (None: all rows) without running
+    anything: identical entries (Python ints or the same tensors)."""
+    if first is None or second is None:
+        return first is None and second is None
+    return all(
+        a is b or (isinstance(a, int) and isinstance(b, int) and a == b)
+        for a, b in zip(first, second, strict=True)
+    )
+
+
+def all_pairs_contrastive_loss(
+    y_true,
+    y_pred,
+    *,
+    pos_margin=1.0,
+    neg_margin=0.5,
+    metric="cosine",
+    anchor_rows=None,
+    normalizer_rows=None,
+):
+    """Contrastive loss over every ordered pair ``(a, r)`` of distinct rows, averaged over the
+    non-zero pair terms (pytorch-metric-learning's `ContrastiveLoss` with its default
+    `AvgNonZeroReducer`).
+
+    With ``s`` the pair's similarity (``metric="cosine"`` or ``"dot"``) or ``d`` its distance
+    (``"euclidean"``), each pair term is::
+
+        positive pair (same label, r != a):  relu(pos_margin - s)   or  relu(d - pos_margin)
+        negative pair (other label):         relu(s - neg_margin)   or  relu(neg_margin - d)
+
+    and the value is ``sum(positive terms) / #(positive terms > 0) + sum(negative terms) /
+    #(negative terms > 0)``, each part 0 when it has no term above 0 (so a pair already past
+    its margin weighs nothing, not even in the normalizer). Both orders of a pair count.
+
+    The defaults are the XBM paper's (Wang et al., CVPR 2020: contrastive loss on cosine
+    similarities, positives ``1 - s``, negatives above the margin 0.5). Its code
+    (msight-tech/research-xbm) divides the sum of all the terms by the batch size instead of
+    this average over non-zero terms, and takes ``s`` rather than ``s - 0.5`` as a negative's
+    term (the same gradient). pytorch-metric-learning's defaults are the Euclidean distance
+    with ``pos_margin=0, neg_margin=1`` on rows that its `LpDistance` L2-normalizes first:
+    ``metric="euclidean", pos_margin=0.0, neg_margin=1.0`` on normalized rows.
+
+    Args:
+      y_true: `[batch_size]` (or `[batch_size, 1]`) class labels, compared in their own dtype
+        (int64 labels above 2**24 stay distinct).
+      y_pred: `[batch_size, dim]` embeddings.
+      pos_margin: A positive pair's margin: its similarity is pulled up to it (or its distance
+        down to it).
+      neg_margin: A negative pair's margin: its similarity is pushed below it (or its distance
+        above it).
+      metric: ``"cosine"`` (cosine similarity: the rows are L2-normalized here), ``"dot"``
+        (dot product of the rows as given) or ``"euclidean"`` (distance of the rows as given).
+      anchor_rows: Optional ``(start, count)``: only the pairs whose anchor ``a`` is one of
+        those rows (``r`` any other row of the batch), still divided by the whole batch's
+        numbers of non-zero terms, so that the values of disjoint anchor ranges covering the
+        batch add up to the loss (each replica's share of a global batch).
+      normalizer_rows: Optional ``(start, count)``: divide each part by its number of non-zero
+        terms among the pairs whose anchor is one of those rows (``r`` anywhere in the batch)
+        instead of the whole batch's; e.g. the batch rows of a batch + cross-batch-memory set
+        (`tf_svmax.losses.CrossBatchMemory`), whose memory rows are references only. The
+        counts carry no gradient (as in pytorch-metric-learning).
+
+    Differences from pytorch-metric-learning 2.9: ``"euclidean"`` does not L2-normalize (its
+    `LpDistance` does by default; normalize the embeddings, e.g. with
+    `keras.layers.UnitNormalization`); it returns 0 when the batch has at most one positive and
+    at most one negative ordered pair (a batch has them in pairs, so this only concerns a
+    reference set), while here those terms count; duplicate rows have distance exactly 0 with
+    a zero gradient (as its `torch.cdist`).
+
+    Returns:
+      A scalar of the embeddings' dtype (float16/bfloat16 computed in float32). 0 when no pair
+      term is above 0. Memory: `[count, batch_size]` matrices for the anchors (and for the
+      normalizer rows when they differ from the anchors).
+
+    Example:
+      >>> all_pairs_contrastive_loss([0, 0, 1], [[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])  # 0.7
+
+      (positives ``1 - 0.6`` twice: mean 0.4; negatives ``0.8 - 0.5`` twice, the pairs of
+      similarity 0 past the margin: mean 0.3.)
+    """
+    pos_margin = _checks.check_finite_number(pos_margin, "pos_margin")
+    neg_margin = _checks.check_finite_number(neg_margin, "neg_margin")
+    metric = _check_metric(metric)
+    x, dtype = _common.embeddings_matrix(y_pred)
+    labels = _common.flat_labels(y_true, x.shape[0])
+    labels = _common.same_batch(labels, x)
+
+    def terms(rows):
+        return _pair_terms(x, labels, metric, pos_margin, neg_margin, rows)
+
+    positive, negative = terms(anchor_rows)
+    # The counts are of a comparison: no gradient flows through them.
+    counted = (
+        (positive, negative) if _same_rows(normalizer_rows, anchor_rows) else terms(normalizer_rows)
+    )
+    value = _common.safe_mean_over(
+        tf.reduce_sum(positive), _non_zero(counted[0])
+    ) + _common.safe_mean_over(tf.reduce_sum(negative), _non_zero(counted[1]))
+    return tf.cast(value, dtype)
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class AllPairsContrastiveLoss(BatchPenaltyLoss):
+    """Keras loss for `all_pairs_contrastive_loss` (pytorch-metric-learning's
+    `ContrastiveLoss`; defaults: the XBM paper's cosine similarity, margins 1 and 0.5).
+
+    `y_true`: `[batch_size]` integer labels; `y_pred`: `[batch_size, dim]` embeddings. One
+    scalar per batch. `CrossBatchMemory` can wrap it (the XBM paper's pairing).
+
+    Under a `tf.distribute` strategy each replica computes the pairs of its own anchors against
+    the global batch (and the counts of the whole batch's non-zero terms, without gradient):
+    the same value and gradients as one device.
+
+    Example:
+      >>> xbm = CrossBatchMemory(AllPairsContrastiveLoss(), memory_size=1024, start_step=100)
+    """
+
+    splits_anchors = True
+
+    def __init__(
+        self,
+        pos_margin=1.0,
+        neg_margin=0.5,
+        metric="cosine",
+        name="all_pairs_contrastive",
+        **kwargs,
+    ):
+        super().__init__(name=name, **kwargs)
+        self.pos_margin = _checks.check_finite_number(pos_margin, "pos_margin")
+        self.neg_margin = _checks.check_finite_number(neg_margin, "neg_margin")
+        self.metric = _check_metric(metric)
+
+    def call(self, y_true, y_pred, anchor_rows=None, normalizer_rows=None):
+        return all_pairs_contrastive_loss(
+            y_true,
+            y_pred,
+            pos_margin=self.pos_margin,
+            neg_margin=self.neg_margin,
+            metric=self.metric,
+            anchor_rows=anchor_rows,
+            normalizer_rows=normalizer_rows,
+        )
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "pos_margin": self.pos_margin,
+            "neg_margin": self.neg_margin,
+            "metric": self.metric,
+        }
