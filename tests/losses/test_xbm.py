@@ -77,7 +77,25 @@ def ref_batch_hard(labels, x, b, margin=0.2):
     return float(reference_ranking.batch_hard(labels, x, margin, "euclidean")[:b].mean())
 
 
+def ref_contrastive(labels, x, b, pos_margin=1.0, neg_margin=0.5):
+    # Cosine similarities; each kind's terms over the b anchors divided by its number above 0.
+    x = np.asarray(x, np.float64)
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    value = 0.0
+    for positive in (True, False):
+        terms = [
+            max(pos_margin - x[a] @ x[r] if positive else x[a] @ x[r] - neg_margin, 0.0)
+            for a in range(b)
+            for r in range(len(x))
+            if r != a and (labels[r] == labels[a]) == positive
+        ]
+        above = [t for t in terms if t > 0]
+        value += sum(above) / len(above) if above else 0.0
+    return value
+
+
 CASES = {
+    "all_pairs_contrastive": (lambda: losses.AllPairsContrastiveLoss(), ref_contrastive),
     "semihard": (lambda: losses.TripletSemiHardLoss(), ref_semihard),
     "hard": (lambda: losses.TripletHardLoss(), ref_hard),
     "lifted": (lambda: losses.LiftedStructLoss(), ref_lifted),

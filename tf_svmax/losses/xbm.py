@@ -14,7 +14,12 @@ Compared with pytorch-metric-learning's `CrossBatchMemory`: the memory is writte
 loss is computed (the batch is never its own memory); not at all in evaluation (`evaluate`,
 a test step: the memory layer records Keras' ``training`` flag of the forward pass); under
 `tf.distribute` it holds the global batch's rows, identical on every replica; a warm-up
-(``start_step``) and `reset`.
+(``start_step``) and `reset`. Its references are its memory after the batch was written into
+it, so our ``memory_size=M`` reads the rows its ``memory_size=M + b`` does (b the batch size:
+equal values, tests/losses/test_pair_contrastive.py); but there the batch's own references are
+the memory's detached copy, so a batch-batch pair passes gradient through its anchor only,
+while here the batch's rows are references with their gradient (as the loss on the batch
+alone: with an empty memory the value and gradient are the wrapped loss's).
 """
 
 import keras
@@ -23,13 +28,20 @@ import tensorflow as tf
 from tf_svmax.losses._common import flat_labels
 from tf_svmax.losses.batch_hard import BatchHardTripletLoss
 from tf_svmax.losses.lifted import LiftedStructLoss
+from tf_svmax.losses.pair_contrastive import AllPairsContrastiveLoss
 from tf_svmax.losses.triplet import TripletHardLoss, TripletSemiHardLoss
 from tf_svmax.ops import _checks, replicas
 from tf_svmax.training.momentum import ring_slots
 
 # The losses whose mining takes anchors against a separate reference set (`anchor_rows`), with
 # a normalizer over the anchors (`normalizer_rows`, or per-anchor values).
-SUPPORTED_LOSSES = (TripletSemiHardLoss, TripletHardLoss, LiftedStructLoss, BatchHardTripletLoss)
+SUPPORTED_LOSSES = (
+    TripletSemiHardLoss,
+    TripletHardLoss,
+    LiftedStructLoss,
+    BatchHardTripletLoss,
+    AllPairsContrastiveLoss,
+)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -202,7 +214,10 @@ class CrossBatchMemory(keras.losses.Loss):
       summed);
     * `LiftedStructLoss`: ``0.25 * sum max(J_ij, 0)^2`` over the ordered pairs ``(i, j)``,
       ``i in B``, ``j in B ∪ M``, divided by half their number; ``J_ij``'s negative sums run
-      over ``B ∪ M`` for both ``i`` and ``j``.
+      over ``B ∪ M`` for both ``i`` and ``j``;
+    * `AllPairsContrastiveLoss` (the XBM paper's loss): the terms of the pairs ``(a, r)``,
+      ``a in B``, ``r in B ∪ M``, ``r != a``, positive and negative ones each averaged over
+      those of them above 0.
 
     With an empty memory each is exactly the wrapped loss on the batch. Gradients reach the
     batch's embeddings only.
