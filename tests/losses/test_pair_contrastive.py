@@ -1,0 +1,348 @@
+"""AllPairsContrastiveLoss against independent references: pytorch-metric-learning's
+`ContrastiveLoss` (values and autograd gradients, cosine / dot / Euclidean), a float64 NumPy
+loop for the anchor and normalizer rows, and pytorch-metric-learning's own `CrossBatchMemory`
+fed the same batches (through the ring buffer's wrap-around); errors, dtypes, config and
+`.keras` round trips.
+
+The pytorch-metric-learning tests are skipped where it is not installed (it is no test
+dependency); the NumPy references run everywhere."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_svmax import losses
+from tf_svmax.losses import AllPairsContrastiveLoss, CrossBatchMemory, all_pairs_contrastive_loss
+
+# --- float64 NumPy loop reference ---
+
+
+def ref_all_pairs(
+    labels, x, *, pos_margin=1.0, neg_margin=0.5, metric="cosine", anchors=None, normalizer=None
+):
+    """Pair terms of the anchors `anchors` (rows, default all) against every other row, each
+    kind summed and divided by its number of terms > 0 among the `normalizer` rows' pairs."""
+    x = np.asarray(x, np.float64)
+    n = len(x)
+    anchors = range(n) if anchors is None else anchors
+    normalizer = range(n) if normalizer is None else normalizer
+    if metric == "cosine":
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    def terms(a):
+        out = []
+        for r in range(n):
+            if r == a:
+                continue
+            if metric == "euclidean":
+                d = float(np.sqrt(((x[a] - x[r]) ** 2).sum()))
+                pos, neg = d - pos_margin, neg_margin - d
+            else:
+                s = float(x[a] @ x[r])
+                pos, neg = pos_margin - s, s - neg_margin
+            positive = labels[a] == labels[r]
+            out.append((positive, max(pos if positive else neg, 0.0)))
+        return out
+
+    value = 0.0
+    for kind in (True, False):
+        total = sum(t for a in anchors for k, t in terms(a) if k == kind)
+        count = sum(t > 0 for a in normalizer for k, t in terms(a) if k == kind)
+        value += total / count if count else 0.0
+    return value
+
+
+def _data(rng, n=12, dim=5, classes=3):
+    x = rng.standard_normal((n, dim)).astype(np.float32)
+    y = rng.integers(0, classes, n)
+    y[:2] = [0, 1]
+    return x, y
+
+
+# Margins that leave some terms of each kind at 0 and some above it on Gaussian rows.
+METRIC_MARGINS = {
+    "cosine": {"pos_margin": 1.0, "neg_margin": 0.5},
+    "dot": {"pos_margin": 1.0, "neg_margin": 0.0},
+    "euclidean": {"pos_margin": 2.0, "neg_margin": 3.5},
+}
+
+
+@pytest.mark.parametrize("metric", sorted(METRIC_MARGINS))
+def test_all_rows_and_anchor_rows_match_the_numpy_loops(rng, metric):
+    x, y = _data(rng)
+    kw = {"metric": metric, **METRIC_MARGINS[metric]}
+    got = float(all_pairs_contrastive_loss(y, x, **kw))
+    assert got == pytest.approx(ref_all_pairs(y, x, **kw), rel=1e-5)
+    # Anchors 3..7 against all rows, normalized over the whole batch / over rows 0..7.
+    got = float(all_pairs_contrastive_loss(y, x, anchor_rows=(3, 5), **kw))
+    assert got == pytest.approx(ref_all_pairs(y, x, anchors=range(3, 8), **kw), rel=1e-5)
+    got = float(all_pairs_contrastive_loss(y, x, anchor_rows=(3, 5), normalizer_rows=(0, 8), **kw))
+    want = ref_all_pairs(y, x, anchors=range(3, 8), normalizer=range(8), **kw)
+    assert got == pytest.approx(want, rel=1e-5)
+    got = float(all_pairs_contrastive_loss(y, x, anchor_rows=(0, 8), normalizer_rows=(0, 8), **kw))
+    assert got == pytest.approx(ref_all_pairs(y, x, anchors=range(8), normalizer=range(8), **kw))
+
+
+def test_disjoint_anchor_ranges_add_up_to_the_loss_and_its_gradient(rng):
+    # What each replica computes under tf.distribute (and CrossBatchMemory's normalizer rows).
+    x, y = _data(rng, n=10)
+    x = tf.constant(x, tf.float64)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        whole = all_pairs_contrastive_loss(y, x, normalizer_rows=(0, 6))
+        parts = [
+            all_pairs_contrastive_loss(y, x, anchor_rows=rows, normalizer_rows=(0, 6))
+            for rows in ((0, 2), (2, 4), (6, 4))
+        ]
+    # normalizer_rows (0, 6) with all anchors: pairs of rows 6..9 are summed, not counted.
+    want = ref_all_pairs(y, x.numpy(), normalizer=range(6))
+    assert float(whole) == pytest.approx(want, rel=1e-12)
+    assert float(sum(parts)) == pytest.approx(float(whole), rel=1e-12)
+    summed = sum(tape.gradient(p, x) for p in parts)
+    np.testing.assert_allclose(summed, tape.gradient(whole, x), atol=1e-12)
+
+
+def test_docstring_example():
+    value = all_pairs_contrastive_loss([0, 0, 1], [[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])
+    assert float(value) == pytest.approx(0.7, rel=1e-6)
+
+
+def test_no_term_above_zero_gives_zero_and_a_zero_gradient():
+    x = tf.constant([[1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = all_pairs_contrastive_loss([0, 0, 1], x)
+    assert float(value) == 0.0
+    np.testing.assert_array_equal(tape.gradient(value, x), np.zeros((3, 2)))
+    # Duplicate rows under the Euclidean distance: distance 0, a finite (zero) gradient.
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = all_pairs_contrastive_loss([0, 0, 1], x, metric="euclidean", pos_margin=0.0)
+    assert np.all(np.isfinite(tape.gradient(value, x)))
+
+
+# --- pytorch-metric-learning ---
+
+
+@pytest.fixture(scope="module")
+def pml():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pytorch_metric_learning")
+    from pytorch_metric_learning import distances
+    from pytorch_metric_learning import losses as pml_losses
+
+    return torch, distances, pml_losses
+
+
+def _pml_setting(pml, setting):
+    """``(pml loss, our keyword arguments, normalize our input)`` of a distance setting."""
+    torch, distances, pml_losses = pml
+    if setting == "lp_default":  # PML's defaults: LpDistance normalizes, margins 0 and 1
+        loss = pml_losses.ContrastiveLoss()
+        return loss, {"metric": "euclidean", "pos_margin": 0.0, "neg_margin": 1.0}, True
+    if setting == "lp_raw":
+        loss = pml_losses.ContrastiveLoss(
+            pos_margin=2.0,
+            neg_margin=3.5,
+            distance=distances.LpDistance(normalize_embeddings=False),
+        )
+        return loss, {"metric": "euclidean", **METRIC_MARGINS["euclidean"]}, False
+    if setting == "cosine":  # the XBM paper's setting, our defaults
+        loss = pml_losses.ContrastiveLoss(
+            pos_margin=1.0, neg_margin=0.5, distance=distances.CosineSimilarity()
+        )
+        return loss, {}, False
+    loss = pml_losses.ContrastiveLoss(
+        pos_margin=1.0,
+        neg_margin=0.0,
+        distance=distances.DotProductSimilarity(normalize_embeddings=False),
+    )
+    return loss, {"metric": "dot", **METRIC_MARGINS["dot"]}, False
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("setting", ["lp_default", "lp_raw", "cosine", "dot"])
+def test_values_and_gradients_match_pytorch_metric_learning(rng, pml, setting, dtype):
+    torch = pml[0]
+    pml_loss, kw, normalize = _pml_setting(pml, setting)
+    x, y = _data(rng, n=24, dim=8, classes=5)
+    x = x.astype(dtype)
+    xt = torch.tensor(x, requires_grad=True)
+    want = pml_loss(xt, torch.tensor(y))
+    want.backward()
+    xv = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xv)
+        got = all_pairs_contrastive_loss(
+            y, tf.math.l2_normalize(xv, axis=1) if normalize else xv, **kw
+        )
+    assert got.dtype == dtype
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    assert float(got) == pytest.approx(float(want), rel=tol, abs=tol)
+    np.testing.assert_allclose(tape.gradient(got, xv), xt.grad.numpy(), atol=tol)
+    assert float(got) > 0.1  # both kinds of terms present: the comparison means something
+
+
+def test_a_single_positive_and_negative_pair_is_the_documented_difference(pml):
+    # PML returns 0 when there is at most one positive and one negative (ordered) pair; here
+    # they count. One anchor (row 0) against a positive and a negative reference.
+    torch, _, _ = pml
+    pml_loss, _, _ = _pml_setting(pml, "cosine")
+    x = np.array([[1.0, 0.0], [0.6, 0.8], [0.8, 0.6]], np.float32)
+    y = np.array([0, 0, 1])
+    xt = torch.tensor(x)
+    theirs = pml_loss(xt[:1], torch.tensor(y[:1]), ref_emb=xt[1:], ref_labels=torch.tensor(y[1:]))
+    assert float(theirs) == 0.0
+    ours = all_pairs_contrastive_loss(y, x, anchor_rows=(0, 1), normalizer_rows=(0, 1))
+    assert float(ours) == pytest.approx(0.4 + 0.3, rel=1e-6)
+
+
+def _pml_on_reference_set(pml, pml_loss, x, y, memory_x, memory_y, live):
+    """PML's ContrastiveLoss of the batch's anchors against batch ∪ memory (self-pairs out);
+    the batch's reference copy keeps its gradient where `live`."""
+    torch = pml[0]
+    labels = torch.tensor(y)
+    ref_labels = torch.cat([labels, torch.tensor(memory_y, dtype=labels.dtype)])
+    ref = torch.cat([x if live else x.detach(), torch.tensor(memory_x)])
+    same = labels[:, None] == ref_labels[None, :]
+    itself = torch.zeros_like(same)
+    itself[:, : len(y)] = torch.eye(len(y), dtype=torch.bool)
+    a1, p = torch.where(same & ~itself)
+    a2, n = torch.where(~same)
+    return pml_loss(x, labels, (a1, p, a2, n), ref, ref_labels)
+
+
+@pytest.mark.parametrize("setting", ["cosine", "lp_raw"])
+def test_cross_batch_memory_matches_pytorch_metric_learning_s(rng, pml, setting):
+    """Ours with memory_size M reads batch ∪ the last M rows before it; PML enqueues the batch
+    first and reads its memory, so its memory_size M + b holds the same rows (the batch's
+    self-pairs removed by index). Values are equal at every step, wrap-arounds included
+    (ours wraps at step 2, PML's at step 3). Gradients: ours is PML's ContrastiveLoss on
+    batch ∪ memory with the batch's reference copy live; PML's XBM detaches it (the memory's
+    copy), which its own ContrastiveLoss on that reference set reproduces."""
+    torch = pml[0]
+    pml_loss, kw, _ = _pml_setting(pml, setting)
+    b, size, dim = 8, 20, 6
+    ours = CrossBatchMemory(AllPairsContrastiveLoss(**kw), size)
+    theirs = pml[2].CrossBatchMemory(pml_loss, dim, memory_size=size + b)
+    memory_x, memory_y = np.zeros((0, dim), np.float32), np.zeros(0, np.int64)
+    for step in range(7):
+        x, y = _data(rng, n=b, dim=dim, classes=4)
+        xt = torch.tensor(x, requires_grad=True)
+        want = theirs(xt, torch.tensor(y))
+        (pml_xbm_grad,) = torch.autograd.grad(want, xt)
+        xv = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(xv)
+            got = ours(y, xv)
+        grad = tape.gradient(got, xv).numpy()
+        assert float(got) == pytest.approx(float(want), rel=1e-5, abs=1e-6), step
+        live = _pml_on_reference_set(pml, pml_loss, xt, y, memory_x, memory_y, live=True)
+        assert float(live) == pytest.approx(float(want), rel=1e-5, abs=1e-6), step
+        np.testing.assert_allclose(grad, torch.autograd.grad(live, xt)[0], atol=1e-5)
+        detached = _pml_on_reference_set(pml, pml_loss, xt, y, memory_x, memory_y, live=False)
+        np.testing.assert_allclose(pml_xbm_grad, torch.autograd.grad(detached, xt)[0], atol=1e-6)
+        assert np.abs(grad - pml_xbm_grad.numpy()).max() > 1e-3  # the documented difference
+        memory_x = np.concatenate([memory_x, x])[-size:]
+        memory_y = np.concatenate([memory_y, y])[-size:]
+        assert int(ours.memory.filled.numpy()) == len(memory_y)
+    assert int(ours.memory.pointer.numpy()) == (7 * b) % size  # it wrapped
+
+
+def test_cross_batch_memory_matches_the_numpy_loop(rng):
+    # Without pytorch-metric-learning: batch ∪ memory, the batch's rows the anchors and the
+    # normalizer.
+    b, size = 6, 10
+    xbm = CrossBatchMemory(AllPairsContrastiveLoss(), size)
+    memory_x, memory_y = np.zeros((0, 4), np.float32), np.zeros(0, np.int64)
+    for step in range(4):
+        x, y = _data(rng, n=b, dim=4)
+        ref_x, ref_y = np.concatenate([x, memory_x]), np.concatenate([y, memory_y])
+        want = ref_all_pairs(ref_y, ref_x, anchors=range(b), normalizer=range(b))
+        assert float(xbm(y, x)) == pytest.approx(want, rel=1e-5), step
+        memory_x = np.concatenate([memory_x, x])[-size:]
+        memory_y = np.concatenate([memory_y, y])[-size:]
+
+
+# --- errors, dtypes, configuration, saving ---
+
+
+def test_bad_arguments_are_refused_in_the_library_s_format():
+    x = np.eye(3, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"argument `metric`.*'cosine'.*Received: metric='L2'"):
+        all_pairs_contrastive_loss([0, 1, 1], x, metric="L2")
+    with pytest.raises(ValueError, match=r"argument `metric`"):
+        AllPairsContrastiveLoss(metric="angular")
+    for margin in (float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ValueError, match=r"argument `pos_margin`"):
+            AllPairsContrastiveLoss(pos_margin=margin)
+        with pytest.raises(ValueError, match=r"argument `neg_margin`"):
+            all_pairs_contrastive_loss([0, 1, 1], x, neg_margin=margin)
+    with pytest.raises(ValueError, match=r"argument `y_true`.*one label per embedding"):
+        all_pairs_contrastive_loss([0, 1], x)
+    with pytest.raises(ValueError, match=r"argument `y_true`.*\[batch_size\]"):
+        all_pairs_contrastive_loss(np.zeros((3, 2)), x)
+    with pytest.raises(TypeError, match=r"argument `y_true`.*numeric"):
+        all_pairs_contrastive_loss(["a", "b", "c"], x)
+    with pytest.raises(ValueError, match=r"argument `y_pred`"):
+        all_pairs_contrastive_loss([0, 1, 1], np.ones(3, np.float32))
+
+
+@pytest.mark.parametrize("label_dtype", ["int8", "uint8", "int16", "uint16", "int32", "int64"])
+def test_integer_label_dtypes_give_the_same_value(rng, label_dtype):
+    x, y = _data(rng)
+    want = float(all_pairs_contrastive_loss(y, x))
+    assert float(all_pairs_contrastive_loss(y.astype(label_dtype), x)) == pytest.approx(want)
+
+
+def test_int64_labels_above_2_to_the_24_stay_distinct(rng):
+    x, _ = _data(rng, n=6)
+    y = np.array([2**40, 2**40 + 1, 2**40, 2**40 + 1, 2**40 + 2, 2**40 + 3], np.int64)
+    got = float(AllPairsContrastiveLoss()(tf.constant(y, tf.int64), x))
+    assert got == pytest.approx(ref_all_pairs(y, x), rel=1e-5)
+    assert got != pytest.approx(ref_all_pairs(np.zeros(6), x), rel=1e-3)  # float32 would merge
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_embedding_dtypes(rng, dtype):
+    x, y = _data(rng)
+    value = all_pairs_contrastive_loss(y, tf.cast(x, dtype))
+    assert value.dtype == dtype
+    tol = 1e-2 if dtype in ("float16", "bfloat16") else 1e-6
+    assert float(value) == pytest.approx(ref_all_pairs(y, tf.cast(x, dtype).numpy()), rel=tol)
+
+
+def test_get_config_round_trips_and_the_string_name_resolves():
+    loss = AllPairsContrastiveLoss(pos_margin=0.0, neg_margin=1.0, metric="euclidean", name="c")
+    config = loss.get_config()
+    again = AllPairsContrastiveLoss.from_config(config)
+    assert again.get_config() == config
+    assert (again.pos_margin, again.neg_margin, again.metric) == (0.0, 1.0, "euclidean")
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
+    assert isinstance(restored, AllPairsContrastiveLoss) and restored.get_config() == config
+    by_name = losses.get("tf_svmax>AllPairsContrastiveLoss")
+    assert isinstance(by_name, AllPairsContrastiveLoss) and by_name.metric == "cosine"
+    assert keras.losses.get("tf_svmax>AllPairsContrastiveLoss").neg_margin == 0.5
+    wrapped = CrossBatchMemory(loss, 16, start_step=3)
+    assert CrossBatchMemory.from_config(wrapped.get_config()).get_config() == wrapped.get_config()
+
+
+def test_keras_file_round_trip_of_a_compiled_model(rng, tmp_path):
+    x = rng.standard_normal((16, 5)).astype(np.float32)
+    y = np.repeat(np.arange(4), 4)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4)])
+    loss = AllPairsContrastiveLoss(pos_margin=0.2, neg_margin=0.3, metric="dot")
+    model.compile(keras.optimizers.SGD(0.1), loss=loss)
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    want = model.evaluate(x, y, batch_size=16, verbose=0)
+    assert want == pytest.approx(
+        ref_all_pairs(y, model.predict(x, verbose=0), pos_margin=0.2, neg_margin=0.3, metric="dot"),
+        rel=1e-5,
+    )
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert isinstance(loaded.loss, AllPairsContrastiveLoss)
+    assert loaded.loss.get_config() == loss.get_config()
+    assert loaded.evaluate(x, y, batch_size=16, verbose=0) == pytest.approx(want, rel=1e-6)
