@@ -58,6 +58,7 @@ LOSSES = (
     "npair",
     "angular",
     "lifted",
+    "contrastive_pairs",
     "proxy_anchor",
 )
 REGULARIZERS = ("none", "svmax", "svmax_unbounded", "spread_out")
@@ -71,6 +72,9 @@ PAPER_BATCH = {
     "triplet_hard": (24, 6),
     "triplet_semihard": (24, 6),
     "lifted": (24, 6),
+    # Not in the SVMax paper: the all-pairs contrastive loss of the XBM paper (cosine,
+    # positives 1 - s, negatives past 0.5), which pairs with --xbm_size; b = 144 as above.
+    "contrastive_pairs": (24, 6),
     "npair": (72, 2),
     "angular": (72, 2),
     # Dissertation Table 3.3 (ResNet50): b = 256. The Proxy-Anchor original samples batches at
@@ -84,6 +88,7 @@ PAPER_LAMBDA = {
     "triplet_hard": 0.1,
     "triplet_semihard": 0.1,
     "lifted": 1.0,
+    "contrastive_pairs": 1.0,  # not in the paper: the contrastive loss's
     "proxy_anchor": 1e-4,  # dissertation Sec. 3.4.1: "a single lambda = 1e-4" for Proxy-Anchor
 }
 # Proxy-Anchor's margin is its delta (0.1; its scale alpha stays at the original's 32).
@@ -92,6 +97,7 @@ PAPER_MARGIN = {
     "triplet_hard": 0.2,
     "triplet_semihard": 0.2,
     "lifted": 1.0,
+    "contrastive_pairs": 0.5,  # the XBM paper's negative margin on cosine similarity
     "proxy_anchor": 0.1,
 }
 PROXY_ANCHOR_ALPHA = 32.0
@@ -199,7 +205,8 @@ class RetrievalConfig:
     )
     margin: float | None = option(
         None,
-        "Margin (paper: 1.0 contrastive, 0.2 triplet, delta 0.1 Proxy-Anchor; 1.0 lifted).",
+        "Margin (paper: 1.0 contrastive, 0.2 triplet, delta 0.1 Proxy-Anchor; 1.0 lifted; "
+        "contrastive_pairs: the negatives' cosine margin, 0.5 as in the XBM paper).",
         check=non_negative_number,
     )
     learning_rate: float = option(
@@ -320,7 +327,7 @@ def resolve(config, num_train_classes=None):
 
 
 # The --loss values whose mining takes a separate reference set (`losses.CrossBatchMemory`).
-XBM_LOSSES = ("triplet_hard", "triplet_semihard", "lifted")
+XBM_LOSSES = ("triplet_hard", "triplet_semihard", "lifted", "contrastive_pairs")
 
 
 def _check_xbm(c):
@@ -431,6 +438,7 @@ def _ranking_loss(config):
         "npair": losses.PKNpairLoss,
         "angular": losses.PKAngularLoss,
         "lifted": lambda: losses.LiftedStructLoss(margin=margin),
+        "contrastive_pairs": lambda: losses.AllPairsContrastiveLoss(neg_margin=margin),
     }[config.loss]()
 
 

@@ -18,7 +18,7 @@ from tests import reference_ranking as rr
 from tests import reference_spectral as ref
 from tests.data import fake_trees
 from tests.metrics.test_retrieval import _brute_recall
-from tf_svmax import data, models
+from tf_svmax import data, losses, models
 from trainers import retrieval
 from trainers.harness.loop import RunFailed
 from trainers.harness.run_dir import RunRefused
@@ -756,6 +756,28 @@ def test_xbm_run_resumes_with_its_memory(tmp_path):
     assert [t["loss"] for t in results["trace"]] == pytest.approx(
         [t["loss"] for t in reference["trace"]], rel=1e-5
     )
+
+
+def test_contrastive_pairs_is_the_xbm_papers_loss_inside_the_memory(tmp_path):
+    """--loss=contrastive_pairs: the all-pairs contrastive loss with the XBM paper's cosine
+    margins (positives 1 - s, negatives past 0.5), wrapped by --xbm_size, trains."""
+    config = retrieval.resolve(
+        retrieval.RetrievalConfig(output_dir="x", loss="contrastive_pairs", xbm_size=64)
+    )
+    assert (config.batch_p, config.batch_k, config.margin) == (24, 6, 0.5)
+    memory = losses.CrossBatchMemoryBank(64)
+    loss = retrieval.build_loss(config, memory)
+    xbm = loss.loss  # RegularizedLoss(CrossBatchMemory(...), [SVMax])
+    assert isinstance(xbm, losses.CrossBatchMemory) and xbm.memory is memory
+    inner = xbm.loss
+    assert isinstance(inner, losses.AllPairsContrastiveLoss)
+    assert (inner.pos_margin, inner.neg_margin, inner.metric) == (1.0, 0.5, "cosine")
+    keras.backend.clear_session()
+    results = retrieval.train_retrieval(
+        _config(tmp_path, loss="contrastive_pairs", xbm_size=40, train_steps=4, eval_every=4)
+    )
+    assert results["status"] == "completed"
+    assert all(np.isfinite(t["loss"]) for t in results["trace"])
 
 
 def test_cli_documents_and_refuses_xbm_flags():
