@@ -4,8 +4,12 @@ loop for the anchor and normalizer rows, and pytorch-metric-learning's own `Cros
 fed the same batches (through the ring buffer's wrap-around); errors, dtypes, config and
 `.keras` round trips.
 
-The pytorch-metric-learning tests are skipped where it is not installed (it is no test
-dependency); the NumPy references run everywhere."""
+pytorch-metric-learning is no test dependency (CI has no torch): its values, gradients and
+inputs are stored in golden/pml_contrastive.npz by make_pml_golden.py, and every test here
+runs everywhere."""
+
+import json
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -122,55 +126,60 @@ def test_no_term_above_zero_gives_zero_and_a_zero_gradient():
     assert np.all(np.isfinite(tape.gradient(value, x)))
 
 
-# --- pytorch-metric-learning ---
+# --- pytorch-metric-learning, through its stored values ---
+# CI has no torch, and a skipped test is no test: tests/losses/make_pml_golden.py computes
+# PML's values and gradients (by hand, where torch and PML are installed; `--check` compares
+# them with the file) into golden/pml_contrastive.npz with their inputs, and these tests
+# compare ours with that file.
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "pml_contrastive.npz"
 
 
 @pytest.fixture(scope="module")
 def pml():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("pytorch_metric_learning")
-    from pytorch_metric_learning import distances
-    from pytorch_metric_learning import losses as pml_losses
+    """The stored PML values: a dict of arrays, plus its settings under ``"meta"``."""
+    with np.load(GOLDEN) as f:
+        golden = {key: f[key] for key in f.files}
+    golden["meta"] = json.loads(str(golden.pop("__meta__")))
+    return golden
 
-    return torch, distances, pml_losses
+
+# Our arguments matching each PML setting, and whether our input is L2-normalized first.
+PML_SETTINGS = {
+    # PML's defaults: LpDistance normalizes, margins 0 and 1.
+    "lp_default": ({"metric": "euclidean", "pos_margin": 0.0, "neg_margin": 1.0}, True),
+    "lp_raw": ({"metric": "euclidean", **METRIC_MARGINS["euclidean"]}, False),
+    "cosine": ({}, False),  # the XBM paper's setting, our defaults
+    "dot": ({"metric": "dot", **METRIC_MARGINS["dot"]}, False),
+}
 
 
-def _pml_setting(pml, setting):
-    """``(pml loss, our keyword arguments, normalize our input)`` of a distance setting."""
-    torch, distances, pml_losses = pml
-    if setting == "lp_default":  # PML's defaults: LpDistance normalizes, margins 0 and 1
-        loss = pml_losses.ContrastiveLoss()
-        return loss, {"metric": "euclidean", "pos_margin": 0.0, "neg_margin": 1.0}, True
-    if setting == "lp_raw":
-        loss = pml_losses.ContrastiveLoss(
-            pos_margin=2.0,
-            neg_margin=3.5,
-            distance=distances.LpDistance(normalize_embeddings=False),
-        )
-        return loss, {"metric": "euclidean", **METRIC_MARGINS["euclidean"]}, False
-    if setting == "cosine":  # the XBM paper's setting, our defaults
-        loss = pml_losses.ContrastiveLoss(
-            pos_margin=1.0, neg_margin=0.5, distance=distances.CosineSimilarity()
-        )
-        return loss, {}, False
-    loss = pml_losses.ContrastiveLoss(
-        pos_margin=1.0,
-        neg_margin=0.0,
-        distance=distances.DotProductSimilarity(normalize_embeddings=False),
-    )
-    return loss, {"metric": "dot", **METRIC_MARGINS["dot"]}, False
+def _our_kw(pml, setting):
+    """Our arguments of a setting, checked against the PML loss the file was made with."""
+    kw, normalize = PML_SETTINGS[setting]
+    theirs = pml["meta"]["settings"][setting]
+    loss = AllPairsContrastiveLoss(**kw)
+    assert (loss.pos_margin, loss.neg_margin) == (theirs["pos_margin"], theirs["neg_margin"])
+    distance, options = theirs["distance"]
+    want = {"LpDistance": "euclidean", "CosineSimilarity": "cosine"}.get(distance, "dot")
+    assert loss.metric == want
+    assert options.get("normalize_embeddings", True) == (normalize or want == "cosine")
+    return kw, normalize
+
+
+def test_the_golden_file_covers_every_setting(pml):
+    assert sorted(pml["meta"]["settings"]) == sorted(PML_SETTINGS)
+    assert pml["meta"]["values"]["dtypes"] == ["float32", "float64"]
+    assert GOLDEN.stat().st_size < 200_000
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("setting", ["lp_default", "lp_raw", "cosine", "dot"])
-def test_values_and_gradients_match_pytorch_metric_learning(rng, pml, setting, dtype):
-    torch = pml[0]
-    pml_loss, kw, normalize = _pml_setting(pml, setting)
-    x, y = _data(rng, n=24, dim=8, classes=5)
-    x = x.astype(dtype)
-    xt = torch.tensor(x, requires_grad=True)
-    want = pml_loss(xt, torch.tensor(y))
-    want.backward()
+def test_values_and_gradients_match_pytorch_metric_learning(pml, setting, dtype):
+    kw, normalize = _our_kw(pml, setting)
+    x, y = pml["values/x"].astype(dtype), pml["values/y"]
+    want = pml[f"values/{setting}/{dtype}/value"]
+    want_grad = pml[f"values/{setting}/{dtype}/grad"]
     xv = tf.constant(x)
     with tf.GradientTape() as tape:
         tape.watch(xv)
@@ -180,74 +189,54 @@ def test_values_and_gradients_match_pytorch_metric_learning(rng, pml, setting, d
     assert got.dtype == dtype
     tol = 1e-5 if dtype == "float32" else 1e-12
     assert float(got) == pytest.approx(float(want), rel=tol, abs=tol)
-    np.testing.assert_allclose(tape.gradient(got, xv), xt.grad.numpy(), atol=tol)
+    np.testing.assert_allclose(tape.gradient(got, xv), want_grad, atol=tol)
     assert float(got) > 0.1  # both kinds of terms present: the comparison means something
 
 
 def test_a_single_positive_and_negative_pair_is_the_documented_difference(pml):
     # PML returns 0 when there is at most one positive and one negative (ordered) pair; here
     # they count. One anchor (row 0) against a positive and a negative reference.
-    torch, _, _ = pml
-    pml_loss, _, _ = _pml_setting(pml, "cosine")
-    x = np.array([[1.0, 0.0], [0.6, 0.8], [0.8, 0.6]], np.float32)
-    y = np.array([0, 0, 1])
-    xt = torch.tensor(x)
-    theirs = pml_loss(xt[:1], torch.tensor(y[:1]), ref_emb=xt[1:], ref_labels=torch.tensor(y[1:]))
-    assert float(theirs) == 0.0
+    x, y = pml["single_pair/x"].astype(np.float32), pml["single_pair/y"]
+    np.testing.assert_array_equal(x, np.float32([[1.0, 0.0], [0.6, 0.8], [0.8, 0.6]]))
+    np.testing.assert_array_equal(y, [0, 0, 1])
+    assert float(pml["single_pair/pml_value"]) == 0.0
     ours = all_pairs_contrastive_loss(y, x, anchor_rows=(0, 1), normalizer_rows=(0, 1))
     assert float(ours) == pytest.approx(0.4 + 0.3, rel=1e-6)
 
 
-def _pml_on_reference_set(pml, pml_loss, x, y, memory_x, memory_y, live):
-    """PML's ContrastiveLoss of the batch's anchors against batch ∪ memory (self-pairs out);
-    the batch's reference copy keeps its gradient where `live`."""
-    torch = pml[0]
-    labels = torch.tensor(y)
-    ref_labels = torch.cat([labels, torch.tensor(memory_y, dtype=labels.dtype)])
-    ref = torch.cat([x if live else x.detach(), torch.tensor(memory_x)])
-    same = labels[:, None] == ref_labels[None, :]
-    itself = torch.zeros_like(same)
-    itself[:, : len(y)] = torch.eye(len(y), dtype=torch.bool)
-    a1, p = torch.where(same & ~itself)
-    a2, n = torch.where(~same)
-    return pml_loss(x, labels, (a1, p, a2, n), ref, ref_labels)
-
-
 @pytest.mark.parametrize("setting", ["cosine", "lp_raw"])
-def test_cross_batch_memory_matches_pytorch_metric_learning_s(rng, pml, setting):
+def test_cross_batch_memory_matches_pytorch_metric_learning_s(pml, setting):
     """Ours with memory_size M reads batch ∪ the last M rows before it; PML enqueues the batch
     first and reads its memory, so its memory_size M + b holds the same rows (the batch's
     self-pairs removed by index). Values are equal at every step, wrap-arounds included
     (ours wraps at step 2, PML's at step 3). Gradients: ours is PML's ContrastiveLoss on
     batch ∪ memory with the batch's reference copy live; PML's XBM detaches it (the memory's
     copy), which its own ContrastiveLoss on that reference set reproduces."""
-    torch = pml[0]
-    pml_loss, kw, _ = _pml_setting(pml, setting)
-    b, size, dim = 8, 20, 6
+    kw, _ = _our_kw(pml, setting)
+    meta = pml["meta"]["xbm"]
+    b, size = meta["b"], meta["memory_size"]
+    assert meta["pml_memory_size"] == size + b and setting in meta["settings"]
+    keys = ("x", "y", "value", "xbm_grad", "live_value", "live_grad", "detached_grad")
+    ref = {key: pml[f"xbm/{setting}/{key}"] for key in keys}
+    steps = meta["steps"]
+    assert ref["x"].shape == (steps, b, meta["dim"]) and steps * b > size + b  # PML wraps too
     ours = CrossBatchMemory(AllPairsContrastiveLoss(**kw), size)
-    theirs = pml[2].CrossBatchMemory(pml_loss, dim, memory_size=size + b)
-    memory_x, memory_y = np.zeros((0, dim), np.float32), np.zeros(0, np.int64)
-    for step in range(7):
-        x, y = _data(rng, n=b, dim=dim, classes=4)
-        xt = torch.tensor(x, requires_grad=True)
-        want = theirs(xt, torch.tensor(y))
-        (pml_xbm_grad,) = torch.autograd.grad(want, xt)
+    for step in range(steps):
+        x, y = ref["x"][step].astype(np.float32), ref["y"][step]
+        want, pml_xbm_grad = ref["value"][step], ref["xbm_grad"][step]
         xv = tf.constant(x)
         with tf.GradientTape() as tape:
             tape.watch(xv)
             got = ours(y, xv)
         grad = tape.gradient(got, xv).numpy()
         assert float(got) == pytest.approx(float(want), rel=1e-5, abs=1e-6), step
-        live = _pml_on_reference_set(pml, pml_loss, xt, y, memory_x, memory_y, live=True)
+        live = ref["live_value"][step]
         assert float(live) == pytest.approx(float(want), rel=1e-5, abs=1e-6), step
-        np.testing.assert_allclose(grad, torch.autograd.grad(live, xt)[0], atol=1e-5)
-        detached = _pml_on_reference_set(pml, pml_loss, xt, y, memory_x, memory_y, live=False)
-        np.testing.assert_allclose(pml_xbm_grad, torch.autograd.grad(detached, xt)[0], atol=1e-6)
-        assert np.abs(grad - pml_xbm_grad.numpy()).max() > 1e-3  # the documented difference
-        memory_x = np.concatenate([memory_x, x])[-size:]
-        memory_y = np.concatenate([memory_y, y])[-size:]
-        assert int(ours.memory.filled.numpy()) == len(memory_y)
-    assert int(ours.memory.pointer.numpy()) == (7 * b) % size  # it wrapped
+        np.testing.assert_allclose(grad, ref["live_grad"][step], atol=1e-5)
+        np.testing.assert_allclose(pml_xbm_grad, ref["detached_grad"][step], atol=1e-6)
+        assert np.abs(grad - pml_xbm_grad).max() > 1e-3  # the documented difference
+        assert int(ours.memory.filled.numpy()) == min((step + 1) * b, size)
+    assert int(ours.memory.pointer.numpy()) == (steps * b) % size  # it wrapped
 
 
 def test_cross_batch_memory_matches_the_numpy_loop(rng):
