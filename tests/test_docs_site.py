@@ -33,7 +33,12 @@ WINDOW = (1280, 900)
 def site(tmp_path_factory):
     """Builds the site once per test run, shared by pytest-xdist's workers (a lock file in the
     run's common temporary folder; the first worker builds, the others read its result)."""
-    shared = tmp_path_factory.getbasetemp().parent
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # A worker's base folder is <run>/popen-gw<n>: the run's is its parent. Without xdist
+        # the parent is shared by every pytest run (pytest-of-<user>), whose record would be
+        # another run's build.
+        shared = shared.parent
     with open(shared / "docs_site.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = shared / "docs_site.json"
