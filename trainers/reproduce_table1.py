@@ -25,10 +25,11 @@ the file's SHA-256 and the pretraining record beside it (``results.json`` of
 
 The paper's regime, a pretrained backbone fine-tuned (Sec. 4.1):
 
-    python -m trainers.pretrain_glyphs --output_dir=runs/pretrain_small_cnn_bn
+    python -m trainers.pretrain_glyphs --backbone=small_cnn_bn --learning_rate=0.1 \
+        --train_steps=1200 --eval_every=200 --output_dir=runs/pretrain_small_cnn_bn
     python -m trainers.reproduce_table1 --backbone=small_cnn_bn \
-        --weights=runs/pretrain_small_cnn_bn/backbone.weights.h5 --train_steps=300 \
-        --eval_every=100 --output_dir=runs/table1_pretrained --table=docs/table1_pretrained.md
+        --weights=runs/pretrain_small_cnn_bn/backbone.weights.h5 --train_steps=100 \
+        --eval_every=50 --output_dir=runs/table1_pretrained --table=docs/table1_pretrained.md
 """
 
 import os
