@@ -99,7 +99,16 @@ def test_progress_bar_only_on_a_terminal():
     assert fit_verbosity(0, io.StringIO()) == 0 and fit_verbosity(2, _Terminal()) == 2
 
 
-def test_a_ctrl_c_inside_the_commit_is_delivered_after_it():
+@pytest.fixture
+def live_ctrl_c():
+    """Python's own SIGINT handler for the test: a process started in the background by a
+    non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored, where no Ctrl-C arrives."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_ctrl_c_inside_the_commit_is_delivered_after_it(live_ctrl_c):
     done = []
     with pytest.raises(KeyboardInterrupt):
         with interrupts_deferred():
@@ -110,7 +119,7 @@ def test_a_ctrl_c_inside_the_commit_is_delivered_after_it():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_a_commit_without_ctrl_c_raises_nothing():
+def test_a_commit_without_ctrl_c_raises_nothing(live_ctrl_c):
     with interrupts_deferred():
         pass
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
