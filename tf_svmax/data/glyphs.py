@@ -279,10 +279,26 @@ def generate_glyphs(*, seed=0, images_per_class=32, image_size=32):
     the same arguments and font files give identical arrays.
     """
     classes = confusable_groups()["classes"]
-    coverage = font_coverage()
-    fonts = load_fonts(2 * image_size)
     order = np.random.default_rng([seed, 0]).permutation(len(classes))
     characters = [classes[i] for i in order]
+    return render_classes(
+        characters,
+        font_coverage(),
+        seed=seed,
+        images_per_class=images_per_class,
+        image_size=image_size,
+    )
+
+
+def render_classes(characters, coverage, *, seed, images_per_class, image_size):
+    """``(images [n, s, s, 1] float32, labels [n] int64, characters)``: `images_per_class`
+    images of each character, label ``i`` for ``characters[i]``, grouped by class.
+
+    Image ``k`` of a character draws its font (among ``coverage[character]``), stroke, warp,
+    placement, blur, contrast and noise from a generator seeded by ``(seed, character code,
+    k)``, so it depends neither on the other characters nor on `images_per_class`.
+    """
+    fonts = load_fonts(2 * image_size)
     images = np.empty((len(characters) * images_per_class, image_size, image_size, 1), np.float32)
     for label, character in enumerate(characters):
         names = sorted(coverage[character])

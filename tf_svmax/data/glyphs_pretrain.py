@@ -381,18 +381,13 @@ def generate_glyph_pretraining(*, seed=0, images_per_class=32, image_size=32):
     and instance ``k`` does not depend on `images_per_class`.
     """
     selection = pretraining_classes()
-    characters, coverage = selection["classes"], selection["coverage"]
-    fonts = glyphs.load_fonts(2 * image_size)
-    images = np.empty((len(characters) * images_per_class, image_size, image_size, 1), np.float32)
-    for label, character in enumerate(characters):
-        names = sorted(coverage[character])
-        for instance in range(images_per_class):
-            rng = np.random.default_rng([seed, ord(character), instance])
-            font = fonts[names[int(rng.integers(len(names)))]]
-            index = label * images_per_class + instance
-            images[index, ..., 0] = glyphs.render_instance(font, character, rng, image_size)
-    labels = np.repeat(np.arange(len(characters), dtype=np.int64), images_per_class)
-    return images, labels, characters
+    return glyphs.render_classes(
+        selection["classes"],
+        selection["coverage"],
+        seed=seed,
+        images_per_class=images_per_class,
+        image_size=image_size,
+    )
 
 
 def cache_key(*, seed, images_per_class, image_size):
