@@ -291,12 +291,9 @@ def plot(results, losses, methods, learning_rates, path, title):
     plt.close(fig)
 
 
-def plot_s_mu(results, losses, methods, learning_rates, bounds, path, title):
-    """s_mu of the training batches over training (mean over seeds of the windowed trace), one
-    panel per (lr, loss), every method, with the training batch's L and U (dissertation
-    Fig. 3.5)."""
-    plt = pyplot()
-    fig, axes = plt.subplots(
+def _panels(plt, losses, learning_rates):
+    """A figure with one panel per (lr row, loss column), shared axes."""
+    return plt.subplots(
         len(learning_rates),
         len(losses),
         figsize=(3.6 * len(losses), 2.8 * len(learning_rates)),
@@ -304,6 +301,14 @@ def plot_s_mu(results, losses, methods, learning_rates, bounds, path, title):
         sharey=True,
         squeeze=False,
     )
+
+
+def plot_s_mu(results, losses, methods, learning_rates, bounds, path, title):
+    """s_mu of the training batches over training (mean over seeds of the windowed trace), one
+    panel per (lr, loss), every method, with the training batch's L and U (dissertation
+    Fig. 3.5)."""
+    plt = pyplot()
+    fig, axes = _panels(plt, losses, learning_rates)
     for row, lr in enumerate(learning_rates):
         for col, loss in enumerate(losses):
             ax = axes[row][col]
@@ -432,14 +437,7 @@ def plot_recall(results, losses, methods, learning_rates, path, title):
     """Test R@1 over training (mean over seeds, the untrained network at step 0), one panel
     per (lr, loss), every method."""
     plt = pyplot()
-    fig, axes = plt.subplots(
-        len(learning_rates),
-        len(losses),
-        figsize=(3.6 * len(losses), 2.8 * len(learning_rates)),
-        sharex=True,
-        sharey=True,
-        squeeze=False,
-    )
+    fig, axes = _panels(plt, losses, learning_rates)
     start = [100 * e["recall_at_1"] for e in results["untrained"].values()]
     for row, lr in enumerate(learning_rates):
         for col, loss in enumerate(losses):
