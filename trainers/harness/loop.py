@@ -7,8 +7,8 @@ over as a `Job`; `run_job` does the rest, the same way for every trainer:
 - resume from the newest readable checkpoint (model, optimizer and the job's extra state), or
   report a finished run unchanged;
 - an evaluation before the first step (optional) and every `eval_every` steps, each followed
-  by ``results.json``, a checkpoint and the plots, in that order (a Ctrl-C during the first
-  two is held until both are written, `interrupts_deferred`);
+  by ``results.json``, a checkpoint and the plots, in that order (a Ctrl-C during any of them
+  is held until all are written, `interrupts_deferred`);
 - a trace point every `trace_every` steps: the window's mean of every logged scalar, the
   learning rate the window ended with and the window's wall seconds per step;
 - the NaN guard: a non-finite loss (checked every step) or non-finite weights (checked before
@@ -279,7 +279,10 @@ class _Cadence(keras.callbacks.Callback):
         with interrupts_deferred():
             self.run.write_results(self.results)
             self.manager.save(checkpoint_number=step)
-        self.job.plot(self.results, self.paths["plots"])
+            # Inside the commit too: matplotlib is not interrupt-safe (a Ctrl-C inside
+            # tight_layout surfaced as an AttributeError from its cleanup, exit 1 instead of
+            # 130) and a plot cut short would leave a partial PNG.
+            self.job.plot(self.results, self.paths["plots"])
 
 
 def fit_verbosity(verbose, stream=None):
@@ -470,7 +473,8 @@ def _run(job, config_dict, run, started, chief=True):
     _record_end(results, status, message, started, run)
     if not chief:
         return results
-    job.plot(results, paths["plots"])
+    with interrupts_deferred():  # see _Cadence.on_epoch_end
+        job.plot(results, paths["plots"])
     _say(job, f"{results['status']}: {summary(results, job.is_metric)}")
     if results["message"]:
         _say(job, results["message"])

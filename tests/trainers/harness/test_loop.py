@@ -119,6 +119,26 @@ def test_a_ctrl_c_inside_the_commit_is_delivered_after_it(live_ctrl_c):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_ctrl_c_while_plotting_waits_for_the_plot_then_interrupts(tmp_path, live_ctrl_c):
+    # Third-party plotting is not interrupt-safe: matplotlib's tight_layout, hit by a Ctrl-C,
+    # raised AttributeError from its own cleanup (exit 1, not 130), and a half-written PNG
+    # would be left behind. The interval's plots belong to its commit.
+    config = ToyConfig(output_dir=str(tmp_path))
+    plotted = []
+
+    def plot(results, folder):
+        signal.raise_signal(signal.SIGINT)  # arrives mid-plot
+        plotted.append(results["evaluations"][-1]["step"])  # the plot still finishes
+
+    job = _job(config, tf.Variable(0.0))
+    job.plot = plot
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, ToyConfig, started=0.0)
+    assert plotted == [3]  # the first interval's plot, whole; no later interval ran
+    assert [p.name for p in sorted((tmp_path / "checkpoints").glob("*.index"))] == ["ckpt-3.index"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_commit_without_ctrl_c_raises_nothing(live_ctrl_c):
     with interrupts_deferred():
         pass
