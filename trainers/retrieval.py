@@ -194,7 +194,7 @@ class RetrievalConfig:
         "Cross-batch memory (XBM, Wang et al. CVPR 2020) rows M: the ranking loss mines the "
         "batch's anchors against the batch plus the last M training embeddings (global batch, "
         "no gradient into them), normalized over the batch's anchors. 0: off. Losses "
-        "triplet_hard, triplet_semihard, lifted.",
+        "triplet_hard, triplet_semihard, lifted, contrastive_pairs.",
         check=non_negative_int,
     )
     xbm_start_step: int = option(

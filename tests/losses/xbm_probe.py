@@ -29,6 +29,7 @@ CASES = {
     "hard": losses.TripletHardLoss,
     "lifted": losses.LiftedStructLoss,
     "batch_hard": losses.BatchHardTripletLoss,
+    "all_pairs_contrastive": losses.AllPairsContrastiveLoss,
 }
 
 

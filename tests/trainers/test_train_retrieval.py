@@ -786,3 +786,6 @@ def test_cli_documents_and_refuses_xbm_flags():
     helpfull = _cli("--helpfull")
     help_text = " ".join(helpfull.stdout.split())
     assert "Cross-batch memory (XBM" in help_text and "--xbm_start_step" in help_text
+    xbm_help = help_text.split("--xbm_size:")[1].split("(an integer)")[0]
+    for loss in retrieval.XBM_LOSSES:  # the help names every loss the check accepts
+        assert loss in xbm_help, (loss, xbm_help)
