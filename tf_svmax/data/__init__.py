@@ -1,5 +1,6 @@
 """tf.data input: P x K sampling, dataset readers, image preprocessing, the embedded sets
-(rendered glyphs, a disjoint glyph pretraining set, digits), the 2-D Gaussian ring."""
+(rendered glyphs, a disjoint glyph pretraining set, digits as open- and closed-set splits), the
+2-D Gaussian ring."""
 
 from tf_svmax.data.augment import random_view
 from tf_svmax.data.datasets import (
@@ -11,10 +12,15 @@ from tf_svmax.data.datasets import (
     read_image_folder,
     read_sop,
 )
-from tf_svmax.data.digits import load_digits_open_set
+from tf_svmax.data.digits import load_digits_closed_set, load_digits_open_set
 from tf_svmax.data.glyphs import load_glyphs_open_set
 from tf_svmax.data.glyphs_pretrain import load_glyph_pretraining
-from tf_svmax.data.mixtures import gaussian_ring, gaussian_ring_batch, sample_gaussian_ring
+from tf_svmax.data.mixtures import (
+    gaussian_ring,
+    gaussian_ring_batch,
+    random_mode_weights,
+    sample_gaussian_ring,
+)
 from tf_svmax.data.preprocessing import (
     cached_image_loader,
     decode_image,
@@ -50,6 +56,7 @@ __all__ = [
     "default_resize_size",
     "image_dataset",
     "image_loader",
+    "load_digits_closed_set",
     "load_digits_open_set",
     "load_glyph_pretraining",
     "load_glyphs_open_set",
@@ -62,6 +69,7 @@ __all__ = [
     "read_fgvr_lists",
     "read_image_folder",
     "read_sop",
+    "random_mode_weights",
     "sample_gaussian_ring",
     "test_transform",
     "train_transform",
