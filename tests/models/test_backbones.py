@@ -90,3 +90,55 @@ def test_weights_files_that_do_not_fit_are_refused_by_name(tmp_path):
         models.build_embedding_model("small_cnn", input_shape=SHAPE, weights="imagenet")
     with pytest.raises(ValueError, match="`backbone`"):
         models.build_backbone("resnet50", input_shape=(32, 32, 3))
+
+
+def _mnist_toy_numpy(
+    images, conv_kernel, conv_bias, dense_kernel, dense_bias, emb_kernel, emb_bias
+):
+    """The SVMax original's ToyModel forward pass in numpy: a valid 3 x 3 convolution as an
+    einsum over explicit patches, ReLU, flatten in (height, width, channels) order, two dense
+    layers (ReLU on the first), then rows divided by their L2 norms."""
+    n, h, w, _ = images.shape
+    k = conv_kernel.shape[0]
+    patches = np.stack(
+        [
+            np.stack([images[:, i : i + k, j : j + k, :] for j in range(w - k + 1)], axis=1)
+            for i in range(h - k + 1)
+        ],
+        axis=1,
+    )  # [n, h', w', k, k, c]
+    conv = np.maximum(np.einsum("nijabc,abco->nijo", patches, conv_kernel) + conv_bias, 0)
+    hidden = np.maximum(conv.reshape(n, -1) @ dense_kernel + dense_bias, 0)
+    out = hidden @ emb_kernel + emb_bias
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_mnist_toy_is_the_svmax_originals_toy_model():
+    model = models.build_embedding_model("mnist_toy", input_shape=(28, 28, 1), embedding_dim=2)
+    # By hand: conv 3*3*1*32 + 32; dense (26*26*32) * 128 + 128; embedding 128 * 2 + 2.
+    assert model.count_params() == (9 * 32 + 32) + (26 * 26 * 32 * 128 + 128) + (128 * 2 + 2)
+    assert model.count_params() == 2_769_602
+    assert "mnist_toy" in models.BACKBONES and "mnist_toy" not in models.SMALL_BACKBONES
+    rng = np.random.default_rng(0)
+    # Random biases too (Keras initialises them to zero), so a missing or misplaced bias shows.
+    values = [rng.normal(scale=0.1, size=w.shape).astype("float32") for w in model.weights]
+    for weight, value in zip(model.weights, values, strict=True):
+        weight.assign(value)
+    images = rng.uniform(size=(5, 28, 28, 1)).astype("float32")
+    ours = model.predict(images, verbose=0)
+    expected = _mnist_toy_numpy(images.astype(np.float64), *[v.astype(np.float64) for v in values])
+    assert ours.shape == (5, 2)
+    np.testing.assert_allclose(ours, expected, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+    h = models.feature_map("mnist_toy", keras.Input((28, 28, 1)))
+    assert tuple(h.shape[1:]) == (26, 26, 32)
+    with pytest.raises(ValueError, match="embedding_model"):
+        models.pooled_feature_map(model)  # no global pooling: XML cannot use it
+
+
+@pytest.mark.parametrize("weights", ["imagenet", "some.weights.h5"])
+def test_mnist_toy_refuses_weights(weights):
+    with pytest.raises(
+        ValueError, match=r"argument `weights`.*None \(mnist_toy.*Received: weights="
+    ):
+        models.build_embedding_model("mnist_toy", input_shape=(28, 28, 1), weights=weights)

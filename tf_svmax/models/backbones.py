@@ -4,9 +4,10 @@
 ``small_cnn_bn`` the same with batch normalization, and ``small_resnet`` a ResNet-18 layout
 (four stages of two basic blocks) at a quarter of its widths for 32 x 32 images; the small ones
 start from random weights or from a ``.weights.h5`` file of `build_backbone` (e.g. written by
-``python -m trainers.pretrain_glyphs``). The others are `keras.applications` backbones with
-global average pooling, fed float32 RGB in [0, 255] and normalised inside the model by the
-backbone's own `preprocess_input`.
+``python -m trainers.pretrain_glyphs``). ``mnist_toy`` is the SVMax authors' MNIST network (one
+valid convolution, flattened, a 128-unit dense layer; random weights only). The others are
+`keras.applications` backbones with global average pooling, fed float32 RGB in [0, 255] and
+normalised inside the model by the backbone's own `preprocess_input`.
 """
 
 import os
@@ -31,7 +32,12 @@ APPLICATIONS = {
 # 32 x 32 image (1/16 of ResNet-18's), a deeper backbone that a 2-core CPU can pretrain.
 SMALL_BACKBONES = ("small_cnn", "small_cnn_bn", "small_resnet")
 SMALL_RESNET_WIDTHS = (16, 32, 64, 128)
-BACKBONES = (*SMALL_BACKBONES, *APPLICATIONS)
+# mnist_toy: the SVMax paper's network for its 2-D MNIST circle figure (ahmdtaha/svmax @ cc5f1b5b,
+# mnist_embedding.py, ToyModel): Conv2D(32, 3, relu, valid padding) -> Flatten -> Dense(128, relu).
+# No global pooling (so not in SMALL_BACKBONES: pooled_feature_map and XML need one) and no
+# weights file: it starts from Keras' default initialisation, as the original does.
+TOY_BACKBONES = ("mnist_toy",)
+BACKBONES = (*SMALL_BACKBONES, *TOY_BACKBONES, *APPLICATIONS)
 
 
 def default_input_size(backbone):
@@ -120,6 +126,18 @@ def _small_backbone(backbone, inputs, weights):
     return feature_map_, pooled
 
 
+def _mnist_toy(backbone, inputs, weights):
+    """``(map, features)`` of ``mnist_toy`` on `inputs`: the convolution's `[B, H-2, W-2, 32]`
+    map and the `[B, 128]` dense features computed from it flattened (Keras' H, W, C order)."""
+    if weights not in (None, "none"):
+        raise ValueError(
+            _checks.invalid("weights", f"None ({backbone} starts from random weights)", weights)
+        )
+    feature_map_ = keras.layers.Conv2D(32, 3, activation="relu", padding="valid")(inputs)
+    flat = keras.layers.Flatten()(feature_map_)
+    return feature_map_, keras.layers.Dense(128, activation="relu")(flat)
+
+
 def _load_backbone_weights(backbone_model, path):
     """Loads a ``.weights.h5`` file into `backbone_model`, naming the file and the backbone
     when it does not fit (another backbone's file, another number of input channels)."""
@@ -184,6 +202,8 @@ def feature_map(backbone, inputs, *, weights=None):
     _check_backbone(backbone)
     if backbone in SMALL_BACKBONES:
         return _small_backbone(backbone, inputs, weights)[0]
+    if backbone in TOY_BACKBONES:
+        return _mnist_toy(backbone, inputs, weights)[0]
     return _application(backbone, inputs, weights, pooling=None)
 
 
@@ -214,18 +234,22 @@ def build_embedding_model(backbone, *, input_shape, embedding_dim=128, weights=N
     """A `keras.Model` from images to L2-normalised `[B, embedding_dim]` embeddings.
 
     Args:
-      backbone: A name of `SMALL_BACKBONES` or a key of `APPLICATIONS`.
+      backbone: A name of `BACKBONES`: `SMALL_BACKBONES`, `TOY_BACKBONES` or a key of
+        `APPLICATIONS`.
       input_shape: `(height, width, channels)`; applications need 3 channels and >= 32 px.
-      embedding_dim: Size of the embedding (the papers: 128).
+      embedding_dim: Size of the embedding (the papers: 128; the circle figure: 2).
       weights: None (random); for an applications backbone ``"imagenet"`` (downloads unless
         cached) or a path to a ``.weights.h5`` file of the keras.applications network; for a
-        small backbone a path to a `build_backbone` ``.weights.h5`` file.
+        small backbone a path to a `build_backbone` ``.weights.h5`` file; ``mnist_toy`` takes
+        None only.
     """
     _check_backbone(backbone)
     embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")
     inputs = keras.Input(tuple(input_shape), name="images")
     if backbone in SMALL_BACKBONES:
         features = _small_backbone(backbone, inputs, weights)[1]
+    elif backbone in TOY_BACKBONES:
+        features = _mnist_toy(backbone, inputs, weights)[1]
     else:
         features = _application(backbone, inputs, weights, pooling="avg")
     embedding = keras.layers.Dense(embedding_dim, name="embedding")(features)
