@@ -98,3 +98,28 @@ def test_points_must_be_numbers():
             mode_coverage(points, CENTRES, STD)
     with pytest.raises(ValueError, match=r"argument `centres`.*real numbers"):
         mode_coverage(np.zeros((3, 2)), CENTRES.astype(str), STD)
+
+
+def test_weighted_kl_is_scipys_against_the_weights(rng):
+    weights = np.array([0.30, 0.02, 0.10, 0.05, 0.25, 0.08, 0.12, 0.08])
+    counts = [300, 10, 100, 50, 250, 80, 120, 90]
+    points = np.concatenate([_around(m, c, rng) for m, c in enumerate(counts)])
+    out = mode_coverage(points, CENTRES, STD, weights=weights)
+    p = np.array(counts) / sum(counts)
+    assert out["mode_kl"] == pytest.approx(stats.entropy(p, weights), rel=1e-12)
+    assert out["mode_kl"] < mode_coverage(points, CENTRES, STD)["mode_kl"]  # closer to weights
+    # Weights are normalised: proportional weights give the same KL.
+    scaled = mode_coverage(points, CENTRES, STD, weights=3 * weights)
+    assert scaled["mode_kl"] == pytest.approx(out["mode_kl"], rel=1e-12)
+
+
+def test_points_on_a_zero_weight_mode_give_an_infinite_kl(rng):
+    weights = np.array([0.5, 0.5, 0, 0, 0, 0, 0, 0])
+    points = np.concatenate([_around(0, 100, rng), _around(2, 100, rng)])
+    assert mode_coverage(points, CENTRES, STD, weights=weights)["mode_kl"] == np.inf
+
+
+@pytest.mark.parametrize("weights", [np.full(7, 1 / 7), -np.ones(8), np.zeros(8)])
+def test_bad_weights_are_named(rng, weights):
+    with pytest.raises(ValueError, match=r"`weights`"):
+        mode_coverage(_around(0, 10, rng), CENTRES, STD, weights=weights)

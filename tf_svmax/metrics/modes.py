@@ -4,15 +4,17 @@ on the Gaussian-ring benchmark.
 A generated point is *high quality* when it lies within `sigmas` standard deviations of its
 nearest mode centre; a mode is *covered* when at least `min_share` of all generated points are
 high-quality points of that mode. The KL divergence compares the high-quality points' histogram
-over modes with the uniform one (0: every mode equally represented; ln(num_modes): one mode).
+over modes with the target mixture's weights (uniform unless given; then 0: every mode equally
+represented, ln(num_modes): one mode).
 """
 
 import numpy as np
 
+from tf_svmax.data.mixtures import check_weights
 from tf_svmax.ops import _checks
 
 
-def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01):
+def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01, weights=None):
     """Modes covered, high-quality fraction and mode KL of generated `points`.
 
     Args:
@@ -23,11 +25,14 @@ def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01):
         (VEEGAN: 3).
       min_share: A mode is covered when its high-quality points are at least this share of all
         `n` points (1 %: 25 of 2,500).
+      weights: The target mixture's `[m]` mode weights (normalised here), or None for equal
+        weights. Only the KL uses them: a mode of weight below `min_share` can be covered only
+        by over-representing it.
 
     Returns:
       A dict: ``modes_covered`` (int), ``num_modes``, ``high_quality_fraction`` (of all n),
-      ``mode_kl`` (``KL(p || uniform)`` of the high-quality points' mode histogram p, natural
-      log; NaN when no point is high quality), ``mode_counts`` (high-quality points per mode).
+      ``mode_kl`` (``KL(p || weights)`` of the high-quality points' mode histogram p, natural
+      log; NaN when no point is high quality, inf when a mode of weight 0 holds points), ``mode_counts`` (high-quality points per mode).
     """
     x = _checks.finite_matrix(points, "points")
     # A NaN centre is nearest to no point (an extra mode never covered, KL NaN); an inf one is
@@ -44,6 +49,9 @@ def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01):
         raise ValueError(_checks.invalid("std", "a float > 0", std))
     if min_share > 1:
         raise ValueError(_checks.invalid("min_share", "a fraction in [0, 1]", min_share))
+    target = check_weights(weights, len(c))
+    if target is None:
+        target = np.full(len(c), 1.0 / len(c))
     distance = np.sqrt(((x[:, None, :] - c[None]) ** 2).sum(-1))
     nearest = distance.argmin(axis=1)
     good = distance[np.arange(len(x)), nearest] <= sigmas * std
@@ -51,7 +59,9 @@ def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01):
     total = int(counts.sum())
     if total:
         p = counts / total
-        kl = float(np.sum(p[p > 0] * np.log(p[p > 0] * len(c))))
+        held = p > 0
+        with np.errstate(divide="ignore"):  # a held mode of weight 0: KL is +inf, as it is
+            kl = float(np.sum(p[held] * np.log(p[held] / target[held])))
     else:
         kl = float("nan")
     return {
