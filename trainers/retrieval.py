@@ -2,8 +2,9 @@
 
 SVMax paper Sec. 4.1 (dissertation Sec. 3.4.1): an embedding network trained on P x K batches
 with a ranking loss and optionally a regularizer, SGD with momentum 0.9, the learning rate fixed
-for K/2 steps then decayed polynomially to 1e-7 at step K, evaluated on the test classes with
-Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bounds.
+for K/2 steps then decayed polynomially to 1e-7 at step K (--momentum and --lr_schedule=constant
+give the plain constant-rate SGD of the paper's MNIST circle figure), evaluated on the test
+classes with Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bounds.
 
     config = RetrievalConfig(output_dir="/tmp/run")      # glyphs, contrastive + SVMax
     results = train_retrieval(config)                     # also written to results.json
@@ -20,6 +21,7 @@ import tensorflow as tf
 from tf_svmax import data, losses, metrics, models, ops
 from tf_svmax.metrics.callbacks import is_metric_key
 from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
+from tf_svmax.ops import _checks
 from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness.config import (
     ConfigError,
@@ -62,9 +64,31 @@ LOSSES = (
     "proxy_anchor",
 )
 REGULARIZERS = ("none", "svmax", "svmax_unbounded", "spread_out")
-DATASETS = ("glyphs", "digits", "cub200", "cars196", "sop", "folder")
+DATASETS = ("glyphs", "digits", "digits_closed", "cub200", "cars196", "sop", "folder")
+
+
+def _digits_closed():
+    """All 10 digits in both splits (1,437 train / 360 test), resized to MNIST's 28 x 28: the
+    stand-in for MNIST in the SVMax paper's circle figure (a closed-set protocol)."""
+    return data.load_digits_closed_set(image_size=28)
+
+
 # Data sets that come with the package (in memory, no --data_dir): name -> loader.
-EMBEDDED = {"glyphs": data.load_glyphs_open_set, "digits": data.load_digits_open_set}
+EMBEDDED = {
+    "glyphs": data.load_glyphs_open_set,
+    "digits": data.load_digits_open_set,
+    "digits_closed": _digits_closed,
+}
+LR_SCHEDULES = ("paper", "constant")
+
+
+def _momentum(value, name):
+    """A momentum in [0, 1): at 1 or above the velocity never decays (the steps grow without
+    bound)."""
+    if not _checks.check_non_negative_number(value, name) < 1:
+        raise ValueError(_checks.invalid(name, "a float in [0, 1)", value))
+    return float(value)
+
 
 # The paper's P x K per loss (b = 144) and SVMax lambda (Sec. 4.1).
 PAPER_BATCH = {
@@ -105,6 +129,7 @@ PROXY_ANCHOR_ALPHA = 32.0
 DEFAULT_STEPS = {
     "glyphs": 3000,
     "digits": 2000,
+    "digits_closed": 2000,
     "cub200": 5000,
     "cars196": 5000,
     "sop": 20000,
@@ -122,13 +147,18 @@ class RetrievalConfig:
         "glyphs",
         "glyphs: embedded rendered characters, 285 classes (first half train, second half "
         "test; no download). digits: scikit-learn's 8 x 8 digits, train 0-4 / test 5-9 (tiny, "
-        "fast). cub200, cars196, sop, folder read --data_dir in the official layout.",
+        "fast). digits_closed: the same digits at 28 x 28, all 10 classes in both splits (1,437 "
+        "train / 360 test; the MNIST stand-in of the circle figure). cub200, cars196, sop, "
+        "folder read --data_dir in the official layout.",
         choices=DATASETS,
     )
-    data_dir: str | None = option(None, "Dataset folder (not for the embedded glyphs, digits).")
+    data_dir: str | None = option(
+        None, "Dataset folder (not for the embedded glyphs, digits, digits_closed)."
+    )
     backbone: str = option(
         "small_cnn",
-        "Embedding network; the papers use GoogLeNet and ResNet50 (ImageNet weights).",
+        "Embedding network; the papers use GoogLeNet and ResNet50 (ImageNet weights); mnist_toy "
+        "is the SVMax circle figure's MNIST network (random weights only).",
         choices=models.BACKBONES,
     )
     weights: str | None = option(
@@ -211,13 +241,26 @@ class RetrievalConfig:
     )
     learning_rate: float = option(
         0.01,
-        "SGD learning rate, fixed for train_steps/2 then decayed polynomially to 1e-7 (paper: "
-        "0.01, 0.001, 0.0001).",
+        "SGD learning rate; with --lr_schedule=paper fixed for train_steps/2 then decayed "
+        "polynomially to 1e-7 (paper: 0.01, 0.001, 0.0001).",
         check=positive_number,
+    )
+    lr_schedule: str = option(
+        "paper",
+        "paper: --learning_rate for train_steps/2, then decayed polynomially to 1e-7 at "
+        "train_steps (SVMax paper Sec. 4.1); constant: --learning_rate throughout (the MNIST "
+        "circle figure's original).",
+        choices=LR_SCHEDULES,
+    )
+    momentum: float = option(
+        0.9,
+        "SGD momentum in [0, 1) (paper: 0.9; the MNIST circle figure's original: 0, plain SGD).",
+        check=_momentum,
     )
     train_steps: int | None = option(
         None,
-        "Training steps K (paper: 5000 CUB/CARS, 20000 SOP; default glyphs: 3000, digits: 2000).",
+        "Training steps K (paper: 5000 CUB/CARS, 20000 SOP; default glyphs: 3000, digits and "
+        "digits_closed: 2000).",
         check=positive_int,
     )
     batch_p: int | None = option(
@@ -269,6 +312,18 @@ class RetrievalConfig:
     cpu_devices: int = cpu_devices_option()
     cluster_timeout: int = cluster_timeout_option()
     verbose: int = verbose_option()
+
+
+def build_optimizer(config):
+    """`(optimizer, schedule)` of a resolved config: SGD with --momentum at the --lr_schedule
+    rate, and that rate as a function of the step (the trace's learning rate)."""
+    if config.lr_schedule == "paper":
+        schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
+        return keras.optimizers.SGD(schedule, momentum=config.momentum), schedule
+    return (
+        keras.optimizers.SGD(config.learning_rate, momentum=config.momentum),
+        lambda step: config.learning_rate,
+    )
 
 
 def resolve(config, num_train_classes=None):
@@ -512,11 +567,11 @@ def _job(config, split, embedding_model, callbacks, evaluated):
         losses.CrossBatchMemoryBank(config.xbm_size, name="xbm_memory") if config.xbm_size else None
     )
     model = build_training_model(config, embedding_model, len(train_classes), memory)
-    schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
+    optimizer, schedule = build_optimizer(config)
     head = head_output(config)
     proxies = head == "proxies"
     model.compile(
-        optimizer=keras.optimizers.SGD(schedule, momentum=0.9),
+        optimizer=optimizer,
         loss=build_loss(config, memory),
         metrics={"embedding": metrics.svmax_metrics()} if head else metrics.svmax_metrics(),
         jit_compile=config.jit_compile,
@@ -578,8 +633,9 @@ def _job(config, split, embedding_model, callbacks, evaluated):
         },
         description=(
             f"{config.dataset}, {config.backbone}, {config.loss} + {config.regularizer}{xml}"
-            f"{xbm}, P x K = {config.batch_p} x {config.batch_k}, lr {config.learning_rate}, "
-            f"{config.train_steps} steps"
+            f"{xbm}, P x K = {config.batch_p} x {config.batch_k}, lr {config.learning_rate}"
+            f"{' constant' if config.lr_schedule == 'constant' else ''}, momentum "
+            f"{config.momentum:g}, {config.train_steps} steps"
         ),
         callbacks=callbacks,
         diagnose=image_file_diagnosis(train[0], test[0]) if loaders else None,

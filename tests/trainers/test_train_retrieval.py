@@ -13,6 +13,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests import reference_ranking as rr
 from tests import reference_spectral as ref
@@ -79,6 +80,13 @@ def test_paper_defaults_per_loss():
         (dict(verbose=3), r"`--verbose`. Expected one of \[0, 1, 2\]"),
         (dict(loss="cosface"), r"`--loss`. Expected one of \['contrastive'"),
         (dict(decoded_cache=True), r"--decoded_cache .*--dataset=glyphs is already in memory"),
+        (dict(momentum=1.0), r"`--momentum`. Expected a float in \[0, 1\). Received: --momentum=1"),
+        (dict(momentum=-0.1), r"`--momentum`. Expected a finite float >= 0"),
+        (dict(lr_schedule="cosine"), r"`--lr_schedule`. Expected one of \['paper', 'constant'\]"),
+        (
+            dict(backbone="mnist_toy", weights="imagenet"),
+            r"--weights=imagenet: --backbone=mnist_toy starts from random weights",
+        ),
     ],
 )
 def test_refused_combinations(kwargs, message):
@@ -789,3 +797,96 @@ def test_cli_documents_and_refuses_xbm_flags():
     xbm_help = help_text.split("--xbm_size:")[1].split("(an integer)")[0]
     for loss in retrieval.XBM_LOSSES:  # the help names every loss the check accepts
         assert loss in xbm_help, (loss, xbm_help)
+
+
+def test_optimizer_defaults_are_the_papers_and_constant_is_the_rate_throughout():
+    config = retrieval.resolve(retrieval.RetrievalConfig(output_dir="x"), num_train_classes=142)
+    assert (config.momentum, config.lr_schedule) == (0.9, "paper")
+    optimizer, schedule = retrieval.build_optimizer(config)
+    assert optimizer.momentum == 0.9
+    assert isinstance(schedule, retrieval.ConstantThenPolynomialDecay)
+    assert float(schedule(0)) == pytest.approx(0.01)
+    assert float(schedule(config.train_steps)) == pytest.approx(1e-7)
+    constant = retrieval.dataclasses.replace(config, lr_schedule="constant", momentum=0.0)
+    optimizer, schedule = retrieval.build_optimizer(constant)
+    assert optimizer.momentum == 0.0
+    assert float(optimizer.learning_rate) == pytest.approx(0.01)
+    for step in (0, config.train_steps // 2, config.train_steps):
+        assert schedule(step) == 0.01
+
+
+def _digits_closed_config(tmp_path, **kwargs):
+    return _config(
+        tmp_path,
+        dataset="digits_closed",
+        backbone="mnist_toy",
+        embedding_dim=2,
+        batch_p=8,
+        batch_k=4,
+        momentum=0.0,
+        lr_schedule="constant",
+        **kwargs,
+    )
+
+
+def test_plain_sgd_steps_are_w_minus_lr_times_the_gradient(tmp_path):
+    # Three steps: the first step of SGD with momentum is also w - lr g (the velocity starts at
+    # zero), so only later steps tell plain SGD apart.
+    config = _digits_closed_config(tmp_path, train_steps=3, eval_every=3, learning_rate=0.05)
+    # The initial weights and the batches, rebuilt as train_retrieval builds them.
+    resolved, (train, _, _, _), model, _ = retrieval._setup(config)
+    loss = retrieval.build_loss(resolved)
+    weights = [w.numpy().astype(np.float64) for w in model.trainable_weights]
+    batches = data.pk_batches(*train, batch_p=8, batch_k=4, seed=resolved.seed, start_batch=0)
+    for x, y in batches.take(3):
+        for variable, value in zip(model.trainable_weights, weights, strict=True):
+            variable.assign(value.astype(np.float32))
+        with tf.GradientTape() as tape:
+            value = loss(y, model(x, training=True))
+        gradients = tape.gradient(value, model.trainable_weights)
+        weights = [w - 0.05 * g.numpy() for w, g in zip(weights, gradients, strict=True)]
+
+    results = retrieval.train_retrieval(config)
+    assert results["status"] == "completed"
+    assert [t["learning_rate"] for t in results["trace"]] == [0.05] * 3
+    trained = keras.models.load_model(tmp_path / "run" / "embedding_model.keras")
+    for w, expected in zip(trained.trainable_weights, weights, strict=True):
+        np.testing.assert_allclose(w.numpy(), expected, atol=1e-6, err_msg=w.path)
+
+
+def test_digits_closed_mnist_toy_smoke(tmp_path):
+    results = retrieval.train_retrieval(
+        _digits_closed_config(tmp_path, train_steps=4, eval_every=2)
+    )
+    assert results["status"] == "completed"
+    c = results["config"]
+    assert (c["dataset"], c["backbone"], c["batch_p"], c["batch_k"]) == (
+        "digits_closed",
+        "mnist_toy",
+        8,
+        4,
+    )
+    assert (c["momentum"], c["lr_schedule"]) == (0.0, "constant")
+    assert [e["step"] for e in results["evaluations"]] == [0, 2, 4]
+    assert [t["learning_rate"] for t in results["trace"]] == [0.01] * 4
+    test_labels = data.load_digits_closed_set()["test"][1]
+    assert set(np.unique(test_labels)) == set(range(10))  # closed set: the training classes
+    assert 0.0 <= results["evaluations"][-1]["recall_at_1"] <= 1.0
+
+
+def test_cli_documents_and_refuses_the_optimizer_flags():
+    help_text = " ".join(_cli("--helpfull").stdout.split())
+    for text in (
+        "--lr_schedule: <paper|constant>: paper: --learning_rate for train_steps/2",
+        "--momentum: SGD momentum in [0, 1)",
+        "digits_closed: the same digits at 28 x 28",
+        "(default: '0.9')",
+    ):
+        assert text in help_text, text
+    for flag, message in (
+        ("--momentum=1", "`--momentum`. Expected a float in [0, 1)"),
+        ("--lr_schedule=cosine", "lr_schedule"),
+    ):
+        done = _cli("--dataset=digits_closed", flag, "--output_dir=/tmp/never_optimizer_flags")
+        assert done.returncode == 2 and message in done.stderr, (flag, done.stderr[-500:])
+    assert not os.path.exists("/tmp/never_optimizer_flags")

@@ -47,13 +47,18 @@ def check_fields_and_data(config, embedded):
     """Raises ConfigError for a field outside its option's kind or choices, a file dataset
     without --data_dir, an embedded one (a name in `embedded`) with one, an embedded set
     (small grey images) with an applications backbone, or --weights the backbone cannot load
-    (a missing file; 'imagenet' for a small backbone)."""
+    (a missing file; 'imagenet' for a small backbone; any weights for a toy backbone)."""
     c = config
     check_fields(c)
     if c.dataset not in embedded and not c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
     if c.dataset in embedded and c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} is embedded; it takes no --data_dir.")
+    if c.backbone in models.TOY_BACKBONES and c.weights not in (None, "none"):
+        raise ConfigError(
+            f"--weights={c.weights}: --backbone={c.backbone} starts from random weights (as the "
+            f"original does); leave --weights unset."
+        )
     if c.weights not in (None, "none", "imagenet") and not os.path.isfile(c.weights):
         kinds = "a .weights.h5 file" + (
             "" if c.backbone in models.SMALL_BACKBONES else " or 'imagenet'"
@@ -65,10 +70,11 @@ def check_fields_and_data(config, embedded):
             f"{list(models.APPLICATIONS)}, or a .weights.h5 file of this backbone (e.g. "
             f"python -m trainers.pretrain_glyphs --backbone={c.backbone})."
         )
-    if c.dataset in embedded and c.backbone not in models.SMALL_BACKBONES:
+    if c.dataset in embedded and c.backbone in models.APPLICATIONS:
+        small = [*models.SMALL_BACKBONES, *models.TOY_BACKBONES]
         raise ConfigError(
             f"--dataset={c.dataset} has small grey images; --backbone={c.backbone} needs RGB "
-            f"images of at least 32 x 32. Use --backbone from {list(models.SMALL_BACKBONES)}."
+            f"images of at least 32 x 32. Use --backbone from {small}."
         )
 
 
