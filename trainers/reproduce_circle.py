@@ -1,17 +1,32 @@
-"""The 2-D circle embedding of the SVMax paper's Fig. 1 (dissertation Fig. 3.13): a small network
-embeds the embedded image set onto the unit circle (d = 2, batch b = P x K >> d) with the
-contrastive loss, without and with SVMax, over seeds.
+"""The 2-D circle embedding of the SVMax paper's Fig. 4 (dissertation Fig. 3.13): a small network
+embeds images onto the unit circle (d = 2, batch b = P x K >> d) with the contrastive loss,
+without and with SVMax, over seeds.
 
-    python -m trainers.reproduce_circle --table=docs/circle_glyphs.md     # 6 runs, ~10 min
-    python -m trainers.reproduce_circle --dataset=digits --train_steps=200 --seeds=0 \\
-        --table=/tmp/circle.md                                            # a quick look
+    python -m trainers.reproduce_circle --table=/tmp/circle.md            # the original protocol
+    python -m trainers.reproduce_circle --protocol=ours --table=docs/circle_glyphs.md  # ~13 min
+    python -m trainers.reproduce_circle --protocol=ours --dataset=digits --train_steps=200 \\
+        --seeds=0 --table=/tmp/circle.md                                  # a quick look
 
-Every run is `trainers.retrieval.train_retrieval` with ``embedding_dim=2``, ``loss=contrastive``
-(its defaults otherwise: P x K = 36 x 4, margin 1, lr 0.01) and ``regularizer`` none or svmax
-(lambda --svmax_lambda), the trace at every step, so results.json holds s_mu of every training
-batch with its bounds L = sqrt(b)/2 and U = sqrt(b/2) (constant: b and d are fixed). A callback
-keeps the test embedding of --frame_images fixed test images at --frames evenly spaced steps
-(``frames/step_<N>.npy`` in the run folder). Writes the table (normalised spread
+--protocol=original follows the authors' code (ahmdtaha/svmax @ cc5f1b5b, mnist_embedding.py):
+10 classes in both training and test (closed set), P x K = 8 x 4 batches (b = 32), the
+`mnist_toy` network (Conv2D 32 x 3 valid, Flatten, Dense 128, Dense 2, L2 normalisation),
+contrastive loss with margin 1 plus bounded SVMax (lambda --svmax_lambda) or nothing, plain SGD
+(momentum 0) at the constant rate --learning_rate (0.01), --epochs epochs of n_train // 32 steps
+each, and frames at epoch boundaries of 320 test images, drawn with the original's class colours.
+MNIST cannot be downloaded here: the data are scikit-learn's digits resized to 28 x 28
+(``digits_closed``: 1,437 training and 360 test images), so an epoch is 44 steps, not 1,875. The
+original re-draws its 320 test images every epoch (unseeded); here they are fixed.
+
+--protocol=ours is the earlier glyph protocol: ``embedding_dim=2``, ``loss=contrastive`` and the
+retrieval trainer's defaults otherwise (P x K = 36 x 4, margin 1, lr 0.01, SGD momentum 0.9 with
+the paper's constant-then-polynomial schedule), --dataset (open set) and --train_steps, frames
+at --frames evenly spaced steps of --frame_images (600) test images.
+
+Every run is `trainers.retrieval.train_retrieval` with ``regularizer`` none or svmax, the trace
+at every step, so results.json holds s_mu of every training batch with its bounds
+L = sqrt(b)/2 and U = sqrt(b/2) (constant: b and d are fixed). A callback keeps the test
+embedding of the fixed test images at the frame steps (``frames/step_<N>.npy`` in the run
+folder). Writes the table (normalised spread
 (s_mu - L)/(U - L) of the last training batches and of the whole test set, R@1), ``<table>.png``
 (the frames of the first seed, one row per regularizer) and ``<table>_s_mu.png`` (s_mu per step
 against L and U), and ``<table>.json``.
@@ -41,19 +56,64 @@ harness_flags.define_flags(
     retrieval.RetrievalConfig,
     only=("output_dir", "dataset", "train_steps", "learning_rate"),
     defaults={"output_dir": "runs/circle", "train_steps": 1000},
-    help_overrides={"output_dir": "Parent folder of the runs (one folder per run)."},
+    help_overrides={
+        "output_dir": "Parent folder of the runs (one folder per run).",
+        "dataset": "--protocol=ours only: the embedded set (the original: digits_closed).",
+        "train_steps": "--protocol=ours only: training steps (the original: --epochs).",
+    },
 )
 flags.adopt_module_key_flags(harness_flags)
+flags.DEFINE_enum(
+    "protocol",
+    "original",
+    ["original", "ours"],
+    "original: the authors' mnist_embedding.py (digits_closed as MNIST, mnist_toy, 8 x 4 "
+    "batches, plain SGD at a constant rate, --epochs, 320 test images); ours: the glyph "
+    "protocol (--dataset, small_cnn, 36 x 4, the retrieval trainer's SGD, --train_steps).",
+)
+flags.DEFINE_integer(
+    "epochs",
+    None,
+    "--protocol=original only: epochs of n_train // 32 steps (default 200, the original's).",
+    lower_bound=1,
+)
 flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; every cell is the mean ± std over them.")
 flags.DEFINE_float("svmax_lambda", 1.0, "SVMax weight of the svmax runs (paper, contrastive: 1).")
 flags.DEFINE_integer(
-    "frames", 6, "Snapshots of the test embedding (first and last included).", lower_bound=2
+    "frames",
+    6,
+    "Snapshots of the test embedding (first and last included): evenly spaced steps, or with "
+    "--protocol=original evenly spaced epoch boundaries.",
+    lower_bound=2,
 )
-flags.DEFINE_integer("frame_images", 600, "Test images in each snapshot.", lower_bound=1)
+flags.DEFINE_integer(
+    "frame_images",
+    None,
+    "Test images in each snapshot (default: 320 original, as its figure; 600 ours).",
+    lower_bound=1,
+)
 flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/circle.md).")
 
 REGULARIZERS = ("none", "svmax")
 LABELS = {"none": "contrastive", "svmax": "contrastive + SVMax"}
+# --protocol=original: the original's P x K, epochs, test images in a frame, and the colours of
+# classes 0-9 in its scatter plots (mnist_embedding.py l.166-167).
+ORIGINAL_BATCH = (8, 4)
+ORIGINAL_EPOCHS = 200
+ORIGINAL_FRAME_IMAGES = 320
+OURS_FRAME_IMAGES = 600
+ORIGINAL_COLOURS = (
+    "green",
+    "yellow",
+    "orange",
+    "purple",
+    "red",
+    "black",
+    "hotpink",
+    "cyan",
+    "navy",
+    "indigo",
+)
 
 
 def frame_steps(train_steps, frames):
@@ -85,8 +145,27 @@ def spread(s_mu, lower, upper):
     return (s_mu - lower) / (upper - lower)
 
 
-def run_one(base, regularizer, seed, frame_images, frames, svmax_lambda):
-    name = f"{regularizer}_seed{seed}"
+def original_config(base, epochs, num_train):
+    """`base` set to the original protocol: digits_closed, mnist_toy, 8 x 4, plain SGD at a
+    constant rate, ``epochs * (num_train // 32)`` steps (the original's epoch: every full batch
+    of the training set), one evaluation at the end."""
+    p, k = ORIGINAL_BATCH
+    steps = epochs * (num_train // (p * k))
+    return dataclasses.replace(
+        base,
+        dataset="digits_closed",
+        backbone="mnist_toy",
+        batch_p=p,
+        batch_k=k,
+        momentum=0.0,
+        lr_schedule="constant",
+        train_steps=steps,
+        eval_every=steps,
+    )
+
+
+def run_one(base, regularizer, seed, frame_images, steps, svmax_lambda, prefix=""):
+    name = f"{prefix}{regularizer}_seed{seed}"
     config = dataclasses.replace(
         base,
         regularizer=regularizer,
@@ -99,7 +178,7 @@ def run_one(base, regularizer, seed, frame_images, frames, svmax_lambda):
     test_images, test_labels = retrieval.EMBEDDED[config.dataset]()["test"]
     rng = np.random.default_rng(0)  # the same test images in every run
     subset = np.sort(rng.choice(len(test_images), min(frame_images, len(test_images)), False))
-    recorder = FrameRecorder(test_images[subset], frame_steps(config.train_steps, frames), folder)
+    recorder = FrameRecorder(test_images[subset], steps, folder)
     results = retrieval.train_retrieval(config, callbacks=[recorder])
     np.save(os.path.join(folder, "labels.npy"), test_labels[subset])
     return results
@@ -126,8 +205,12 @@ def summary(results):
     }
 
 
-def plot_frames(runs, steps, path, title):
+def plot_frames(runs, steps, path, title, protocol="ours", steps_per_epoch=None):
+    """One row per regularizer, one column per step. ``original``: the original's class colours,
+    marker size 20 and limits +-1.1, columns titled by epoch; ``ours``: tab20, size 3, +-1.15."""
     plt = pyplot()
+    original = protocol == "original"
+    limit = 1.1 if original else 1.15
     fig, axes = plt.subplots(
         len(runs), len(steps), figsize=(1.9 * len(steps), 2.1 * len(runs)), squeeze=False
     )
@@ -141,10 +224,15 @@ def plot_frames(runs, steps, path, title):
             path_j = os.path.join(folder, f"step_{step:06d}.npy")
             if os.path.exists(path_j):
                 x = np.load(path_j)
-                ax.scatter(x[:, 0], x[:, 1], c=labels % 20, cmap="tab20", s=3, alpha=0.6)
-            ax.set(xlim=(-1.15, 1.15), ylim=(-1.15, 1.15), aspect="equal", xticks=[], yticks=[])
+                if original:
+                    colours = [ORIGINAL_COLOURS[int(c) % 10] for c in labels]
+                    ax.scatter(x[:, 0], x[:, 1], c=colours, marker="o", s=20)
+                else:
+                    ax.scatter(x[:, 0], x[:, 1], c=labels % 20, cmap="tab20", s=3, alpha=0.6)
+            ax.set(xlim=(-limit, limit), ylim=(-limit, limit), aspect="equal", xticks=[], yticks=[])
             if i == 0:
-                ax.set_title(f"step {step}", fontsize=8)
+                label = f"epoch {step // steps_per_epoch}" if original else f"step {step}"
+                ax.set_title(label, fontsize=8)
             if j == 0:
                 ax.set_ylabel(LABELS[regularizer], fontsize=8)
     fig.suptitle(title, fontsize=9)
@@ -191,7 +279,33 @@ def main(argv):
             trace_every=1,
             verbose=0,
         )
-        base = dataclasses.replace(base, eval_every=base.train_steps)
+        protocol = FLAGS.protocol
+        if protocol == "original":
+            if FLAGS["dataset"].present and FLAGS.dataset != "digits_closed":
+                raise ValueError(
+                    f"--protocol=original trains on digits_closed (the MNIST stand-in); "
+                    f"received --dataset={FLAGS.dataset} (use --protocol=ours for other sets)"
+                )
+            if FLAGS["train_steps"].present:
+                raise ValueError(
+                    "--protocol=original counts --epochs, not --train_steps (use "
+                    "--protocol=ours for a number of steps)"
+                )
+            epochs = ORIGINAL_EPOCHS if FLAGS.epochs is None else FLAGS.epochs
+            num_train = len(retrieval.EMBEDDED["digits_closed"]()["train"][1])
+            base = original_config(base, epochs, num_train)
+            steps_per_epoch = base.train_steps // epochs
+            steps = [e * steps_per_epoch for e in frame_steps(epochs, FLAGS.frames)]
+            frame_images = FLAGS.frame_images or ORIGINAL_FRAME_IMAGES
+            prefix = "original_"
+        else:
+            if FLAGS.epochs is not None:
+                raise ValueError("--epochs is for --protocol=original; ours counts --train_steps")
+            base = dataclasses.replace(base, eval_every=base.train_steps)
+            steps_per_epoch = None
+            steps = frame_steps(base.train_steps, FLAGS.frames)
+            frame_images = FLAGS.frame_images or OURS_FRAME_IMAGES
+            prefix = ""
         if base.dataset not in retrieval.EMBEDDED:
             raise ValueError(
                 f"--dataset must be an embedded set {list(retrieval.EMBEDDED)} (the frames are "
@@ -208,7 +322,7 @@ def main(argv):
         for seed in seeds:
             print(f"[{PROGRAM}] {regularizer} seed {seed}", flush=True)
             results = run_one(
-                base, regularizer, seed, FLAGS.frame_images, FLAGS.frames, FLAGS.svmax_lambda
+                base, regularizer, seed, frame_images, steps, FLAGS.svmax_lambda, prefix
             )
             cells.setdefault(regularizer, []).append(results)
             s = summary(results)
@@ -221,16 +335,33 @@ def main(argv):
     first = cells["none"][0]
     config = first["config"]
     b = summaries["none"][0]["batch_size"]
+    if protocol == "original":
+        setup = (
+            "Protocol `original` (ahmdtaha/svmax @ cc5f1b5b, `mnist_embedding.py`), with "
+            "scikit-learn's digits resized to 28 × 28 in place of MNIST (closed set: all 10 "
+            f"classes in training and test). `{config['dataset']}`, backbone "
+            f"`{config['backbone']}`, P × K = {config['batch_p']} × {config['batch_k']}, plain "
+            f"SGD (momentum {config['momentum']:g}) at the constant lr "
+            f"{config['learning_rate']:g}, {epochs} epochs of {steps_per_epoch} steps "
+            f"({config['train_steps']} steps), frames of {frame_images} fixed test images "
+            "(the original re-draws its 320 every epoch). R@1 is closed-set: the test "
+            "images' classes are the training classes. "
+        )
+    else:
+        setup = (
+            f"Protocol `ours`: `{config['dataset']}`, backbone `{config['backbone']}`, "
+            f"lr {config['learning_rate']:g} ({config['lr_schedule']} schedule, momentum "
+            f"{config['momentum']:g}), {config['train_steps']} steps. "
+        )
     lines = [
-        "# 2-D circle embedding (SVMax paper Fig. 1, dissertation Fig. 3.13)",
+        "# 2-D circle embedding (SVMax paper Fig. 4, dissertation Fig. 3.13)",
         "",
         f"Generated by `python -m trainers.reproduce_circle {' '.join(sys.argv[1:])}` on "
         f"{first['device']} with TensorFlow {first['versions']['tensorflow']}, Keras "
         f"{first['versions']['keras']}.",
         "",
-        f"`{config['dataset']}`, backbone `{config['backbone']}`, embedding d = 2 "
-        f"(L2-normalised: the unit circle), contrastive loss (margin {config['margin']:g}), "
-        f"b = {b} ≫ d, lr {config['learning_rate']:g}, {config['train_steps']} steps, SVMax "
+        f"{setup}Embedding d = 2 (L2-normalised: the unit circle), contrastive loss (margin "
+        f"{config['margin']:g}), b = {b} ≫ d, SVMax "
         f"λ {FLAGS.svmax_lambda:g}; seeds {', '.join(map(str, seeds))}. Spread = "
         "(s_μ − L)/(U − L): 0 for a batch on one line through the origin (polarised, rank 1), "
         "1 at the upper bound. Batch: the mean s_μ of the last 20 training batches "
@@ -262,13 +393,14 @@ def main(argv):
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     stem = os.path.splitext(path)[0]
-    steps = frame_steps(config["train_steps"], FLAGS.frames)
     plot_frames(
         [(r, cells[r][0]) for r in REGULARIZERS],
         steps,
         f"{stem}.png",
         f"Test embeddings on the unit circle (d = 2), {config['dataset']}, seed {seeds[0]}:\n"
         f"contrastive without (top) and with SVMax λ {FLAGS.svmax_lambda:g} (bottom)",
+        protocol=protocol,
+        steps_per_epoch=steps_per_epoch,
     )
     plot_s_mu(
         cells,

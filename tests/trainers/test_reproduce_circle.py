@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tf_svmax import data
 from trainers import reproduce_circle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +38,7 @@ def test_smoke(tmp_path):
             sys.executable,
             "-m",
             "trainers.reproduce_circle",
+            "--protocol=ours",
             "--dataset=digits",
             "--train_steps=4",
             "--seeds=0",
@@ -71,6 +73,7 @@ def test_refuses_a_file_dataset(tmp_path):
             sys.executable,
             "-m",
             "trainers.reproduce_circle",
+            "--protocol=ours",
             "--dataset=cub200",
             f"--output_dir={tmp_path}",
         ],
@@ -80,3 +83,87 @@ def test_refuses_a_file_dataset(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 2 and "embedded set" in proc.stderr
+
+
+def _circle(*flags, timeout=600):
+    return subprocess.run(
+        [sys.executable, "-m", "trainers.reproduce_circle", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_original_protocol_smoke(tmp_path):
+    table = tmp_path / "circle.md"
+    proc = _circle(
+        "--epochs=2",  # --protocol=original is the default
+        "--seeds=0",
+        "--frames=2",
+        f"--output_dir={tmp_path / 'runs'}",
+        f"--table={table}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = table.read_text()
+    assert text.startswith("# 2-D circle embedding (SVMax paper Fig. 4,")
+    assert "Protocol `original`" in text and "| contrastive + SVMax |" in text
+    steps_per_epoch = len(data.load_digits_closed_set()["train"][1]) // 32
+    for regularizer in ("none", "svmax"):
+        run = tmp_path / "runs" / f"original_{regularizer}_seed0"
+        results = json.loads((run / "results.json").read_text())
+        c = results["config"]
+        assert (c["dataset"], c["backbone"], c["embedding_dim"]) == (
+            "digits_closed",
+            "mnist_toy",
+            2,
+        )
+        assert (c["batch_p"], c["batch_k"], c["loss"], c["margin"]) == (8, 4, "contrastive", 1.0)
+        assert (c["momentum"], c["lr_schedule"], c["learning_rate"]) == (0.0, "constant", 0.01)
+        assert c["regularizer"] == regularizer
+        assert c["train_steps"] == 2 * steps_per_epoch
+        assert {t["learning_rate"] for t in results["trace"]} == {0.01}
+        # Frames at the epoch boundaries 0 and 2 (--frames=2), 320 test images each.
+        frames = run / "frames"
+        assert sorted(p.name for p in frames.glob("step_*.npy")) == [
+            "step_000000.npy",
+            f"step_{2 * steps_per_epoch:06d}.npy",
+        ]
+        embedding = np.load(frames / f"step_{2 * steps_per_epoch:06d}.npy")
+        assert embedding.shape == (320, 2)
+        np.testing.assert_allclose(np.linalg.norm(embedding, axis=1), 1.0, atol=1e-5)
+        assert set(np.load(frames / "labels.npy")) == set(range(10))
+    svmax = json.loads((tmp_path / "runs" / "original_svmax_seed0" / "results.json").read_text())
+    assert svmax["config"]["svmax_lambda"] == 1.0
+    assert (tmp_path / "circle.png").exists() and (tmp_path / "circle_s_mu.png").exists()
+
+
+def test_original_colours_are_the_originals():
+    # mnist_embedding.py l.166-167, classes 0-9.
+    assert reproduce_circle.ORIGINAL_COLOURS == (
+        "green",
+        "yellow",
+        "orange",
+        "purple",
+        "red",
+        "black",
+        "hotpink",
+        "cyan",
+        "navy",
+        "indigo",
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--dataset=glyphs",), "--protocol=original trains on digits_closed"),
+        (("--train_steps=10",), "--protocol=original counts --epochs"),
+        (("--protocol=ours", "--epochs=3"), "--epochs is for --protocol=original"),
+        (("--protocol=theirs",), "protocol"),
+    ],
+)
+def test_protocol_flags_are_refused_where_they_do_not_apply(tmp_path, flags, message):
+    proc = _circle(*flags, f"--output_dir={tmp_path / 'never'}", timeout=300)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-1000:]
+    assert not (tmp_path / "never").exists()
