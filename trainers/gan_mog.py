@@ -12,9 +12,19 @@ lambda = 0.01); the fake points are not normalised, so the bounds recorded are t
 of norm = the ring's radius (``L = r sqrt(b) / d``, ``U = r sqrt(b / d)``).
 
 `variant="unrolled"` (Metz et al. 2017): the generator's loss is taken at the discriminator
-after `unroll_steps` Adam updates on the current batch. ``unroll_gradient="through"`` (Metz)
-differentiates through those updates; ``"surrogate"`` treats them as constants, as the PyTorch
-code does (its Adam step is not differentiable), so the gradient only sees the unrolled weights.
+after `unroll_steps` Adam updates. The defaults are what the PyTorch code does:
+``unroll_gradient="surrogate"`` treats those updates as constants (its Adam step is not
+differentiable), so the gradient only sees the unrolled weights; ``"through"`` (Metz)
+differentiates through them. ``unroll_real="fresh"`` draws a new real batch for every unrolled
+update (``"reused"``: the discriminator step's batch each time). ``unroll_adam_state="advance"``
+keeps the unrolled updates' Adam moments and step count, restoring only the weights (the
+original's ``D.load(backup)`` copies weights, not the optimizer), so the discriminator's Adam
+advances 1 + K steps per iteration; ``"copy"`` starts each unroll from a copy of the state and
+discards it (Metz et al.'s unroll).
+
+The mixture's modes are equally weighted (`mixture="uniform"`, the paper's figure) or weighted
+as the notebook's active default draws them (`"random"`: `data.random_mode_weights`, seeded by
+`mixture_seed`; the notebook never seeds it).
 
 Evaluation: `num_samples` points from fixed noise, VEEGAN's mode coverage
 (`tf_svmax.metrics.mode_coverage`), the points' s_mu; every evaluation's points are kept in
@@ -46,12 +56,16 @@ from trainers.harness.loop import Job, run_job
 from trainers.harness.plots import pyplot, save_figure
 
 VARIANTS = ("vanilla", "unrolled")
-UNROLL_GRADIENTS = ("through", "surrogate")
+UNROLL_GRADIENTS = ("surrogate", "through")
+UNROLL_REAL = ("fresh", "reused")
+UNROLL_ADAM_STATE = ("advance", "copy")
+MIXTURES = ("uniform", "random")
 ACTIVATIONS = ("tanh", "relu")
 ADAM_BETAS = (0.5, 0.999)  # the unrolled-GAN code's optim_betas
 ADAM_EPSILON = 1e-8  # PyTorch's Adam default, which the original ran with
 PAPER_SVMAX_LAMBDA = 0.01
-PAPER_UNROLL_STEPS = 5
+PAPER_UNROLL_STEPS = 5  # the paper's text; the notebook's `unrolled_steps` is 10
+NOTEBOOK_UNROLL_STEPS = 10
 # Square the heat maps cover (the ring has radius 2; the original plots [-5, 5]).
 PLOT_EXTENT = 3.0
 
@@ -70,15 +84,30 @@ class GanConfig:
     )
     unroll_steps: int | None = option(
         None,
-        f"Discriminator updates unrolled (unrolled only; paper: {PAPER_UNROLL_STEPS}).",
+        f"Discriminator updates unrolled (unrolled only; default the paper's "
+        f"{PAPER_UNROLL_STEPS}; the original notebook: {NOTEBOOK_UNROLL_STEPS}).",
         check=positive_int,
     )
     unroll_gradient: str | None = option(
         None,
-        "unrolled only. through (default, Metz et al.): the generator's gradient is taken "
-        "through the unrolled updates; surrogate: the updates are constants, as in the PyTorch "
-        "code the paper used.",
+        "unrolled only. surrogate (default, the PyTorch code the paper used): the unrolled "
+        "updates are constants, the gradient is taken at the unrolled discriminator; through "
+        "(Metz et al.): the gradient is taken through the updates.",
         choices=UNROLL_GRADIENTS,
+    )
+    unroll_real: str | None = option(
+        None,
+        "unrolled only. fresh (default, the original): a new real batch for every unrolled "
+        "update; reused: the discriminator step's real batch for all of them.",
+        choices=UNROLL_REAL,
+    )
+    unroll_adam_state: str | None = option(
+        None,
+        "unrolled only. advance (default, the original): the unrolled updates' Adam moments "
+        "and step count are kept, only the weights are restored, so the discriminator's Adam "
+        "advances 1 + unroll_steps steps per iteration; copy (Metz et al.): each unroll starts "
+        "from a copy of the state and discards it.",
+        choices=UNROLL_ADAM_STATE,
     )
     svmax_lambda: float = option(
         0.0,
@@ -103,6 +132,19 @@ class GanConfig:
     num_modes: int = option(8, "Gaussians on the ring (paper: 8).", check=positive_int)
     mixture_radius: float = option(2.0, "Ring radius (paper: 2).", check=positive_number)
     mixture_std: float = option(0.02, "Std of each Gaussian (paper: 0.02).", check=positive_number)
+    mixture: str = option(
+        "uniform",
+        "Mode weights: uniform (the paper's figure), or random: one U(0, 1) weight per mode, "
+        "normalised (the original notebook's active `dset.random_distribution()`), drawn from "
+        "--mixture_seed.",
+        choices=MIXTURES,
+    )
+    mixture_seed: int = option(
+        0,
+        "Seed of the random mode weights (--mixture=random only; one seed for all runs, as the "
+        "paper fixed one).",
+        check=non_negative_int,
+    )
     train_steps: int = option(3000, "Training iterations (paper: 3000).", check=positive_int)
     eval_every: int = option(
         300,
@@ -125,11 +167,19 @@ def resolve(config):
     """The config with defaults filled in, checked; raises ConfigError naming the flags."""
     c = config
     check_fields(c)
-    if c.variant == "vanilla" and (c.unroll_steps is not None or c.unroll_gradient is not None):
+    unroll_fields = ("unroll_steps", "unroll_gradient", "unroll_real", "unroll_adam_state")
+    given = [
+        f"--{name}={getattr(c, name)}" for name in unroll_fields if getattr(c, name) is not None
+    ]
+    if c.variant == "vanilla" and given:
         raise ConfigError(
-            "--unroll_steps and --unroll_gradient apply to --variant=unrolled only; received "
-            f"--variant=vanilla with --unroll_steps={c.unroll_steps}, "
-            f"--unroll_gradient={c.unroll_gradient}."
+            "--unroll_steps, --unroll_gradient, --unroll_real and --unroll_adam_state apply to "
+            f"--variant=unrolled only; received --variant=vanilla with {', '.join(given)}."
+        )
+    if c.mixture == "uniform" and c.mixture_seed:
+        raise ConfigError(
+            f"--mixture_seed applies to --mixture=random only; received --mixture=uniform with "
+            f"--mixture_seed={c.mixture_seed}."
         )
     if c.train_steps % c.eval_every:
         raise ConfigError(
@@ -139,9 +189,18 @@ def resolve(config):
     return dataclasses.replace(
         c,
         unroll_steps=(c.unroll_steps or PAPER_UNROLL_STEPS) if unrolled else None,
-        unroll_gradient=(c.unroll_gradient or "through") if unrolled else None,
+        unroll_gradient=(c.unroll_gradient or "surrogate") if unrolled else None,
+        unroll_real=(c.unroll_real or "fresh") if unrolled else None,
+        unroll_adam_state=(c.unroll_adam_state or "advance") if unrolled else None,
         trace_every=c.trace_every or max(1, c.eval_every // 10),
     )
+
+
+def mixture_weights(config):
+    """The mode weights of a config's mixture (float64, sum 1), or None for equal weights."""
+    if config.mixture == "uniform":
+        return None
+    return data.random_mode_weights(config.num_modes, seed=config.mixture_seed)
 
 
 def svmax_bounds(config):
@@ -217,6 +276,12 @@ class DiscriminatorAdam(tf.Module):
     def update(self, params, grads, m, v, t):
         return adam_update(params, grads, m, v, t, **self.hyper)
 
+    def assign_state(self, m, v, t):
+        """Sets the moments and step count (values only: no gradient flows into the state)."""
+        for target, value in zip([*self.m, *self.v], [*m, *v], strict=True):
+            target.assign(tf.stop_gradient(value))
+        self.t.assign(tf.stop_gradient(t))
+
     def apply(self, grads, variables):
         m, v, t = self.state()
         params, m, v, t = self.update([x.value for x in variables], grads, m, v, t)
@@ -239,7 +304,11 @@ def generator_loss(fake_logits):
 
 class RingGAN(keras.Model):
     """Generator and discriminator with the alternating train step; the Keras optimizer given to
-    `compile` trains the generator, `d_optimizer` the discriminator."""
+    `compile` trains the generator, `d_optimizer` the discriminator.
+
+    A batch is ``(real, discriminator noise, generator noise, unroll reals)``: the last is
+    `[unroll_steps, b, 2]` (a real batch per unrolled update) or `[0, b, 2]` (every unrolled
+    update reuses `real`)."""
 
     def __init__(
         self,
@@ -250,12 +319,13 @@ class RingGAN(keras.Model):
         svmax_lambda,
         unroll_steps,
         unroll_gradient,
+        unroll_adam_state="advance",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.generator, self.discriminator, self.d_optimizer = generator, discriminator, d_optimizer
         self.svmax_lambda, self.unroll_steps = svmax_lambda, unroll_steps or 0
-        self.unroll_gradient = unroll_gradient
+        self.unroll_gradient, self.unroll_adam_state = unroll_gradient, unroll_adam_state
         self.trackers = [
             keras.metrics.Mean(name=name) for name in ("loss", "d_loss", "g_loss", "s_mu")
         ]
@@ -267,26 +337,28 @@ class RingGAN(keras.Model):
     def call(self, noise, training=False):
         return self.generator(noise, training=training)
 
-    def _unrolled_logits(self, real, fake):
-        """The discriminator's logits of `fake` after `unroll_steps` Adam updates from its
-        current weights and optimizer state (fake held fixed for ``surrogate``)."""
+    def _unrolled_logits(self, reals, fake):
+        """``(logits, adam_state)``: the discriminator's logits of `fake` after `unroll_steps`
+        Adam updates from its current weights and optimizer state, update j on real batch
+        ``reals[j]`` and on `fake` (held fixed for ``surrogate``), and the Adam ``(m, v, t)``
+        those updates end with. The discriminator's variables are left untouched."""
         d = self.discriminator
         unroll_fake = tf.stop_gradient(fake) if self.unroll_gradient == "surrogate" else fake
         params = [x.value for x in d.trainable_variables]
         m, v, t = self.d_optimizer.state()
-        for _ in range(self.unroll_steps):
+        for j in range(self.unroll_steps):
             with tf.GradientTape() as inner:
                 inner.watch(params)
                 loss = discriminator_loss(
-                    d.stateless_call(params, [], real)[0],
+                    d.stateless_call(params, [], reals[j])[0],
                     d.stateless_call(params, [], unroll_fake)[0],
                 )
             grads = inner.gradient(loss, params)
             params, m, v, t = self.d_optimizer.update(params, grads, m, v, t)
-        return d.stateless_call(params, [], fake)[0]
+        return d.stateless_call(params, [], fake)[0], (m, v, t)
 
     def train_step(self, batch):
-        real, noise_d, noise_g = batch
+        real, noise_d, noise_g, unroll_reals = batch
         d, g = self.discriminator, self.generator
         with tf.GradientTape() as tape:
             fake = tf.stop_gradient(g(noise_d, training=True))
@@ -295,7 +367,9 @@ class RingGAN(keras.Model):
         with tf.GradientTape() as tape:
             fake = g(noise_g, training=True)
             if self.unroll_steps:
-                logits = self._unrolled_logits(real, fake)
+                # A static shape: fresh batches, or the D step's batch for every update.
+                reals = unroll_reals if unroll_reals.shape[0] else [real] * self.unroll_steps
+                logits, unrolled_adam = self._unrolled_logits(reals, fake)
             else:
                 logits = d(fake, training=True)
             g_loss = generator_loss(logits)
@@ -304,6 +378,8 @@ class RingGAN(keras.Model):
             total = g_loss - self.svmax_lambda * s_mu if self.svmax_lambda else g_loss
         grads = tape.gradient(total, g.trainable_variables)
         self.optimizer.apply(grads, g.trainable_variables)
+        if self.unroll_steps and self.unroll_adam_state == "advance":
+            self.d_optimizer.assign_state(*unrolled_adam)
         # The harness stops on a non-finite loss; a non-finite gradient (which would leave
         # non-finite weights behind a finite loss) is reported as one.
         loss = tf.where(
@@ -330,6 +406,7 @@ def build_gan(config):
         svmax_lambda=config.svmax_lambda,
         unroll_steps=config.unroll_steps,
         unroll_gradient=config.unroll_gradient,
+        unroll_adam_state=config.unroll_adam_state,
     )
     gan.compile(
         optimizer=keras.optimizers.Adam(
@@ -343,24 +420,39 @@ def build_gan(config):
     return gan
 
 
-def batches(config, start_step):
-    """``(real, discriminator noise, generator noise)`` per step, each drawn from a stateless
-    seed (config.seed, step): a resumed run continues on the batches it would have seen."""
+# First seed component of the unrolled updates' real batches: a family of its own, so the three
+# per-step draws (seeded (seed, 3 step + i)) are the same with and without fresh unroll batches.
+UNROLL_SEED_OFFSET = 2**40
 
-    def draw(step):
-        seeds = [tf.stack([tf.constant(config.seed, tf.int64), 3 * step + i]) for i in range(3)]
-        real = data.gaussian_ring_batch(
+
+def batches(config, start_step):
+    """``(real, discriminator noise, generator noise, unroll reals)`` per step, each drawn from
+    a stateless seed (config.seed, step): a resumed run continues on the batches it would have
+    seen. The unroll reals are `[unroll_steps, b, 2]` for ``unroll_real="fresh"``, else
+    `[0, b, 2]`."""
+    fresh = config.unroll_steps if config.unroll_real == "fresh" else 0
+    weights = mixture_weights(config)
+
+    def real_batch(seed):
+        return data.gaussian_ring_batch(
             config.batch_size,
-            seeds[0],
+            seed,
             num_modes=config.num_modes,
             radius=config.mixture_radius,
             std=config.mixture_std,
+            weights=weights,
         )
+
+    def draw(step):
+        seeds = [tf.stack([tf.constant(config.seed, tf.int64), 3 * step + i]) for i in range(3)]
+        first = tf.constant(config.seed + UNROLL_SEED_OFFSET, tf.int64)
+        unroll = [real_batch(tf.stack([first, fresh * step + j])) for j in range(fresh)]
         shape = [config.batch_size, config.noise_dim]
         return (
-            real,
+            real_batch(seeds[0]),
             tf.random.stateless_normal(shape, seeds[1]),
             tf.random.stateless_normal(shape, seeds[2]),
+            tf.stack(unroll) if unroll else tf.zeros([0, config.batch_size, 2]),
         )
 
     return tf.data.Dataset.range(start_step, 2**62).map(draw).prefetch(2)
@@ -386,9 +478,13 @@ def evaluate(config, gan, noise, centres, step):
     record = {"step": step, "finite": finite}
     if not finite:
         return record
-    coverage = metrics.mode_coverage(points, centres, config.mixture_std)
-    if math.isnan(coverage["mode_kl"]):
-        coverage["mode_kl"] = None  # no high-quality point: the histogram is undefined
+    coverage = metrics.mode_coverage(
+        points, centres, config.mixture_std, weights=mixture_weights(config)
+    )
+    if not math.isfinite(coverage["mode_kl"]):
+        # NaN: no high-quality point (the histogram is undefined); inf (points on a mode of
+        # weight 0) cannot occur with the drawn weights, which are positive. JSON has neither.
+        coverage["mode_kl"] = None
     record.update(coverage)
     # On the first batch_size points, so that it compares with the training batches' s_mu and
     # the recorded bounds (s_mu grows with sqrt(rows)).
@@ -404,7 +500,10 @@ def is_metric(key):
 def describe(config):
     text = config.variant
     if config.variant == "unrolled":
-        text += f" ({config.unroll_steps} steps, gradient {config.unroll_gradient})"
+        text += (
+            f" ({config.unroll_steps} steps, gradient {config.unroll_gradient}, "
+            f"{config.unroll_real} real batches, Adam state {config.unroll_adam_state})"
+        )
     if config.svmax_lambda:
         text += f" + SVMax (λ {config.svmax_lambda:g})"
     return text
@@ -444,6 +543,7 @@ def plot_run(results, directory, title):
         truth, _ = data.sample_gaussian_ring(
             len(np.load(panels[-1][1])),
             seed=1,
+            weights=results["mixture"].get("weights"),
             num_modes=len(centres),
             radius=config["mixture_radius"],
             std=config["mixture_std"],
@@ -494,9 +594,11 @@ def train_gan_mog(config, *, callbacks=()):
     centres = data.gaussian_ring(config.num_modes, config.mixture_radius)
     noise = evaluation_noise(config)
     lower, upper = svmax_bounds(config)
+    weights = mixture_weights(config)
     title = (
         f"GAN on the ring of {config.num_modes} Gaussians: {describe(config)}, "
         f"{config.generator_activation} generator, lr {config.learning_rate:g}, seed {config.seed}"
+        + ("" if weights is None else f", random mode weights (seed {config.mixture_seed})")
     )
 
     def save(folder):
@@ -521,6 +623,9 @@ def train_gan_mog(config, *, callbacks=()):
                 "std": config.mixture_std,
                 "radius": config.mixture_radius,
                 "num_modes": config.num_modes,
+                # None: equal weights. Their std is the notebook's file-name `prior_std`.
+                "weights": None if weights is None else weights.tolist(),
+                "weights_std": 0.0 if weights is None else float(np.std(weights)),
             },
             "svmax_bounds": {
                 "lower": lower,

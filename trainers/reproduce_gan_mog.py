@@ -6,11 +6,15 @@ SVMax weight x generator activation to find where the GAN collapses and whether 
         --table=/tmp/quick.md                                             # a smoke run
 
 Fig. 3's rows: vanilla, vanilla + SVMax, unrolled, unrolled + SVMax (`trainers.gan_mog`
-defaults: the paper's lr 0.025, tanh generator, SVMax lambda 0.01, 5 unrolled steps) over
---seeds. The sweep (vanilla) crosses --sweep_learning_rates x --sweep_lambdas x
---sweep_activations over --sweep_seeds. Every run lives in its own folder under --output_dir
-(``<variant>_<activation>_lr<lr>_lambda<lambda>_seed<seed>``); re-running resumes unfinished
-runs and reuses finished ones, and a sweep cell equal to a Fig. 3 cell reuses its runs.
+defaults: the paper's lr 0.025, tanh generator, SVMax lambda 0.01, 5 unrolled steps, the
+original code's unroll: surrogate gradient, a fresh real batch per unrolled update, the
+discriminator's Adam state advanced by the unroll) over --seeds. The sweep (vanilla) crosses
+--sweep_learning_rates x --sweep_lambdas x --sweep_activations over --sweep_seeds. Every run
+lives in its own folder under --output_dir, named by every setting that differs between runs
+(``vanilla_<activation>_lr<lr>_lambda<lambda>_seed<seed>``; unrolled runs add
+``_<gradient>_u<K>_<real>_<adam state>``; ``--mixture=random`` adds ``_mix<seed>``);
+re-running resumes unfinished runs and reuses finished ones, and a sweep cell equal to a Fig. 3
+cell reuses its runs.
 Writes the table (mean ± std of modes covered, high-quality fraction and mode KL after the last
 step, and the median ms per step), ``<table>.png`` (the heat-map grid: rows = Fig. 3 variants
 for the first seed, columns = evaluation steps, last = the target) and ``<table>.json``.
@@ -37,19 +41,39 @@ from trainers.harness.tables import mean_std  # noqa: E402
 FLAGS = flags.FLAGS
 harness_flags.define_flags(
     gan_mog.GanConfig,
-    only=("output_dir", "train_steps", "eval_every", "learning_rate"),
+    only=("output_dir", "train_steps", "eval_every", "learning_rate", "mixture", "mixture_seed"),
     defaults={"output_dir": "runs/gan_mog_table"},
     help_overrides={"output_dir": "Parent folder of the runs (one folder per run)."},
 )
 flags.adopt_module_key_flags(harness_flags)
 flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "Seeds of the Fig. 3 rows.")
 flags.DEFINE_float("svmax_lambda", gan_mog.PAPER_SVMAX_LAMBDA, "SVMax weight of the + SVMax rows.")
+flags.DEFINE_integer(
+    "unrolled_rows_steps",
+    gan_mog.PAPER_UNROLL_STEPS,
+    f"The unrolled rows' discriminator updates (paper: {gan_mog.PAPER_UNROLL_STEPS}; the "
+    f"original notebook: {gan_mog.NOTEBOOK_UNROLL_STEPS}).",
+    lower_bound=1,
+)
 flags.DEFINE_enum(
     "unrolled_rows_gradient",
-    "through",
+    "surrogate",
     list(gan_mog.UNROLL_GRADIENTS),
-    "The unrolled rows' gradient: through the updates (Metz et al.) or surrogate (the PyTorch "
-    "code the paper used).",
+    "The unrolled rows' gradient: surrogate (the PyTorch code the paper used) or through the "
+    "updates (Metz et al.).",
+)
+flags.DEFINE_enum(
+    "unrolled_rows_real",
+    "fresh",
+    list(gan_mog.UNROLL_REAL),
+    "The unrolled rows' real batches: fresh per unrolled update (the original) or reused.",
+)
+flags.DEFINE_enum(
+    "unrolled_rows_adam_state",
+    "advance",
+    list(gan_mog.UNROLL_ADAM_STATE),
+    "The unrolled rows' discriminator Adam state: advanced by the unroll (the original) or a "
+    "discarded copy (Metz et al.).",
 )
 flags.DEFINE_list("sweep_learning_rates", ["0.0025", "0.025", "0.1"], "Sweep: learning rates.")
 flags.DEFINE_list("sweep_lambdas", ["0", "0.01", "0.1"], "Sweep: SVMax weights.")
@@ -60,29 +84,42 @@ flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/gan_m
 PROGRAM = "reproduce_gan_mog"
 
 
-def fig3_rows(svmax_lambda, unroll_gradient):
+def fig3_rows(svmax_lambda, unroll_steps, unroll_gradient, unroll_real, unroll_adam_state):
     """``(label, overrides)`` of the paper's four rows."""
-    unrolled = dict(variant="unrolled", unroll_gradient=unroll_gradient)
+    unrolled = dict(
+        variant="unrolled",
+        unroll_steps=unroll_steps,
+        unroll_gradient=unroll_gradient,
+        unroll_real=unroll_real,
+        unroll_adam_state=unroll_adam_state,
+    )
+    how = f"{unroll_steps} steps, {unroll_gradient}, {unroll_real} real, Adam {unroll_adam_state}"
     return [
         ("vanilla", dict(variant="vanilla", svmax_lambda=0.0)),
         (
             f"vanilla + SVMax (λ {svmax_lambda:g})",
             dict(variant="vanilla", svmax_lambda=svmax_lambda),
         ),
-        (f"unrolled (5 steps, {unroll_gradient})", dict(unrolled, svmax_lambda=0.0)),
+        (f"unrolled ({how})", dict(unrolled, svmax_lambda=0.0)),
         (
-            f"unrolled ({unroll_gradient}) + SVMax (λ {svmax_lambda:g})",
+            f"unrolled ({how}) + SVMax (λ {svmax_lambda:g})",
             dict(unrolled, svmax_lambda=svmax_lambda),
         ),
     ]
 
 
 def run_name(config):
-    # "through" (the default) keeps the plain name, so earlier folders stay reusable.
-    variant = config.variant + ("_surrogate" if config.unroll_gradient == "surrogate" else "")
+    """The run's folder: every setting that differs between the program's runs."""
+    variant = config.variant
+    if config.variant == "unrolled":
+        variant += (
+            f"_{config.unroll_gradient}_u{config.unroll_steps}_{config.unroll_real}_"
+            f"{config.unroll_adam_state}"
+        )
+    mixture = f"_mix{config.mixture_seed}" if config.mixture == "random" else ""
     return (
         f"{variant}_{config.generator_activation}_lr{config.learning_rate:g}_"
-        f"lambda{config.svmax_lambda:g}_seed{config.seed}"
+        f"lambda{config.svmax_lambda:g}{mixture}_seed{config.seed}"
     )
 
 
@@ -99,6 +136,17 @@ def run(base, overrides, seed, progress):
         flush=True,
     )
     return results
+
+
+def mixture_text(mixture, config):
+    if mixture.get("weights") is None:
+        return "modes equally weighted"
+    weights = ", ".join(f"{w:.3f}" for w in mixture["weights"])
+    return (
+        f"random mode weights (the original notebook's `random_distribution()`, mixture seed "
+        f"{config['mixture_seed']}): {weights} (std {mixture['weights_std']:.3f}; a mode of "
+        "weight below 1 % can only be covered by over-representing it)"
+    )
 
 
 def step_ms(results):
@@ -135,7 +183,7 @@ def cells(runs):
 
 
 HEAD = (
-    "| {first} | modes covered (of 8) | high-quality % | KL(modes ‖ uniform) | ms / step | runs |\n"
+    "| {first} | modes covered (of 8) | high-quality % | KL(modes ‖ target) | ms / step | runs |\n"
     "|---|---:|---:|---:|---:|---|"
 )
 
@@ -152,7 +200,9 @@ def plot_grid(rows, path, title):
         squeeze=False,
     )
     config = first["config"]
-    truth, _ = data.sample_gaussian_ring(config["num_samples"], seed=1)
+    truth, _ = data.sample_gaussian_ring(
+        config["num_samples"], seed=1, weights=first["mixture"].get("weights")
+    )
     for i, (label, runs) in enumerate(rows):
         results = runs[0]
         for j, step in enumerate(steps):
@@ -176,6 +226,16 @@ def plot_grid(rows, path, title):
     plt.close(fig)
 
 
+def row_flags():
+    return (
+        FLAGS.svmax_lambda,
+        FLAGS.unrolled_rows_steps,
+        FLAGS.unrolled_rows_gradient,
+        FLAGS.unrolled_rows_real,
+        FLAGS.unrolled_rows_adam_state,
+    )
+
+
 def _floats(values, name):
     out = []
     for v in values:
@@ -195,7 +255,7 @@ def main(argv):
         rates = _floats(FLAGS.sweep_learning_rates, "sweep_learning_rates")
         lambdas = _floats(FLAGS.sweep_lambdas, "sweep_lambdas")
         base = harness_flags.config_from_flags(gan_mog.GanConfig, verbose=0)
-        settings = [o for _, o in fig3_rows(FLAGS.svmax_lambda, FLAGS.unrolled_rows_gradient)]
+        settings = [o for _, o in fig3_rows(*row_flags())]
         settings += [
             dict(variant="vanilla", learning_rate=lr, svmax_lambda=lam, generator_activation=act)
             for lr in rates
@@ -214,7 +274,7 @@ def main(argv):
     count = iter(range(1, total + 1))
     rows = [
         (label, [run(base, o, s, f"{next(count)}/{total}") for s in seeds])
-        for label, o in fig3_rows(FLAGS.svmax_lambda, FLAGS.unrolled_rows_gradient)
+        for label, o in fig3_rows(*row_flags())
     ]
     sweep = [
         (o, [run(base, o, s, f"{next(count)}/{total}") for s in sweep_seeds]) for o in settings[4:]
@@ -231,7 +291,8 @@ def main(argv):
         f"Every run: `trainers.gan_mog` — batch {config['batch_size']}, noise "
         f"{config['noise_dim']}-d, MLPs 2 × {config['hidden_units']}, Adam (0.5, 0.999), "
         f"{config['train_steps']} steps, ring radius {config['mixture_radius']:g}, std "
-        f"{config['mixture_std']:g}. Metrics after the last step on {config['num_samples']} "
+        f"{config['mixture_std']:g}, {mixture_text(first['mixture'], config)}. Metrics after "
+        f"the last step on {config['num_samples']} "
         "generated points (VEEGAN: high quality = within 3σ of the nearest mode; a mode is "
         "covered with ≥ 1 % of the points as its high-quality points). Cells: mean ± std over "
         "seeds (ddof = 1). ms / step: median over the trace windows after the first.",

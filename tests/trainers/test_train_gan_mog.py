@@ -1,6 +1,7 @@
 """The Gaussian-ring GAN trainer: the train step against an independent Keras-Adam reference,
 SVMax off = the plain step, unrolling, records, resume and the command line."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,7 +11,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from scipy import stats
 
+from tf_svmax import data, metrics
 from trainers import gan_mog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +39,11 @@ def test_paper_defaults():
     assert (c.batch_size, c.noise_dim, c.hidden_units, c.train_steps) == (512, 256, 128, 3000)
     assert (c.learning_rate, c.mixture_radius, c.mixture_std, c.num_modes) == (0.025, 2.0, 0.02, 8)
     assert c.svmax_lambda == 0.0 and c.generator_activation == "tanh" and c.unroll_steps is None
+    assert c.mixture == "uniform" and c.unroll_real is None and c.unroll_adam_state is None
     u = gan_mog.resolve(gan_mog.GanConfig(output_dir="x", variant="unrolled"))
-    assert u.unroll_steps == 5 and u.unroll_gradient == "through"
+    # The paper's 5 steps; the rest as the PyTorch code the paper used runs its unroll.
+    assert u.unroll_steps == 5 and u.unroll_gradient == "surrogate"
+    assert u.unroll_real == "fresh" and u.unroll_adam_state == "advance"
     lower, upper = gan_mog.svmax_bounds(c)
     assert lower == pytest.approx(2 * np.sqrt(512) / 2) and upper == pytest.approx(2 * 16.0)
 
@@ -47,6 +53,10 @@ def test_paper_defaults():
     [
         (dict(unroll_steps=5), "apply to --variant=unrolled only"),
         (dict(unroll_gradient="surrogate"), "apply to --variant=unrolled only"),
+        (dict(unroll_real="reused"), "received --variant=vanilla with --unroll_real=reused"),
+        (dict(unroll_adam_state="copy"), "apply to --variant=unrolled only"),
+        (dict(mixture_seed=3), "--mixture_seed applies to --mixture=random only"),
+        (dict(mixture="skewed"), "`--mixture`"),
         (dict(train_steps=10, eval_every=3), "multiple of --eval_every"),
         (dict(learning_rate=0.0), "`--learning_rate`"),
         (dict(svmax_lambda=-1.0), "`--svmax_lambda`"),
@@ -82,7 +92,7 @@ def test_adam_update_is_keras_adam():
 
 def _reference_step(config, gan, batch, unrolled_params=None):
     """One D step then one G step, written with Keras' own Adam on copies of the weights."""
-    real, noise_d, noise_g = batch
+    real, noise_d, noise_g, _ = batch
     g = keras.models.clone_model(gan.generator)
     g.set_weights(gan.generator.get_weights())
     d = keras.models.clone_model(gan.discriminator)
@@ -146,7 +156,8 @@ def test_surrogate_unrolling_is_the_gradient_at_the_unrolled_discriminator(tmp_p
         _config(tmp_path, variant="unrolled", unroll_steps=3, unroll_gradient="surrogate")
     )
     gan = gan_mog.build_gan(config)
-    real, noise_d, noise_g = _batch(config)
+    real, noise_d, noise_g, reals = _batch(config)
+    assert reals.shape == (3, config.batch_size, 2)
     # The train step's D update, then the reference unroll on a copy of D.
     with tf.GradientTape() as tape:
         fake = gan.generator(noise_d)
@@ -158,9 +169,9 @@ def test_surrogate_unrolling_is_the_gradient_at_the_unrolled_discriminator(tmp_p
     fake = gan.generator(noise_g)
     m, v, t = gan.d_optimizer.state()
     params = [x.value for x in d.trainable_variables]
-    for _ in range(3):
+    for j in range(3):  # update j on the j-th fresh real batch, as the original draws them
         with tf.GradientTape() as tape:
-            loss = gan_mog.discriminator_loss(d(real), d(fake))
+            loss = gan_mog.discriminator_loss(d(reals[j]), d(fake))
         grads = tape.gradient(loss, d.trainable_variables)
         params, m, v, t = gan_mog.adam_update(
             params, grads, m, v, t, learning_rate=0.025, beta_1=0.5, beta_2=0.999, epsilon=1e-8
@@ -173,7 +184,7 @@ def test_surrogate_unrolling_is_the_gradient_at_the_unrolled_discriminator(tmp_p
         )
     with tf.GradientTape() as tape:
         got = tape.gradient(
-            gan_mog.generator_loss(gan._unrolled_logits(real, gan.generator(noise_g))),
+            gan_mog.generator_loss(gan._unrolled_logits(reals, gan.generator(noise_g))[0]),
             gan.generator.trainable_variables,
         )
     for a, b in zip(got, want, strict=False):
@@ -182,11 +193,87 @@ def test_surrogate_unrolling_is_the_gradient_at_the_unrolled_discriminator(tmp_p
     gan.unroll_gradient = "through"
     with tf.GradientTape() as tape:
         through = tape.gradient(
-            gan_mog.generator_loss(gan._unrolled_logits(real, gan.generator(noise_g))),
+            gan_mog.generator_loss(gan._unrolled_logits(reals, gan.generator(noise_g))[0]),
             gan.generator.trainable_variables,
         )
     assert all(np.isfinite(x).all() for x in through)
     assert max(np.abs(a - b).max() for a, b in zip(through, want, strict=False)) > 1e-5
+
+
+@pytest.mark.parametrize("adam_state", ["advance", "copy"])
+def test_unrolled_adam_state_is_the_originals_or_a_copy(tmp_path, adam_state):
+    """advance (the PyTorch original: `D.load(backup)` restores weights only): after one
+    iteration D's Adam has taken 1 + K steps, its moments those of Keras' Adam applied to the D
+    step's gradient and then to the K unrolled updates' (on the fresh real batches), while D's
+    weights are those after the D step alone. copy: the state of the D step alone."""
+    k = 2
+    config = gan_mog.resolve(
+        _config(tmp_path, variant="unrolled", unroll_steps=k, unroll_adam_state=adam_state)
+    )
+    gan = gan_mog.build_gan(config)
+    real, noise_d, noise_g, reals = _batch(config)
+    d = keras.models.clone_model(gan.discriminator)
+    d.set_weights(gan.discriminator.get_weights())
+    opt = keras.optimizers.Adam(config.learning_rate, beta_1=0.5, beta_2=0.999, epsilon=1e-8)
+    fake_d, fake_g = gan.generator(noise_d), gan.generator(noise_g)  # G moves only after both
+    pairs = [(real, fake_d)] + [(reals[j], fake_g) for j in range(k)]
+    after_d_step = None
+    want_m = [np.zeros(v.shape) for v in d.trainable_variables]  # Adam's moments in numpy
+    want_v = [np.zeros(v.shape) for v in d.trainable_variables]
+    for i, (r, f) in enumerate(pairs if adam_state == "advance" else pairs[:1]):
+        with tf.GradientTape() as tape:
+            loss = gan_mog.discriminator_loss(d(r), d(f))
+        grads = tape.gradient(loss, d.trainable_variables)
+        want_m = [0.5 * m + 0.5 * g.numpy() for m, g in zip(want_m, grads, strict=True)]
+        want_v = [0.999 * v + 0.001 * g.numpy() ** 2 for v, g in zip(want_v, grads, strict=True)]
+        opt.apply(grads, d.trainable_variables)  # the unrolled weights, for the next gradient
+        if i == 0:
+            after_d_step = d.get_weights()
+    gan.train_step((real, noise_d, noise_g, reals))
+    assert int(gan.d_optimizer.t.numpy()) == (1 + k if adam_state == "advance" else 1)
+    for got, want in zip(gan.d_optimizer.m + gan.d_optimizer.v, want_m + want_v, strict=True):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-7)
+    for got, want in zip(gan.discriminator.get_weights(), after_d_step, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert max(np.abs(m.numpy()).max() for m in gan.d_optimizer.m) > 1e-4
+
+
+def test_unroll_batches_are_fresh_and_vanilla_batches_unchanged(tmp_path):
+    fresh = gan_mog.resolve(_config(tmp_path, variant="unrolled", unroll_steps=3))
+    reused = gan_mog.resolve(dataclasses.replace(fresh, unroll_real="reused"))
+    vanilla = gan_mog.resolve(_config(tmp_path))
+    a, b, c = (list(gan_mog.batches(x, 5).take(2)) for x in (fresh, reused, vanilla))
+    for step in range(2):
+        for i in range(3):  # real, noise_d, noise_g: one seed family whatever the unroll
+            np.testing.assert_array_equal(a[step][i], c[step][i])
+            np.testing.assert_array_equal(b[step][i], c[step][i])
+        reals = a[step][3].numpy()
+        assert reals.shape == (3, fresh.batch_size, 2) and b[step][3].shape[0] == 0
+        every = [a[step][0].numpy(), *reals]
+        assert all(not np.allclose(every[i], every[j]) for i in range(4) for j in range(i + 1, 4))
+    assert not np.allclose(a[0][3], a[1][3])  # steps 5 and 6 differ
+    # A resume at step 6 draws step 6's batches.
+    np.testing.assert_array_equal(next(iter(gan_mog.batches(fresh, 6)))[3], a[1][3])
+
+
+def test_random_mixture_weights_reach_batches_metrics_and_record(tmp_path):
+    config = _config(tmp_path, mixture="random", mixture_seed=4, num_samples=400)
+    weights = data.random_mode_weights(8, seed=4)
+    real = np.concatenate(
+        [b[0].numpy() for b in gan_mog.batches(gan_mog.resolve(config), 0).take(80)]
+    )
+    nearest = np.argmin(((real[:, None] - data.gaussian_ring()[None]) ** 2).sum(-1), axis=1)
+    counts = np.bincount(nearest, minlength=8)
+    assert stats.chisquare(counts, counts.sum() * weights).pvalue > 1e-3
+    results = gan_mog.train_gan_mog(config)
+    np.testing.assert_allclose(results["mixture"]["weights"], weights, rtol=1e-12)
+    assert results["mixture"]["weights_std"] == pytest.approx(np.std(weights))
+    final = results["evaluations"][-1]
+    points = np.load(Path(config.output_dir) / "samples.npy")
+    expected = metrics.mode_coverage(points, data.gaussian_ring(), 0.02, weights=weights)
+    if final["mode_kl"] is not None:
+        assert final["mode_kl"] == pytest.approx(expected["mode_kl"], rel=1e-9)
+    assert final["mode_counts"] == expected["mode_counts"]
 
 
 def test_run_records_samples_metrics_and_resumes(tmp_path):
@@ -282,6 +369,9 @@ def test_reproduce_smoke(tmp_path):
             "--sweep_activations=relu",
             "--train_steps=2",
             "--eval_every=1",
+            "--mixture=random",
+            "--mixture_seed=3",
+            "--unrolled_rows_steps=2",
             f"--table={table}",
         ],
         cwd=ROOT,
@@ -295,6 +385,12 @@ def test_reproduce_smoke(tmp_path):
     record = json.loads(table.with_suffix(".json").read_text())
     assert len(record["fig3"]) == 4 and len(record["sweep"]) == 2
     assert table.with_suffix(".png").exists()
+    weights = ", ".join(f"{w:.3f}" for w in data.random_mode_weights(8, seed=3))
+    assert f"random mode weights (the original notebook's" in text and weights in text
+    assert "| unrolled (2 steps, surrogate, fresh real, Adam advance) |" in text
+    folders = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert "unrolled_surrogate_u2_fresh_advance_tanh_lr0.025_lambda0.01_mix3_seed0" in folders
+    assert "vanilla_tanh_lr0.025_lambda0_mix3_seed0" in folders
 
 
 def test_reproduce_refuses_bad_lists(tmp_path):
