@@ -96,7 +96,9 @@ def test_no_weights_keeps_the_uniform_draws_bit_for_bit():
         tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2)
     )
     modes = tf.random.stateless_uniform([64], mode_seed, minval=0, maxval=8, dtype=tf.int32)
-    expected = tf.gather(centres, modes) + tf.random.stateless_normal([64, 2], noise_seed, stddev=0.02)
+    expected = tf.gather(centres, modes) + tf.random.stateless_normal(
+        [64, 2], noise_seed, stddev=0.02
+    )
     np.testing.assert_array_equal(gaussian_ring_batch(64, seed), expected)
     rng = np.random.default_rng(9)
     modes = rng.integers(0, 8, 64)

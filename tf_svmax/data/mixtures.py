@@ -51,9 +51,7 @@ def gaussian_ring(num_modes=8, radius=2.0):
     return radius * np.stack([np.cos(angles), np.sin(angles)], axis=1)
 
 
-def sample_gaussian_ring(
-    num_points, *, seed=0, num_modes=8, radius=2.0, std=0.02, weights=None
-):
+def sample_gaussian_ring(num_points, *, seed=0, num_modes=8, radius=2.0, std=0.02, weights=None):
     """``(points, modes)``: `[num_points, 2]` float32 draws of the mixture (modes uniform, or
     drawn with probabilities `weights`) and the `[num_points]` int64 mode each came from."""
     num_points = _checks.check_positive_int(num_points, "num_points")

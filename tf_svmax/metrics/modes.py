@@ -32,7 +32,8 @@ def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01, weights=N
     Returns:
       A dict: ``modes_covered`` (int), ``num_modes``, ``high_quality_fraction`` (of all n),
       ``mode_kl`` (``KL(p || weights)`` of the high-quality points' mode histogram p, natural
-      log; NaN when no point is high quality, inf when a mode of weight 0 holds points), ``mode_counts`` (high-quality points per mode).
+      log; NaN when no point is high quality, inf when a mode of weight 0 holds points),
+      ``mode_counts`` (high-quality points per mode).
     """
     x = _checks.finite_matrix(points, "points")
     # A NaN centre is nearest to no point (an extra mode never covered, KL NaN); an inf one is
