@@ -44,7 +44,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import flags, logging  # noqa: E402
 
-from tf_svmax import records  # noqa: E402
+from tf_svmax import ops, records  # noqa: E402
 from trainers import retrieval  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
@@ -143,6 +143,47 @@ class FrameRecorder(keras.callbacks.Callback):
 def spread(s_mu, lower, upper):
     """(s_mu - L) / (U - L): 0 for a rank-1 (polarised) batch, 1 for the most spread one."""
     return (s_mu - lower) / (upper - lower)
+
+
+ANGLE_BINS = 36  # 10-degree sectors; a uniform embedding has entropy ln 36 = 3.58 nats
+
+
+def circle_stats(points, bins=ANGLE_BINS):
+    """Spread and angular coverage of `[n, 2]` unit-norm embeddings: ``spread`` (s_mu of the
+    n rows against the bounds of n unit rows in 2-D), ``angle_entropy`` (natural log, of the
+    histogram of the points' angles over `bins` equal sectors from -pi) and ``bins_occupied``."""
+    x = np.asarray(points, dtype=np.float64)
+    lower, upper = ops.svmax_bounds(len(x), 2)
+    s_mu = float(np.linalg.svd(x, compute_uv=False).mean())
+    angles = np.arctan2(x[:, 1], x[:, 0])  # [-pi, pi]
+    # pi itself (a point at (-1, +0)) would fall one past the last sector: it belongs to it.
+    sector = np.minimum((angles + np.pi) / (2 * np.pi) * bins, bins - 1).astype(int)
+    counts = np.bincount(sector, minlength=bins)
+    p = counts[counts > 0] / len(x)
+    return {
+        "spread": spread(s_mu, lower, upper),
+        "angle_entropy": float(-(p * np.log(p)).sum()),
+        "bins_occupied": int(np.count_nonzero(counts)),
+    }
+
+
+# Epochs the over-time table shows (the JSON has every recorded one).
+TABLE_EPOCHS = (0, 1, 2, 5, 10, 20, 50, 100, 150, 200)
+
+
+def over_time(runs, steps, steps_per_epoch=None):
+    """Per recorded step: every seed's `circle_stats` of its saved test embedding."""
+    rows = []
+    for step in steps:
+        per_seed = []
+        for results in runs:
+            path = os.path.join(results["config"]["output_dir"], "frames", f"step_{step:06d}.npy")
+            per_seed.append(circle_stats(np.load(path)) if os.path.exists(path) else None)
+        row = {"step": step, "per_seed": per_seed}
+        if steps_per_epoch:
+            row["epoch"] = step // steps_per_epoch
+        rows.append(row)
+    return rows
 
 
 def original_config(base, epochs, num_train):
@@ -296,6 +337,8 @@ def main(argv):
             base = original_config(base, epochs, num_train)
             steps_per_epoch = base.train_steps // epochs
             steps = [e * steps_per_epoch for e in frame_steps(epochs, FLAGS.frames)]
+            # The test embedding at every epoch boundary, for the over-time statistics.
+            recorded = [e * steps_per_epoch for e in range(epochs + 1)]
             frame_images = FLAGS.frame_images or ORIGINAL_FRAME_IMAGES
             prefix = "original_"
         else:
@@ -304,6 +347,7 @@ def main(argv):
             base = dataclasses.replace(base, eval_every=base.train_steps)
             steps_per_epoch = None
             steps = frame_steps(base.train_steps, FLAGS.frames)
+            recorded = steps
             frame_images = FLAGS.frame_images or OURS_FRAME_IMAGES
             prefix = ""
         if base.dataset not in retrieval.EMBEDDED:
@@ -322,7 +366,7 @@ def main(argv):
         for seed in seeds:
             print(f"[{PROGRAM}] {regularizer} seed {seed}", flush=True)
             results = run_one(
-                base, regularizer, seed, frame_images, steps, FLAGS.svmax_lambda, prefix
+                base, regularizer, seed, frame_images, recorded, FLAGS.svmax_lambda, prefix
             )
             cells.setdefault(regularizer, []).append(results)
             s = summary(results)
@@ -386,6 +430,42 @@ def main(argv):
             f"{mean_std([s['test_spread'] for s in done], digits=3)} | "
             f"{mean_std([s['recall_at_1'] for s in done], 100, 2)} | {per_seed} |"
         )
+    timeline = {r: over_time(runs, recorded, steps_per_epoch) for r, runs in cells.items()}
+    unit = "epoch" if steps_per_epoch else "step"
+    lines += [
+        "",
+        f"## Over training: the {frame_images} fixed test images' embedding",
+        "",
+        f"Spread as above with the bounds of {frame_images} unit rows; angle entropy of the "
+        f"histogram of the points' angles over {ANGLE_BINS} sectors of 10° (natural log; "
+        f"uniform: ln {ANGLE_BINS} = {np.log(ANGLE_BINS):.2f}, two antipodal clusters: ln 2 = "
+        f"0.69); bins occupied of {ANGLE_BINS}. Mean ± std over seeds"
+        + (
+            f"; epochs {', '.join(map(str, TABLE_EPOCHS))} shown, every epoch in the JSON."
+            if steps_per_epoch
+            else "."
+        ),
+        "",
+        f"| {unit} | method | spread | angle entropy | bins occupied | per seed (spread) |",
+        "|---:|---|---:|---:|---:|---|",
+    ]
+    for regularizer, rows in timeline.items():
+        for row in rows:
+            if steps_per_epoch and row["epoch"] not in TABLE_EPOCHS and row is not rows[-1]:
+                continue
+            stats = [x for x in row["per_seed"] if x is not None]
+            if not stats:
+                continue
+            spread_, entropy, occupied = (
+                mean_std([x[key] for x in stats], digits=digits)
+                for key, digits in (("spread", 3), ("angle_entropy", 2), ("bins_occupied", 1))
+            )
+            lines.append(
+                f"| {row.get('epoch', row['step'])} | {LABELS[regularizer]} | "
+                f"{spread_} | {entropy} | {occupied} | "
+                + ", ".join(f"{x['spread']:.3f}" for x in stats)
+                + " |"
+            )
     minutes = (time.perf_counter() - started) / 60
     lines += ["", f"Wall time of this invocation: {minutes:.1f} min."]
     path = FLAGS.table or os.path.join(FLAGS.output_dir, "circle.md")
@@ -407,7 +487,7 @@ def main(argv):
         f"{stem}_s_mu.png",
         f"s_μ of the training batches (b = {b}, d = 2), seeds {', '.join(map(str, seeds))}",
     )
-    records.write_json(f"{stem}.json", summaries)
+    records.write_json(f"{stem}.json", {"runs": summaries, "over_time": timeline})
     del argv
     print("\n".join(lines))
     print(f"[{PROGRAM}] wrote {path}, {stem}.png, {stem}_s_mu.png, {stem}.json")

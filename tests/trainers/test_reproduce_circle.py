@@ -27,6 +27,30 @@ def test_spread_is_zero_for_a_rank_one_batch_and_one_at_the_upper_bound():
     assert reproduce_circle.spread(s(ring), lower, upper) == pytest.approx(1.0, abs=1e-12)
 
 
+def test_circle_stats_against_closed_forms():
+    from tf_svmax import ops
+
+    n = 360
+    angles = 2 * np.pi * (np.arange(n) + 0.5) / n  # 10 points in each of the 36 bins
+    ring = np.stack([np.cos(angles), np.sin(angles)], 1)
+    out = reproduce_circle.circle_stats(ring)
+    assert out["angle_entropy"] == pytest.approx(np.log(36), rel=1e-12)
+    assert out["bins_occupied"] == 36
+    lower, upper = ops.svmax_bounds(n, 2)
+    s_mu = np.linalg.svd(ring, compute_uv=False).mean()
+    assert out["spread"] == pytest.approx((s_mu - lower) / (upper - lower), rel=1e-12)
+    assert out["spread"] == pytest.approx(1.0, abs=1e-9)
+    # Polarised: two antipodal clusters, half the points each -> two bins, entropy ln 2, rank 1.
+    poles = np.repeat([[1.0, 1e-9], [-1.0, 1e-9]], n // 2, axis=0)
+    out = reproduce_circle.circle_stats(poles)
+    assert out["bins_occupied"] == 2 and out["angle_entropy"] == pytest.approx(np.log(2))
+    assert out["spread"] == pytest.approx(0.0, abs=1e-6)
+    # Counts 3:1 over two bins: -(3/4 ln 3/4 + 1/4 ln 1/4).
+    skew = np.array([[1.0, 0.01]] * 3 + [[0.0, 1.0]])
+    expected = -(0.75 * np.log(0.75) + 0.25 * np.log(0.25))
+    assert reproduce_circle.circle_stats(skew)["angle_entropy"] == pytest.approx(expected)
+
+
 def test_frame_steps_include_both_ends():
     assert reproduce_circle.frame_steps(1000, 6) == [0, 200, 400, 600, 800, 1000]
 
@@ -55,7 +79,7 @@ def test_smoke(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| contrastive + SVMax |" in table.read_text()
     record = json.loads(table.with_suffix(".json").read_text())
-    assert set(record) == {"none", "svmax"}
+    assert set(record) == {"runs", "over_time"} and set(record["runs"]) == {"none", "svmax"}
     frames = tmp_path / "runs" / "svmax_seed0" / "frames"
     assert np.load(frames / "step_000004.npy").shape == (50, 2)
     assert np.load(frames / "labels.npy").shape == (50,)
@@ -123,10 +147,12 @@ def test_original_protocol_smoke(tmp_path):
         assert c["regularizer"] == regularizer
         assert c["train_steps"] == 2 * steps_per_epoch
         assert {t["learning_rate"] for t in results["trace"]} == {0.01}
-        # Frames at the epoch boundaries 0 and 2 (--frames=2), 320 test images each.
+        # Embeddings at every epoch boundary (0, 1, 2), 320 test images each; the figure
+        # shows --frames=2 of them.
         frames = run / "frames"
         assert sorted(p.name for p in frames.glob("step_*.npy")) == [
             "step_000000.npy",
+            f"step_{steps_per_epoch:06d}.npy",
             f"step_{2 * steps_per_epoch:06d}.npy",
         ]
         embedding = np.load(frames / f"step_{2 * steps_per_epoch:06d}.npy")
@@ -135,6 +161,13 @@ def test_original_protocol_smoke(tmp_path):
         assert set(np.load(frames / "labels.npy")) == set(range(10))
     svmax = json.loads((tmp_path / "runs" / "original_svmax_seed0" / "results.json").read_text())
     assert svmax["config"]["svmax_lambda"] == 1.0
+    # The over-time table: every recorded epoch, its stats recomputed from the saved frames.
+    record = json.loads((tmp_path / "circle.json").read_text())
+    over_time = record["over_time"]["svmax"]
+    assert [row["epoch"] for row in over_time] == [0, 1, 2]
+    frame = np.load(tmp_path / "runs" / "original_svmax_seed0" / "frames" / "step_000000.npy")
+    assert over_time[0]["per_seed"][0] == pytest.approx(reproduce_circle.circle_stats(frame))
+    assert "| 2 | contrastive + SVMax |" in text
     assert (tmp_path / "circle.png").exists() and (tmp_path / "circle_s_mu.png").exists()
 
 
