@@ -386,7 +386,7 @@ def test_reproduce_smoke(tmp_path):
     assert len(record["fig3"]) == 4 and len(record["sweep"]) == 2
     assert table.with_suffix(".png").exists()
     weights = ", ".join(f"{w:.3f}" for w in data.random_mode_weights(8, seed=3))
-    assert f"random mode weights (the original notebook's" in text and weights in text
+    assert "random mode weights (the original notebook's" in text and weights in text
     assert "| unrolled (2 steps, surrogate, fresh real, Adam advance) |" in text
     folders = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert "unrolled_surrogate_u2_fresh_advance_tanh_lr0.025_lambda0.01_mix3_seed0" in folders
@@ -409,3 +409,76 @@ def test_reproduce_refuses_bad_lists(tmp_path):
     )
     assert proc.returncode == 2 and "--sweep_lambdas" in proc.stderr
     assert not any(tmp_path.iterdir())
+
+
+# The PyTorch original's iterations (andrewliao11/unrolled-gans: d_loop, d_unrolled_loop,
+# g_loop, PyTorch 0.4's Adam) from tests/trainers/make_unrolled_gan_golden.py, run by hand where
+# torch is installed (CI has none); its inputs are in the file with its outputs.
+GOLDEN = Path(__file__).resolve().parent / "golden" / "unrolled_gan.npz"
+
+
+def _golden():
+    with np.load(GOLDEN) as f:
+        arrays = {key: f[key] for key in f.files}
+    return arrays, json.loads(str(arrays.pop("__meta__")))
+
+
+@pytest.mark.parametrize("setting", ["vanilla", "unrolled", "unrolled_svmax"])
+def test_iterations_equal_the_pytorch_original(tmp_path, setting):
+    golden, meta = _golden()
+    spec, sizes = meta["settings"][setting], meta["sizes"]
+    k = spec["unroll_steps"]
+
+    def listed(key):
+        count = len([n for n in golden if n.startswith(f"{setting}/{key}/")])
+        return [golden[f"{setting}/{key}/{i}"] for i in range(count)]
+
+    config = gan_mog.resolve(
+        _config(
+            tmp_path,
+            batch_size=sizes["batch"],
+            noise_dim=sizes["noise_dim"],
+            hidden_units=sizes["hidden"],
+            learning_rate=meta["learning_rate"],
+            svmax_lambda=spec["svmax_lambda"],
+            **(dict(variant="unrolled", unroll_steps=k) if k else {}),
+        )
+    )
+    assert k == 0 or (config.unroll_gradient, config.unroll_real, config.unroll_adam_state) == (
+        "surrogate",
+        "fresh",
+        "advance",
+    )  # the defaults are the original's unroll
+    gan = gan_mog.build_gan(config)
+    gan.generator.set_weights(listed("g_init"))
+    gan.discriminator.set_weights(listed("d_init"))
+    before = gan.generator.get_weights()
+    for t in range(sizes["iterations"]):
+        unroll = golden[f"{setting}/unroll_real"][t] if k else np.zeros((0, sizes["batch"], 2))
+        gan.train_step(
+            tuple(
+                tf.constant(x, tf.float32)
+                for x in (
+                    golden[f"{setting}/real"][t],
+                    golden[f"{setting}/noise_d"][t],
+                    golden[f"{setting}/noise_g"][t],
+                    unroll,
+                )
+            )
+        )
+    # atol 1e-4: Adam divides by sqrt(v), so float32 rounding (softplus on logits here, BCE on
+    # a sigmoid there) grows in weights whose gradient is near 0; measured 1.8e-5 at most.
+    # Each departure from the original's unroll moves weights by 3e-2 or more here (Adam state
+    # copied 5.4e-2, real batch reused 1.4e-1, gradient through the updates 1.4e-1).
+    for got, want in zip(gan.generator.get_weights(), listed("g"), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    for got, want in zip(gan.discriminator.get_weights(), listed("d"), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    moments = zip(gan.d_optimizer.m + gan.d_optimizer.v, listed("d_m") + listed("d_v"), strict=True)
+    for got, want in moments:
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-3, atol=1e-6)
+    assert int(gan.d_optimizer.t.numpy()) == int(golden[f"{setting}/d_t"]) == 3 * (1 + k)
+    moved = max(
+        np.abs(a - b).max() for a, b in zip(gan.generator.get_weights(), before, strict=True)
+    )
+    assert moved > 1e-2  # lr 0.025 over 3 steps: the comparison is not of unmoved weights
