@@ -23,7 +23,7 @@ the batch is well conditioned (see `_batch_term`) and a float64 SVD otherwise.
 
 import tensorflow as tf
 
-from tf_svmax.ops import _checks, spectral
+from tf_svmax.ops import _checks, _guards
 
 
 def class_labels(labels, arg="labels"):
@@ -137,11 +137,11 @@ def _batch_term(x64, x32, threshold):
 
     if x32 is None:
         return exact()
-    tall = spectral._is_tall(x32)
-    x32_tall = spectral._orient(x32, tall)
+    tall = _guards.is_tall(x32)
+    x32_tall = _guards.orient(x32, tall)
     _, v32 = tf.linalg.eigh(tf.matmul(x32_tall, x32_tall, transpose_a=True))
     v = tf.cast(v32, tf.float64)
-    p = tf.matmul(spectral._orient(x64, tall), v)  # column i is s_i * u_i
+    p = tf.matmul(_guards.orient(x64, tall), v)  # column i is s_i * u_i
     s = tf.norm(p, axis=0)
     s_max = tf.reduce_max(s)
     safe = tf.logical_and(
@@ -151,7 +151,7 @@ def _batch_term(x64, x32, threshold):
 
     def shortcut():
         sub = tf.matmul(p / s, v, transpose_b=True)
-        return tf.reduce_sum(s), spectral._orient(sub, tall)
+        return tf.reduce_sum(s), _guards.orient(sub, tall)
 
     return tf.cond(safe, shortcut, exact)
 
@@ -159,13 +159,13 @@ def _batch_term(x64, x32, threshold):
 def _ole(labels, x, delta, threshold, float32_shortcut):
     @tf.custom_gradient
     def forward(x):
-        all_finite, x_safe = spectral._finite_guard(x)
+        all_finite, x_safe = _guards.finite_guard(x)
         n = tf.cast(tf.shape(x)[0], x.dtype)
         # Extreme magnitudes: decompose x / 2^k (exact) with the threshold scaled alike, and
         # scale the norms back; nuclear norms are 1-homogeneous and U V^T scale-free, so this
         # is the same computation without overflow (float32 Gram products above ~1e19, the
         # float32 shortcut's cast of float64 input) or underflow (below ~1e-19).
-        scale = spectral._power_of_two_scale(x_safe)
+        scale = _guards.power_of_two_scale(x_safe)
         x_scaled = x_safe / scale
         scaled_threshold = tf.constant(threshold, x.dtype) / scale  # not via float32
         coords, num_classes, k_max = _class_layout(labels)
@@ -189,9 +189,9 @@ def _ole(labels, x, delta, threshold, float32_shortcut):
             class_subs_active = class_subs * tf.cast(active, x.dtype)[:, tf.newaxis, tf.newaxis]
             rows = tf.gather_nd(class_subs_active, coords)
             g = (rows - batch_sub) * (upstream / n)
-            return spectral._nan_unless(all_finite, g)
+            return _guards.nan_unless(all_finite, g)
 
-        return spectral._nan_unless(all_finite, value), grad
+        return _guards.nan_unless(all_finite, value), grad
 
     return forward(x)
 

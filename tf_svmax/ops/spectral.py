@@ -39,6 +39,13 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax.ops import _checks
+from tf_svmax.ops._guards import (
+    finite_guard,
+    is_tall,
+    nan_unless,
+    orient,
+    power_of_two_scale,
+)
 
 METHODS = ("auto", "gram", "svd", "newton_schulz")
 
@@ -53,61 +60,12 @@ def _tiny(dtype):
     return float(np.finfo(dtype.as_numpy_dtype).tiny)
 
 
-def _select(pred, true_fn, false_fn):
-    """`tf.cond` that short-circuits when `pred` is known at trace time."""
-    if isinstance(pred, (bool, np.bool_)):
-        return true_fn() if pred else false_fn()
-    return tf.cond(pred, true_fn, false_fn)
-
-
-def _is_tall(x):
-    rows, cols = x.shape[-2], x.shape[-1]
-    if rows is not None and cols is not None:
-        return rows >= cols
-    shape = tf.shape(x)
-    return shape[-2] >= shape[-1]
-
-
-def _orient(x, tall):
-    """Returns `x` if `tall`, else its transpose (an involution, used both ways)."""
-    return _select(tall, lambda: x, lambda: tf.linalg.matrix_transpose(x))
-
-
 def _min_dim(x):
     rows, cols = x.shape[-2], x.shape[-1]
     if rows is not None and cols is not None:
         return tf.constant(min(rows, cols), x.dtype)
     shape = tf.shape(x)
     return tf.cast(tf.minimum(shape[-2], shape[-1]), x.dtype)
-
-
-def _finite_guard(x):
-    """Returns `(all_finite, x_safe)`: `x` with non-finite entries zeroed when any exist."""
-    all_finite = tf.reduce_all(tf.math.is_finite(x))
-    # Zeroing keeps the decompositions well-defined; outputs are set to NaN afterwards.
-    return all_finite, tf.where(all_finite, x, tf.zeros_like(x))
-
-
-def _power_of_two_scale(x):
-    """``2^floor(log2(max|x|))`` when the largest entry of `x` is outside [2^-30, 2^30], else 1.
-
-    Squares and Gram products of entries beyond that range overflow (above ~1e19 in float32) or
-    underflow (below ~1e-19); dividing by a power of two is exact and puts the largest entry in
-    [1, 2), so every path is scale-equivariant. Inside the range nothing is rescaled: results
-    stay bit-identical to the unscaled computation, and the eigensolver was measured ~1.7x
-    slower on typical unit-row batches multiplied by 4. The exponent is taken in float64, where
-    log2 of any float32 or float64 value is finite.
-    """
-    max_abs = tf.cast(tf.reduce_max(tf.abs(x)), tf.float64)
-    exponent = tf.floor(tf.math.log(max_abs) / np.log(2.0))
-    # Within 2^+-30 (and for an all-zero x, whose log is -inf) the scale stays 1.
-    rescale = (max_abs > 0) & (tf.abs(exponent) > 30.0)
-    scale = tf.where(rescale, tf.pow(tf.constant(2.0, tf.float64), exponent), 1.0)
-    return tf.cast(scale, x.dtype)
-
-
-def _nan_unless(all_finite, value):
-    return tf.where(all_finite, value, tf.constant(np.nan, value.dtype))
 
 
 def _numerical_rank_mask(s, x_tall):
@@ -195,10 +153,10 @@ def _singular_values(x, method):
 
     @tf.custom_gradient
     def forward(x):
-        all_finite, x_safe = _finite_guard(x)
-        scale = _power_of_two_scale(x_safe)
-        tall = _is_tall(x_safe)
-        s, u, v = _FACTORS[method](_orient(x_safe / scale, tall))
+        all_finite, x_safe = finite_guard(x)
+        scale = power_of_two_scale(x_safe)
+        tall = is_tall(x_safe)
+        s, u, v = _FACTORS[method](orient(x_safe / scale, tall))
         s = s * scale  # the factors u, v (and so the gradient) do not depend on the scale
         order = tf.argsort(s, direction="DESCENDING", stable=True)
         s, u, v = tf.gather(s, order), tf.gather(u, order, axis=1), tf.gather(v, order, axis=1)
@@ -206,9 +164,9 @@ def _singular_values(x, method):
         def grad(upstream):
             # d s_i / d E = u_i v_i^T (oriented like the tall matrix).
             g = tf.matmul(u * upstream[tf.newaxis, :], v, transpose_b=True)
-            return _nan_unless(all_finite, _orient(g, tall))
+            return nan_unless(all_finite, orient(g, tall))
 
-        return _nan_unless(all_finite, s), grad
+        return nan_unless(all_finite, s), grad
 
     return forward(x)
 
@@ -216,18 +174,18 @@ def _singular_values(x, method):
 def _nuclear_norm_factored(x, method):
     @tf.custom_gradient
     def forward(x):
-        all_finite, x_safe = _finite_guard(x)
-        scale = _power_of_two_scale(x_safe)
-        tall = _is_tall(x_safe)
-        s, u, v = _FACTORS[method](_orient(x_safe / scale, tall))
+        all_finite, x_safe = finite_guard(x)
+        scale = power_of_two_scale(x_safe)
+        tall = is_tall(x_safe)
+        s, u, v = _FACTORS[method](orient(x_safe / scale, tall))
         total = tf.reduce_sum(s) * scale  # ||cE||_* = c ||E||_*; U V^T does not depend on c
 
         def grad(upstream):
             # d ||E||_* / d E = U V^T (zero-singular-value directions dropped).
             g = tf.matmul(u, v, transpose_b=True) * upstream
-            return _nan_unless(all_finite, _orient(g, tall))
+            return nan_unless(all_finite, orient(g, tall))
 
-        return _nan_unless(all_finite, total), grad
+        return nan_unless(all_finite, total), grad
 
     return forward(x)
 
@@ -266,17 +224,17 @@ def polar_newton_schulz(x_tall):
 def _nuclear_norm_newton_schulz(x):
     @tf.custom_gradient
     def forward(x):
-        all_finite, x_safe = _finite_guard(x)
-        scale = _power_of_two_scale(x_safe)
-        tall = _is_tall(x_safe)
-        x_tall = _orient(x_safe / scale, tall)
+        all_finite, x_safe = finite_guard(x)
+        scale = power_of_two_scale(x_safe)
+        tall = is_tall(x_safe)
+        x_tall = orient(x_safe / scale, tall)
         polar = polar_newton_schulz(x_tall)  # ||x_tall||_F cannot overflow or underflow now
         total = tf.reduce_sum(polar * x_tall) * scale  # ||E||_* = <U V^T, E>
 
         def grad(upstream):
-            return _nan_unless(all_finite, _orient(polar * upstream, tall))
+            return nan_unless(all_finite, orient(polar * upstream, tall))
 
-        return _nan_unless(all_finite, total), grad
+        return nan_unless(all_finite, total), grad
 
     return forward(x)
 
