@@ -262,9 +262,9 @@ def trainer_config(data_dir, decoded_cache):
 def trainer_inputs(config):
     """What `train_retrieval` feeds `pk_batches` (the same private helpers it calls):
     ``(features, labels, map_fn, build_seconds)``."""
-    train, _, input_shape, loaders = retrieval._load_split(config)
+    train, _, input_shape, loaders = retrieval.load_split(config)
     started = time.perf_counter()
-    features, map_fn = retrieval._train_features(config, train[0], input_shape, loaders)
+    features, map_fn = retrieval.train_features(config, train[0], input_shape, loaders)
     return features, train[1], map_fn, time.perf_counter() - started
 
 

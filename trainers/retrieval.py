@@ -429,7 +429,7 @@ def _check_xml(c, batch_p):
         )
 
 
-def _load_split(config):
+def load_split(config):
     """`(train, test, input_shape, map_fns)`; images in memory for the embedded sets, paths
     otherwise."""
     if config.dataset in EMBEDDED:
@@ -578,7 +578,7 @@ def _job(config, split, embedding_model, callbacks, evaluated):
     )
     batch = config.batch_p * config.batch_k
     bounds = ops.svmax_bounds(batch, config.embedding_dim)
-    features, map_fn = _train_features(config, train[0], input_shape, loaders)
+    features, map_fn = train_features(config, train[0], input_shape, loaders)
 
     def batches(start_step):
         out = data.pk_batches(
@@ -642,7 +642,7 @@ def _job(config, split, embedding_model, callbacks, evaluated):
     )
 
 
-def _train_features(config, train_paths, input_shape, loaders):
+def train_features(config, train_paths, input_shape, loaders):
     """What the P x K sampler draws from and its `map_fn`: the files and the decoding loader,
     or with --decoded_cache the decoded, resized images (built here, eagerly, once) and the
     crop-and-flip loader."""
@@ -664,7 +664,7 @@ def _setup(config):
     resolve(config)  # refuse bad flags before reading any data
     strategy = make_strategy(config.strategy, config.cpu_devices, config.cluster_timeout)
     keras.utils.set_random_seed(config.seed)
-    train, test, input_shape, loaders = _load_split(config)
+    train, test, input_shape, loaders = load_split(config)
     config = resolve(config, num_train_classes=len(np.unique(train[1])))
     check_even_split(strategy, config.batch_p * config.batch_k)
     with strategy.scope():
