@@ -175,6 +175,28 @@ def test_lorac_xml_overhead(tmp_path):
     assert "| contrastive step | lorac | 8 |" in stdout and "machine" in record
 
 
+def test_xbm_overhead(tmp_path):
+    stdout = _run(
+        "xbm_overhead",
+        "--batches=8",
+        "--memory_sizes=0,16",
+        "--losses=contrastive_pairs,triplet_semihard",
+        "--embedding_dim=4",
+        "--repeats=2",
+        f"--output_dir={tmp_path}",
+    )
+    record = json.loads((tmp_path / "xbm_overhead.json").read_text())
+    cells = {(r["loss"], r["memory"]): r for r in record["results"]}
+    assert set(cells) == {
+        (n, m) for n in ("contrastive_pairs", "triplet_semihard") for m in (0, 16)
+    }
+    assert all(r["median_ms"] > 0 for r in record["results"])
+    for name in ("contrastive_pairs", "triplet_semihard"):
+        ratio = cells[(name, 16)]["median_ms"] / cells[(name, 0)]["median_ms"]
+        assert cells[(name, 16)]["ratio_to_no_memory"] == pytest.approx(ratio)
+    assert "| contrastive_pairs | 8 | 16 |" in stdout and "machine" in record
+
+
 PROGRAMS = (
     "gather_overhead",
     "lorac_xml_overhead",
@@ -185,6 +207,7 @@ PROGRAMS = (
     "step_overhead",
     "svd_cost",
     "two_head_overhead",
+    "xbm_overhead",
 )
 
 
@@ -202,6 +225,7 @@ def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
         ("gather_overhead", ("--replicas=3", "--batches=8")),
         ("lorac_xml_overhead", ("--batch_p=6",)),
         ("two_head_overhead", ("--modes=center",)),
+        ("xbm_overhead", ("--batches=6",)),
     ],
 )
 def test_a_refused_value_exits_2(program, flags):
