@@ -33,8 +33,10 @@ from absl import app, flags  # noqa: E402
 from benchmarks import _common  # noqa: E402
 
 FLAGS = flags.FLAGS
-LOSSES = ("semihard", "batch_hard", "triplet_hard", "lifted", "pk_angular", "pml_semihard")
-flags.DEFINE_list("losses", list(LOSSES[:-1]), f"Losses to measure, of {list(LOSSES)}.")
+OURS = ("semihard", "batch_hard", "triplet_hard", "lifted", "pk_angular")
+PEER = "pml_semihard"  # pytorch-metric-learning's semi-hard triplet (--compare_pml adds it)
+LOSSES = (*OURS, PEER)
+flags.DEFINE_list("losses", list(OURS), f"Losses to measure, of {list(LOSSES)}.")
 flags.DEFINE_list("batches", ["256", "512", "1024", "2048", "4096"], "Batch sizes b.")
 flags.DEFINE_integer("dim", 128, "Embedding dimension d.", lower_bound=1)
 flags.DEFINE_integer("repeats", 3, "Timed steps per setting (after one warm-up).", lower_bound=1)
@@ -111,7 +113,7 @@ def run_child(spec):
     batch = int(batch)
     before = _rss_mb()
     step = (
-        _step_pml(batch, FLAGS.dim) if name == "pml_semihard" else _step_tf(name, batch, FLAGS.dim)
+        _step_pml(batch, FLAGS.dim) if name == PEER else _step_tf(name, batch, FLAGS.dim)
     )
     baseline = _rss_mb()
     import tf_svmax
@@ -203,13 +205,13 @@ def main(argv):
     if refusals:
         raise app.UsageError("\n".join(refusals), exitcode=2)
     names = list(FLAGS.losses)
-    if FLAGS.compare_pml and "pml_semihard" not in names:
+    if FLAGS.compare_pml and PEER not in names:
         if _has("pytorch_metric_learning") and _has("torch"):
-            names.append("pml_semihard")
+            names.append(PEER)
     rows = []
     for name in names:
         for batch in batches:
-            label = "pytorch-metric-learning" if name == "pml_semihard" else FLAGS.label
+            label = "pytorch-metric-learning" if name == PEER else FLAGS.label
             _common.progress(PROGRAM, f"{name} b={batch} ({label})")
             record = measure(name, batch, FLAGS.code_dir)
             rows.append({"loss": name, "batch": batch, "dim": FLAGS.dim, "code": label, **record})
