@@ -26,6 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import dataclasses  # noqa: E402
 import sys  # noqa: E402
+import textwrap  # noqa: E402
 import time  # noqa: E402
 
 import keras  # noqa: E402
@@ -213,7 +214,9 @@ def plot_grid(rows, path, title):
             if i == 0:
                 ax.set_title(f"step {step}", fontsize=8)
             if j == 0:
-                ax.set_ylabel(label, fontsize=7)
+                # Wrapped: an unrolled row's label names four settings and would run into
+                # the rows above and below on one line.
+                ax.set_ylabel(textwrap.fill(label, 24), fontsize=7)
         gan_mog.draw_density(axes[i, -1], truth, bins=100)
         if i == 0:
             axes[i, -1].set_title("target", fontsize=8)
