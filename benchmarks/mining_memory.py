@@ -112,9 +112,7 @@ def run_child(spec):
     name, batch = spec.split(":")
     batch = int(batch)
     before = _rss_mb()
-    step = (
-        _step_pml(batch, FLAGS.dim) if name == PEER else _step_tf(name, batch, FLAGS.dim)
-    )
+    step = _step_pml(batch, FLAGS.dim) if name == PEER else _step_tf(name, batch, FLAGS.dim)
     baseline = _rss_mb()
     import tf_svmax
 

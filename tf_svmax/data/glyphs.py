@@ -341,6 +341,22 @@ def cache_key(*, seed, images_per_class, image_size):
     return digest.hexdigest()[:20]
 
 
+def check_render_settings(seed, images_per_class, image_size, cache_dir):
+    """``(seed, images_per_class, image_size)`` of a rendered glyph set, validated (seed >= 0,
+    images_per_class >= 2, image_size >= 16), and `cache_dir` checked (a folder path, None or
+    False); a ValueError names the argument otherwise. Shared by every glyph source."""
+    seed = _checks.check_non_negative_int(seed, "seed")
+    images_per_class = _checks.check_positive_int(images_per_class, "images_per_class")
+    if images_per_class < 2:
+        raise ValueError(_checks.invalid("images_per_class", "an int >= 2", images_per_class))
+    image_size = _checks.check_positive_int(image_size, "image_size")
+    if image_size < 16:
+        raise ValueError(_checks.invalid("image_size", "an int >= 16", image_size))
+    if not (cache_dir is None or cache_dir is False or isinstance(cache_dir, (str, os.PathLike))):
+        raise ValueError(_checks.invalid("cache_dir", "a folder path, None or False", cache_dir))
+    return seed, images_per_class, image_size
+
+
 def load_glyphs_open_set(*, seed=0, images_per_class=32, image_size=32, cache_dir=None):
     """The glyph set as an open-set split: ``{"train": (images, labels), "test": (images,
     labels), "characters": [...]}``.
@@ -356,15 +372,9 @@ def load_glyphs_open_set(*, seed=0, images_per_class=32, image_size=32, cache_di
         generates without reading or writing a cache. The file name is `cache_key`, so a change
         of settings, generator, Pillow or font files generates anew.
     """
-    seed = _checks.check_non_negative_int(seed, "seed")
-    images_per_class = _checks.check_positive_int(images_per_class, "images_per_class")
-    if images_per_class < 2:
-        raise ValueError(_checks.invalid("images_per_class", "an int >= 2", images_per_class))
-    image_size = _checks.check_positive_int(image_size, "image_size")
-    if image_size < 16:
-        raise ValueError(_checks.invalid("image_size", "an int >= 16", image_size))
-    if not (cache_dir is None or cache_dir is False or isinstance(cache_dir, (str, os.PathLike))):
-        raise ValueError(_checks.invalid("cache_dir", "a folder path, None or False", cache_dir))
+    seed, images_per_class, image_size = check_render_settings(
+        seed, images_per_class, image_size, cache_dir
+    )
     settings = {"seed": seed, "images_per_class": images_per_class, "image_size": image_size}
     path = None
     if cache_dir is not False:

@@ -437,10 +437,9 @@ def load_glyph_pretraining(
         a change of settings, generator, candidates, Pillow or font files generates anew; the
         held-out split is taken after loading and shares the file.
     """
-    seed = _checks.check_non_negative_int(seed, "seed")
-    images_per_class = _checks.check_positive_int(images_per_class, "images_per_class")
-    if images_per_class < 2:
-        raise ValueError(_checks.invalid("images_per_class", "an int >= 2", images_per_class))
+    seed, images_per_class, image_size = glyphs.check_render_settings(
+        seed, images_per_class, image_size, cache_dir
+    )
     held_out_per_class = _checks.check_non_negative_int(held_out_per_class, "held_out_per_class")
     if held_out_per_class >= images_per_class:
         raise ValueError(
@@ -450,11 +449,6 @@ def load_glyph_pretraining(
                 held_out_per_class,
             )
         )
-    image_size = _checks.check_positive_int(image_size, "image_size")
-    if image_size < 16:
-        raise ValueError(_checks.invalid("image_size", "an int >= 16", image_size))
-    if not (cache_dir is None or cache_dir is False or isinstance(cache_dir, (str, os.PathLike))):
-        raise ValueError(_checks.invalid("cache_dir", "a folder path, None or False", cache_dir))
     settings = {"seed": seed, "images_per_class": images_per_class, "image_size": image_size}
     path = key = None
     if cache_dir is not False:
