@@ -90,6 +90,21 @@ def _check_shapes(q, k, negatives):
             )
 
 
+def _check_settings(temperature, beta, prior, center, constant):
+    """The validated ``(temperature, beta, prior, center, constant)`` as Python floats (and the
+    prior's name); a ValueError names the argument otherwise."""
+    temperature = _checks.check_positive_number(temperature, "temperature")
+    beta = _checks.check_positive_number(beta, "beta", allow_inf=True)
+    if prior not in PRIORS:
+        raise ValueError(_checks.invalid("prior", f"one of {list(PRIORS)}", prior))
+    # c0 and c are values of ||Q||_* (the Gaussian's centre, the margin prior's stand-in for the
+    # norm; seed 003 Sec. 6: sqrt(5) and 3, "a similar value of ||Q||_* at convergence"), so
+    # finite and >= 0; a negative c would be a bonus, not a margin (c = -1e9 gave a zero loss).
+    center = _checks.check_non_negative_number(center, "center")
+    constant = _checks.check_non_negative_number(constant, "constant")
+    return temperature, beta, prior, center, constant
+
+
 def lorac_loss(
     queries,
     positive_keys,
@@ -117,15 +132,9 @@ def lorac_loss(
     Returns:
       `[N]` losses (float32 for half-precision inputs).
     """
-    temperature = _checks.check_positive_number(temperature, "temperature")
-    beta = _checks.check_positive_number(beta, "beta", allow_inf=True)
-    if prior not in PRIORS:
-        raise ValueError(_checks.invalid("prior", f"one of {list(PRIORS)}", prior))
-    # c0 and c are values of ||Q||_* (the Gaussian's centre, the margin prior's stand-in for the
-    # norm; seed 003 Sec. 6: sqrt(5) and 3, "a similar value of ||Q||_* at convergence"), so
-    # finite and >= 0; a negative c would be a bonus, not a margin (c = -1e9 gave a zero loss).
-    center = _checks.check_non_negative_number(center, "center")
-    constant = _checks.check_non_negative_number(constant, "constant")
+    temperature, beta, prior, center, constant = _check_settings(
+        temperature, beta, prior, center, constant
+    )
     q = tf.convert_to_tensor(queries)
     dtype = _checks.compute_dtype(q.dtype)
     q = _unit_rows(tf.cast(q, dtype))
@@ -175,14 +184,11 @@ class LORACLoss(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        self.temperature, self.beta, self.prior = temperature, beta, prior
-        self.center, self.constant = center, constant
-        lorac_loss(  # validates the arguments now rather than at the first call
-            tf.ones([1, 1, 2]), tf.ones([1, 2]), tf.ones([1, 2]), **self._kwargs()
+        # Validated now rather than at the first call; Python floats, so the config is JSON
+        # (a NumPy float32 is not JSON-serializable).
+        self.temperature, self.beta, self.prior, self.center, self.constant = _check_settings(
+            temperature, beta, prior, center, constant
         )
-        # Python floats in the config (a NumPy float32 is not JSON-serializable).
-        self.temperature, self.beta = float(temperature), float(beta)
-        self.center, self.constant = float(center), float(constant)
 
     def _kwargs(self):
         return dict(
