@@ -11,23 +11,11 @@ def flat_labels(labels, num_rows, arg="y_true"):
     Labels are compared for equality in their own dtype (never cast to float, which would
     merge large integer ids).
     """
-    labels = tf.convert_to_tensor(labels)
-    shape = labels.shape
-    if shape.rank is not None and (
-        shape.rank > 2 or (shape.rank == 2 and shape[1] is not None and shape[1] != 1)
-    ):
-        raise ValueError(
-            _checks.invalid(
-                arg,
-                "class labels of shape [batch_size] or [batch_size, 1]",
-                f"<tensor of shape {shape}>",
-            )
-        )
+    labels = _checks.label_vector(labels, arg)
     if not (labels.dtype.is_integer or labels.dtype.is_floating or labels.dtype == tf.bool):
         raise TypeError(
             _checks.invalid(arg, "numeric class labels", f"<tensor of dtype {labels.dtype.name}>")
         )
-    labels = tf.reshape(labels, [-1])
     n_labels = labels.shape[0]
     if isinstance(num_rows, int) and n_labels is not None and n_labels != num_rows:
         raise ValueError(

@@ -92,6 +92,20 @@ def compute_dtype(dtype):
     return dtype
 
 
+def label_vector(labels, arg):
+    """`labels` as a tensor flattened to `[N]`; a ValueError naming `arg` unless its shape is
+    `[N]` or `[N, 1]` (one label per row). The dtype is left to the caller."""
+    labels = tf.convert_to_tensor(labels)
+    shape = labels.shape
+    if shape.rank is not None and (
+        shape.rank > 2 or (shape.rank == 2 and shape[1] is not None and shape[1] != 1)
+    ):
+        raise ValueError(
+            invalid(arg, "class labels of shape [N] or [N, 1]", f"<tensor of shape {shape}>")
+        )
+    return tf.reshape(labels, [-1])
+
+
 def float_matrix(x, arg, min_rows=1):
     """Converts `x` to a rank-2 floating tensor, validating what can be validated statically.
 

@@ -28,17 +28,7 @@ from tf_svmax.ops import _checks, _guards
 
 def class_labels(labels, arg="labels"):
     """Flattens `labels` to `[N]` int64, accepting integer tensors and integral-valued floats."""
-    labels = tf.convert_to_tensor(labels)
-    if labels.shape.rank is not None and labels.shape.rank > 1:
-        if labels.shape.rank > 2 or (labels.shape[-1] is not None and labels.shape[-1] != 1):
-            raise ValueError(
-                _checks.invalid(
-                    arg,
-                    "integer class labels of shape [N] or [N, 1]",
-                    f"<tensor of shape {labels.shape}>",
-                )
-            )
-    labels = tf.reshape(labels, [-1])
+    labels = _checks.label_vector(labels, arg)
     if labels.dtype.is_integer:
         return tf.cast(labels, tf.int64)
     if labels.dtype.is_floating:
