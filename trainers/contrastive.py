@@ -428,7 +428,7 @@ def augmented_nuclear_norms(encoder, images, *, views, batch_size):
 
 
 def evaluate(config, model, features, split):
-    """The held-out evaluation record (without step); `features` is the encoder's
+    """The held-out evaluation, ``{"metrics": ..., "info": ...}``; `features` is the encoder's
     `feature_extractor`."""
     from sklearn.preprocessing import normalize
 
@@ -443,32 +443,25 @@ def evaluate(config, model, features, split):
     open_x, open_y = split["open_set"]
     # Rows of exact zeros (a dead ReLU map) stay zero rather than dividing by 0.
     open_f = normalize(predict(open_x).astype(np.float64))
-    record = {
-        "linear_probe_accuracy": linear_probe_accuracy(
-            train_f, train_y, test_f, test_y, config.seed
-        ),
-        "knn_accuracy": knn_accuracy(train_f, train_y, test_f, test_y, config.knn_k),
-        "test_nuclear_norm": float(norms.mean()),
-        "test_nuclear_norm_std": float(norms.std()),
-        # ||Q_hat||_* of `test_views` unit rows lies in [sqrt(views), views].
-        "test_nuclear_norm_bounds": [math.sqrt(config.test_views), float(config.test_views)],
+    retrieval = metrics.split_retrieval_results(
+        metrics.evaluate_retrieval(open_f, open_y, ks=(1,), compute_nmi=False)
+    )
+    return {
+        "metrics": {
+            "linear_probe_accuracy": linear_probe_accuracy(
+                train_f, train_y, test_f, test_y, config.seed
+            ),
+            "knn_accuracy": knn_accuracy(train_f, train_y, test_f, test_y, config.knn_k),
+            "test_nuclear_norm": float(norms.mean()),
+            **{f"open_set_{k}": v for k, v in retrieval["metrics"].items()},
+        },
+        "info": {
+            "test_nuclear_norm_std": float(norms.std()),
+            # ||Q_hat||_* of `test_views` unit rows lies in [sqrt(views), views].
+            "test_nuclear_norm_bounds": [math.sqrt(config.test_views), float(config.test_views)],
+            **{f"open_set_{k}": v for k, v in retrieval["info"].items()},
+        },
     }
-    retrieval = metrics.evaluate_retrieval(open_f, open_y, ks=(1,), compute_nmi=False)
-    record.update({f"open_set_{k}": v for k, v in retrieval.items()})
-    return record
-
-
-METRIC_KEYS = (
-    "linear_probe_accuracy",
-    "knn_accuracy",
-    "test_nuclear_norm",
-    "open_set_recall_at_1",
-    "open_set_map_at_r",
-)
-
-
-def is_metric(key):
-    return key in METRIC_KEYS
 
 
 def describe(config):
@@ -526,7 +519,7 @@ def plot_run(results, directory, title):
 
 
 def summary(results):
-    return loop_summary(results, is_metric)
+    return loop_summary(results)
 
 
 def train_contrastive(config, *, callbacks=()):
@@ -569,12 +562,7 @@ def train_contrastive(config, *, callbacks=()):
             start_step=start_step,
         ),
         global_batch=config.batch_size,
-        evaluate=lambda step, epoch: {
-            "step": step,
-            "epoch": epoch,
-            **evaluate(config, model, features, split),
-        },
-        is_metric=is_metric,
+        evaluate=lambda step, epoch: evaluate(config, model, features, split),
         plot=lambda results, folder: plot_run(results, folder, title),
         save=lambda folder: model.encoder.save(os.path.join(folder, "encoder.keras")),
         header={

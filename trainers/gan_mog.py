@@ -469,15 +469,16 @@ def sample_path(output_dir, step):
 
 
 def evaluate(config, gan, noise, centres, step):
-    """Mode coverage and s_mu of the generator's points from `noise`; keeps the points."""
+    """Mode coverage and s_mu of the generator's points from `noise` (``{"metrics": modes
+    covered, high-quality fraction, mode KL, s_mu, "info": finite, the mode count and the
+    per-mode counts}``; only ``finite`` when a point is not); keeps the points."""
     points = gan.generator.predict(noise, batch_size=2048, verbose=0)
     path = sample_path(config.output_dir, step)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     np.save(path, points)
     finite = bool(np.isfinite(points).all())
-    record = {"step": step, "finite": finite}
     if not finite:
-        return record
+        return {"metrics": {}, "info": {"finite": finite}}
     coverage = metrics.mode_coverage(
         points, centres, config.mixture_std, weights=mixture_weights(config)
     )
@@ -485,16 +486,22 @@ def evaluate(config, gan, noise, centres, step):
         # NaN: no high-quality point (the histogram is undefined); inf (points on a mode of
         # weight 0) cannot occur with the drawn weights, which are positive. JSON has neither.
         coverage["mode_kl"] = None
-    record.update(coverage)
     # On the first batch_size points, so that it compares with the training batches' s_mu and
     # the recorded bounds (s_mu grows with sqrt(rows)).
     batch = points[: config.batch_size].astype(np.float64)
-    record["s_mu"] = float(np.linalg.svd(batch, compute_uv=False).mean())
-    return record
-
-
-def is_metric(key):
-    return key in ("modes_covered", "high_quality_fraction", "mode_kl", "s_mu")
+    return {
+        "metrics": {
+            "modes_covered": coverage["modes_covered"],
+            "high_quality_fraction": coverage["high_quality_fraction"],
+            "mode_kl": coverage["mode_kl"],
+            "s_mu": float(np.linalg.svd(batch, compute_uv=False).mean()),
+        },
+        "info": {
+            "finite": finite,
+            "num_modes": coverage["num_modes"],
+            "mode_counts": coverage["mode_counts"],
+        },
+    }
 
 
 def describe(config):
@@ -614,7 +621,6 @@ def train_gan_mog(config, *, callbacks=()):
         batches=lambda start_step: batches(config, start_step),
         global_batch=config.batch_size,
         evaluate=lambda step, epoch: evaluate(config, gan, noise, centres, step),
-        is_metric=is_metric,
         plot=lambda results, folder: plot_run(results, folder, title),
         save=save,
         header={

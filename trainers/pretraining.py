@@ -132,13 +132,9 @@ def top_k_accuracies(logits, labels, ks=(1, 5)):
     return {f"top{k}": float(np.mean(rank < k)) for k in ks}
 
 
-def _is_metric(key):
-    return key.startswith(METRIC_KEYS)
-
-
 def summary(results):
     """One line with the last evaluation's held-out accuracies."""
-    return loop_summary(results, _is_metric)
+    return loop_summary(results)
 
 
 def pretrain(config):
@@ -183,7 +179,7 @@ def pretrain(config):
 
     def evaluate(step, epoch):
         logits = classifier.predict(x_held, batch_size=config.eval_batch_size, verbose=0)
-        return {"step": step, "epoch": epoch, **top_k_accuracies(logits, y_held)}
+        return {"metrics": top_k_accuracies(logits, y_held), "info": {}}
 
     def save(folder):
         backbone.save_weights(os.path.join(folder, BACKBONE_FILE))
@@ -206,7 +202,6 @@ def pretrain(config):
         batches=batches,
         global_batch=config.batch_size,
         evaluate=evaluate,
-        is_metric=_is_metric,
         plot=plot_run,
         save=save,
         description=(

@@ -19,7 +19,6 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data, losses, metrics, models, ops
-from tf_svmax.metrics.callbacks import is_metric_key
 from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
 from tf_svmax.ops import _checks
 from tf_svmax.training import ConstantThenPolynomialDecay
@@ -615,7 +614,10 @@ def _job(config, split, embedding_model, callbacks, evaluated):
 
     def evaluate(step, epoch):
         refresh()
-        return evaluator.evaluate(step=step, epoch=epoch)
+        record = evaluator.evaluate(step=step, epoch=epoch)  # also its TensorBoard scalars
+        return metrics.split_retrieval_results(
+            {k: v for k, v in record.items() if k not in ("step", "epoch")}
+        )
 
     return Job(
         name="train_retrieval",
@@ -625,7 +627,6 @@ def _job(config, split, embedding_model, callbacks, evaluated):
         batches=batches,
         global_batch=config.batch_p * config.batch_k,
         evaluate=evaluate,
-        is_metric=is_metric_key,
         plot=lambda results, folder: plot_run(results, bounds, folder),
         save=lambda folder: embedding_model.save(os.path.join(folder, "embedding_model.keras")),
         header={
@@ -708,7 +709,7 @@ def evaluate_untrained(config):
 
 def summary(results):
     """One line with the last evaluation's retrieval metrics."""
-    return loop_summary(results, is_metric_key)
+    return loop_summary(results)
 
 
 def run_title(config):

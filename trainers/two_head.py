@@ -423,7 +423,9 @@ def retrieval_features(outputs):
 
 
 def evaluate(config, model, split):
-    """The held-out evaluation record (without step/epoch)."""
+    """The held-out evaluation: ``{"metrics": test accuracy, macro accuracy and the retrieval
+    metrics of the retrieval features, "info": per-class accuracy, the error neighbours' agreement
+    and the retrieval bookkeeping}``."""
     loaders = split["loaders"]
     loader = None if loaders is None else loaders[1]
     size = split["input_shape"][0]
@@ -431,10 +433,9 @@ def evaluate(config, model, split):
     train = _predict(model, split["train"][0], loader, config.eval_batch_size, size)
     labels = split["test"][1]
     predictions = np.argmax(test["logits"], axis=1)
-    record = metrics.classification_accuracies(labels, predictions)
-    record["per_class_accuracy"] = {str(k): v for k, v in record["per_class_accuracy"].items()}
+    accuracies = metrics.classification_accuracies(labels, predictions)
     test_embedding, train_embedding = retrieval_features(test), retrieval_features(train)
-    record.update(
+    retrieval = metrics.split_retrieval_results(
         metrics.evaluate_retrieval(
             test_embedding,
             labels,
@@ -447,21 +448,25 @@ def evaluate(config, model, split):
     share, errors = metrics.neighbour_agreement_of_errors(
         train_embedding, split["train"][1], test_embedding, labels, predictions
     )
-    # None (JSON null) when there is no error to explain.
-    record.update(error_neighbour_agreement=None if errors == 0 else share, test_errors=errors)
-    return record
-
-
-METRIC_KEYS = ("accuracy", "macro_accuracy", "recall_at_", "nmi", "map_at_r")
-
-
-def is_metric(key):
-    """Entries of an evaluation logged to TensorBoard and printed (all floats)."""
-    return key.startswith(METRIC_KEYS)
+    per_class = {str(k): v for k, v in accuracies["per_class_accuracy"].items()}
+    return {
+        "metrics": {
+            "accuracy": accuracies["accuracy"],
+            "macro_accuracy": accuracies["macro_accuracy"],
+            **retrieval["metrics"],
+        },
+        "info": {
+            "per_class_accuracy": per_class,
+            **retrieval["info"],
+            # None (JSON null) when there is no error to explain.
+            "error_neighbour_agreement": None if errors == 0 else share,
+            "test_errors": errors,
+        },
+    }
 
 
 def summary(results):
-    return loop_summary(results, is_metric)
+    return loop_summary(results)
 
 
 def plot_run(results, directory, title):
@@ -583,7 +588,7 @@ def train_two_head(config, *, callbacks=()):
 
     def evaluate_at(step, epoch):
         refresh()
-        return {"step": step, "epoch": epoch, **evaluate(config, evaluated, split)}
+        return evaluate(config, evaluated, split)
 
     counts = np.bincount(train_y, minlength=split["num_classes"])
     title = (
@@ -598,7 +603,6 @@ def train_two_head(config, *, callbacks=()):
         batches=batches,
         global_batch=config.batch_p * config.batch_k,
         evaluate=evaluate_at,
-        is_metric=is_metric,
         plot=lambda results, folder: plot_run(results, folder, title),
         save=lambda folder: model.save(os.path.join(folder, "model.keras")),
         header={

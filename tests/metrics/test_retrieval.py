@@ -401,3 +401,15 @@ def test_neighbor_list_size_is_checked():
             retrieval.evaluate_retrieval(x, y, neighbor_list_size=bad)
     with pytest.raises(ValueError, match=r"argument `size`"):
         retrieval.neighbor_lists(x, size=0)
+
+
+def test_split_retrieval_results_puts_the_documented_metrics_apart_from_bookkeeping(rng):
+    y = np.repeat(np.arange(5), 4)
+    x = rng.standard_normal((20, 4)).astype(np.float32)
+    out = retrieval.evaluate_retrieval(x, y, ks=(1, 8), seed=0)
+    split = retrieval.split_retrieval_results(out)
+    metric_names = {"recall_at_1", "recall_at_8", "map_at_r", "nmi", "s_mu"}
+    assert set(split["metrics"]) == metric_names | {"s_mu_lower", "s_mu_upper"}
+    assert {"num_queries", "num_embeddings", "num_classes", "seconds"} <= set(split["info"])
+    assert not any(k.startswith(("recall", "map", "nmi", "s_mu")) for k in split["info"])
+    assert {**split["metrics"], **split["info"]} == out  # nothing lost, nothing added

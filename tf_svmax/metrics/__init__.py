@@ -13,6 +13,7 @@ from tf_svmax.metrics.retrieval import (
     nearest_neighbors,
     nmi,
     recall_at_k,
+    split_retrieval_results,
 )
 from tf_svmax.metrics.spectral import MeanSingularValue, SingularValueBound, svmax_metrics
 
@@ -29,5 +30,6 @@ __all__ = [
     "neighbour_agreement_of_errors",
     "nmi",
     "recall_at_k",
+    "split_retrieval_results",
     "svmax_metrics",
 ]

@@ -7,14 +7,6 @@ import tensorflow as tf
 from tf_svmax.metrics import retrieval
 from tf_svmax.ops import _checks
 
-# Keys of `evaluate_retrieval`'s result that are metrics (logged), not bookkeeping.
-_METRIC_PREFIXES = ("recall_at_", "map_at_r", "nmi", "s_mu")
-
-
-def is_metric_key(key):
-    """True for the keys of `evaluate_retrieval` results that are metrics, not bookkeeping."""
-    return key.startswith(_METRIC_PREFIXES)
-
 
 class RetrievalEvaluation(keras.callbacks.Callback):
     """Runs `evaluate_retrieval` on a test split every N epochs or every N steps.
@@ -125,21 +117,21 @@ class RetrievalEvaluation(keras.callbacks.Callback):
             step = int(optimizer.iterations.numpy()) if optimizer is not None else 0
         record = {"epoch": self._epoch, "step": step, **results}
         self.history.append(record)
-        self._write_tensorboard(step, results)
+        metrics = retrieval.split_retrieval_results(results)["metrics"]
+        self._write_tensorboard(step, metrics)
         if self.verbose:
-            shown = ", ".join(f"{k}={v:.4f}" for k, v in results.items() if is_metric_key(k))
+            shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items())
             print(f"[retrieval @ step {step}] {shown}", flush=True)
         return record
 
-    def _write_tensorboard(self, step, results):
+    def _write_tensorboard(self, step, metrics):
         if self.log_dir is None:
             return
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(str(self.log_dir))
         with self._writer.as_default(step=step):
-            for key, value in results.items():
-                if is_metric_key(key):
-                    tf.summary.scalar(self.prefix + key, value)
+            for key, value in metrics.items():
+                tf.summary.scalar(self.prefix + key, value)
         self._writer.flush()
 
     def on_epoch_end(self, epoch, logs=None):
@@ -147,7 +139,8 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         if self.every_n_epochs is not None and (epoch + 1) % self.every_n_epochs == 0:
             results = self.evaluate()
             if logs is not None:
-                logs.update({self.prefix + k: v for k, v in results.items() if is_metric_key(k)})
+                metrics = retrieval.split_retrieval_results(results)["metrics"]
+                logs.update({self.prefix + k: v for k, v in metrics.items()})
 
     def on_train_begin(self, logs=None):
         optimizer = getattr(self.model, "optimizer", None)

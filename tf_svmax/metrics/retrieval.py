@@ -607,6 +607,23 @@ def evaluate_retrieval(
     return results
 
 
+# The entries of an `evaluate_retrieval` result that are metrics; the others are bookkeeping
+# (counts, k-means details, stage times).
+_METRIC_PREFIXES = ("recall_at_", "map_at_r", "nmi", "s_mu")
+
+
+def split_retrieval_results(results):
+    """``{"metrics": ..., "info": ...}`` of an `evaluate_retrieval` result: the metrics
+    (``recall_at_<k>``, ``map_at_r``, ``nmi``, ``s_mu`` and its bounds), logged and printed,
+    apart from the bookkeeping (``num_*``, ``kmeans_*``, ``seconds*``).
+
+    Example:
+      >>> split_retrieval_results(evaluate_retrieval(embeddings, labels))["metrics"]
+    """
+    metrics = {k: v for k, v in results.items() if k.startswith(_METRIC_PREFIXES)}
+    return {"metrics": metrics, "info": {k: v for k, v in results.items() if k not in metrics}}
+
+
 def _spectrum(x):
     from tf_svmax.ops import spectral  # noqa: PLC0415 (TensorFlow only when asked)
 

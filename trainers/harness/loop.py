@@ -67,9 +67,12 @@ class Job:
       batches: ``start_step -> tf.data.Dataset`` of training batches from that step on.
       global_batch: Rows of every training batch (split across the replicas of a
         multi-replica strategy, see `trainers.harness.distribute.replica_batches`).
-      evaluate: ``(step, epoch) -> dict`` of the held-out evaluation; `is_metric` picks the
-        entries logged to TensorBoard and printed.
-      is_metric: ``key -> bool`` for the entries of an evaluation that are metrics.
+      evaluate: ``(step, epoch) -> {"metrics": {...}, "info": {...}}``, the held-out
+        evaluation: ``metrics`` are the numbers logged to TensorBoard and printed (a value may
+        be None where undefined at that evaluation), ``info`` the bookkeeping recorded beside
+        them (counts, timings, per-class tables). ``results.json`` keeps each evaluation as
+        one flat record (``step``, ``epoch``, the metrics, the info) and lists the metric names
+        under ``metric_keys``.
       plot: ``(results, folder) -> None``; writes the trainer's figures.
       save: ``folder -> None``; writes the finished model(s).
       header: Entries added to the record at every attempt (e.g. the batch's s_mu bounds).
@@ -91,7 +94,6 @@ class Job:
     batches: Callable[[int], tf.data.Dataset]
     global_batch: int
     evaluate: Callable[[int, int], dict]
-    is_metric: Callable[[str], bool]
     plot: Callable[[dict, str], None]
     save: Callable[[str], None]
     header: dict = dataclasses.field(default_factory=dict)
@@ -148,13 +150,43 @@ def window_means(start_sums, start_count, end_sums, end_count):
     return {k: (v - start_sums.get(k, 0.0)) / width for k, v in end_sums.items()}
 
 
-def summary(results, is_metric):
-    """One line with the last evaluation's metrics."""
+def evaluation_record(evaluation, step, epoch):
+    """The flat record ``results.json`` keeps for one `Job.evaluate` result, and the names of
+    its metrics; refuses a result that is not ``{"metrics": dict, "info": dict}`` or whose
+    parts share a name (the flat record would lose one)."""
+    if not (
+        isinstance(evaluation, dict)
+        and set(evaluation) == {"metrics", "info"}
+        and all(isinstance(evaluation[part], dict) for part in ("metrics", "info"))
+    ):
+        keys = sorted(evaluation) if isinstance(evaluation, dict) else None
+        raise TypeError(
+            'Job.evaluate must return {"metrics": dict, "info": dict}; received '
+            f"{type(evaluation).__name__} with keys {keys}."
+        )
+    metrics, info = evaluation["metrics"], evaluation["info"]
+    shared = sorted(set(metrics) & set(info) | ({"step", "epoch"} & (set(metrics) | set(info))))
+    if shared:
+        raise ValueError(f"Job.evaluate: {shared} named twice (metrics, info, step/epoch).")
+    return {"step": step, "epoch": epoch, **metrics, **info}, list(metrics)
+
+
+def summary(results):
+    """One line with the last evaluation's metrics (``results["metric_keys"]``)."""
     if not results["evaluations"]:
         return "no evaluation"
     last = results["evaluations"][-1]
+    keys = results.get("metric_keys")
+    if keys is None:  # a record written before metric_keys existed: every number shown
+        keys = [
+            k
+            for k, v in last.items()
+            if k not in ("step", "epoch")
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+        ]
     # None: a metric undefined at this evaluation (e.g. a KL over an empty histogram).
-    shown = [f"{k}={'n/a' if v is None else f'{v:.4f}'}" for k, v in last.items() if is_metric(k)]
+    shown = [f"{k}={'n/a' if last[k] is None else f'{last[k]:.4f}'}" for k in keys if k in last]
     return f"step {last['step']}: " + ", ".join(shown)
 
 
@@ -269,9 +301,11 @@ class _Cadence(keras.callbacks.Callback):
         if not self.chief:
             self.manager.save(checkpoint_number=step)  # a collective step: every worker saves
             return
-        record = self.job.evaluate(step, epoch + 1)
+        record, self.results["metric_keys"] = evaluation_record(
+            self.job.evaluate(step, epoch + 1), step, epoch + 1
+        )
         logs.update(
-            {f"test_{k}": v for k, v in record.items() if self.job.is_metric(k) and v is not None}
+            {f"test_{k}": record[k] for k in self.results["metric_keys"] if record[k] is not None}
         )
         evaluations = [e for e in self.results["evaluations"] if e["step"] < step]
         self.results["evaluations"] = evaluations + [record]
@@ -382,7 +416,7 @@ def _run(job, config_dict, run, started, chief=True):
     if finished and start_step >= config.train_steps:
         # A finished run is reported, not re-recorded (wall time and files stay as they were).
         if chief:
-            _say(job, f"already completed: {summary(previous, job.is_metric)}")
+            _say(job, f"already completed: {summary(previous)}")
         return previous or {"status": "completed"}
     results = previous or {"evaluations": [], "trace": [], "resumed_at_steps": []}
     results["evaluations"] = [e for e in results["evaluations"] if e["step"] <= start_step]
@@ -407,10 +441,11 @@ def _run(job, config_dict, run, started, chief=True):
     try:
         if chief and config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
             # Step 0: where training starts from; kept if a restart finds it already recorded.
-            results["evaluations"] = [job.evaluate(0, 0)]
+            record, results["metric_keys"] = evaluation_record(job.evaluate(0, 0), 0, 0)
+            results["evaluations"] = [record]
             results["wall_seconds"] = _wall_seconds(results, started)
             run.write_results(results)
-            _say(job, f"untrained: {summary(results, job.is_metric)}")
+            _say(job, f"untrained: {summary(results)}")
         if start_step < config.train_steps:
             dataset = replica_batches(strategy, lambda: job.batches(start_step), job.global_batch)
             settings = dict(
@@ -475,7 +510,7 @@ def _run(job, config_dict, run, started, chief=True):
         return results
     with interrupts_deferred():  # see _Cadence.on_epoch_end
         job.plot(results, paths["plots"])
-    _say(job, f"{results['status']}: {summary(results, job.is_metric)}")
+    _say(job, f"{results['status']}: {summary(results)}")
     if results["message"]:
         _say(job, results["message"])
     return results

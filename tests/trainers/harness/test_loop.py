@@ -13,10 +13,12 @@ import tensorflow as tf
 from trainers.harness.flags import option
 from trainers.harness.loop import (
     Job,
+    evaluation_record,
     fit_verbosity,
     interrupts_deferred,
     non_finite_variables,
     run_job,
+    summary,
     window_means,
 )
 
@@ -52,7 +54,8 @@ def _job(config, counter):
 
     def evaluate(step, epoch):
         counter.assign_add(1.0)  # extra state the loop must checkpoint and restore
-        return {"step": step, "epoch": epoch, "mse": float(model.evaluate(x, y, verbose=0))}
+        mse = float(model.evaluate(x, y, verbose=0))
+        return {"metrics": {"mse": mse}, "info": {"rows": len(x)}}
 
     return Job(
         name="toy",
@@ -62,7 +65,6 @@ def _job(config, counter):
         batches=batches,
         global_batch=8,
         evaluate=evaluate,
-        is_metric=lambda k: k == "mse",
         plot=lambda results, folder: None,
         save=lambda folder: None,
         state={"counter": counter},
@@ -78,6 +80,14 @@ def test_cadence_trace_and_extra_state_resume(tmp_path):
     assert [t["step"] for t in results["trace"]] == [1, 2, 3, 4, 5, 6]
     assert all(t["step_seconds"] > 0 and t["learning_rate"] == 0.1 for t in results["trace"])
     assert results["evaluations"][-1]["mse"] < results["evaluations"][0]["mse"]
+    # One flat record per evaluation; the metric names listed once.
+    assert results["evaluations"][0] == {
+        "step": 0,
+        "epoch": 0,
+        "mse": results["evaluations"][0]["mse"],
+        "rows": 64,
+    }
+    assert results["metric_keys"] == ["mse"]
     # The counter was 3 at the last checkpoint (step 6); a longer run resumes it from there.
     longer = dataclasses.replace(config, train_steps=9)
     with pytest.raises(ValueError, match="differs in: train_steps"):
@@ -86,6 +96,29 @@ def test_cadence_trace_and_extra_state_resume(tmp_path):
     again = run_job(_job(config, fresh), ToyConfig, started=0.0)
     assert again == results  # finished: reported unchanged
     assert float(fresh.numpy()) == 3.0  # restored from the checkpoint, not re-counted
+
+
+def test_summary_shows_the_listed_metrics_and_every_number_of_an_older_record():
+    last = {"step": 6, "epoch": 2, "mse": 0.5, "rows": 64, "kl": None, "tag": "x"}
+    assert summary({"evaluations": [last], "metric_keys": ["mse", "kl"]}) == (
+        "step 6: mse=0.5000, kl=n/a"
+    )
+    # A results.json written before metric_keys existed: its numbers, not its strings.
+    assert summary({"evaluations": [last]}) == "step 6: mse=0.5000, rows=64.0000"
+    assert summary({"evaluations": []}) == "no evaluation"
+
+
+def test_evaluation_record_refuses_what_is_not_metrics_and_info():
+    record, keys = evaluation_record({"metrics": {"a": 1.0}, "info": {"n": 3}}, 5, 1)
+    assert record == {"step": 5, "epoch": 1, "a": 1.0, "n": 3} and keys == ["a"]
+    with pytest.raises(TypeError, match=r'must return \{"metrics": dict, "info": dict\}'):
+        evaluation_record({"step": 5, "a": 1.0}, 5, 1)
+    with pytest.raises(TypeError, match="received list"):
+        evaluation_record([1.0], 5, 1)
+    with pytest.raises(ValueError, match=r"\['a'\] named twice"):
+        evaluation_record({"metrics": {"a": 1.0}, "info": {"a": 2}}, 5, 1)
+    with pytest.raises(ValueError, match=r"\['step'\] named twice"):
+        evaluation_record({"metrics": {"step": 1.0}, "info": {}}, 5, 1)
 
 
 class _Terminal(io.StringIO):
