@@ -42,13 +42,12 @@ from tf_svmax import data, losses, metrics, models, training
 from tf_svmax.losses.lorac import PRIORS, batched_nuclear_norm
 from trainers.harness.config import (
     ConfigError,
+    RunConfig,
     check_fields,
     output_dir_option,
     resolve_cadence,
-    verbose_option,
 )
 from trainers.harness.flags import (
-    non_negative_int,
     non_negative_number,
     option,
     positive_int,
@@ -75,7 +74,7 @@ EMBEDDED = {"glyphs": _glyphs, "digits": data.load_digits_open_set}
 
 
 @dataclasses.dataclass(frozen=True)
-class ContrastiveConfig:
+class ContrastiveConfig(RunConfig):
     """One pre-training run. `None` fields take the method's default. Each field's help is its
     command-line flag's (`trainers/train_contrastive.py`)."""
 
@@ -153,15 +152,6 @@ class ContrastiveConfig:
     train_steps: int | None = option(
         None, "Training steps (default: glyphs 1000, digits 400).", check=positive_int
     )
-    eval_every: int | None = option(
-        None,
-        "Steps between evaluations and checkpoints (default: train_steps / 4).",
-        check=positive_int,
-    )
-    trace_every: int | None = option(
-        None, "Steps per point of the loss trace (default: eval_every / 20).", check=positive_int
-    )
-    evaluate_untrained: bool = option(True, "Also evaluate before the first step (step 0).")
     knn_k: int = option(10, "k of the k-NN accuracy (cosine, majority vote).", check=positive_int)
     test_views: int = option(
         32,
@@ -171,8 +161,6 @@ class ContrastiveConfig:
     eval_batch_size: int = option(
         512, "Batch size for evaluation.", identity=False, check=positive_int
     )
-    seed: int = option(0, "Seed for weights, batches, views and the queue.", check=non_negative_int)
-    verbose: int = verbose_option()
 
 
 def resolve(config):

@@ -44,7 +44,12 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data, metrics, ops
-from trainers.harness.config import ConfigError, check_fields, output_dir_option, verbose_option
+from trainers.harness.config import (
+    ConfigError,
+    RunConfig,
+    check_fields,
+    output_dir_option,
+)
 from trainers.harness.flags import (
     non_negative_int,
     non_negative_number,
@@ -71,7 +76,7 @@ PLOT_EXTENT = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
-class GanConfig:
+class GanConfig(RunConfig):
     """One GAN run; each field's help is its command-line flag's (`trainers/train_gan_mog.py`)."""
 
     output_dir: str = output_dir_option("runs/gan_mog")
@@ -155,12 +160,9 @@ class GanConfig:
     trace_every: int | None = option(
         None, "Steps per point of the loss trace (default: eval_every / 10).", check=positive_int
     )
-    evaluate_untrained: bool = option(True, "Also evaluate before the first step (step 0).")
     num_samples: int = option(
         2500, "Generated points per evaluation (VEEGAN: 2,500).", check=positive_int
     )
-    seed: int = option(0, "Seed for weights, batches and evaluation noise.", check=non_negative_int)
-    verbose: int = verbose_option()
 
 
 def resolve(config):

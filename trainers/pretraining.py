@@ -28,12 +28,12 @@ from tf_svmax import data, models
 from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness.config import (
     ConfigError,
+    RunConfig,
     check_fields,
     output_dir_option,
     resolve_cadence,
-    verbose_option,
 )
-from trainers.harness.flags import non_negative_int, option, positive_int, positive_number
+from trainers.harness.flags import option, positive_int, positive_number
 from trainers.harness.loop import Job, run_job
 from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
@@ -45,8 +45,8 @@ DEFAULT_STEPS = 3000
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainConfig:
-    """The pretraining run: backbone, data, optimisation, cadence."""
+class PretrainConfig(RunConfig):
+    """The pretraining run: backbone, data, optimisation (the run fields: `RunConfig`)."""
 
     output_dir: str = output_dir_option("runs/pretrain_glyphs")
     backbone: str = option(
@@ -70,20 +70,9 @@ class PretrainConfig:
     train_steps: int | None = option(
         None, f"Training steps (default {DEFAULT_STEPS}).", check=positive_int
     )
-    eval_every: int | None = option(
-        None, "Steps between held-out evaluations (default train_steps / 4).", check=positive_int
-    )
-    trace_every: int | None = option(
-        None, "Steps per point of the loss trace (default eval_every / 20).", check=positive_int
-    )
-    evaluate_untrained: bool = option(True, "Also evaluate before the first step.")
     eval_batch_size: int = option(
         512, "Batch size for the held-out predictions.", identity=False, check=positive_int
     )
-    seed: int = option(
-        0, "Seed for the weights, the batches and the rendered set.", check=non_negative_int
-    )
-    verbose: int = verbose_option()
 
 
 def resolve(config):
@@ -233,7 +222,8 @@ def plot_run(results, directory):
     classes = results.get("classes", "?")
     fig.suptitle(
         f"Pretraining {c['backbone']} on the glyph pretraining source ({classes} classes), "
-        f"batch {c['batch_size']}, lr {c['learning_rate']:g}, seed {c['seed']}",
+        f"batch {c['batch_size']}, lr {c['learning_rate']:g}, {c['train_steps']} steps, "
+        f"seed {c['seed']}",
         fontsize=10,
     )
     fig.tight_layout()

@@ -24,12 +24,12 @@ from tf_svmax.ops import _checks
 from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness.config import (
     ConfigError,
+    RunConfig,
     check_fields_and_data,
     dataset_refusals,
     image_input_size,
     output_dir_option,
     resolve_cadence,
-    verbose_option,
 )
 from trainers.harness.distribute import (
     check_even_split,
@@ -137,7 +137,7 @@ DEFAULT_STEPS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class RetrievalConfig:
+class RetrievalConfig(RunConfig):
     """One retrieval run. `None` fields take the paper's (or the dataset's) default. Each
     field's help is its command-line flag's (`trainers/train_retrieval.py`)."""
 
@@ -271,21 +271,11 @@ class RetrievalConfig:
         None,
         "Images per class K (paper: 4 contrastive and Proxy-Anchor, 6 triplet, 2 N-pair/angular).",
     )
-    eval_every: int | None = option(
-        None,
-        "Steps between evaluations and checkpoints (default: train_steps / 4).",
-        check=positive_int,
-    )
     trace_every: int | None = option(
         None,
         "Steps per point of the loss / s_mu / learning-rate trace in results.json and "
         "training.png (default: eval_every / 20).",
         check=positive_int,
-    )
-    evaluate_untrained: bool = option(
-        True,
-        "Also evaluate before the first step (step 0: the starting point the curves and "
-        "tables compare against).",
     )
     recall_ks: tuple[int, ...] = option(
         (1, 2, 4, 8), "K of Recall@K (SOP papers: 1,10,100,1000).", check=positive_int
@@ -301,7 +291,6 @@ class RetrievalConfig:
     eval_batch_size: int = option(
         128, "Batch size for embedding the test split.", identity=False, check=positive_int
     )
-    seed: int = option(0, "Seed for weights, batches and k-means.", check=non_negative_int)
     jit_compile: bool = option(
         False,
         "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
@@ -310,7 +299,6 @@ class RetrievalConfig:
     strategy: str = strategy_option()
     cpu_devices: int = cpu_devices_option()
     cluster_timeout: int = cluster_timeout_option()
-    verbose: int = verbose_option()
 
 
 def build_optimizer(config):

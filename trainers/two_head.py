@@ -29,12 +29,12 @@ from tf_svmax import data, losses, metrics, models
 from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
 from trainers.harness.config import (
     ConfigError,
+    RunConfig,
     check_fields_and_data,
     dataset_refusals,
     image_input_size,
     output_dir_option,
     resolve_cadence,
-    verbose_option,
 )
 from trainers.harness.distribute import (
     check_even_split,
@@ -46,7 +46,6 @@ from trainers.harness.distribute import (
     strategy_option,
 )
 from trainers.harness.flags import (
-    non_negative_int,
     non_negative_number,
     number_at_least,
     open_fraction,
@@ -90,7 +89,7 @@ DATA_SEED = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class TwoHeadConfig:
+class TwoHeadConfig(RunConfig):
     """One two-head run. `None` fields take the paper's (or the dataset's) default. Each field's
     help is its command-line flag's (`trainers/train_two_head.py`)."""
 
@@ -173,17 +172,6 @@ class TwoHeadConfig:
     )
     batch_p: int = option(8, "Classes per batch P (paper: b = 32 = 8 x 4).", check=positive_int)
     batch_k: int = option(4, "Images per class K (paper: 4).", check=positive_int)
-    eval_every: int | None = option(
-        None,
-        "Steps between evaluations and checkpoints (default: train_steps / 4).",
-        check=positive_int,
-    )
-    trace_every: int | None = option(
-        None,
-        "Steps per point of the loss / accuracy trace (default: eval_every / 20).",
-        check=positive_int,
-    )
-    evaluate_untrained: bool = option(True, "Also evaluate before the first step (step 0).")
     test_fraction: float = option(
         0.25,
         "Embedded sets: share of each class's images held out for testing.",
@@ -209,12 +197,10 @@ class TwoHeadConfig:
     eval_batch_size: int = option(
         256, "Batch size for evaluation.", identity=False, check=positive_int
     )
-    seed: int = option(0, "Seed for weights, batches, subsets and k-means.", check=non_negative_int)
     jit_compile: bool = option(False, "XLA-compile the train step (slow with SVD on CPU).")
     strategy: str = strategy_option()
     cpu_devices: int = cpu_devices_option()
     cluster_timeout: int = cluster_timeout_option()
-    verbose: int = verbose_option()
 
 
 def resolve(config, num_classes=None):

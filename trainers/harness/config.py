@@ -1,10 +1,19 @@
 """Checks every trainer's config shares: each field against its option, the data source."""
 
 import contextlib
+import dataclasses
 import os
 
 from tf_svmax import models
-from trainers.harness.flags import REQUIRED, FlagValueError, option, validate, writable_folder
+from trainers.harness.flags import (
+    REQUIRED,
+    FlagValueError,
+    non_negative_int,
+    option,
+    positive_int,
+    validate,
+    writable_folder,
+)
 from trainers.harness.run_dir import RunRefused
 
 
@@ -33,6 +42,34 @@ def verbose_option():
         choices=(0, 1, 2),
         identity=False,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The fields of every run the harness trains (`trainers.harness.loop.run_job` reads them):
+    an experiment's config subclasses it with its own fields, and re-declares one of these only
+    to give it the experiment's default (``output_dir``'s folder, a paper's ``train_steps``).
+    ``None`` cadence fields are filled by the experiment's ``resolve`` (`resolve_cadence`)."""
+
+    output_dir: str = output_dir_option("runs/run")
+    train_steps: int | None = option(
+        None, "Training steps (default: the experiment's, see its docs).", check=positive_int
+    )
+    eval_every: int | None = option(
+        None,
+        "Steps between evaluations and checkpoints (default: train_steps / 4).",
+        check=positive_int,
+    )
+    trace_every: int | None = option(
+        None, "Steps per point of the loss trace (default: eval_every / 20).", check=positive_int
+    )
+    evaluate_untrained: bool = option(True, "Also evaluate before the first step (step 0).")
+    seed: int = option(
+        0,
+        "Seed of the run: the initial weights, the batches and every other random draw.",
+        check=non_negative_int,
+    )
+    verbose: int = verbose_option()
 
 
 def check_fields(config):
