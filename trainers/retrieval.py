@@ -24,7 +24,7 @@ from tf_svmax.ops import _checks
 from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness.config import (
     ConfigError,
-    RunConfig,
+    ImageDataConfig,
     check_fields_and_data,
     dataset_refusals,
     image_input_size,
@@ -137,7 +137,7 @@ DEFAULT_STEPS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class RetrievalConfig(RunConfig):
+class RetrievalConfig(ImageDataConfig):
     """One retrieval run. `None` fields take the paper's (or the dataset's) default. Each
     field's help is its command-line flag's (`trainers/train_retrieval.py`)."""
 
@@ -151,26 +151,11 @@ class RetrievalConfig(RunConfig):
         "folder read --data_dir in the official layout.",
         choices=DATASETS,
     )
-    data_dir: str | None = option(
-        None, "Dataset folder (not for the embedded glyphs, digits, digits_closed)."
-    )
     backbone: str = option(
         "small_cnn",
         "Embedding network; the papers use GoogLeNet and ResNet50 (ImageNet weights); mnist_toy "
         "is the SVMax circle figure's MNIST network (random weights only).",
         choices=models.BACKBONES,
-    )
-    weights: str | None = option(
-        None,
-        "Backbone weights: unset (random), 'imagenet' (applications backbones; needs the network "
-        "or Keras' cache) or a .weights.h5 file (a small backbone's from "
-        "`python -m trainers.pretrain_glyphs`).",
-    )
-    input_size: int | None = option(
-        None,
-        "Image side fed to the backbone (default: the backbone's, 224 or 299; resize is "
-        "256/224 of it).",
-        check=positive_int,
     )
     decoded_cache: bool = option(
         False,

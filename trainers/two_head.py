@@ -29,7 +29,7 @@ from tf_svmax import data, losses, metrics, models
 from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
 from trainers.harness.config import (
     ConfigError,
-    RunConfig,
+    ImageDataConfig,
     check_fields_and_data,
     dataset_refusals,
     image_input_size,
@@ -89,7 +89,7 @@ DATA_SEED = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class TwoHeadConfig(RunConfig):
+class TwoHeadConfig(ImageDataConfig):
     """One two-head run. `None` fields take the paper's (or the dataset's) default. Each field's
     help is its command-line flag's (`trainers/train_two_head.py`)."""
 
@@ -104,7 +104,6 @@ class TwoHeadConfig(RunConfig):
         "--data_dir/train/<class>/<image> and --data_dir/test/<class>/<image>.",
         choices=DATASETS,
     )
-    data_dir: str | None = option(None, "Dataset folder (fgvr, folder).")
     image_dir: str = option(
         "",
         "fgvr: the images' folder relative to --data_dir (Flowers-102: jpg; Aircraft: "
@@ -116,16 +115,6 @@ class TwoHeadConfig(RunConfig):
         "weights). small_cnn_bn: three convolutions with batch normalization (the embedded "
         "sets' default; without it a softmax head barely moves at lr 0.01).",
         choices=models.BACKBONES,
-    )
-    weights: str | None = option(
-        None,
-        "Backbone weights: unset (random), 'imagenet' (applications backbones) or a .weights.h5 "
-        "file (a small backbone's from `python -m trainers.pretrain_glyphs`).",
-    )
-    input_size: int | None = option(
-        None,
-        "Image side fed to an applications backbone (default: its own, 224 or 299).",
-        check=positive_int,
     )
     mode: str = option(
         "hard",

@@ -72,6 +72,30 @@ class RunConfig:
     verbose: int = verbose_option()
 
 
+@dataclasses.dataclass(frozen=True)
+class ImageDataConfig(RunConfig):
+    """A run of a backbone on images (retrieval, two-head): the run fields plus where the
+    images come from and how the backbone starts. The experiment declares ``dataset`` and
+    ``backbone`` (its own choices and defaults) and `check_fields_and_data` / `image_input_size`
+    read them with these."""
+
+    data_dir: str | None = option(
+        None, "Dataset folder (the file datasets; not for the embedded ones)."
+    )
+    weights: str | None = option(
+        None,
+        "Backbone weights: unset (random), 'imagenet' (applications backbones; needs the network "
+        "or Keras' cache) or a .weights.h5 file (a small backbone's from "
+        "`python -m trainers.pretrain_glyphs`).",
+    )
+    input_size: int | None = option(
+        None,
+        "Image side fed to the backbone (default: an applications backbone's own, 224 or 299; "
+        "224 for image files otherwise; an embedded set is read at its own size).",
+        check=positive_int,
+    )
+
+
 def check_fields(config):
     """Raises ConfigError for a field outside its option's kind or choices."""
     try:
