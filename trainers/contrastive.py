@@ -379,27 +379,6 @@ def build_model(config, input_shape):
 # Evaluation.
 
 
-def linear_probe_accuracy(train_features, train_labels, test_features, test_labels, seed=0):
-    """Top-1 accuracy of a logistic regression on standardised frozen features (scikit-learn,
-    L-BFGS, C = 1)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, random_state=seed))
-    probe.fit(train_features, train_labels)
-    return float(probe.score(test_features, test_labels))
-
-
-def knn_accuracy(train_features, train_labels, test_features, test_labels, k):
-    """Top-1 accuracy of a k-NN majority vote under the cosine distance (scikit-learn)."""
-    from sklearn.neighbors import KNeighborsClassifier
-
-    knn = KNeighborsClassifier(n_neighbors=k, metric="cosine")
-    knn.fit(train_features, train_labels)
-    return float(knn.score(test_features, test_labels))
-
-
 def augmented_nuclear_norms(encoder, images, *, views, batch_size):
     """``||Q_hat||_*`` per image: the nuclear norm of the `[views, C]` embeddings of `views`
     augmented views of it (seed 003 Fig. 4c; the same views for every run)."""
@@ -436,10 +415,10 @@ def evaluate(config, model, features, split):
     )
     return {
         "metrics": {
-            "linear_probe_accuracy": linear_probe_accuracy(
-                train_f, train_y, test_f, test_y, config.seed
+            "linear_probe_accuracy": metrics.linear_probe_accuracy(
+                train_f, train_y, test_f, test_y, seed=config.seed
             ),
-            "knn_accuracy": knn_accuracy(train_f, train_y, test_f, test_y, config.knn_k),
+            "knn_accuracy": metrics.knn_accuracy(train_f, train_y, test_f, test_y, k=config.knn_k),
             "test_nuclear_norm": float(norms.mean()),
             **{f"open_set_{k}": v for k, v in retrieval["metrics"].items()},
         },

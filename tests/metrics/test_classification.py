@@ -107,3 +107,42 @@ def _agreement_case(**changes):
 def test_error_neighbour_agreement_checks_its_inputs(changes, match):
     with pytest.raises(ValueError, match=match):
         metrics.neighbour_agreement_of_errors(**_agreement_case(**changes))
+
+
+def test_knn_accuracy_matches_a_brute_force_vote():
+    rng = np.random.default_rng(1)
+    train, test = rng.normal(size=(60, 5)), rng.normal(size=(25, 5))
+    train_y, test_y = rng.integers(0, 3, 60), rng.integers(0, 3, 25)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    nearest = np.argsort(-unit(test) @ unit(train).T, axis=1)[:, :7]
+    votes = np.array([np.bincount(train_y[row], minlength=3).argmax() for row in nearest])
+    expected = float((votes == test_y).mean())
+    assert metrics.knn_accuracy(train, train_y, test, test_y, k=7) == pytest.approx(expected)
+
+
+def test_linear_probe_separates_separable_classes():
+    rng = np.random.default_rng(2)
+    centres = rng.normal(size=(4, 6)) * 10
+    labels = np.repeat(np.arange(4), 30)
+    x = centres[labels] + rng.normal(size=(120, 6))
+    acc = metrics.linear_probe_accuracy(x[::2], labels[::2], x[1::2], labels[1::2])
+    assert acc == 1.0
+    shuffled = rng.permutation(labels)  # labels unrelated to the features: near chance
+    chance = metrics.linear_probe_accuracy(x[::2], shuffled[::2], x[1::2], shuffled[1::2])
+    assert chance < 0.6
+
+
+def test_probes_refuse_mismatched_inputs_naming_the_argument():
+    x, y = np.eye(4), np.array([0, 1, 0, 1])
+    with pytest.raises(ValueError, match="`train_labels`.*one label per row"):
+        metrics.knn_accuracy(x, y[:3], x, y, k=1)
+    with pytest.raises(ValueError, match="`test_features`.*4 columns"):
+        metrics.knn_accuracy(x, y, x[:, :3], y, k=1)
+    with pytest.raises(ValueError, match="`test_labels`.*kind"):
+        metrics.knn_accuracy(x, y, x, np.array(["a", "b", "a", "b"]), k=1)
+    with pytest.raises(ValueError, match="`k`.*at most the 4 training rows"):
+        metrics.knn_accuracy(x, y, x, y, k=5)
+    with pytest.raises(ValueError, match="`train_features`"):
+        metrics.linear_probe_accuracy(np.full((4, 4), np.nan), y, x, y)
+    with pytest.raises(ValueError, match="`train_labels`.*at least two classes"):
+        metrics.linear_probe_accuracy(x, np.zeros(4), x, y)

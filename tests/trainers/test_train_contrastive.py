@@ -130,29 +130,6 @@ def test_view_batches_are_seeded_by_step():
     assert not np.array_equal(a[0].numpy(), a[1].numpy())
 
 
-def test_knn_accuracy_matches_a_brute_force_vote():
-    rng = np.random.default_rng(1)
-    train, test = rng.normal(size=(60, 5)), rng.normal(size=(25, 5))
-    train_y, test_y = rng.integers(0, 3, 60), rng.integers(0, 3, 25)
-    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
-    nearest = np.argsort(-unit(test) @ unit(train).T, axis=1)[:, :7]
-    votes = np.array([np.bincount(train_y[row], minlength=3).argmax() for row in nearest])
-    expected = float((votes == test_y).mean())
-    assert contrastive.knn_accuracy(train, train_y, test, test_y, k=7) == pytest.approx(expected)
-
-
-def test_linear_probe_separates_separable_classes():
-    rng = np.random.default_rng(2)
-    centres = rng.normal(size=(4, 6)) * 10
-    labels = np.repeat(np.arange(4), 30)
-    x = centres[labels] + rng.normal(size=(120, 6))
-    acc = contrastive.linear_probe_accuracy(x[::2], labels[::2], x[1::2], labels[1::2])
-    assert acc == 1.0
-    shuffled = rng.permutation(labels)  # labels unrelated to the features: near chance
-    chance = contrastive.linear_probe_accuracy(x[::2], shuffled[::2], x[1::2], shuffled[1::2])
-    assert chance < 0.6
-
-
 def test_augmented_nuclear_norm_is_sqrt_views_for_a_constant_encoder():
     """All views mapped to one unit vector: rank 1, ||Q_hat||_* = ||1_v||_2 = sqrt(views)."""
     encoder = keras.Sequential(

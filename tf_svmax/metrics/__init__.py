@@ -3,6 +3,8 @@
 from tf_svmax.metrics.callbacks import RetrievalEvaluation
 from tf_svmax.metrics.classification import (
     classification_accuracies,
+    knn_accuracy,
+    linear_probe_accuracy,
     neighbour_agreement_of_errors,
 )
 from tf_svmax.metrics.modes import mode_coverage
@@ -24,6 +26,8 @@ __all__ = [
     "SingularValueBound",
     "evaluate_retrieval",
     "first_positive_ranks",
+    "knn_accuracy",
+    "linear_probe_accuracy",
     "map_at_r",
     "mode_coverage",
     "nearest_neighbors",

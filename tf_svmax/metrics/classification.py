@@ -1,7 +1,9 @@
 """Classification metrics of the two-head experiments (dissertation Sec. 5.4): micro and macro
 accuracy (Table 5.3), per-class accuracy (Table 5.4), and the share of misclassified test images
 whose nearest training neighbour in the embedding carries the same wrong label (Sec. 5.4.3's
-"79.34 % of misclassified predictions match the label of their nearest training neighbor")."""
+"79.34 % of misclassified predictions match the label of their nearest training neighbor"),
+and the frozen-feature probes of self-supervised pre-training (a linear probe and a k-NN vote,
+LORAC seed 003 Sec. 5)."""
 
 import numpy as np
 from sklearn.neighbors import NearestNeighbors
@@ -112,3 +114,91 @@ def neighbour_agreement_of_errors(
     index = NearestNeighbors(n_neighbors=1).fit(train)
     nearest = index.kneighbors(test[wrong], return_distance=False)[:, 0]
     return float(np.mean(train_labels[nearest] == predictions[wrong])), int(wrong.sum())
+
+
+def _probe_inputs(train_features, train_labels, test_features, test_labels):
+    """The four checked: finite feature matrices with one label per row, the same columns, and
+    labels of one kind (a string id never equals a number)."""
+    train = _checks.finite_matrix(train_features, "train_features")
+    test = _checks.finite_matrix(test_features, "test_features")
+    train_labels = _checks.class_labels(train_labels, "train_labels")
+    test_labels = _checks.class_labels(test_labels, "test_labels")
+    for features, labels, arg, features_arg in (
+        (train, train_labels, "train_labels", "train_features"),
+        (test, test_labels, "test_labels", "test_features"),
+    ):
+        if len(labels) != len(features):
+            raise ValueError(
+                _checks.invalid(
+                    arg,
+                    f"one label per row of `{features_arg}` ({len(features)})",
+                    f"<{len(labels)} labels>",
+                )
+            )
+    if test.shape[1] != train.shape[1]:
+        raise ValueError(
+            _checks.invalid(
+                "test_features",
+                f"{train.shape[1]} columns, as `train_features`",
+                f"<shape {test.shape}>",
+            )
+        )
+    _same_kind(train_labels, "train_labels", test_labels, "test_labels")
+    return train, train_labels, test, test_labels
+
+
+def linear_probe_accuracy(train_features, train_labels, test_features, test_labels, *, seed=0):
+    """Top-1 test accuracy of a logistic regression trained on frozen features (scikit-learn:
+    standardised features, L-BFGS, C = 1, at most 2,000 iterations).
+
+    Args:
+      train_features: `[n, d]` finite features the probe is fitted on.
+      train_labels: `[n]` class ids (at least two classes).
+      test_features: `[m, d]` finite features it is scored on.
+      test_labels: `[m]` class ids of the training labels' kind.
+      seed: The solver's `random_state`.
+
+    Example:
+      >>> linear_probe_accuracy(train_f, train_y, test_f, test_y)
+    """
+    from sklearn.linear_model import LogisticRegression  # noqa: PLC0415
+    from sklearn.pipeline import make_pipeline  # noqa: PLC0415
+    from sklearn.preprocessing import StandardScaler  # noqa: PLC0415
+
+    train, train_labels, test, test_labels = _probe_inputs(
+        train_features, train_labels, test_features, test_labels
+    )
+    seed = _checks.check_non_negative_int(seed, "seed")
+    if len(np.unique(train_labels)) < 2:
+        raise ValueError(_checks.invalid("train_labels", "at least two classes", "<one class>"))
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, random_state=seed))
+    probe.fit(train, train_labels)
+    return float(probe.score(test, test_labels))
+
+
+def knn_accuracy(train_features, train_labels, test_features, test_labels, *, k):
+    """Top-1 test accuracy of a majority vote among the `k` nearest training rows under the
+    cosine distance (scikit-learn's `KNeighborsClassifier`; a tied vote goes to the smallest
+    class id).
+
+    Args:
+      train_features: `[n, d]` finite features (the voters).
+      train_labels: `[n]` their class ids.
+      test_features: `[m, d]` finite features to classify.
+      test_labels: `[m]` class ids of the training labels' kind.
+      k: Voters per test row, 1 <= k <= n.
+
+    Example:
+      >>> knn_accuracy(train_f, train_y, test_f, test_y, k=10)
+    """
+    from sklearn.neighbors import KNeighborsClassifier  # noqa: PLC0415
+
+    train, train_labels, test, test_labels = _probe_inputs(
+        train_features, train_labels, test_features, test_labels
+    )
+    k = _checks.check_positive_int(k, "k")
+    if k > len(train):
+        raise ValueError(_checks.invalid("k", f"at most the {len(train)} training rows", k))
+    knn = KNeighborsClassifier(n_neighbors=k, metric="cosine")
+    knn.fit(train, train_labels)
+    return float(knn.score(test, test_labels))
