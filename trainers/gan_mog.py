@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data, metrics, ops
+from tf_svmax.training import FunctionalAdam
 from trainers.harness.config import (
     ConfigError,
     RunConfig,
@@ -236,62 +237,6 @@ def mlp(input_dim, hidden_units, output_dim, activation, seed, name):
     return keras.Model(inputs, outputs, name=name)
 
 
-def adam_update(params, grads, m, v, t, *, learning_rate, beta_1, beta_2, epsilon):
-    """One Adam step as tensors (Keras' form: ``lr * sqrt(1 - b2^t) / (1 - b1^t)``), returning
-    ``(params, m, v, t)``; differentiable, so an unrolled step can be backpropagated through."""
-    t = t + 1.0
-    step = learning_rate * tf.sqrt(1.0 - beta_2**t) / (1.0 - beta_1**t)
-    m = [beta_1 * a + (1.0 - beta_1) * g for a, g in zip(m, grads, strict=False)]
-    v = [beta_2 * a + (1.0 - beta_2) * tf.square(g) for a, g in zip(v, grads, strict=False)]
-    params = [p - step * a / (_sqrt(b) + epsilon) for p, a, b in zip(params, m, v, strict=False)]
-    return params, m, v, t
-
-
-def _sqrt(x):
-    """sqrt with a zero gradient at 0. A weight whose gradients were all exactly 0 so far (a dead
-    ReLU unit) has v = 0, where sqrt's derivative is infinite; differentiating an unrolled update
-    through it would give 0 * inf = NaN. The value is sqrt's own."""
-    positive = x > 0
-    return tf.where(positive, tf.sqrt(tf.where(positive, x, tf.ones_like(x))), tf.zeros_like(x))
-
-
-class DiscriminatorAdam(tf.Module):
-    """Adam for the discriminator, its state in variables (checkpointed) and its update a pure
-    function (`adam_update`), so unrolled updates can start from the optimizer's true state."""
-
-    def __init__(self, variables, learning_rate, beta_1=ADAM_BETAS[0], beta_2=ADAM_BETAS[1]):
-        super().__init__(name="discriminator_adam")
-        self.hyper = dict(
-            learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=ADAM_EPSILON
-        )
-        self.m = [tf.Variable(tf.zeros(v.shape), trainable=False) for v in variables]
-        self.v = [tf.Variable(tf.zeros(v.shape), trainable=False) for v in variables]
-        self.t = tf.Variable(0.0, trainable=False)
-
-    def state(self):
-        return (
-            [tf.identity(a) for a in self.m],
-            [tf.identity(a) for a in self.v],
-            tf.identity(self.t),
-        )
-
-    def update(self, params, grads, m, v, t):
-        return adam_update(params, grads, m, v, t, **self.hyper)
-
-    def assign_state(self, m, v, t):
-        """Sets the moments and step count (values only: no gradient flows into the state)."""
-        for target, value in zip([*self.m, *self.v], [*m, *v], strict=True):
-            target.assign(tf.stop_gradient(value))
-        self.t.assign(tf.stop_gradient(t))
-
-    def apply(self, grads, variables):
-        m, v, t = self.state()
-        params, m, v, t = self.update([x.value for x in variables], grads, m, v, t)
-        for target, value in zip([*variables, *self.m, *self.v], [*params, *m, *v], strict=False):
-            target.assign(value)
-        self.t.assign(t)
-
-
 def discriminator_loss(real_logits, fake_logits):
     """BCE(D(real), 1) + BCE(D(fake), 0), each a batch mean (`nn.BCELoss` on the sigmoid)."""
     return tf.reduce_mean(tf.nn.softplus(-real_logits)) + tf.reduce_mean(
@@ -400,7 +345,16 @@ def build_gan(config):
         config.noise_dim, config.hidden_units, 2, config.generator_activation, seed, "generator"
     )
     discriminator = mlp(2, config.hidden_units, 1, "relu", seed + 8, "discriminator")
-    d_optimizer = DiscriminatorAdam(discriminator.trainable_variables, config.learning_rate)
+    # Adam for the discriminator with a functional update, so that unrolled updates start from
+    # its true state (and, with unroll_adam_state="advance", are adopted).
+    d_optimizer = FunctionalAdam(
+        discriminator.trainable_variables,
+        config.learning_rate,
+        beta_1=ADAM_BETAS[0],
+        beta_2=ADAM_BETAS[1],
+        epsilon=ADAM_EPSILON,
+        name="discriminator_adam",
+    )
     gan = RingGAN(
         generator,
         discriminator,

@@ -2,7 +2,14 @@
 schedules (installed with the package, so a `.keras` file loads without this repository) and
 the contrastive pre-training state (momentum key encoder, negative queue)."""
 
+from tf_svmax.training.functional_adam import FunctionalAdam, adam_update
 from tf_svmax.training.momentum import MomentumEncoder, NegativeQueue
 from tf_svmax.training.schedules import ConstantThenPolynomialDecay
 
-__all__ = ["ConstantThenPolynomialDecay", "MomentumEncoder", "NegativeQueue"]
+__all__ = [
+    "ConstantThenPolynomialDecay",
+    "FunctionalAdam",
+    "MomentumEncoder",
+    "NegativeQueue",
+    "adam_update",
+]
