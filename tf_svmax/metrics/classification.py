@@ -81,14 +81,7 @@ def neighbour_agreement_of_errors(
     test_labels, predictions = _labels_and_predictions(test_labels, predictions, "test_labels")
     train = _checks.finite_matrix(train_embeddings, "train_embeddings")
     train_labels = _checks.class_labels(train_labels, "train_labels")
-    if len(train_labels) != len(train):
-        raise ValueError(
-            _checks.invalid(
-                "train_labels",
-                f"one label per row of `train_embeddings` ({len(train)})",
-                f"<{len(train_labels)} labels>",
-            )
-        )
+    _one_label_per_row(train, train_labels, "train_embeddings", "train_labels")
     # The nearest training label is compared with the prediction: of one kind, or never equal.
     _same_kind(predictions, "predictions", train_labels, "train_labels")
     test = _checks.finite_matrix(test_embeddings, "test_embeddings")
@@ -100,20 +93,33 @@ def neighbour_agreement_of_errors(
                 f"<shape {test.shape}>",
             )
         )
-    if test.shape[1] != train.shape[1]:
-        raise ValueError(
-            _checks.invalid(
-                "test_embeddings",
-                f"{train.shape[1]} columns, as `train_embeddings`",
-                f"<shape {test.shape}>",
-            )
-        )
+    _same_columns(test, train, "test_embeddings", "train_embeddings")
     wrong = test_labels != predictions
     if not wrong.any():
         return float("nan"), 0
     index = NearestNeighbors(n_neighbors=1).fit(train)
     nearest = index.kneighbors(test[wrong], return_distance=False)[:, 0]
     return float(np.mean(train_labels[nearest] == predictions[wrong])), int(wrong.sum())
+
+
+def _one_label_per_row(features, labels, features_arg, labels_arg):
+    if len(labels) != len(features):
+        raise ValueError(
+            _checks.invalid(
+                labels_arg,
+                f"one label per row of `{features_arg}` ({len(features)})",
+                f"<{len(labels)} labels>",
+            )
+        )
+
+
+def _same_columns(test, train, test_arg, train_arg):
+    if test.shape[1] != train.shape[1]:
+        raise ValueError(
+            _checks.invalid(
+                test_arg, f"{train.shape[1]} columns, as `{train_arg}`", f"<shape {test.shape}>"
+            )
+        )
 
 
 def _probe_inputs(train_features, train_labels, test_features, test_labels):
@@ -123,26 +129,9 @@ def _probe_inputs(train_features, train_labels, test_features, test_labels):
     test = _checks.finite_matrix(test_features, "test_features")
     train_labels = _checks.class_labels(train_labels, "train_labels")
     test_labels = _checks.class_labels(test_labels, "test_labels")
-    for features, labels, arg, features_arg in (
-        (train, train_labels, "train_labels", "train_features"),
-        (test, test_labels, "test_labels", "test_features"),
-    ):
-        if len(labels) != len(features):
-            raise ValueError(
-                _checks.invalid(
-                    arg,
-                    f"one label per row of `{features_arg}` ({len(features)})",
-                    f"<{len(labels)} labels>",
-                )
-            )
-    if test.shape[1] != train.shape[1]:
-        raise ValueError(
-            _checks.invalid(
-                "test_features",
-                f"{train.shape[1]} columns, as `train_features`",
-                f"<shape {test.shape}>",
-            )
-        )
+    _one_label_per_row(train, train_labels, "train_features", "train_labels")
+    _one_label_per_row(test, test_labels, "test_features", "test_labels")
+    _same_columns(test, train, "test_features", "train_features")
     _same_kind(train_labels, "train_labels", test_labels, "test_labels")
     return train, train_labels, test, test_labels
 
