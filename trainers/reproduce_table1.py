@@ -246,6 +246,17 @@ def s_mu_markdown(results, losses, methods, learning_rates):
     return "\n".join(lines) + "\n"
 
 
+def starting_weights(weights):
+    """What the figures' titles say the backbone started from ("" for random weights): a
+    fine-tuned grid's figures must not read as trained from scratch."""
+    if weights in (None, "none"):
+        return ""
+    if weights == "imagenet":
+        return " fine-tuned from ImageNet weights"
+    folder = os.path.basename(os.path.dirname(os.path.abspath(weights)))
+    return f" fine-tuned from {folder}/{os.path.basename(weights)}"
+
+
 def plot(results, losses, methods, learning_rates, path, title):
     """Grouped bars of the final test R@1 per loss and method (mean, with ± std over seeds as
     error bars), one panel per learning rate, the untrained network as a dashed line."""
@@ -538,7 +549,8 @@ def main(argv):
     stem = os.path.splitext(path)[0]
     first = results["runs"][0]
     what = (
-        f"{first['config']['dataset']}, {first['config']['backbone']}, "
+        f"{first['config']['dataset']}, {first['config']['backbone']}"
+        f"{starting_weights(first['config'].get('weights'))}, "
         f"{first['config']['train_steps']} steps, seeds {', '.join(map(str, seeds))}"
     )
     plot(
