@@ -49,7 +49,7 @@ from absl import flags, logging  # noqa: E402
 from trainers import retrieval  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
-from trainers.harness.tables import mean_std  # noqa: E402
+from trainers.harness.tables import mean_std, starting_weights  # noqa: E402
 
 FLAGS = flags.FLAGS
 harness_flags.define_flags(
@@ -244,17 +244,6 @@ def s_mu_markdown(results, losses, methods, learning_rates):
             f"\nBounds for the test set's shape: L = {bounds[0]:.4f}, U = {bounds[1]:.4f}."
         )
     return "\n".join(lines) + "\n"
-
-
-def starting_weights(weights):
-    """What the figures' titles say the backbone started from ("" for random weights): a
-    fine-tuned grid's figures must not read as trained from scratch."""
-    if weights in (None, "none"):
-        return ""
-    if weights == "imagenet":
-        return " fine-tuned from ImageNet weights"
-    folder = os.path.basename(os.path.dirname(os.path.abspath(weights)))
-    return f" fine-tuned from {folder}/{os.path.basename(weights)}"
 
 
 def plot(results, losses, methods, learning_rates, path, title):

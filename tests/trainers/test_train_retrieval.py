@@ -890,15 +890,3 @@ def test_cli_documents_and_refuses_the_optimizer_flags():
         done = _cli("--dataset=digits_closed", flag, "--output_dir=/tmp/never_optimizer_flags")
         assert done.returncode == 2 and message in done.stderr, (flag, done.stderr[-500:])
     assert not os.path.exists("/tmp/never_optimizer_flags")
-
-
-def test_reproduce_table1_titles_say_what_the_backbone_started_from(tmp_path):
-    from trainers import reproduce_table1
-
-    assert reproduce_table1.starting_weights(None) == ""
-    assert reproduce_table1.starting_weights("none") == ""
-    assert reproduce_table1.starting_weights("imagenet") == " fine-tuned from ImageNet weights"
-    path = tmp_path / "pretrain_x" / "backbone.weights.h5"
-    assert reproduce_table1.starting_weights(str(path)) == (
-        " fine-tuned from pretrain_x/backbone.weights.h5"
-    )
