@@ -1,11 +1,12 @@
 """Training-step cost of LORAC's prior (seed 003) over MoCo-M and of XML's cross-batch term
 (seed 004) over its base ranking loss, on the trainers' own models and steps.
 
-* LORAC: one step of `trainers.contrastive.ContrastiveModel` (the small BN backbone on 32 x 32
-  grey images, M views, N instances, queue K, C = 128) with the Laplace prior switched on
-  (``lorac``) against the same step without it (``moco_m``); the ratio of median step times
-  is the prior's overhead (one batched SVD of N M x C matrices and its gradient). Also the loss
-  alone (`losses.lorac_loss` forward and backward) at the paper's N = 256, K = 65,536.
+* LORAC: one step of `tf_svmax.training.ContrastiveModel` as `trainers.contrastive` builds it
+  (the small BN backbone on 32 x 32 grey images, M views, N instances, queue K, C = 128) with
+  the Laplace prior switched on (``lorac``) against the same step without it (``moco_m``); the
+  ratio of median step times is the prior's overhead (one batched SVD of N M x C matrices and
+  its gradient). Also the loss alone (`losses.lorac_loss` forward and backward) at the paper's
+  N = 256, K = 65,536.
 * XML: one `train_on_batch` of the retrieval trainer's model (small_cnn, P x K = 36 x 4,
   contrastive loss, no regularizer) with ``--xml_lambda=0.01`` (m = 64 prototype histograms,
   two closed-form ridge fits, the loss on both predicted halves) against ``--xml_lambda=0``.

@@ -1,5 +1,6 @@
 """Contrastive pre-training (LORAC seed `003`, Algorithm 1; MoCo-M; MoCo) behind
-`trainers/train_contrastive.py`, callable without flags.
+`trainers/train_contrastive.py`, callable without flags; the model and its train step are
+`tf_svmax.training.ContrastiveModel`.
 
 Each step draws N training images and M augmented views of each (`data.random_view`): M - 1
 query views through the trainable encoder, one key view through the momentum (EMA) key encoder,
@@ -39,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data, losses, metrics, models, training
-from tf_svmax.losses.lorac import PRIORS, batched_nuclear_norm
+from tf_svmax.losses.lorac import PRIORS
 from trainers.harness.config import (
     ConfigError,
     RunConfig,
@@ -271,97 +272,24 @@ def feature_extractor(encoder):
     return keras.Model(encoder.inputs, encoder.get_layer("features").output)
 
 
-class ContrastiveModel(keras.Model):
-    """The query encoder (trained by the optimizer given to `compile`), its momentum key encoder
-    and the negative queue, with the LORAC / MoCo-M / MoCo train step."""
-
-    def __init__(
-        self,
-        encoder,
-        *,
-        views,
-        loss_fn,
-        prior_loss_fn,
-        prior_start,
-        key_momentum,
-        queue_size,
-        seed,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.encoder, self.views = encoder, views
-        self.loss_fn, self.prior_loss_fn, self.prior_start = loss_fn, prior_loss_fn, prior_start
-        self.key_encoder = training.MomentumEncoder(encoder, momentum=key_momentum)
-        self.queue = training.NegativeQueue(queue_size, int(encoder.output.shape[-1]), seed=seed)
-        self.trackers = [
-            keras.metrics.Mean(name=name)
-            for name in ("loss", "prior_active", "nuclear_norm", "positive_similarity")
-        ]
-
-    @property
-    def metrics(self):
-        return self.trackers
-
-    def call(self, images, training=False):
-        return self.encoder(images, training=training)
-
-    def train_step(self, batch):
-        views = batch  # [N, M, H, W, C]
-        shape = tf.shape(views)
-        n, image_shape = shape[0], shape[2:]
-        queries_in = tf.reshape(views[:, :-1], tf.concat([[-1], image_shape], 0))
-        # The key batch's own BN statistics (MoCo's key encoder runs in training mode).
-        keys = self.key_encoder(views[:, -1], training=True)
-        negatives = self.queue(None)
-        active = self.optimizer.iterations >= self.prior_start
-        with tf.GradientTape() as tape:
-            queries = tf.reshape(self.encoder(queries_in, training=True), [n, self.views - 1, -1])
-            y_pred = {"queries": queries, "positive_keys": keys, "negative_keys": negatives}
-            if self.prior_loss_fn is None:
-                loss = self.loss_fn(None, y_pred)
-            else:
-                loss = tf.cond(
-                    active,
-                    lambda: self.prior_loss_fn(None, y_pred),
-                    lambda: self.loss_fn(None, y_pred),
-                )
-        variables = self.encoder.trainable_variables
-        grads = tape.gradient(loss, variables)
-        self.optimizer.apply(grads, variables)
-        self.key_encoder.update(self.encoder)
-        self.queue.enqueue(keys)
-        # The harness stops on a non-finite loss; a non-finite gradient (which would leave
-        # non-finite weights behind a finite loss) is reported as one.
-        loss = tf.where(tf.math.is_finite(tf.linalg.global_norm(grads)), loss, float("nan"))
-        stacked = tf.concat([queries, keys[:, tf.newaxis]], axis=1)
-        values = (
-            loss,
-            tf.cast(active, tf.float32) if self.prior_loss_fn is not None else 0.0,
-            tf.reduce_mean(batched_nuclear_norm(tf.stop_gradient(stacked))),
-            tf.reduce_mean(tf.einsum("nvc,nc->nv", queries, keys)),
-        )
-        for tracker, value in zip(self.trackers, values, strict=True):
-            tracker.update_state(value)
-        return {t.name: t.result() for t in self.trackers}
-
-
 def build_model(config, input_shape):
-    """``(model, schedule)``: the compiled `ContrastiveModel` of a resolved config (weights
-    seeded by config.seed) and its learning-rate schedule."""
+    """``(model, schedule)``: the compiled `tf_svmax.training.ContrastiveModel` of a resolved
+    config (weights seeded by config.seed) and its learning-rate schedule."""
     keras.utils.set_random_seed(config.seed)
     encoder = build_encoder(config, input_shape)
-    base = losses.LORACLoss(temperature=config.temperature, beta=math.inf)
-    with_prior = None
+    prior = {}
     if config.method == "lorac":
-        with_prior = losses.LORACLoss(
-            temperature=config.temperature, beta=config.beta, prior=config.prior
+        prior = dict(
+            prior_loss_fn=losses.LORACLoss(
+                temperature=config.temperature, beta=config.beta, prior=config.prior
+            ),
+            prior_start=prior_start_step(config),
         )
-    model = ContrastiveModel(
+    model = training.ContrastiveModel(
         encoder,
         views=config.views,
-        loss_fn=base,
-        prior_loss_fn=with_prior,
-        prior_start=prior_start_step(config),
+        loss_fn=losses.LORACLoss(temperature=config.temperature, beta=math.inf),
+        **prior,
         key_momentum=config.key_momentum,
         queue_size=config.queue_size,
         seed=config.seed,

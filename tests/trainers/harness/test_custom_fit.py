@@ -130,7 +130,7 @@ def test_a_custom_train_step_runs_as_in_keras_fit():
 
 def _contrastive():
     from tf_svmax import losses as library_losses
-    from trainers.contrastive import ContrastiveModel
+    from tf_svmax.training import ContrastiveModel
 
     keras.utils.set_random_seed(7)
     inputs = keras.Input((4, 4, 1))

@@ -1,0 +1,173 @@
+"""A Keras model for MoCo-style contrastive pre-training with several query views per image
+(LORAC seed `003`, Algorithm 1; MoCo-M; MoCo, He et al. 2020), trained by ``fit``.
+
+    model = ContrastiveModel(
+        encoder,                                   # images -> [b, C] embeddings
+        views=4,                                   # M: M - 1 queries and one key per image
+        loss_fn=losses.LORACLoss(beta=math.inf),   # MoCo-M
+        prior_loss_fn=losses.LORACLoss(beta=2.0),  # LORAC, from step `prior_start` on
+        prior_start=500,
+        key_momentum=0.99,
+        queue_size=4096,
+    )
+    model.compile(keras.optimizers.SGD(0.03, momentum=0.9))
+    model.fit(view_batches, steps_per_epoch=1000)  # batches of [N, M, H, W, C] views
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_svmax.losses.lorac import batched_nuclear_norm
+from tf_svmax.ops import _checks
+from tf_svmax.training.momentum import MomentumEncoder, NegativeQueue
+
+# What `train_step` returns (and the trackers' names), in this order.
+METRIC_NAMES = ("loss", "prior_active", "nuclear_norm", "positive_similarity")
+
+
+class ContrastiveModel(keras.Model):
+    """The query encoder (trained by the optimizer given to `compile`), its momentum key encoder
+    and the negative queue, with the multi-query contrastive train step.
+
+    Each batch is `[N, M, H, W, C]`: M augmented views of N images. The first M - 1 views go
+    through the (trainable) encoder as queries, the last through the key encoder
+    (`MomentumEncoder`, in training mode: the key batch is normalised by its own statistics, as
+    in MoCo); the negatives are the `NegativeQueue`'s keys. The loss is
+    ``loss_fn(None, {"queries": [N, M-1, C], "positive_keys": [N, C], "negative_keys": [K, C]})``
+    (`tf_svmax.losses.LORACLoss`'s input), or ``prior_loss_fn``'s once the optimizer has taken
+    `prior_start` steps. After the optimizer's step the key encoder moves one EMA step towards the
+    encoder and the batch's keys are enqueued.
+
+    `train_step` reports ``loss`` (NaN where a gradient is non-finite, so that a finite loss
+    never hides non-finite weights), ``prior_active`` (1 on the steps trained with
+    `prior_loss_fn`), ``nuclear_norm`` (the mean ``||Q_i||_*`` of each image's M x C stacked
+    queries and key) and ``positive_similarity`` (the mean query-key cosine).
+
+    The key encoder and the queue are training state: checkpoint them with the model
+    (``tf.train.Checkpoint(model=..., key_encoder=model.key_encoder, queue=model.queue)``).
+
+    Args:
+      encoder: The query encoder, a built `keras.Model` from images to `[b, C]` embeddings
+        (L2-normalised, as MoCo's; LORAC's loss normalises again).
+      views: M >= 2, the views per image in every batch (M - 1 queries and one key).
+      loss_fn: The loss, called as ``loss_fn(None, y_pred)``; a scalar.
+      prior_loss_fn: The loss from step `prior_start` on (LORAC's prior switched on), or None:
+        `loss_fn` throughout.
+      prior_start: The optimizer step from which `prior_loss_fn` is used (an int >= 0; only
+        with `prior_loss_fn`).
+      key_momentum: m of the key encoder's EMA, in [0, 1] (MoCo: 0.999).
+      queue_size: K, the number of negative keys (>= the batch size N: each step enqueues N).
+      seed: Seed of the queue's initial random keys (an int >= 0).
+      **kwargs: `keras.Model`'s (``name``, ...).
+    """
+
+    def __init__(
+        self,
+        encoder,
+        *,
+        views,
+        loss_fn,
+        prior_loss_fn=None,
+        prior_start=0,
+        key_momentum=0.999,
+        queue_size=65536,
+        seed=0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.encoder = _check_encoder(encoder)
+        self.views = _checks.check_positive_int(views, "views")
+        if self.views < 2:
+            raise ValueError(_checks.invalid("views", "an int >= 2 (a query and the key)", views))
+        for arg, fn in (("loss_fn", loss_fn), ("prior_loss_fn", prior_loss_fn)):
+            if not callable(fn) and not (arg == "prior_loss_fn" and fn is None):
+                optional = " or None" if arg == "prior_loss_fn" else ""
+                raise ValueError(
+                    _checks.invalid(arg, f"a callable loss(y_true, y_pred){optional}", fn)
+                )
+        self.loss_fn, self.prior_loss_fn = loss_fn, prior_loss_fn
+        self.prior_start = _checks.check_non_negative_int(prior_start, "prior_start")
+        if prior_loss_fn is None and self.prior_start:
+            raise ValueError(
+                _checks.invalid("prior_start", "0 when `prior_loss_fn` is None", prior_start)
+            )
+        momentum = _checks.check_non_negative_number(key_momentum, "key_momentum")
+        if momentum > 1:
+            raise ValueError(_checks.invalid("key_momentum", "a float in [0, 1]", key_momentum))
+        self.key_encoder = MomentumEncoder(encoder, momentum=momentum)
+        self.queue = NegativeQueue(
+            _checks.check_positive_int(queue_size, "queue_size"),
+            int(encoder.output.shape[-1]),
+            seed=_checks.check_non_negative_int(seed, "seed"),
+        )
+        self.trackers = [keras.metrics.Mean(name=name) for name in METRIC_NAMES]
+
+    @property
+    def metrics(self):
+        return self.trackers
+
+    def call(self, images, training=False):
+        return self.encoder(images, training=training)
+
+    def train_step(self, batch):
+        views = tf.convert_to_tensor(batch)  # [N, M, H, W, C]
+        if views.shape.rank is not None and (
+            views.shape.rank < 3 or views.shape[1] not in (None, self.views)
+        ):
+            raise ValueError(
+                _checks.invalid(
+                    "batch",
+                    f"a [N, {self.views}, ...] tensor of {self.views} views per image",
+                    f"<tensor of shape {views.shape}>",
+                )
+            )
+        shape = tf.shape(views)
+        n, image_shape = shape[0], shape[2:]
+        queries_in = tf.reshape(views[:, :-1], tf.concat([[-1], image_shape], 0))
+        # The key batch's own BN statistics (MoCo's key encoder runs in training mode).
+        keys = self.key_encoder(views[:, -1], training=True)
+        negatives = self.queue(None)
+        active = self.optimizer.iterations >= self.prior_start
+        with tf.GradientTape() as tape:
+            queries = tf.reshape(self.encoder(queries_in, training=True), [n, self.views - 1, -1])
+            y_pred = {"queries": queries, "positive_keys": keys, "negative_keys": negatives}
+            if self.prior_loss_fn is None:
+                loss = self.loss_fn(None, y_pred)
+            else:
+                loss = tf.cond(
+                    active,
+                    lambda: self.prior_loss_fn(None, y_pred),
+                    lambda: self.loss_fn(None, y_pred),
+                )
+        variables = self.encoder.trainable_variables
+        grads = tape.gradient(loss, variables)
+        self.optimizer.apply(grads, variables)
+        self.key_encoder.update(self.encoder)
+        self.queue.enqueue(keys)
+        loss = tf.where(tf.math.is_finite(tf.linalg.global_norm(grads)), loss, float("nan"))
+        stacked = tf.concat([queries, keys[:, tf.newaxis]], axis=1)
+        values = (
+            loss,
+            tf.cast(active, tf.float32) if self.prior_loss_fn is not None else 0.0,
+            tf.reduce_mean(batched_nuclear_norm(tf.stop_gradient(stacked))),
+            tf.reduce_mean(tf.einsum("nvc,nc->nv", queries, keys)),
+        )
+        for tracker, value in zip(self.trackers, values, strict=True):
+            tracker.update_state(value)
+        return {t.name: t.result() for t in self.trackers}
+
+
+def _check_encoder(encoder):
+    """`encoder`, raising ValueError unless it is a built `keras.Model` with one `[b, C]`
+    output."""
+    try:
+        shape = encoder.output.shape if isinstance(encoder, keras.Model) else None
+    except (AttributeError, ValueError):  # a subclassed or unbuilt model has no symbolic output
+        shape = None
+    if shape is None or len(shape) != 2 or shape[-1] is None:
+        raise ValueError(
+            _checks.invalid(
+                "encoder", "a built keras.Model with one [batch, C] output (C known)", encoder
+            )
+        )
+    return encoder
