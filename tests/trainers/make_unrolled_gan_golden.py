@@ -7,7 +7,8 @@ installs no torch, so this runs by hand where torch is installed:
     python -m tests.trainers.make_unrolled_gan_golden          # (re)writes golden/unrolled_gan.npz
     python -m tests.trainers.make_unrolled_gan_golden --check  # recomputes; fails unless equal
 
-and the test suite runs `trainers.gan_mog` from the same initial weights on the same batches.
+and the test suite runs `trainers.gan_mog` (`RingGAN` in `trainers/gan_mog/model.py`) from the same
+initial weights on the same batches.
 This file imports only numpy and torch, never tensorflow or tf_svmax. It re-states the
 notebook's semantics (not its code):
 

@@ -1,4 +1,4 @@
-"""The pretraining trainer (`trainers/pretraining.py`): batches, top-k accuracy, the run and
+"""The pretraining trainer (`trainers/pretraining/`): batches, top-k accuracy, the run and
 its weights file loaded by train_retrieval, refusals, the command line."""
 
 import json

@@ -1,22 +1,6 @@
-"""Pretraining a small backbone by classification on the glyph pretraining source, the
-stand-in here for the ImageNet weights the SVMax paper fine-tunes (Sec. 4.1); behind
-`trainers/pretrain_glyphs.py`, callable without flags.
+"""Pretraining, top to bottom: the resolved config, the glyph pretraining source, the batches,
+the classifier, the held-out evaluation and the harness's run."""
 
-The source (`tf_svmax.data.load_glyph_pretraining`) has over a thousand character classes from
-Unicode blocks the retrieval glyphs do not use, disjoint from every retrieval class by the glyph
-set's own look-alike rule. The backbone (global-average-pooled features) gets a softmax head
-and is trained with cross-entropy, SGD with momentum 0.9, the learning rate constant for half
-of the steps then decayed linearly to 1e-7, on uniformly shuffled batches (every training
-image once per epoch); the held-out images (the last instances of every class) give the top-1
-and top-5 accuracy at every evaluation. The finished backbone is written as
-``backbone.weights.h5``, the file ``train_retrieval --weights=<path>`` (and ``train_two_head``)
-loads into the same backbone.
-
-    config = PretrainConfig(output_dir="/tmp/pretrain")      # small_cnn_bn
-    results = pretrain(config)                                # also written to results.json
-"""
-
-import dataclasses
 import os
 import time
 
@@ -26,64 +10,12 @@ import tensorflow as tf
 
 from tf_svmax import data, models
 from tf_svmax.training import ConstantThenPolynomialDecay
-from trainers.harness.config import (
-    ConfigError,
-    RunConfig,
-    check_fields,
-    output_dir_option,
-    resolve_cadence,
-)
-from trainers.harness.flags import option, positive_int, positive_number
+from trainers.harness.config import ConfigError
 from trainers.harness.loop import Job, run_job
-from trainers.harness.loop import summary as loop_summary
-from trainers.harness.plots import pyplot, save_figure
+from trainers.pretraining.config import PretrainConfig, resolve
+from trainers.pretraining.plots import plot_run
 
-# Held-out accuracies are the metrics; the rest of an evaluation is bookkeeping.
-METRIC_KEYS = ("top1", "top5")
 BACKBONE_FILE = "backbone.weights.h5"
-DEFAULT_STEPS = 3000
-
-
-@dataclasses.dataclass(frozen=True)
-class PretrainConfig(RunConfig):
-    """The pretraining run: backbone, data, optimisation (the run fields: `RunConfig`)."""
-
-    output_dir: str = output_dir_option("runs/pretrain_glyphs")
-    backbone: str = option(
-        "small_cnn_bn",
-        "Backbone to pretrain (its weights file loads into train_retrieval / train_two_head "
-        "--backbone=<the same> --weights=<output_dir>/backbone.weights.h5).",
-        choices=models.SMALL_BACKBONES,
-    )
-    images_per_class: int = option(
-        40, "Images rendered per pretraining class (training + held out).", check=positive_int
-    )
-    held_out_per_class: int = option(
-        4, "Of those, held out per class for the top-1 / top-5 evaluation.", check=positive_int
-    )
-    batch_size: int = option(256, "Images per training batch.", check=positive_int)
-    learning_rate: float = option(
-        0.05,
-        "SGD (momentum 0.9) rate: constant for half the steps, then linear to 1e-7.",
-        check=positive_number,
-    )
-    train_steps: int | None = option(
-        None, f"Training steps (default {DEFAULT_STEPS}).", check=positive_int
-    )
-    eval_batch_size: int = option(
-        512, "Batch size for the held-out predictions.", identity=False, check=positive_int
-    )
-
-
-def resolve(config):
-    """The config with every default filled in, checked; raises ConfigError naming flags."""
-    check_fields(config)
-    if config.held_out_per_class >= config.images_per_class:
-        raise ConfigError(
-            f"--held_out_per_class ({config.held_out_per_class}) must be below "
-            f"--images_per_class ({config.images_per_class}): a class needs training images."
-        )
-    return dataclasses.replace(config, **resolve_cadence(config, DEFAULT_STEPS))
 
 
 def batch_indices(num_images, batch_size, train_steps, seed):
@@ -119,11 +51,6 @@ def top_k_accuracies(logits, labels, ks=(1, 5)):
     # Rank 0 = best: the classes strictly ahead, plus the ties other than the label itself.
     rank = np.sum(logits > own[:, None], axis=1) + np.sum(logits == own[:, None], axis=1) - 1
     return {f"top{k}": float(np.mean(rank < k)) for k in ks}
-
-
-def summary(results):
-    """One line with the last evaluation's held-out accuracies."""
-    return loop_summary(results)
 
 
 def pretrain(config):
@@ -200,32 +127,3 @@ def pretrain(config):
         summarize=summarize,
     )
     return run_job(job, PretrainConfig, started)
-
-
-def plot_run(results, directory):
-    """``pretraining.png``: the training loss and the held-out top-1 / top-5 over steps,
-    titled with the backbone, the class count and the seed."""
-    trace, evaluations = results["trace"], results["evaluations"]
-    if not trace:
-        return
-    c = results["config"]
-    plt = pyplot()
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    ax_loss.plot([t["step"] for t in trace], [t.get("loss", np.nan) for t in trace])
-    ax_loss.set(xlabel="step", ylabel="cross-entropy (window mean)", title="Training loss")
-    for key in METRIC_KEYS:
-        ax_acc.plot(
-            [e["step"] for e in evaluations], [e[key] for e in evaluations], marker="o", label=key
-        )
-    ax_acc.set(xlabel="step", ylabel="held-out accuracy", title="Held-out top-1 / top-5")
-    ax_acc.legend(fontsize=8)
-    classes = results.get("classes", "?")
-    fig.suptitle(
-        f"Pretraining {c['backbone']} on the glyph pretraining source ({classes} classes), "
-        f"batch {c['batch_size']}, lr {c['learning_rate']:g}, {c['train_steps']} steps, "
-        f"seed {c['seed']}",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    save_figure(fig, os.path.join(directory, "pretraining.png"))
-    plt.close("all")

@@ -1,0 +1,171 @@
+"""The contrastive pre-training run's configuration: its flags (`ContrastiveConfig`), their
+checks and defaults (`resolve`) and the step the prior starts at."""
+
+import dataclasses
+import math
+
+from tf_svmax import models
+from tf_svmax.losses.lorac import PRIORS
+from trainers.harness.config import (
+    ConfigError,
+    RunConfig,
+    check_fields,
+    output_dir_option,
+    resolve_cadence,
+)
+from trainers.harness.flags import (
+    non_negative_number,
+    option,
+    positive_int,
+    positive_number,
+)
+
+METHODS = ("lorac", "moco_m", "moco")
+DATASETS = ("glyphs", "digits")
+DEFAULT_STEPS = {"glyphs": 1000, "digits": 400}
+
+
+@dataclasses.dataclass(frozen=True)
+class ContrastiveConfig(RunConfig):
+    """One pre-training run. `None` fields take the method's default. Each field's help is its
+    command-line flag's (`trainers/train_contrastive.py`)."""
+
+    output_dir: str = output_dir_option("runs/contrastive")
+    dataset: str = option(
+        "glyphs",
+        "glyphs: the embedded rendered characters' open-set training half (142 classes x 32 "
+        "images; 3/4 of each class pre-train and train the probe, 1/4 test it; the 143 other "
+        "classes test open-set retrieval). digits: scikit-learn's 8 x 8 digits 0-4 (5-9 for "
+        "retrieval; tiny, fast). Labels are used by the evaluation only.",
+        choices=DATASETS,
+    )
+    backbone: str = option(
+        "small_cnn_bn",
+        "Encoder backbone (before the projection head).",
+        choices=models.SMALL_BACKBONES,
+    )
+    method: str = option(
+        "lorac",
+        "lorac: multi-query contrastive loss with the low-rank prior h(Q) (Eq. 12); moco_m: the "
+        "same without the prior (beta = inf); moco: one query and one key (M = 2, beta = inf).",
+        choices=METHODS,
+    )
+    views: int | None = option(
+        None,
+        "M: views per image, M - 1 queries and one key (default 4 for lorac and moco_m; moco "
+        "is M = 2). The paper's Fig. 4b: accuracy rises with M up to about 6.",
+        check=positive_int,
+    )
+    prior: str = option(
+        "laplace",
+        "lorac's prior: laplace (Eq. 11, exp(-||Q||_* / (M beta tau))), gaussian "
+        "(exp(-(||Q||_* - sqrt(5))^2 / (beta M tau))) or margin (||Q||_* replaced by 3).",
+        choices=PRIORS,
+    )
+    beta: float | None = option(
+        None,
+        "lorac's prior scale beta (paper: best 2; Gaussian sigma^2 = 2).",
+        check=positive_number,
+    )
+    prior_start: float = option(
+        0.5,
+        "lorac: share of the steps trained with beta = inf before the prior is switched on "
+        "(paper: the first half).",
+        check=non_negative_number,
+    )
+    temperature: float = option(0.2, "tau (paper: 0.2).", check=positive_number)
+    queue_size: int = option(
+        2048,
+        "K negatives in the queue (paper: 65,536 for ImageNet-100's 126,689 images; here "
+        "below the 3,408 pre-training images, so that the queue holds no stale copy of an "
+        "image).",
+        check=positive_int,
+    )
+    key_momentum: float = option(
+        0.99,
+        "Momentum m of the key encoder's EMA (paper: 0.999 over ~50,000 ImageNet-100 steps; "
+        "here 0.99, the small-data MoCo setting: an EMA time constant of 1/(1 - m) = 1000 steps "
+        "would span this run).",
+        check=non_negative_number,
+    )
+    embedding_dim: int = option(
+        128, "C: the L2-normalised projection (paper: 128).", check=positive_int
+    )
+    hidden_units: int = option(
+        256, "Projection head's hidden layer (MoCo v2: an MLP).", check=positive_int
+    )
+    batch_size: int = option(64, "N: images per step (paper: 256).", check=positive_int)
+    learning_rate: float = option(
+        0.03,
+        "SGD (momentum 0.9) learning rate, cosine decay to 0 (MoCo: 0.03).",
+        check=positive_number,
+    )
+    weight_decay: float = option(1e-4, "SGD weight decay (paper: 1e-4).", check=non_negative_number)
+    train_steps: int | None = option(
+        None, "Training steps (default: glyphs 1000, digits 400).", check=positive_int
+    )
+    knn_k: int = option(10, "k of the k-NN accuracy (cosine, majority vote).", check=positive_int)
+    test_views: int = option(
+        32,
+        "Augmented views per held-out image for the test nuclear norm (paper: 32).",
+        check=positive_int,
+    )
+    eval_batch_size: int = option(
+        512, "Batch size for evaluation.", identity=False, check=positive_int
+    )
+
+
+def resolve(config):
+    """The config with every default filled in, checked; raises ConfigError naming flags."""
+    c = config
+    check_fields(c)
+    if c.method != "lorac":
+        set_flags = [
+            flag
+            for flag, is_set in (("--beta", c.beta is not None), ("--prior", c.prior != "laplace"))
+            if is_set
+        ]
+        if set_flags:
+            raise ConfigError(
+                f"{', '.join(set_flags)} set the prior of --method=lorac; --method={c.method} "
+                "has none (beta = inf). Leave them unset."
+            )
+    if c.method == "moco" and c.views not in (None, 2):
+        raise ConfigError(
+            f"--method=moco has M = 2 views (one query, one key); got --views={c.views}."
+        )
+    views = (2 if c.method == "moco" else 4) if c.views is None else c.views
+    if views < 2:
+        raise ConfigError(f"--views must be >= 2 (at least one query and the key); got {views}.")
+    if c.key_momentum > 1:
+        raise ConfigError(f"--key_momentum must be in [0, 1]; got {c.key_momentum}.")
+    if c.prior_start > 1:
+        raise ConfigError(f"--prior_start is a share of the steps in [0, 1]; got {c.prior_start}.")
+    if c.queue_size < c.batch_size:
+        raise ConfigError(
+            f"--queue_size ({c.queue_size}) must hold at least one batch (--batch_size "
+            f"{c.batch_size}): each step enqueues its keys."
+        )
+    return dataclasses.replace(
+        c,
+        views=views,
+        beta=(2.0 if c.beta is None else c.beta) if c.method == "lorac" else math.inf,
+        **resolve_cadence(c, DEFAULT_STEPS[c.dataset]),
+    )
+
+
+def prior_start_step(config):
+    """The first step trained with the prior (never, for moco_m and moco)."""
+    if config.method != "lorac":
+        return config.train_steps
+    return int(round(config.prior_start * config.train_steps))
+
+
+def describe(config):
+    """The method in a few words, for titles and the run's description."""
+    if config.method == "lorac":
+        return (
+            f"LORAC ({config.prior} prior, β {config.beta:g} from step "
+            f"{prior_start_step(config)}, M {config.views})"
+        )
+    return f"MoCo-M (M {config.views})" if config.method == "moco_m" else "MoCo (M 2)"

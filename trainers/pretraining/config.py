@@ -1,0 +1,58 @@
+"""The pretraining run's configuration: its flags (`PretrainConfig`) and their checks and
+defaults (`resolve`)."""
+
+import dataclasses
+
+from tf_svmax import models
+from trainers.harness.config import (
+    ConfigError,
+    RunConfig,
+    check_fields,
+    output_dir_option,
+    resolve_cadence,
+)
+from trainers.harness.flags import option, positive_int, positive_number
+
+DEFAULT_STEPS = 3000
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainConfig(RunConfig):
+    """The pretraining run: backbone, data, optimisation (the run fields: `RunConfig`)."""
+
+    output_dir: str = output_dir_option("runs/pretrain_glyphs")
+    backbone: str = option(
+        "small_cnn_bn",
+        "Backbone to pretrain (its weights file loads into train_retrieval / train_two_head "
+        "--backbone=<the same> --weights=<output_dir>/backbone.weights.h5).",
+        choices=models.SMALL_BACKBONES,
+    )
+    images_per_class: int = option(
+        40, "Images rendered per pretraining class (training + held out).", check=positive_int
+    )
+    held_out_per_class: int = option(
+        4, "Of those, held out per class for the top-1 / top-5 evaluation.", check=positive_int
+    )
+    batch_size: int = option(256, "Images per training batch.", check=positive_int)
+    learning_rate: float = option(
+        0.05,
+        "SGD (momentum 0.9) rate: constant for half the steps, then linear to 1e-7.",
+        check=positive_number,
+    )
+    train_steps: int | None = option(
+        None, f"Training steps (default {DEFAULT_STEPS}).", check=positive_int
+    )
+    eval_batch_size: int = option(
+        512, "Batch size for the held-out predictions.", identity=False, check=positive_int
+    )
+
+
+def resolve(config):
+    """The config with every default filled in, checked; raises ConfigError naming flags."""
+    check_fields(config)
+    if config.held_out_per_class >= config.images_per_class:
+        raise ConfigError(
+            f"--held_out_per_class ({config.held_out_per_class}) must be below "
+            f"--images_per_class ({config.images_per_class}): a class needs training images."
+        )
+    return dataclasses.replace(config, **resolve_cadence(config, DEFAULT_STEPS))
