@@ -30,7 +30,7 @@ from trainers.two_head.config import (
 from trainers.two_head.evaluate import evaluate, retrieval_features
 from trainers.two_head.inputs import check_classes, load_split
 from trainers.two_head.model import build_losses, build_model
-from trainers.two_head.plots import describe, plot_run, summary
+from trainers.two_head.plots import describe, plot_run, run_title, summary
 from trainers.two_head.train import setup, train_two_head
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "plot_run",
     "resolve",
     "retrieval_features",
+    "run_title",
     "setup",
     "summary",
     "train_two_head",

@@ -7,6 +7,8 @@ from trainers.two_head.config import has_embedding_head
 
 
 def build_model(config, split):
+    """The backbone with its softmax head (``logits``, on the pooled features ``features``)
+    and, for the two-head modes or with SVMax, the L2-normalised ``embedding`` head."""
     return models.build_two_head_model(
         config.backbone,
         input_shape=split["input_shape"],

@@ -9,12 +9,13 @@ from trainers.harness.plots import pyplot, save_figure
 
 
 def summary(results):
+    """One line with the last evaluation's metrics."""
     return loop_summary(results)
 
 
 def plot_run(results, directory, title):
-    """``training.png`` (loss and training accuracy) and ``accuracy.png`` (test accuracy,
-    macro accuracy and R@1 over steps)."""
+    """``training.png``: the training losses, and the accuracy of the training batches beside
+    the test accuracy, macro accuracy and smallest-K recall over steps; titled `title`."""
     plt = pyplot()
     trace, evaluations = results["trace"], results["evaluations"]
     if not trace:
@@ -66,7 +67,16 @@ def plot_run(results, directory, title):
     plt.close("all")
 
 
+def run_title(config, num_classes):
+    """What a figure shows, so that it stands alone: mode, terms, data and seed."""
+    return (
+        f"Two-head trainer: {describe(config)}, {config.dataset} ({num_classes} classes), "
+        f"seed {config.seed}"
+    )
+
+
 def describe(config):
+    """The mode with the weight of its term, and SVMax's if added."""
     extra = f" + SVMax (λ {config.svmax_lambda})" if config.svmax_lambda > 0 else ""
     term = "" if config.mode == "softmax" else f" (λ {config.regularizer_lambda})"
     return f"{config.mode}{term}{extra}"

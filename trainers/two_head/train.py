@@ -17,7 +17,7 @@ from trainers.two_head.config import TwoHeadConfig, has_embedding_head, resolve
 from trainers.two_head.evaluate import evaluate
 from trainers.two_head.inputs import load_split
 from trainers.two_head.model import build_losses, build_model
-from trainers.two_head.plots import describe, plot_run
+from trainers.two_head.plots import describe, plot_run, run_title
 
 
 def train_two_head(config, *, callbacks=()):
@@ -58,10 +58,7 @@ def train_two_head(config, *, callbacks=()):
         refresh()
         return evaluate(config, evaluated, split)
 
-    title = (
-        f"Two-head trainer: {describe(config)}, {config.dataset} ({split['num_classes']} "
-        f"classes), seed {config.seed}"
-    )
+    title = run_title(config, split["num_classes"])
     job = Job(
         name="train_two_head",
         config=config,
