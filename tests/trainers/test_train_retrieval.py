@@ -1,5 +1,6 @@
 """The retrieval trainer: flag resolution, schedule, smoke runs, resume, divergence, results."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ from tests import reference_spectral as ref
 from tests.data import fake_trees
 from tests.metrics.test_retrieval import _brute_recall
 from tf_svmax import data, losses, models
+from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers import retrieval
 from trainers.harness.loop import RunFailed
 from trainers.harness.run_dir import RunRefused
@@ -43,7 +45,7 @@ def test_paper_defaults_per_loss():
         "angular": (72, 2, 2.0, None),
     }
     for loss, (p, k, lam, margin) in expected.items():
-        c = retrieval.resolve(retrieval.dataclasses.replace(base, loss=loss), num_train_classes=100)
+        c = retrieval.resolve(dataclasses.replace(base, loss=loss), num_train_classes=100)
         assert (c.batch_p, c.batch_k, c.svmax_lambda, c.margin) == (p, k, lam, margin)
         assert c.batch_p * c.batch_k == 144 and c.train_steps == 5000
     digits = retrieval.RetrievalConfig(output_dir="x", dataset="digits")
@@ -170,6 +172,33 @@ def test_fake_cub_tree_smoke(tmp_path):
     assert results["evaluations"][-1]["num_embeddings"] == 9  # classes 101, 150, 200 x 3
 
 
+def test_an_inception_v3_run_loads_trains_and_records_299(tmp_path):
+    """The image side is resolved once, before the data: the images the run's setup loads (the
+    same `setup` `train_retrieval` calls), the model it builds and results.json all say 299."""
+    config = _fake_cub_config(
+        tmp_path,
+        backbone="inception_v3",
+        input_size=None,
+        embedding_dim=8,
+        loss="triplet_hard",
+        batch_p=2,
+        train_steps=1,
+        eval_every=1,
+        evaluate_untrained=False,
+        recall_ks=(1,),
+    )
+    resolved, (train, _, input_shape, loaders), model, _ = retrieval.setup(config)
+    assert resolved.input_size == 299 and input_shape == (299, 299, 3)
+    assert tuple(model.input_shape) == (None, 299, 299, 3)
+    for loader in loaders:  # training (crop and flip) and evaluation
+        assert tuple(loader(tf.constant(train[0][0])).shape) == (299, 299, 3)
+    results = retrieval.train_retrieval(config)
+    assert results["status"] == "completed" and len(results["trace"]) == 1
+    on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
+    recorded = on_disk["config"]
+    assert (recorded["input_size"], recorded["backbone"]) == (299, "inception_v3")
+
+
 def test_a_corrupt_image_fails_the_run_naming_the_file(tmp_path):
     config = _fake_cub_config(tmp_path, loss="triplet_hard", batch_p=3, train_steps=2, eval_every=2)
     images = sorted((Path(config.data_dir) / "images").rglob("*.jpg"))
@@ -277,7 +306,7 @@ def test_a_deleted_latest_checkpoint_resumes_from_the_one_before(tmp_path, capfd
     keras.backend.clear_session()
     reference = _KeepModel()
     retrieval.train_retrieval(
-        retrieval.dataclasses.replace(config, output_dir=str(tmp_path / "ref")),
+        dataclasses.replace(config, output_dir=str(tmp_path / "ref")),
         callbacks=[reference],
     )
     for a, b in zip(keep.trained.weights, reference.trained.weights, strict=True):
@@ -298,7 +327,7 @@ def test_proxy_anchor_resume_restores_the_proxies(tmp_path):
     keras.backend.clear_session()
     reference = _KeepModel()
     retrieval.train_retrieval(
-        retrieval.dataclasses.replace(config, output_dir=str(tmp_path / "ref")),
+        dataclasses.replace(config, output_dir=str(tmp_path / "ref")),
         callbacks=[reference],
     )
     for a, b in zip(resumed.weights, reference.trained.weights, strict=True):
@@ -346,7 +375,7 @@ def test_resume_continues_where_it_stopped(tmp_path):
     # Same batches and state as an uninterrupted run.
     keras.backend.clear_session()
     reference = retrieval.train_retrieval(
-        retrieval.dataclasses.replace(config, output_dir=str(tmp_path / "ref"))
+        dataclasses.replace(config, output_dir=str(tmp_path / "ref"))
     )
     assert reference["evaluations"][-1]["recall_at_1"] == pytest.approx(
         results["evaluations"][-1]["recall_at_1"]
@@ -376,7 +405,7 @@ def test_a_moved_run_resumes_with_other_verbosity_and_eval_batch_size(tmp_path):
         retrieval.train_retrieval(config, callbacks=[_Interrupt(3)])
     (tmp_path / "run").rename(tmp_path / "moved")
     keras.backend.clear_session()
-    moved = retrieval.dataclasses.replace(
+    moved = dataclasses.replace(
         config, output_dir=str(tmp_path / "moved"), verbose=2, eval_batch_size=7
     )
     results = retrieval.train_retrieval(moved)
@@ -757,7 +786,7 @@ def test_xbm_run_resumes_with_its_memory(tmp_path):
     assert int(memory.step.numpy()) == 8 and int(memory.filled.numpy()) == 40
     keras.backend.clear_session()
     reference = retrieval.train_retrieval(
-        retrieval.dataclasses.replace(config, output_dir=str(tmp_path / "ref"))
+        dataclasses.replace(config, output_dir=str(tmp_path / "ref"))
     )
     for a, b in zip(_weights(tmp_path / "run"), _weights(tmp_path / "ref"), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -804,10 +833,10 @@ def test_optimizer_defaults_are_the_papers_and_constant_is_the_rate_throughout()
     assert (config.momentum, config.lr_schedule) == (0.9, "paper")
     optimizer, schedule = retrieval.build_optimizer(config)
     assert optimizer.momentum == 0.9
-    assert isinstance(schedule, retrieval.ConstantThenPolynomialDecay)
+    assert isinstance(schedule, ConstantThenPolynomialDecay)
     assert float(schedule(0)) == pytest.approx(0.01)
     assert float(schedule(config.train_steps)) == pytest.approx(1e-7)
-    constant = retrieval.dataclasses.replace(config, lr_schedule="constant", momentum=0.0)
+    constant = dataclasses.replace(config, lr_schedule="constant", momentum=0.0)
     optimizer, schedule = retrieval.build_optimizer(constant)
     assert optimizer.momentum == 0.0
     assert float(optimizer.learning_rate) == pytest.approx(0.01)
@@ -834,7 +863,7 @@ def test_plain_sgd_steps_are_w_minus_lr_times_the_gradient(tmp_path):
     # zero), so only later steps tell plain SGD apart.
     config = _digits_closed_config(tmp_path, train_steps=3, eval_every=3, learning_rate=0.05)
     # The initial weights and the batches, rebuilt as train_retrieval builds them.
-    resolved, (train, _, _, _), model, _ = retrieval._setup(config)
+    resolved, (train, _, _, _), model, _ = retrieval.setup(config)
     loss = retrieval.build_loss(resolved)
     weights = [w.numpy().astype(np.float64) for w in model.trainable_weights]
     batches = data.pk_batches(*train, batch_p=8, batch_k=4, seed=resolved.seed, start_batch=0)

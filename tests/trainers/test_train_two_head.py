@@ -209,11 +209,34 @@ def test_folder_without_train_and_test_splits_is_refused_before_reading(tmp_path
         two_head.load_split(config)
 
 
+def test_the_checks_that_need_the_classes_refuse_when_the_split_is_read(tmp_path):
+    digits = two_head.resolve(_config(tmp_path, batch_p=12))  # 10 digits
+    with pytest.raises(two_head.ConfigError, match="--batch_p=12 exceeds the 10 classes"):
+        two_head.load_split(digits)
+    root = _four_class_tree(tmp_path)
+    fake_trees.write_image(os.path.join(root, "test", "eel", "0.jpg"), 99)  # no training image
+    folder = two_head.resolve(
+        _config(tmp_path, dataset="folder", data_dir=root, backbone="small_cnn", batch_p=2)
+    )
+    with pytest.raises(two_head.ConfigError, match="1 test classes have no training image"):
+        two_head.load_split(folder)
+
+
 def test_every_library_kmeans_seeding_is_a_choice():
     from tf_svmax.metrics import kmeans
 
     for init in kmeans.INITS:  # k-means++-sklearn was missing from the flag's choices
         assert two_head.resolve(two_head.TwoHeadConfig(output_dir="x", kmeans_init=init))
+
+
+def _four_class_tree(tmp_path):
+    """The same four classes in train/ and test/ (2 and 1 images), the folder layout."""
+    root = tmp_path / "tree"
+    for k, name in enumerate(("ant", "bee", "cat", "dog")):
+        for part, count in (("train", 2), ("test", 1)):
+            for j in range(count):
+                fake_trees.write_image(str(root / part / name / f"{j}.jpg"), 10 * k + j)
+    return str(root)
 
 
 @pytest.mark.parametrize(
@@ -230,16 +253,43 @@ def test_the_recorded_input_size_is_the_one_the_images_are_loaded_at(
 ):
     """One definition for both: before, an inception_v3 run loaded its images at 224 while its
     resolved config (and results.json) said 299, and a small backbone recorded None."""
-    root = tmp_path / "tree"  # the same four classes in train/ and test/
-    for k, name in enumerate(("ant", "bee", "cat", "dog")):
-        for part, count in (("train", 2), ("test", 1)):
-            for j in range(count):
-                fake_trees.write_image(str(root / part / name / f"{j}.jpg"), 10 * k + j)
-    config = _config(
-        tmp_path, dataset="folder", data_dir=str(root), backbone=backbone, input_size=flag
+    config = two_head.resolve(
+        _config(
+            tmp_path,
+            dataset="folder",
+            data_dir=_four_class_tree(tmp_path),
+            backbone=backbone,
+            input_size=flag,
+        )
     )
+    assert config.input_size == size
     split = two_head.load_split(config)
     assert split["input_shape"] == (size, size, 3)
-    assert two_head.resolve(config, num_classes=split["num_classes"]).input_size == size
     image = split["loaders"][1](tf.constant(split["test"][0][0]))
     assert tuple(image.shape) == (size, size, 3)
+
+
+def test_an_inception_v3_run_loads_trains_and_records_299(tmp_path):
+    """The whole run, not only its pieces: the images the run's setup loads (the same
+    `setup` `train_two_head` calls), the model it builds and results.json all say 299."""
+    config = _config(
+        tmp_path,
+        dataset="folder",
+        data_dir=_four_class_tree(tmp_path),
+        backbone="inception_v3",
+        batch_p=2,
+        batch_k=2,
+        train_steps=1,
+        eval_every=1,
+        evaluate_untrained=False,
+        recall_ks=(1,),
+    )
+    resolved, split, model, _ = two_head.setup(config)
+    assert resolved.input_size == 299 and tuple(model.input_shape) == (None, 299, 299, 3)
+    for loader in split["loaders"]:  # training (crop and flip) and evaluation
+        assert tuple(loader(tf.constant(split["train"][0][0])).shape) == (299, 299, 3)
+    results = two_head.train_two_head(config)
+    assert results["status"] == "completed" and len(results["trace"]) == 1
+    on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
+    recorded = on_disk["config"]
+    assert (recorded["input_size"], recorded["backbone"]) == (299, "inception_v3")

@@ -1,0 +1,62 @@
+"""What the image experiments (retrieval, two-head) share: how a run starts (strategy, seed,
+data, model, in that order), the loaders of image files, and the P x K batches with their labels
+given to every output of the model."""
+
+import keras
+import tensorflow as tf
+
+from tf_svmax import data
+from trainers.harness.distribute import check_even_split, make_strategy
+
+
+def file_loaders(input_size):
+    """``(training, evaluation)`` `path -> image` loaders of image files at `input_size` (the
+    resolved config's): random crop and flip for training, center crop for evaluation."""
+    return (
+        data.image_loader(training=True, input_size=input_size),
+        data.image_loader(training=False, input_size=input_size),
+    )
+
+
+def start(config, load, build_model):
+    """``(config, split, model, strategy)``: the distribution strategy (made before any
+    TensorFlow op runs), the seed, ``load(config) -> (config, split)`` and the model
+    ``build_model(config, split)`` in the strategy's scope — in that order, so the same config
+    always starts from the same weights.
+
+    `load` returns the config the run trains with: `config` itself once resolved, or, where a
+    default depends on the data (retrieval's P capped at the training classes), the config
+    resolved then. Fields read here before `load` (strategy, cpu_devices, cluster_timeout,
+    seed) are ones resolving never changes.
+
+    Raises:
+      ConfigError: the global batch P x K does not split evenly over the replicas (or `load`'s).
+    """
+    strategy = make_strategy(config.strategy, config.cpu_devices, config.cluster_timeout)
+    keras.utils.set_random_seed(config.seed)
+    config, split = load(config)
+    check_even_split(strategy, config.batch_p * config.batch_k)
+    with strategy.scope():
+        model = build_model(config, split)
+    return config, split, model, strategy
+
+
+def pk_batches(config, features, labels, *, map_fn, start_step, outputs=None):
+    """`data.pk_batches` with the config's P, K and seed from batch `start_step`; with
+    `outputs` (the output names of a model with several), each batch's labels are given to
+    every one of them: Keras matches targets to outputs by key, trained or not."""
+    batches = data.pk_batches(
+        features,
+        labels,
+        batch_p=config.batch_p,
+        batch_k=config.batch_k,
+        seed=config.seed,
+        map_fn=map_fn,
+        start_batch=start_step,
+    )
+    if not outputs:
+        return batches
+    names = tuple(outputs)
+    return batches.map(
+        lambda x, y: (x, {name: y for name in names}), num_parallel_calls=tf.data.AUTOTUNE
+    )

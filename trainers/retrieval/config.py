@@ -1,0 +1,393 @@
+"""The retrieval experiment's configuration: its flags (`RetrievalConfig`), the papers'
+settings per loss, and `resolve`, which checks a config and fills in every default.
+
+SVMax paper Sec. 4.1 (dissertation Sec. 3.4.1): an embedding network trained on P x K batches
+with a ranking loss and optionally a regularizer, SGD with momentum 0.9, the learning rate fixed
+for K/2 steps then decayed polynomially to 1e-7 at step K (--momentum and --lr_schedule=constant
+give the plain constant-rate SGD of the paper's MNIST circle figure), evaluated on the test
+classes with Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bounds.
+"""
+
+import dataclasses
+
+from tf_svmax import data, models
+from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
+from tf_svmax.ops import _checks
+from trainers.harness.config import (
+    ConfigError,
+    ImageDataConfig,
+    check_fields_and_data,
+    image_input_size,
+    output_dir_option,
+    resolve_cadence,
+)
+from trainers.harness.distribute import (
+    check_strategy_combinations,
+    cluster_timeout_option,
+    cpu_devices_option,
+    strategy_option,
+)
+from trainers.harness.flags import (
+    non_negative_int,
+    non_negative_number,
+    option,
+    positive_int,
+    positive_number,
+)
+
+LOSSES = (
+    "contrastive",
+    "triplet_hard",
+    "triplet_semihard",
+    "npair",
+    "angular",
+    "lifted",
+    "contrastive_pairs",
+    "proxy_anchor",
+)
+# The --loss values whose mining takes a separate reference set (`losses.CrossBatchMemory`).
+XBM_LOSSES = ("triplet_hard", "triplet_semihard", "lifted", "contrastive_pairs")
+REGULARIZERS = ("none", "svmax", "svmax_unbounded", "spread_out")
+DATASETS = ("glyphs", "digits", "digits_closed", "cub200", "cars196", "sop", "folder")
+
+
+def _digits_closed():
+    """All 10 digits in both splits (1,437 train / 360 test), resized to MNIST's 28 x 28: the
+    stand-in for MNIST in the SVMax paper's circle figure (a closed-set protocol)."""
+    return data.load_digits_closed_set(image_size=28)
+
+
+# Data sets that come with the package (in memory, no --data_dir): name -> loader.
+EMBEDDED = {
+    "glyphs": data.load_glyphs_open_set,
+    "digits": data.load_digits_open_set,
+    "digits_closed": _digits_closed,
+}
+LR_SCHEDULES = ("paper", "constant")
+
+
+def _momentum(value, name):
+    """A momentum in [0, 1): at 1 or above the velocity never decays (the steps grow without
+    bound)."""
+    if not _checks.check_non_negative_number(value, name) < 1:
+        raise ValueError(_checks.invalid(name, "a float in [0, 1)", value))
+    return float(value)
+
+
+# The paper's P x K per loss (b = 144) and SVMax lambda (Sec. 4.1).
+PAPER_BATCH = {
+    "contrastive": (36, 4),
+    "triplet_hard": (24, 6),
+    "triplet_semihard": (24, 6),
+    "lifted": (24, 6),
+    # Not in the SVMax paper: the all-pairs contrastive loss of the XBM paper (cosine,
+    # positives 1 - s, negatives past 0.5), which pairs with --xbm_size; b = 144 as above.
+    "contrastive_pairs": (24, 6),
+    "npair": (72, 2),
+    "angular": (72, 2),
+    # Dissertation Table 3.3 (ResNet50): b = 256. The Proxy-Anchor original samples batches at
+    # random; any P x K batch serves the same loss.
+    "proxy_anchor": (64, 4),
+}
+PAPER_LAMBDA = {
+    "contrastive": 1.0,
+    "npair": 1.0,
+    "angular": 2.0,
+    "triplet_hard": 0.1,
+    "triplet_semihard": 0.1,
+    "lifted": 1.0,
+    "contrastive_pairs": 1.0,  # not in the paper: the contrastive loss's
+    "proxy_anchor": 1e-4,  # dissertation Sec. 3.4.1: "a single lambda = 1e-4" for Proxy-Anchor
+}
+# Proxy-Anchor's margin is its delta (0.1; its scale alpha stays at the original's 32).
+PAPER_MARGIN = {
+    "contrastive": 1.0,
+    "triplet_hard": 0.2,
+    "triplet_semihard": 0.2,
+    "lifted": 1.0,
+    "contrastive_pairs": 0.5,  # the XBM paper's negative margin on cosine similarity
+    "proxy_anchor": 0.1,
+}
+PROXY_ANCHOR_ALPHA = 32.0
+# K = 5,000 for CUB-200 and CARS196, 20,000 for SOP; the embedded sets' defaults take minutes.
+DEFAULT_STEPS = {
+    "glyphs": 3000,
+    "digits": 2000,
+    "digits_closed": 2000,
+    "cub200": 5000,
+    "cars196": 5000,
+    "sop": 20000,
+    "folder": 5000,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalConfig(ImageDataConfig):
+    """One retrieval run. `None` fields take the paper's (or the dataset's) default. Each
+    field's help is its command-line flag's (`trainers/train_retrieval.py`)."""
+
+    output_dir: str = output_dir_option("runs/retrieval")
+    dataset: str = option(
+        "glyphs",
+        "glyphs: embedded rendered characters, 285 classes (first half train, second half "
+        "test; no download). digits: scikit-learn's 8 x 8 digits, train 0-4 / test 5-9 (tiny, "
+        "fast). digits_closed: the same digits at 28 x 28, all 10 classes in both splits (1,437 "
+        "train / 360 test; the MNIST stand-in of the circle figure). cub200, cars196, sop, "
+        "folder read --data_dir in the official layout.",
+        choices=DATASETS,
+    )
+    backbone: str = option(
+        "small_cnn",
+        "Embedding network; the papers use GoogLeNet and ResNet50 (ImageNet weights); mnist_toy "
+        "is the SVMax circle figure's MNIST network (random weights only).",
+        choices=models.BACKBONES,
+    )
+    decoded_cache: bool = option(
+        False,
+        "Decode and resize the training images once into memory (uint8, resize^2 x 3 bytes "
+        "each: 1.15 GB for CUB-200's 5,864 at 256; twice that while building), then only crop "
+        "and flip per batch. Pixels are the rounded resized ones (within 0.5 of the uncached "
+        "pipeline's); decoding is most of the input pipeline's cost "
+        "(benchmarks/input_pipeline.py). File datasets only.",
+    )
+    embedding_dim: int = option(
+        128, "Embedding size, L2-normalised (paper: 128).", check=positive_int
+    )
+    loss: str = option(
+        "contrastive",
+        "Ranking loss. proxy_anchor adds one learnable proxy per training class (alpha 32); it "
+        "trains with this trainer's SGD schedule, not the Proxy-Anchor original's AdamW recipe.",
+        choices=LOSSES,
+    )
+    regularizer: str = option(
+        "svmax",
+        "svmax: bounded Eq. 4; svmax_unbounded: -lambda s_mu; spread_out: the paper's "
+        "baseline (alpha = --spread_out_alpha).",
+        choices=REGULARIZERS,
+    )
+    svmax_lambda: float | None = option(
+        None,
+        "SVMax weight (paper: 1 contrastive and N-pair, 0.1 triplet, 2 angular, 1e-4 "
+        "Proxy-Anchor; 1 lifted).",
+        check=non_negative_number,
+    )
+    spread_out_alpha: float = option(
+        1.0, "Spread-out weight (paper: 1).", check=non_negative_number
+    )
+    xml_lambda: float = option(
+        0.0,
+        "Weight lambda of XML's cross-batch term (seed 004, Eq. 2.11; paper: 0.01): "
+        "(1 - lambda) loss(Y) + lambda sum_k loss(Y_hat_k), where prototypes fitted in closed "
+        "form to one half of the batch (disjoint classes) predict the other half's embeddings "
+        "from its prototype histograms of the last convolutional map. 0: off. Small backbones.",
+        check=non_negative_number,
+    )
+    xml_prototypes: int | None = option(
+        None,
+        "XML's prototypes m (paper: 64 CUB/CARS, 128 SOP/InShop; default 64). Needs "
+        "--xml_lambda > 0.",
+        check=positive_int,
+    )
+    xbm_size: int = option(
+        0,
+        "Cross-batch memory (XBM, Wang et al. CVPR 2020) rows M: the ranking loss mines the "
+        "batch's anchors against the batch plus the last M training embeddings (global batch, "
+        "no gradient into them), normalized over the batch's anchors. 0: off. Losses "
+        "triplet_hard, triplet_semihard, lifted, contrastive_pairs.",
+        check=non_negative_int,
+    )
+    xbm_start_step: int = option(
+        0,
+        "Training steps before the cross-batch memory is used (XBM's warm-up; paper: 1000 on "
+        "SOP). Needs --xbm_size > 0.",
+        check=non_negative_int,
+    )
+    margin: float | None = option(
+        None,
+        "Margin (paper: 1.0 contrastive, 0.2 triplet, delta 0.1 Proxy-Anchor; 1.0 lifted; "
+        "contrastive_pairs: the negatives' cosine margin, 0.5 as in the XBM paper).",
+        check=non_negative_number,
+    )
+    learning_rate: float = option(
+        0.01,
+        "SGD learning rate; with --lr_schedule=paper fixed for train_steps/2 then decayed "
+        "polynomially to 1e-7 (paper: 0.01, 0.001, 0.0001).",
+        check=positive_number,
+    )
+    lr_schedule: str = option(
+        "paper",
+        "paper: --learning_rate for train_steps/2, then decayed polynomially to 1e-7 at "
+        "train_steps (SVMax paper Sec. 4.1); constant: --learning_rate throughout (the MNIST "
+        "circle figure's original).",
+        choices=LR_SCHEDULES,
+    )
+    momentum: float = option(
+        0.9,
+        "SGD momentum in [0, 1) (paper: 0.9; the MNIST circle figure's original: 0, plain SGD).",
+        check=_momentum,
+    )
+    train_steps: int | None = option(
+        None,
+        "Training steps K (paper: 5000 CUB/CARS, 20000 SOP; default glyphs: 3000, digits and "
+        "digits_closed: 2000).",
+        check=positive_int,
+    )
+    batch_p: int | None = option(
+        None,
+        "Classes per batch P (paper: 36 contrastive, 24 triplet, 72 N-pair/angular, 64 "
+        "Proxy-Anchor; capped at the training classes when unset).",
+    )
+    batch_k: int | None = option(
+        None,
+        "Images per class K (paper: 4 contrastive and Proxy-Anchor, 6 triplet, 2 N-pair/angular).",
+    )
+    trace_every: int | None = option(
+        None,
+        "Steps per point of the loss / s_mu / learning-rate trace in results.json and "
+        "training.png (default: eval_every / 20).",
+        check=positive_int,
+    )
+    recall_ks: tuple[int, ...] = option(
+        (1, 2, 4, 8), "K of Recall@K (SOP papers: 1,10,100,1000).", check=positive_int
+    )
+    kmeans_init: str = option(
+        "k-means++",
+        "NMI k-means seeding: greedy k-means++ (an SOP-sized evaluation takes ~35 s on 2 idle "
+        "cores), k-means++-sklearn (the same algorithm on scikit-learn's random stream, ~8x the "
+        "seeding time) or random (faster, lower NMI: 0.88 vs 0.92 on an SOP-shaped set).",
+        choices=KMEANS_INITS,
+    )
+    kmeans_max_iter: int = option(300, "NMI k-means iterations.", check=positive_int)
+    eval_batch_size: int = option(
+        128, "Batch size for embedding the test split.", identity=False, check=positive_int
+    )
+    jit_compile: bool = option(
+        False,
+        "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
+        "cost on CPU).",
+    )
+    strategy: str = strategy_option()
+    cpu_devices: int = cpu_devices_option()
+    cluster_timeout: int = cluster_timeout_option()
+
+
+def check(config):
+    """Raises ConfigError (naming the flags) for whatever `resolve` refuses without the data:
+    every flag and combination but --batch_p against the training classes. Reads no data: a
+    run calls it first, then reads its split and resolves the config once with the split's
+    class count (`trainers.retrieval.train.setup`)."""
+    _resolved_fields(config, None)
+
+
+def resolve(config, num_train_classes=None):
+    """The config with every default filled in, checked; raises ConfigError naming flags.
+
+    With `num_train_classes` (the training split's), an unset --batch_p is the paper's P capped
+    at it (even for the contrastive loss) and a larger --batch_p is refused; without it, the
+    paper's P is kept (a grid checked before any data is read).
+    """
+    return dataclasses.replace(config, **_resolved_fields(config, num_train_classes))
+
+
+def _resolved_fields(c, num_train_classes):
+    """The fields `resolve` fills in, after every check."""
+    check_fields_and_data(c, EMBEDDED)
+    check_strategy_combinations(c)
+    if c.decoded_cache and c.dataset in EMBEDDED:
+        raise ConfigError(
+            f"--decoded_cache caches decoded image files; --dataset={c.dataset} is already in "
+            f"memory."
+        )
+    batch_p, batch_k = _batch_shape(c, num_train_classes)
+    cadence = resolve_cadence(c, DEFAULT_STEPS[c.dataset])
+    _check_xml(c, batch_p)
+    _check_xbm(c)
+    return dict(
+        xml_prototypes=(64 if c.xml_prototypes is None else c.xml_prototypes)
+        if c.xml_lambda
+        else None,
+        batch_p=batch_p,
+        batch_k=batch_k,
+        **cadence,
+        svmax_lambda=PAPER_LAMBDA[c.loss] if c.svmax_lambda is None else c.svmax_lambda,
+        margin=PAPER_MARGIN.get(c.loss) if c.margin is None else c.margin,
+        input_size=image_input_size(c, EMBEDDED),
+        recall_ks=tuple(int(k) for k in c.recall_ks),
+    )
+
+
+def _batch_shape(c, num_train_classes):
+    """``(P, K)``: the flags', else the paper's for the loss (P capped at the training classes
+    when known), checked against the loss and the classes."""
+    paper_p, paper_k = PAPER_BATCH[c.loss]
+    batch_k = paper_k if c.batch_k is None else c.batch_k
+    batch_p = paper_p if c.batch_p is None else c.batch_p
+    if c.batch_p is None and num_train_classes is not None and batch_p > num_train_classes:
+        batch_p = num_train_classes  # e.g. digits: 5 training classes
+        if c.loss == "contrastive":
+            batch_p -= batch_p % 2
+    required_k = {"contrastive": 4, "npair": 2, "angular": 2}.get(c.loss)
+    if required_k is not None and batch_k != required_k:
+        raise ConfigError(
+            f"--loss={c.loss} pairs the rows of each class as the original does and needs "
+            f"--batch_k={required_k}; received --batch_k={batch_k}."
+        )
+    if c.loss == "contrastive" and batch_p % 2:
+        raise ConfigError(
+            f"--loss=contrastive pairs the classes two by two as the original does and needs "
+            f"an even --batch_p; received --batch_p={batch_p}."
+        )
+    if batch_k < 2:
+        raise ConfigError(f"--batch_k must be >= 2 (positives per class); received {batch_k}.")
+    if batch_p < 2:
+        raise ConfigError(f"--batch_p must be >= 2 (negatives need 2 classes); got {batch_p}.")
+    if num_train_classes is not None and batch_p > num_train_classes:
+        raise ConfigError(
+            f"--batch_p={batch_p} exceeds the {num_train_classes} training classes of "
+            f"--dataset={c.dataset}."
+        )
+    return batch_p, batch_k
+
+
+def _check_xbm(c):
+    if not c.xbm_size:
+        if c.xbm_start_step:
+            raise ConfigError("--xbm_start_step needs --xbm_size > 0 (the memory is off).")
+        return
+    if c.loss not in XBM_LOSSES:
+        raise ConfigError(
+            f"--xbm_size needs a loss that mines anchors against a reference set "
+            f"({', '.join(XBM_LOSSES)}); received --loss={c.loss}."
+        )
+    if c.xml_lambda:
+        raise ConfigError(
+            "--xbm_size and --xml_lambda cannot be combined (XML evaluates the ranking loss on "
+            "halves of the batch)."
+        )
+
+
+def _check_xml(c, batch_p):
+    if not c.xml_lambda:
+        if c.xml_prototypes is not None:
+            raise ConfigError("--xml_prototypes needs --xml_lambda > 0 (XML is off).")
+        return
+    if c.xml_lambda > 1:
+        raise ConfigError(f"--xml_lambda is a weight in [0, 1]; received {c.xml_lambda}.")
+    if c.loss == "proxy_anchor":
+        raise ConfigError(
+            "--xml_lambda needs a loss on the embeddings alone; --loss=proxy_anchor scores "
+            "them against its class proxies."
+        )
+    if c.backbone not in models.SMALL_BACKBONES:
+        raise ConfigError(
+            f"--xml_lambda takes its histograms from the convolutional map of the small "
+            f"backbones {list(models.SMALL_BACKBONES)}; received --backbone={c.backbone}."
+        )
+    # Each half of the batch (disjoint classes) is a batch of the loss on its own: at least 2
+    # classes (negatives), and the contrastive loss pairs the classes two by two.
+    step = 4 if c.loss == "contrastive" else 2
+    if batch_p % step or batch_p < 4:
+        raise ConfigError(
+            f"--xml_lambda splits the batch's classes into two halves, each a --loss={c.loss} "
+            f"batch: --batch_p must be a multiple of {step} and >= 4; received {batch_p}."
+        )

@@ -1,0 +1,114 @@
+"""The retrieval run's model, loss and optimizer, from a resolved config: the embedding model
+with the head its loss needs (Proxy-Anchor's proxies, XML's histograms, the cross-batch memory),
+the ranking loss composed with the regularizer, and SGD at the --lr_schedule rate."""
+
+import keras
+
+from tf_svmax import losses, models
+from tf_svmax.training import ConstantThenPolynomialDecay
+from trainers.retrieval.config import PROXY_ANCHOR_ALPHA
+
+
+def build_optimizer(config):
+    """`(optimizer, schedule)` of a resolved config: SGD with --momentum at the --lr_schedule
+    rate, and that rate as a function of the step (the trace's learning rate)."""
+    if config.lr_schedule == "paper":
+        schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
+        return keras.optimizers.SGD(schedule, momentum=config.momentum), schedule
+    return (
+        keras.optimizers.SGD(config.learning_rate, momentum=config.momentum),
+        lambda step: config.learning_rate,
+    )
+
+
+def head_output(config):
+    """The output `build_training_model` adds beside ``"embedding"``: ``"xml"`` (XML's
+    histograms appended to the embeddings), ``"proxies"`` (Proxy-Anchor's similarities) or None
+    (the embedding model alone)."""
+    if config.xml_lambda:
+        return "xml"
+    return "proxies" if config.loss == "proxy_anchor" else None
+
+
+def build_loss(config, memory=None):
+    """The ranking loss, composed with the regularizer through `RegularizedLoss`; with
+    --xbm_size, the ranking loss in a `CrossBatchMemory` whose state is `memory` (the
+    `CrossBatchMemoryBank` of `build_training_model`).
+
+    With a `head_output` a dict for the two outputs of `build_training_model`: the loss on the
+    head (Proxy-Anchor on the proxy similarities, or XML around the ranking loss) and the
+    regularizer (if any) on the embeddings alone.
+    """
+    regularizers = _regularizers(config)
+    head = head_output(config)
+    if head is None:
+        ranking = _ranking_loss(config)
+        if config.xbm_size:
+            ranking = losses.CrossBatchMemory(
+                ranking, config.xbm_size, start_step=config.xbm_start_step, memory=memory
+            )
+        return losses.RegularizedLoss(ranking, regularizers) if regularizers else ranking
+    if head == "xml":
+        head_loss = losses.XMLLoss(
+            _ranking_loss(config), config.xml_prototypes, lambda_=config.xml_lambda
+        )
+    else:
+        head_loss = losses.ProxyAnchorLoss(alpha=PROXY_ANCHOR_ALPHA, delta=config.margin)
+    out = {head: head_loss}
+    if regularizers:
+        (out["embedding"],) = regularizers  # one regularizer per run
+    return out
+
+
+def _ranking_loss(config):
+    margin = config.margin
+    return {
+        "contrastive": lambda: losses.PKContrastiveLoss(margin=margin),
+        "triplet_hard": lambda: losses.BatchHardTripletLoss(margin=margin),
+        "triplet_semihard": lambda: losses.TripletSemiHardLoss(margin=margin),
+        "npair": losses.PKNpairLoss,
+        "angular": losses.PKAngularLoss,
+        "lifted": lambda: losses.LiftedStructLoss(margin=margin),
+        "contrastive_pairs": lambda: losses.AllPairsContrastiveLoss(neg_margin=margin),
+    }[config.loss]()
+
+
+def _regularizers(config):
+    return {
+        "none": [],
+        "svmax": [losses.SVMaxLoss(lambda_=config.svmax_lambda)],
+        "svmax_unbounded": [losses.SVMaxLoss(lambda_=config.svmax_lambda, bounded=False)],
+        "spread_out": [losses.SpreadOutLoss(alpha=config.spread_out_alpha, seed=config.seed)],
+    }[config.regularizer]
+
+
+def build_training_model(config, embedding_model, num_classes, memory=None):
+    """The model `fit` trains: the embedding model itself; for ``proxy_anchor`` the
+    embedding model with a `CosineProxies` head (outputs ``{"embedding", "proxies"}``); with
+    XML, ``{"embedding", "xml"}``, the latter the embeddings with the `PrototypeHistograms` of
+    the backbone's last convolutional map appended; with --xbm_size, the embedding model
+    followed by the cross-batch memory layer `memory` (an identity that holds the memory's
+    state, checkpointed with the run)."""
+    if config.xbm_size:
+        return keras.Model(
+            embedding_model.input, memory(embedding_model.output), name="xbm_training_model"
+        )
+    if config.xml_lambda:
+        histograms = models.PrototypeHistograms(config.xml_prototypes, name="xml_prototypes")(
+            models.pooled_feature_map(embedding_model)
+        )
+        joined = keras.layers.Concatenate(name="xml")([embedding_model.output, histograms])
+        return keras.Model(
+            embedding_model.input,
+            {"embedding": embedding_model.output, "xml": joined},
+            name="xml_training_model",
+        )
+    if config.loss != "proxy_anchor":
+        return embedding_model
+    embeddings = embedding_model.output
+    similarities = models.CosineProxies(num_classes, name="proxies")(embeddings)
+    return keras.Model(
+        embedding_model.input,
+        {"embedding": embeddings, "proxies": similarities},
+        name="proxy_anchor_training_model",
+    )

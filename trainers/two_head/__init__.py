@@ -1,0 +1,57 @@
+"""The two-head classification experiment behind `trainers/train_two_head.py`, callable
+without flags.
+
+Evaluated on held-out images of the training classes: top-1 (micro) and macro accuracy,
+per-class accuracy, Recall@K / NMI / MAP@R of the embedding head (of the pooled features for
+the single-head modes), and the share of misclassified test images whose nearest training
+image in that embedding has the predicted label.
+
+- `config`: `TwoHeadConfig` (the flags), the papers' settings and `resolve`;
+- `inputs`: the split, its long-tail and scarce-data subsets and the class checks;
+- `model`: the one- or two-head model and its losses;
+- `evaluate`: the held-out evaluation;
+- `train`: `train_two_head` (config → data → model → losses → the harness's loop);
+- `plots`: the figures and the summary line.
+
+    config = TwoHeadConfig(output_dir="/tmp/run", mode="hard")   # glyphs, two-head (hard)
+    results = train_two_head(config)                            # also in results.json
+"""
+
+from trainers.harness.config import ConfigError
+from trainers.two_head.config import (
+    DATASETS,
+    EMBEDDED,
+    MODES,
+    TWO_HEAD_MODES,
+    TwoHeadConfig,
+    has_embedding_head,
+    resolve,
+)
+from trainers.two_head.evaluate import evaluate, retrieval_features
+from trainers.two_head.inputs import check_classes, load_split
+from trainers.two_head.model import build_losses, build_model
+from trainers.two_head.plots import describe, plot_run, run_title, summary
+from trainers.two_head.train import setup, train_two_head
+
+__all__ = [
+    "DATASETS",
+    "EMBEDDED",
+    "MODES",
+    "TWO_HEAD_MODES",
+    "ConfigError",
+    "TwoHeadConfig",
+    "build_losses",
+    "build_model",
+    "check_classes",
+    "describe",
+    "evaluate",
+    "has_embedding_head",
+    "load_split",
+    "plot_run",
+    "resolve",
+    "retrieval_features",
+    "run_title",
+    "setup",
+    "summary",
+    "train_two_head",
+]

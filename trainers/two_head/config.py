@@ -1,0 +1,219 @@
+"""The two-head experiment's configuration: its flags (`TwoHeadConfig`), the papers' settings
+per mode, and `resolve`, which checks a config and fills in every default.
+
+Dissertation `001` Sec. 5.3-5.4: a backbone whose pooled last map feeds the softmax head and
+whose unpooled map feeds an L2-normalised embedding head trained with a ranking loss (λ = 1;
+center loss λ = 0.003, α = 0.5; semi-hard margin 0.2; batch-hard with the softplus margin;
+squared Euclidean distance), P x K batches with K = 4 (b = 32), SGD momentum 0.9 and a
+polynomially decaying learning rate from 0.01. Also softmax + OLÉ on the pooled features (OLÉ
+paper `002`, Eq. 11, λ = 0.25, Δ = 1) and SVMax on the embedding head as an extra term.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from tf_svmax import data, models
+from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
+from trainers.harness.config import (
+    ConfigError,
+    ImageDataConfig,
+    check_fields_and_data,
+    image_input_size,
+    output_dir_option,
+    resolve_cadence,
+)
+from trainers.harness.distribute import (
+    check_strategy_combinations,
+    cluster_timeout_option,
+    cpu_devices_option,
+    strategy_option,
+)
+from trainers.harness.flags import (
+    non_negative_number,
+    number_at_least,
+    open_fraction,
+    option,
+    positive_int,
+    positive_number,
+    rate,
+)
+
+MODES = ("softmax", "center", "semi_hard", "hard", "ole")
+# The modes whose term acts on the embedding head (the others train the single-head network).
+TWO_HEAD_MODES = ("center", "semi_hard", "hard")
+DATASETS = ("glyphs", "digits", "fgvr", "folder")
+
+
+def _glyph_classes():
+    """The glyph set's 142 training classes with 64 renderings each (generated once, then
+    cached): the open-set test half stays unseen, for novel-class experiments."""
+    split = data.load_glyphs_open_set(images_per_class=64)
+    return split["train"][0], split["train"][1], split["characters"]
+
+
+def _digit_classes():
+    split = data.load_digits_open_set()
+    images = np.concatenate([split["train"][0], split["test"][0]])
+    return images, np.concatenate([split["train"][1], split["test"][1]]), None
+
+
+# Embedded sets as classification sets: ``() -> (images, labels, class names or None)``; each
+# class's images are split into train and test.
+EMBEDDED = {"glyphs": _glyph_classes, "digits": _digit_classes}
+# The weight of each mode's term (dissertation Sec. 5.4.1; OLÉ paper Fig. 4 / Table 2: 0.25).
+PAPER_LAMBDA = {"center": 0.003, "semi_hard": 1.0, "hard": 1.0, "ole": 0.25}
+PAPER_MARGIN, PAPER_CENTER_ALPHA = 0.2, 0.5  # semi-hard margin; center loss update rate
+DEFAULT_STEPS = {"glyphs": 3000, "digits": 1000, "fgvr": 40000, "folder": 40000}
+# Images of each class held out for testing in the embedded sets (a fixed split: data seed 0).
+DATA_SEED = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TwoHeadConfig(ImageDataConfig):
+    """One two-head run. `None` fields take the paper's (or the dataset's) default. Each field's
+    help is its command-line flag's (`trainers/train_two_head.py`)."""
+
+    output_dir: str = output_dir_option("runs/two_head")
+    dataset: str = option(
+        "glyphs",
+        "glyphs: embedded rendered characters, the open-set training half (142 classes, 64 "
+        "images each; no download); digits: scikit-learn's 8 x 8 digits, 10 classes (tiny, "
+        "fast); both split each class's images into train and test (--test_fraction). fgvr: "
+        "the FGVR list files (lists/train_all_sub_list.csv, lists/test_all_sub_list.csv) "
+        "under --data_dir; folder: "
+        "--data_dir/train/<class>/<image> and --data_dir/test/<class>/<image>.",
+        choices=DATASETS,
+    )
+    image_dir: str = option(
+        "",
+        "fgvr: the images' folder relative to --data_dir (Flowers-102: jpg; Aircraft: "
+        "fgvc-aircraft-2013b/data/images; Stanford Cars: empty).",
+    )
+    backbone: str = option(
+        "small_cnn_bn",
+        "Backbone; the dissertation uses ResNet-50, Inception-V4 and DenseNet-161 (ImageNet "
+        "weights). small_cnn_bn: three convolutions with batch normalization (the embedded "
+        "sets' default; without it a softmax head barely moves at lr 0.01).",
+        choices=models.BACKBONES,
+    )
+    mode: str = option(
+        "hard",
+        "softmax: single-head baseline; center, semi_hard, hard: two-head with that term on the "
+        "embedding head (center loss; semi-hard triplet, margin --margin; batch-hard triplet "
+        "with the softplus margin); ole: single head, softmax + OLÉ on the pooled features.",
+        choices=MODES,
+    )
+    regularizer_lambda: float | None = option(
+        None,
+        "Weight of the mode's term (paper: 1 semi_hard and hard, 0.003 center, 0.25 ole).",
+        check=non_negative_number,
+    )
+    margin: float | None = option(
+        None,
+        "Semi-hard triplet margin (--mode=semi_hard only; default: the paper's 0.2).",
+        check=non_negative_number,
+    )
+    center_alpha: float | None = option(
+        None,
+        "Center-loss center update rate in (0, 1] (--mode=center only; default: the paper's 0.5).",
+        check=rate,
+    )
+    svmax_lambda: float = option(
+        0.0,
+        "Weight of SVMax (bounded, on the embedding head) added to any mode; 0: none. With "
+        "softmax or ole it adds the embedding head.",
+        check=non_negative_number,
+    )
+    embedding_dim: int = option(
+        256, "Embedding head size, L2-normalised (paper: 256).", check=positive_int
+    )
+    learning_rate: float = option(
+        0.01,
+        "SGD (momentum 0.9) learning rate, decayed linearly to 1e-4 over --train_steps "
+        "(paper: 0.01, polynomial decay; TensorFlow's polynomial_decay defaults).",
+        check=positive_number,
+    )
+    train_steps: int | None = option(
+        None,
+        "Training steps (paper: 40000 ResNet-50/DenseNet-161, 80000 Inception-V4; default "
+        "glyphs 3000, digits 1000, fgvr and folder 40000).",
+        check=positive_int,
+    )
+    batch_p: int = option(8, "Classes per batch P (paper: b = 32 = 8 x 4).", check=positive_int)
+    batch_k: int = option(4, "Images per class K (paper: 4).", check=positive_int)
+    test_fraction: float = option(
+        0.25,
+        "Embedded sets: share of each class's images held out for testing.",
+        check=open_fraction,
+    )
+    train_images_per_class: int | None = option(
+        None,
+        "At most this many training images per class (scarce-data protocol); unset: all.",
+        check=positive_int,
+    )
+    imbalance_ratio: float = option(
+        1.0,
+        "Long-tailed data: the class at rank r (seeded order) of C keeps a share "
+        "ratio^(-r/(C-1)) of its train and test images (head 1, tail 1/ratio; at least 2 train "
+        "and 1 test image); 1: balanced.",
+        check=number_at_least(1.0),
+    )
+    recall_ks: tuple[int, ...] = option(
+        (1, 4, 8, 16), "K of Recall@K (paper: 1, 4, 8, 16).", check=positive_int
+    )
+    kmeans_init: str = option("k-means++", "NMI k-means seeding.", choices=KMEANS_INITS)
+    kmeans_max_iter: int = option(300, "NMI k-means iterations.", check=positive_int)
+    eval_batch_size: int = option(
+        256, "Batch size for evaluation.", identity=False, check=positive_int
+    )
+    jit_compile: bool = option(False, "XLA-compile the train step (slow with SVD on CPU).")
+    strategy: str = strategy_option()
+    cpu_devices: int = cpu_devices_option()
+    cluster_timeout: int = cluster_timeout_option()
+
+
+def resolve(config):
+    """The config with every default filled in, checked; raises ConfigError naming flags.
+    Reads no data: a run resolves its config once, first, and checks P against the classes
+    of its split when it reads it (`trainers.two_head.inputs.check_classes`)."""
+    c = config
+    check_fields_and_data(c, EMBEDDED)
+    if c.mode == "softmax" and c.regularizer_lambda not in (None, 0.0):
+        raise ConfigError(
+            "--mode=softmax has no regularizer term; --regularizer_lambda="
+            f"{c.regularizer_lambda} would be ignored. Leave it unset (or use --svmax_lambda)."
+        )
+    for name, mode in (("margin", "semi_hard"), ("center_alpha", "center")):
+        if getattr(c, name) is not None and c.mode != mode:
+            raise ConfigError(
+                f"--{name} applies to --mode={mode} only; with --mode={c.mode} it would be "
+                "ignored. Leave it unset."
+            )
+    check_strategy_combinations(c)
+    if c.jit_compile and c.mode == "ole":
+        raise ConfigError(
+            "--mode=ole cannot be XLA-compiled (the number of classes in a batch decides the "
+            "shapes of its SVDs); leave --jit_compile unset."
+        )
+    if c.batch_k < 2:
+        raise ConfigError(f"--batch_k must be >= 2 (positives per class); received {c.batch_k}.")
+    if c.batch_p < 2 and c.mode in ("semi_hard", "hard"):
+        raise ConfigError(f"--mode={c.mode} needs --batch_p >= 2 (negatives); got {c.batch_p}.")
+    return dataclasses.replace(
+        c,
+        **resolve_cadence(c, DEFAULT_STEPS[c.dataset]),
+        regularizer_lambda=(
+            PAPER_LAMBDA.get(c.mode, 0.0) if c.regularizer_lambda is None else c.regularizer_lambda
+        ),
+        margin=PAPER_MARGIN if c.margin is None and c.mode == "semi_hard" else c.margin,
+        center_alpha=(
+            PAPER_CENTER_ALPHA if c.center_alpha is None and c.mode == "center" else c.center_alpha
+        ),
+        input_size=image_input_size(c, EMBEDDED),
+        recall_ks=tuple(int(k) for k in c.recall_ks),
+    )
+
+
+def has_embedding_head(config):
+    return config.mode in TWO_HEAD_MODES or config.svmax_lambda > 0

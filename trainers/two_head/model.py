@@ -1,0 +1,59 @@
+"""The two-head model and its losses, from a resolved config."""
+
+import keras
+
+from tf_svmax import losses, models
+from trainers.two_head.config import has_embedding_head
+
+
+def build_model(config, split):
+    """The backbone with its softmax head (``logits``, on the pooled features ``features``)
+    and, for the two-head modes or with SVMax, the L2-normalised ``embedding`` head."""
+    return models.build_two_head_model(
+        config.backbone,
+        input_shape=split["input_shape"],
+        num_classes=split["num_classes"],
+        embedding_dim=config.embedding_dim,
+        embedding_head=has_embedding_head(config),
+        weights=config.weights,
+    )
+
+
+def build_losses(config, num_classes):
+    """``(losses, loss_weights, state)``: a loss per trained output of `build_model`, their
+    weights, and the non-trainable state to checkpoint (the center loss's centers)."""
+    lam = config.regularizer_lambda
+    out = {"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
+    weights = {"logits": 1.0}
+    state = {}
+    embedding_terms, weight = [], 1.0
+    if config.mode == "center":
+        center = losses.CenterLoss(
+            num_classes,
+            config.embedding_dim,
+            lambda_=lam,
+            alpha=config.center_alpha,
+            seed=config.seed,
+        )
+        embedding_terms.append(center)
+        state["center_loss"] = center.centers
+    elif config.mode in ("semi_hard", "hard") and lam > 0:
+        # The squared Euclidean distance (Sec. 5.3.2), as the TF1 contrib losses the original
+        # used; batch-hard with the softplus (soft) margin, semi-hard with margin m.
+        if config.mode == "semi_hard":
+            triplet = losses.TripletSemiHardLoss(margin=config.margin, distance_metric="squared-L2")
+        else:
+            triplet = losses.TripletHardLoss(soft=True, distance_metric="squared-L2")
+        embedding_terms.append(triplet)
+        weight = lam  # the output's weight; the center and OLÉ losses carry their λ themselves
+    elif config.mode == "ole":
+        out["features"] = losses.OLELoss(lambda_=lam, delta=1.0)
+        weights["features"] = 1.0
+    if config.svmax_lambda > 0:
+        # Scaled by 1 / weight: the output's weight multiplies every term on it.
+        embedding_terms.append(losses.SVMaxLoss(lambda_=config.svmax_lambda / weight))
+    if embedding_terms:
+        first, *rest = embedding_terms
+        out["embedding"] = losses.RegularizedLoss(first, rest) if rest else first
+        weights["embedding"] = weight
+    return out, weights, state

@@ -1,0 +1,108 @@
+"""A two-head run, top to bottom: config → data → model → losses → `harness.loop.run_job`.
+
+config = TwoHeadConfig(output_dir="/tmp/run", mode="hard")   # glyphs, two-head (hard)
+results = train_two_head(config)                            # also in results.json
+"""
+
+import os
+import time
+
+import keras
+import numpy as np
+
+from trainers.harness import image_data
+from trainers.harness.distribute import local_copy
+from trainers.harness.loop import Job, image_file_diagnosis, run_job
+from trainers.two_head.config import TwoHeadConfig, has_embedding_head, resolve
+from trainers.two_head.evaluate import evaluate
+from trainers.two_head.inputs import load_split
+from trainers.two_head.model import build_losses, build_model
+from trainers.two_head.plots import describe, plot_run, run_title
+
+
+def train_two_head(config, *, callbacks=()):
+    """Trains, evaluates every `eval_every` steps, resumes from `output_dir` if interrupted.
+
+    Returns the results dict (also in ``output_dir/results.json``), with ``status``
+    ``"completed"`` or ``"diverged"``.
+
+    Raises:
+      ConfigError: a flag combination the experiment cannot run.
+      RunRefused: `output_dir` in use, holding another configuration, or damaged.
+    """
+    started = time.perf_counter()
+    config, split, model, strategy = setup(config)
+    evaluated, refresh = local_copy(model, strategy)  # multi_worker: the chief's own copy
+    schedule = keras.optimizers.schedules.PolynomialDecay(
+        config.learning_rate, config.train_steps, end_learning_rate=1e-4, power=1.0
+    )
+    with strategy.scope():  # the center loss's centers and the optimizer's slots
+        loss, loss_weights, state = build_losses(config, split["num_classes"])
+        model.compile(
+            optimizer=keras.optimizers.SGD(schedule, momentum=0.9),
+            loss=loss,
+            loss_weights=loss_weights,
+            metrics={"logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]},
+            jit_compile=config.jit_compile,
+        )
+    train_x, train_y = split["train"]
+    output_names = tuple(model.output_names)  # every output gets the labels
+
+    def batches(start_step):
+        map_fn = split["loaders"][0] if split["loaders"] else None
+        return image_data.pk_batches(
+            config, train_x, train_y, map_fn=map_fn, start_step=start_step, outputs=output_names
+        )
+
+    def evaluate_at(step, epoch):
+        refresh()
+        return evaluate(config, evaluated, split)
+
+    title = run_title(config, split["num_classes"])
+    job = Job(
+        name="train_two_head",
+        config=config,
+        model=model,
+        schedule=schedule,
+        batches=batches,
+        global_batch=config.batch_p * config.batch_k,
+        evaluate=evaluate_at,
+        plot=lambda results, folder: plot_run(results, folder, title),
+        save=lambda folder: model.save(os.path.join(folder, "model.keras")),
+        header={"data": _data_record(config, split)},
+        description=(
+            f"{config.dataset} ({split['num_classes']} classes, {len(train_y)} train / "
+            f"{len(split['test'][1])} test images), {config.backbone}, {describe(config)}, "
+            f"P x K = {config.batch_p} x {config.batch_k}, lr {config.learning_rate}, "
+            f"{config.train_steps} steps"
+        ),
+        state=state,
+        callbacks=callbacks,
+        diagnose=(
+            image_file_diagnosis(split["train"][0], split["test"][0]) if split["loaders"] else None
+        ),
+    )
+    return run_job(job, TwoHeadConfig, started)
+
+
+def setup(config):
+    """``(config, split, model, strategy)``: the config resolved once, before any data is read
+    (bad flags refused first), then (`image_data.start`) the strategy, the seed, the split and
+    the model — in that order, so the same config always gives the same initial weights."""
+    return image_data.start(resolve(config), lambda c: (c, load_split(c)), build_model)
+
+
+def _data_record(config, split):
+    """What results.json records of the data a run trained and evaluated on."""
+    counts = np.bincount(split["train"][1], minlength=split["num_classes"])
+    return {
+        "num_classes": split["num_classes"],
+        "train_images": len(split["train"][1]),
+        "test_images": len(split["test"][1]),
+        "train_images_per_class": {"min": int(counts.min()), "max": int(counts.max())},
+        "class_names": split["class_names"],
+        "embedding_head": has_embedding_head(config),
+        "retrieval_features": "embedding head"
+        if has_embedding_head(config)
+        else "pooled features (L2-normalised)",
+    }
