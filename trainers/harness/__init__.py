@@ -1,4 +1,7 @@
-"""What every trainer shares: flags derived from its config dataclass (`flags`), the run
-folder (`run_dir`), resume (`checkpoints`), the training loop with its cadence, trace and NaN
-guard (`loop`; `custom_fit` where Keras' `fit` cannot run), the `tf.distribute` strategy and
-the multi-worker cluster (`distribute`), and figure writing (`plots`)."""
+"""What every trainer shares: the run fields of its config (`config`: `RunConfig`,
+`ImageDataConfig`, cadence and image-size rules), flags derived from that dataclass (`flags`)
+and the entry point with its exit codes (`cli`), the run folder (`run_dir`), resume
+(`checkpoints`), the training loop with its cadence, trace and NaN guard (`loop`; `custom_fit`
+where Keras' `fit` cannot run), the `tf.distribute` strategy and the multi-worker cluster
+(`distribute`), the image experiments' start (`image_data`: strategy, seed, split, model and
+P x K batches), and figure and table writing (`plots`, `tables`)."""
