@@ -41,10 +41,21 @@ def start(config, load, build_model):
     return config, split, model, strategy
 
 
-def pk_batches(config, features, labels, *, map_fn, start_step, outputs=None):
+def pk_batches(
+    config,
+    features,
+    labels,
+    *,
+    map_fn,
+    start_step,
+    outputs=None,
+    num_parallel_calls=tf.data.AUTOTUNE,
+):
     """`data.pk_batches` with the config's P, K and seed from batch `start_step`; with
     `outputs` (the output names of a model with several), each batch's labels are given to
-    every one of them: Keras matches targets to outputs by key, trained or not."""
+    every one of them: Keras matches targets to outputs by key, trained or not.
+    `num_parallel_calls` is `map_fn`'s parallelism (the trainers' AUTOTUNE; the input-pipeline
+    benchmark varies it)."""
     batches = data.pk_batches(
         features,
         labels,
@@ -53,6 +64,7 @@ def pk_batches(config, features, labels, *, map_fn, start_step, outputs=None):
         seed=config.seed,
         map_fn=map_fn,
         start_batch=start_step,
+        num_parallel_calls=num_parallel_calls,
     )
     if not outputs:
         return batches
