@@ -34,6 +34,14 @@ def interrupted_message(config):
     )
 
 
+def quiet_checkpoint_logs():
+    """Raises absl's log level to WARNING unless --verbosity was given: TensorFlow's checkpoint
+    saver logs one INFO line per save through absl, which would interleave with the progress
+    lines; --verbosity=0 brings them back."""
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+
+
 def main(config_class, train, name, argv=None):
     """Defines `config_class`'s flags, parses `argv` and runs ``train(config)``; exits with
     the shared codes. Call once, from the program's ``if __name__ == "__main__"``."""
@@ -45,10 +53,7 @@ def main(config_class, train, name, argv=None):
 
     def run(argv):
         del argv
-        if not flags.FLAGS["verbosity"].present:
-            # TensorFlow's checkpoint saver logs one INFO line per save through absl, which
-            # would interleave with the progress lines; --verbosity=0 brings them back.
-            logging.set_verbosity(logging.WARNING)
+        quiet_checkpoint_logs()
         config = None
         try:
             config = harness_flags.config_from_flags(config_class)

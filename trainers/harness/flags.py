@@ -175,26 +175,25 @@ def open_fraction(value, name):
 
 def validate(config):
     """Checks every field of the config dataclass instance against its `option` metadata: the
-    value is one of `choices`, passes `check` (each item of a tuple; a tuple must not be empty),
-    and is None only where the field's default is None. Raises FlagValueError naming --field."""
+    value is one of `choices` and passes `check` (each item of a tuple; a tuple with either
+    must not be empty), and is None only where the field's default is None. Raises
+    FlagValueError naming --field."""
     for field in dataclasses.fields(config):
         meta, value, name = field.metadata, getattr(config, field.name), f"--{field.name}"
         if value is None:
             if field.default is None:
                 continue
             raise FlagValueError(_checks.invalid(name, "a value", None))
+        choices, check = meta.get("choices"), meta.get("check")
+        items = value if _base_type(field.type) is tuple else (value,)
         try:
-            if meta.get("choices") is not None and value not in meta["choices"]:
-                raise ValueError(_checks.invalid(name, f"one of {list(meta['choices'])}", value))
-            if meta.get("check") is None:
-                continue
-            if _base_type(field.type) is tuple:
-                if not value:
-                    raise ValueError(_checks.invalid(name, "at least one value", value))
-                for item in value:
-                    meta["check"](item, name)
-            else:
-                meta["check"](value, name)
+            if not items and (choices is not None or check is not None):
+                raise ValueError(_checks.invalid(name, "at least one value", value))
+            for item in items:
+                if choices is not None and item not in choices:
+                    raise ValueError(_checks.invalid(name, f"one of {list(choices)}", item))
+                if check is not None:
+                    check(item, name)
         except ValueError as error:
             raise FlagValueError(str(error)) from None
 

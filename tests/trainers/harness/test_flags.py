@@ -142,6 +142,7 @@ class Checked:
     share: float = option(0.5, "Share.", check=open_fraction)
     ks: tuple[int, ...] = option((1, 2), "Ks.", check=positive_int)
     verbose: int = option(1, "Verbosity.", choices=(0, 1, 2))
+    modes: tuple[str, ...] = option(("a",), "Modes.", choices=("a", "b"))
     name: str = option("a", "Name.")
 
 
@@ -158,6 +159,8 @@ class Checked:
         ("ks", (1, 0), "`--ks`. Expected an int >= 1. Received: --ks=0"),
         ("ks", (), "`--ks`. Expected at least one value"),
         ("verbose", 3, "`--verbose`. Expected one of [0, 1, 2]"),
+        ("modes", ("b", "c"), "`--modes`. Expected one of ['a', 'b']. Received: --modes='c'"),
+        ("modes", (), "`--modes`. Expected at least one value"),
         ("seed", None, "`--seed`. Expected a value"),
     ],
 )
