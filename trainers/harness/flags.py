@@ -155,13 +155,16 @@ def writable_folder(value, name):
     return value
 
 
-def number_at_least(low):
-    """A validator of finite floats >= `low`."""
+def number_at_least(low, *, integer=False):
+    """A validator of finite floats >= `low` (with `integer`, of ints >= `low`)."""
+    kind = _checks.check_non_negative_int if integer else _checks.check_non_negative_number
+    expected = f"an int >= {low}" if integer else f"a float >= {low:g}"
 
     def check(value, name):
-        if _checks.check_non_negative_number(value, name) < low:
-            raise ValueError(_checks.invalid(name, f"a float >= {low:g}", value))
-        return float(value)
+        number = kind(value, name)
+        if number < low:
+            raise ValueError(_checks.invalid(name, expected, value))
+        return number
 
     return check
 
