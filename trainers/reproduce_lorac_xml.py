@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 from trainers import contrastive, retrieval  # noqa: E402
 from trainers.harness import grid  # noqa: E402
 from trainers.harness.flags import option, positive_int, rate  # noqa: E402
-from trainers.harness.grid import final, signed_mean_std, step_seconds  # noqa: E402
+from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
 from trainers.harness.tables import mean_std  # noqa: E402
 
@@ -214,8 +214,7 @@ def plot(contrastive_runs, split_images, path, title):
         (("linear_probe_accuracy", "linear probe"), ("knn_accuracy", "k-NN"))
     ):
         values = [[100 * final(r)[key] for r in contrastive_runs[m] if final(r)] for m in methods]
-        means = [np.mean(v) if v else np.nan for v in values]
-        stds = [np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in values]
+        means, stds = error_bars(values)
         x = np.arange(len(methods)) + (i - 0.5) * width
         ax_bar.bar(x, means, width, yerr=stds, capsize=3, label=name)
     ax_bar.set_xticks(np.arange(len(methods)), [LABELS[m] for m in methods])

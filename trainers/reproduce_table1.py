@@ -47,7 +47,7 @@ from trainers import retrieval  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
 from trainers.harness import grid  # noqa: E402
 from trainers.harness.flags import option, positive_number  # noqa: E402
-from trainers.harness.grid import signed_mean_std  # noqa: E402
+from trainers.harness.grid import error_bars, signed_mean_std  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
 from trainers.harness.tables import mean_std, starting_weights  # noqa: E402
 
@@ -259,14 +259,13 @@ def plot(results, losses, methods, learning_rates, path, title):
     lowest = 100.0
     for ax, lr in zip(axes[0], learning_rates, strict=True):
         for m, label in enumerate(labels):
-            means, stds = [], []
+            r1 = []
             for loss in losses:
                 # Triplet: the SVMax row with the paper's lambda (0.1).
                 row = "SVMax λ = 0.1" if label == "SVMax" and loss.startswith("triplet") else label
                 finals = _finals(results[(loss, row, lr)])
-                r1 = [100 * e["recall_at_1"] for e in finals] if finals else [np.nan]
-                means.append(np.mean(r1))
-                stds.append(np.std(r1, ddof=1) if len(r1) > 1 else 0.0)
+                r1.append([100 * e["recall_at_1"] for e in finals] if finals else [])
+            means, stds = error_bars(r1)
             lowest = min([lowest] + [v for v in means if np.isfinite(v)])
             xs = np.arange(len(losses)) + (m - (len(labels) - 1) / 2) * width
             ax.bar(xs, means, width=width, yerr=stds, capsize=2, label=label)

@@ -31,7 +31,7 @@ from trainers import two_head  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
 from trainers.harness import grid  # noqa: E402
 from trainers.harness.flags import option, positive_int  # noqa: E402
-from trainers.harness.grid import final, signed_mean_std, step_seconds  # noqa: E402
+from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
 from trainers.harness.tables import mean_std  # noqa: E402
 
@@ -173,13 +173,12 @@ def plot(results, settings, modes, path, title):
     width = 0.8 / len(modes)
     for ax, (key, name) in zip(axes, metrics, strict=True):
         for i, mode in enumerate(modes):
-            means, stds = [], []
-            for setting in settings:
-                values = [
-                    100 * f[key] for f in map(final, results[(setting, mode)]) if f is not None
+            means, stds = error_bars(
+                [
+                    [100 * f[key] for f in map(final, results[(setting, mode)]) if f is not None]
+                    for setting in settings
                 ]
-                means.append(np.mean(values) if values else np.nan)
-                stds.append(np.std(values, ddof=1) if len(values) > 1 else 0.0)
+            )
             x = np.arange(len(settings)) + (i - (len(modes) - 1) / 2) * width
             ax.bar(x, means, width, yerr=stds, capsize=2, label=LABELS[mode])
         ax.set_xticks(np.arange(len(settings)), settings)

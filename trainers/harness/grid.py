@@ -36,7 +36,6 @@ from typing import ClassVar
 
 import keras
 import numpy as np
-from absl import flags
 
 from tf_svmax import records
 from trainers.harness import cli
@@ -81,15 +80,12 @@ def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowe
     ``borrowed["only"]``, with `define_flags`' defaults and help_overrides), parses `argv`,
     validates the grid config and runs ``reproduce(config)``; exits with the shared codes.
     `reproduce` raises `RunRefused` (e.g. `ConfigError`) for what it refuses, before any run."""
-    before = set(flags.FLAGS)
-    harness_flags.define_flags(
+    cli.define_program_flags(
         config_class,
         help_overrides={"table": f"Markdown output (default: <output_dir>/{config_class.TABLE})."},
     )
     if trainer is not None:
-        harness_flags.define_flags(trainer, **borrowed)
-    for flag in sorted(set(flags.FLAGS) - before):  # --help lists them as the program's flags
-        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[flag])
+        cli.define_program_flags(trainer, **borrowed)
 
     def run(argv):
         del argv  # absl keeps only positional arguments; the tables show sys.argv
@@ -165,6 +161,14 @@ def step_seconds(results):
     includes graph tracing); NaN without any."""
     seconds = [t["step_seconds"] for t in results["trace"][1:] if "step_seconds" in t]
     return float(np.median(seconds)) if seconds else float("nan")
+
+
+def error_bars(groups):
+    """``(means, stds)`` of a bar chart's bars: per group of per-seed values, the mean (NaN for
+    an empty group) and the sample std (ddof = 1; 0 for fewer than two values)."""
+    means = [float(np.mean(v)) if len(v) else float("nan") for v in groups]
+    stds = [float(np.std(v, ddof=1)) if len(v) > 1 else 0.0 for v in groups]
+    return means, stds
 
 
 def signed_mean_std(values, scale=1.0, digits=2):

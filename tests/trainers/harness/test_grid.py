@@ -92,6 +92,14 @@ def test_mean_std_of_paired_differences_against_numpy():
     assert grid.signed_mean_std([0.25]) == "+0.25"
 
 
+def test_error_bars_are_the_mean_and_sample_std_per_group():
+    groups = [[1.0, 2.0, 4.0], [3.0], []]
+    means, stds = grid.error_bars(groups)
+    np.testing.assert_allclose(means[:2], [np.mean(groups[0]), 3.0])
+    np.testing.assert_allclose(stds, [np.std(groups[0], ddof=1), 0.0, 0.0])
+    assert np.isnan(means[2])
+
+
 def test_final_and_step_seconds():
     trace = [{"step_seconds": 9.0}, {"step_seconds": 0.3}, {}, {"step_seconds": 0.1}]
     trace += [{"step_seconds": 0.2}]
