@@ -307,6 +307,98 @@ def plot_s_mu(cells, path, title):
     plt.close(fig)
 
 
+def markdown(g, first, summaries, timeline, steps_per_epoch, frame_images):
+    """The table: the setup, the final spread per method, the spread over training."""
+    config, seeds = first["config"], g.seeds
+    b = summaries["none"][0]["batch_size"]
+    if g.protocol == "original":
+        epochs = config["train_steps"] // steps_per_epoch
+        setup = (
+            "Protocol `original` (ahmdtaha/svmax @ cc5f1b5b, `mnist_embedding.py`), with "
+            "scikit-learn's digits resized to 28 × 28 in place of MNIST (closed set: all 10 "
+            f"classes in training and test). `{config['dataset']}`, backbone "
+            f"`{config['backbone']}`, P × K = {config['batch_p']} × {config['batch_k']}, plain "
+            f"SGD (momentum {config['momentum']:g}) at the constant lr "
+            f"{config['learning_rate']:g}, {epochs} epochs of {steps_per_epoch} steps "
+            f"({config['train_steps']} steps), frames of {frame_images} fixed test images "
+            "(the original re-draws its 320 every epoch). R@1 is closed-set: the test "
+            "images' classes are the training classes. "
+        )
+    else:
+        setup = (
+            f"Protocol `ours`: `{config['dataset']}`, backbone `{config['backbone']}`, "
+            f"lr {config['learning_rate']:g} ({config['lr_schedule']} schedule, momentum "
+            f"{config['momentum']:g}), {config['train_steps']} steps. "
+        )
+    lines = [
+        "# 2-D circle embedding (SVMax paper Fig. 4, dissertation Fig. 3.13)",
+        "",
+        grid.provenance(PROGRAM, first),
+        "",
+        f"{setup}Embedding d = 2 (L2-normalised: the unit circle), contrastive loss (margin "
+        f"{config['margin']:g}), b = {b} ≫ d, SVMax "
+        f"λ {g.svmax_lambda:g}; seeds {', '.join(map(str, seeds))}. Spread = "
+        "(s_μ − L)/(U − L): 0 for a batch on one line through the origin (polarised, rank 1), "
+        "1 at the upper bound. Batch: the mean s_μ of the last 20 training batches "
+        f"(L = √b/2 = {summaries['none'][0]['batch_lower']:.3f}, U = √(b/2) = "
+        f"{summaries['none'][0]['batch_upper']:.3f}); test: the whole test split after the last "
+        "step. Cells: mean ± std over seeds (ddof = 1).",
+        "",
+        "| method | batch spread | test spread | test R@1 % | per seed (batch spread) |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for regularizer, rows in summaries.items():
+        done = [s for s in rows if s["status"] == "completed"]
+        per_seed = ", ".join(f"{s['seed']}: {s['batch_spread']:.3f}" for s in rows)
+        if len(done) < len(rows):
+            per_seed += (
+                " ("
+                + ", ".join(f"seed {s['seed']} {s['status']}" for s in rows if s not in done)
+                + ")"
+            )
+        lines.append(
+            f"| {LABELS[regularizer]} | {mean_std([s['batch_spread'] for s in done], digits=3)} | "
+            f"{mean_std([s['test_spread'] for s in done], digits=3)} | "
+            f"{mean_std([s['recall_at_1'] for s in done], 100, 2)} | {per_seed} |"
+        )
+    unit = "epoch" if steps_per_epoch else "step"
+    lines += [
+        "",
+        f"## Over training: the {frame_images} fixed test images' embedding",
+        "",
+        f"Spread as above with the bounds of {frame_images} unit rows; angle entropy of the "
+        f"histogram of the points' angles over {ANGLE_BINS} sectors of 10° (natural log; "
+        f"uniform: ln {ANGLE_BINS} = {np.log(ANGLE_BINS):.2f}, two antipodal clusters: ln 2 = "
+        f"0.69); bins occupied of {ANGLE_BINS}. Mean ± std over seeds"
+        + (
+            f"; epochs {', '.join(map(str, TABLE_EPOCHS))} shown, every epoch in the JSON."
+            if steps_per_epoch
+            else "."
+        ),
+        "",
+        f"| {unit} | method | spread | angle entropy | bins occupied | per seed (spread) |",
+        "|---:|---|---:|---:|---:|---|",
+    ]
+    for regularizer, rows in timeline.items():
+        for row in rows:
+            if steps_per_epoch and row["epoch"] not in TABLE_EPOCHS and row is not rows[-1]:
+                continue
+            stats = [x for x in row["per_seed"] if x is not None]
+            if not stats:
+                continue
+            spread_, entropy, occupied = (
+                mean_std([x[key] for x in stats], digits=digits)
+                for key, digits in (("spread", 3), ("angle_entropy", 2), ("bins_occupied", 1))
+            )
+            lines.append(
+                f"| {row.get('epoch', row['step'])} | {LABELS[regularizer]} | "
+                f"{spread_} | {entropy} | {occupied} | "
+                + ", ".join(f"{x['spread']:.3f}" for x in stats)
+                + " |"
+            )
+    return lines
+
+
 def reproduce(grid_config):
     g, given = grid_config, flags.FLAGS
     base = harness_flags.config_from_flags(
@@ -361,94 +453,11 @@ def reproduce(grid_config):
             run_one(runs, base, regularizer, seed, frame_images, recorded, g.svmax_lambda, prefix)
     cells = runs.cells
     summaries = {r: [summary(x) for x in runs] for r, runs in cells.items()}
+    timeline = {r: over_time(runs, recorded, steps_per_epoch) for r, runs in cells.items()}
     first = cells["none"][0]
     config = first["config"]
     b = summaries["none"][0]["batch_size"]
-    if protocol == "original":
-        setup = (
-            "Protocol `original` (ahmdtaha/svmax @ cc5f1b5b, `mnist_embedding.py`), with "
-            "scikit-learn's digits resized to 28 × 28 in place of MNIST (closed set: all 10 "
-            f"classes in training and test). `{config['dataset']}`, backbone "
-            f"`{config['backbone']}`, P × K = {config['batch_p']} × {config['batch_k']}, plain "
-            f"SGD (momentum {config['momentum']:g}) at the constant lr "
-            f"{config['learning_rate']:g}, {epochs} epochs of {steps_per_epoch} steps "
-            f"({config['train_steps']} steps), frames of {frame_images} fixed test images "
-            "(the original re-draws its 320 every epoch). R@1 is closed-set: the test "
-            "images' classes are the training classes. "
-        )
-    else:
-        setup = (
-            f"Protocol `ours`: `{config['dataset']}`, backbone `{config['backbone']}`, "
-            f"lr {config['learning_rate']:g} ({config['lr_schedule']} schedule, momentum "
-            f"{config['momentum']:g}), {config['train_steps']} steps. "
-        )
-    lines = [
-        "# 2-D circle embedding (SVMax paper Fig. 4, dissertation Fig. 3.13)",
-        "",
-        grid.provenance(PROGRAM, first),
-        "",
-        f"{setup}Embedding d = 2 (L2-normalised: the unit circle), contrastive loss (margin "
-        f"{config['margin']:g}), b = {b} ≫ d, SVMax "
-        f"λ {g.svmax_lambda:g}; seeds {', '.join(map(str, seeds))}. Spread = "
-        "(s_μ − L)/(U − L): 0 for a batch on one line through the origin (polarised, rank 1), "
-        "1 at the upper bound. Batch: the mean s_μ of the last 20 training batches "
-        f"(L = √b/2 = {summaries['none'][0]['batch_lower']:.3f}, U = √(b/2) = "
-        f"{summaries['none'][0]['batch_upper']:.3f}); test: the whole test split after the last "
-        "step. Cells: mean ± std over seeds (ddof = 1).",
-        "",
-        "| method | batch spread | test spread | test R@1 % | per seed (batch spread) |",
-        "|---|---:|---:|---:|---|",
-    ]
-    for regularizer, rows in summaries.items():
-        done = [s for s in rows if s["status"] == "completed"]
-        per_seed = ", ".join(f"{s['seed']}: {s['batch_spread']:.3f}" for s in rows)
-        if len(done) < len(rows):
-            per_seed += (
-                " ("
-                + ", ".join(f"seed {s['seed']} {s['status']}" for s in rows if s not in done)
-                + ")"
-            )
-        lines.append(
-            f"| {LABELS[regularizer]} | {mean_std([s['batch_spread'] for s in done], digits=3)} | "
-            f"{mean_std([s['test_spread'] for s in done], digits=3)} | "
-            f"{mean_std([s['recall_at_1'] for s in done], 100, 2)} | {per_seed} |"
-        )
-    timeline = {r: over_time(runs, recorded, steps_per_epoch) for r, runs in cells.items()}
-    unit = "epoch" if steps_per_epoch else "step"
-    lines += [
-        "",
-        f"## Over training: the {frame_images} fixed test images' embedding",
-        "",
-        f"Spread as above with the bounds of {frame_images} unit rows; angle entropy of the "
-        f"histogram of the points' angles over {ANGLE_BINS} sectors of 10° (natural log; "
-        f"uniform: ln {ANGLE_BINS} = {np.log(ANGLE_BINS):.2f}, two antipodal clusters: ln 2 = "
-        f"0.69); bins occupied of {ANGLE_BINS}. Mean ± std over seeds"
-        + (
-            f"; epochs {', '.join(map(str, TABLE_EPOCHS))} shown, every epoch in the JSON."
-            if steps_per_epoch
-            else "."
-        ),
-        "",
-        f"| {unit} | method | spread | angle entropy | bins occupied | per seed (spread) |",
-        "|---:|---|---:|---:|---:|---|",
-    ]
-    for regularizer, rows in timeline.items():
-        for row in rows:
-            if steps_per_epoch and row["epoch"] not in TABLE_EPOCHS and row is not rows[-1]:
-                continue
-            stats = [x for x in row["per_seed"] if x is not None]
-            if not stats:
-                continue
-            spread_, entropy, occupied = (
-                mean_std([x[key] for x in stats], digits=digits)
-                for key, digits in (("spread", 3), ("angle_entropy", 2), ("bins_occupied", 1))
-            )
-            lines.append(
-                f"| {row.get('epoch', row['step'])} | {LABELS[regularizer]} | "
-                f"{spread_} | {entropy} | {occupied} | "
-                + ", ".join(f"{x['spread']:.3f}" for x in stats)
-                + " |"
-            )
+    lines = markdown(g, first, summaries, timeline, steps_per_epoch, frame_images)
     lines += ["", runs.wall_time()]
     figures = [
         (
