@@ -37,62 +37,64 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import dataclasses  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
+from typing import ClassVar  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import flags, logging  # noqa: E402
+from absl import flags  # noqa: E402
 
-from tf_svmax import ops, records  # noqa: E402
+from tf_svmax import ops  # noqa: E402
 from trainers import retrieval  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
+from trainers.harness import grid  # noqa: E402
+from trainers.harness.config import ConfigError  # noqa: E402
+from trainers.harness.flags import number_at_least, option, positive_int  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
 from trainers.harness.tables import mean_std  # noqa: E402
 
 PROGRAM = "reproduce_circle"
-FLAGS = flags.FLAGS
-harness_flags.define_flags(
-    retrieval.RetrievalConfig,
-    only=("output_dir", "dataset", "train_steps", "learning_rate"),
-    defaults={"output_dir": "runs/circle", "train_steps": 1000},
+
+
+@dataclasses.dataclass(frozen=True)
+class CircleGrid(grid.GridConfig):
+    TABLE: ClassVar[str] = "circle.md"
+
+    output_dir: str = grid.output_dir_option("runs/circle")
+    protocol: str = option(
+        "original",
+        "original: the authors' mnist_embedding.py (digits_closed as MNIST, mnist_toy, 8 x 4 "
+        "batches, plain SGD at a constant rate, --epochs, 320 test images); ours: the glyph "
+        "protocol (--dataset, small_cnn, 36 x 4, the retrieval trainer's SGD, --train_steps).",
+        choices=("original", "ours"),
+    )
+    epochs: int | None = option(
+        None,
+        "--protocol=original only: epochs of n_train // 32 steps (default 200, the original's).",
+        check=positive_int,
+    )
+    svmax_lambda: float = option(1.0, "SVMax weight of the svmax runs (paper, contrastive: 1).")
+    frames: int = option(
+        6,
+        "Snapshots of the test embedding (first and last included): evenly spaced steps, or "
+        "with --protocol=original evenly spaced epoch boundaries.",
+        check=number_at_least(2, integer=True),
+    )
+    frame_images: int | None = option(
+        None,
+        "Test images in each snapshot (default: 320 original, as its figure; 600 ours).",
+        check=positive_int,
+    )
+
+
+# The trainer's flags the grid passes to every run.
+TRAINER_FLAGS = dict(
+    only=("dataset", "train_steps", "learning_rate"),
+    defaults={"train_steps": 1000},
     help_overrides={
-        "output_dir": "Parent folder of the runs (one folder per run).",
         "dataset": "--protocol=ours only: the embedded set (the original: digits_closed).",
         "train_steps": "--protocol=ours only: training steps (the original: --epochs).",
     },
 )
-flags.adopt_module_key_flags(harness_flags)
-flags.DEFINE_enum(
-    "protocol",
-    "original",
-    ["original", "ours"],
-    "original: the authors' mnist_embedding.py (digits_closed as MNIST, mnist_toy, 8 x 4 "
-    "batches, plain SGD at a constant rate, --epochs, 320 test images); ours: the glyph "
-    "protocol (--dataset, small_cnn, 36 x 4, the retrieval trainer's SGD, --train_steps).",
-)
-flags.DEFINE_integer(
-    "epochs",
-    None,
-    "--protocol=original only: epochs of n_train // 32 steps (default 200, the original's).",
-    lower_bound=1,
-)
-flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; every cell is the mean ± std over them.")
-flags.DEFINE_float("svmax_lambda", 1.0, "SVMax weight of the svmax runs (paper, contrastive: 1).")
-flags.DEFINE_integer(
-    "frames",
-    6,
-    "Snapshots of the test embedding (first and last included): evenly spaced steps, or with "
-    "--protocol=original evenly spaced epoch boundaries.",
-    lower_bound=2,
-)
-flags.DEFINE_integer(
-    "frame_images",
-    None,
-    "Test images in each snapshot (default: 320 original, as its figure; 600 ours).",
-    lower_bound=1,
-)
-flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/circle.md).")
 
 REGULARIZERS = ("none", "svmax")
 LABELS = {"none": "contrastive", "svmax": "contrastive + SVMax"}
@@ -205,7 +207,7 @@ def original_config(base, epochs, num_train):
     )
 
 
-def run_one(base, regularizer, seed, frame_images, steps, svmax_lambda, prefix=""):
+def run_one(runs, base, regularizer, seed, frame_images, steps, svmax_lambda, prefix=""):
     name = f"{prefix}{regularizer}_seed{seed}"
     config = dataclasses.replace(
         base,
@@ -214,13 +216,12 @@ def run_one(base, regularizer, seed, frame_images, steps, svmax_lambda, prefix="
         seed=seed,
         output_dir=os.path.join(base.output_dir, name),
     )
-    keras.backend.clear_session()
     folder = os.path.join(config.output_dir, "frames")
     test_images, test_labels = retrieval.EMBEDDED[config.dataset]()["test"]
     rng = np.random.default_rng(0)  # the same test images in every run
     subset = np.sort(rng.choice(len(test_images), min(frame_images, len(test_images)), False))
     recorder = FrameRecorder(test_images[subset], steps, folder)
-    results = retrieval.train_retrieval(config, callbacks=[recorder])
+    results = runs(regularizer, retrieval.train_retrieval, config, callbacks=[recorder])
     np.save(os.path.join(folder, "labels.npy"), test_labels[subset])
     return results
 
@@ -306,80 +307,12 @@ def plot_s_mu(cells, path, title):
     plt.close(fig)
 
 
-def main(argv):
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
-    try:
-        seeds = [int(v) for v in FLAGS.seeds]
-        if not seeds:
-            raise ValueError("--seeds must not be empty")
-        base = harness_flags.config_from_flags(
-            retrieval.RetrievalConfig,
-            embedding_dim=2,
-            loss="contrastive",
-            trace_every=1,
-            verbose=0,
-        )
-        protocol = FLAGS.protocol
-        if protocol == "original":
-            if FLAGS["dataset"].present and FLAGS.dataset != "digits_closed":
-                raise ValueError(
-                    f"--protocol=original trains on digits_closed (the MNIST stand-in); "
-                    f"received --dataset={FLAGS.dataset} (use --protocol=ours for other sets)"
-                )
-            if FLAGS["train_steps"].present:
-                raise ValueError(
-                    "--protocol=original counts --epochs, not --train_steps (use "
-                    "--protocol=ours for a number of steps)"
-                )
-            epochs = ORIGINAL_EPOCHS if FLAGS.epochs is None else FLAGS.epochs
-            num_train = len(retrieval.EMBEDDED["digits_closed"]()["train"][1])
-            base = original_config(base, epochs, num_train)
-            steps_per_epoch = base.train_steps // epochs
-            steps = [e * steps_per_epoch for e in frame_steps(epochs, FLAGS.frames)]
-            # The test embedding at every epoch boundary, for the over-time statistics.
-            recorded = [e * steps_per_epoch for e in range(epochs + 1)]
-            frame_images = FLAGS.frame_images or ORIGINAL_FRAME_IMAGES
-            prefix = "original_"
-        else:
-            if FLAGS.epochs is not None:
-                raise ValueError("--epochs is for --protocol=original; ours counts --train_steps")
-            base = dataclasses.replace(base, eval_every=base.train_steps)
-            steps_per_epoch = None
-            steps = frame_steps(base.train_steps, FLAGS.frames)
-            recorded = steps
-            frame_images = FLAGS.frame_images or OURS_FRAME_IMAGES
-            prefix = ""
-        if base.dataset not in retrieval.EMBEDDED:
-            raise ValueError(
-                f"--dataset must be an embedded set {list(retrieval.EMBEDDED)} (the frames are "
-                f"read from memory); received {base.dataset!r}"
-            )
-        for regularizer in REGULARIZERS:
-            retrieval.resolve(dataclasses.replace(base, regularizer=regularizer))
-    except (ValueError, retrieval.ConfigError) as error:
-        print(f"{PROGRAM}: refused: {error}", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    cells = {}
-    for regularizer in REGULARIZERS:
-        for seed in seeds:
-            print(f"[{PROGRAM}] {regularizer} seed {seed}", flush=True)
-            results = run_one(
-                base, regularizer, seed, frame_images, recorded, FLAGS.svmax_lambda, prefix
-            )
-            cells.setdefault(regularizer, []).append(results)
-            s = summary(results)
-            print(
-                f"[{PROGRAM}]   {s['status']}: batch spread {s['batch_spread']:.3f}, test "
-                f"spread {s['test_spread']:.3f}, R@1 {s['recall_at_1']:.4f}",
-                flush=True,
-            )
-    summaries = {r: [summary(x) for x in runs] for r, runs in cells.items()}
-    first = cells["none"][0]
-    config = first["config"]
+def markdown(g, first, summaries, timeline, steps_per_epoch, frame_images):
+    """The table: the setup, the final spread per method, the spread over training."""
+    config, seeds = first["config"], g.seeds
     b = summaries["none"][0]["batch_size"]
-    if protocol == "original":
+    if g.protocol == "original":
+        epochs = config["train_steps"] // steps_per_epoch
         setup = (
             "Protocol `original` (ahmdtaha/svmax @ cc5f1b5b, `mnist_embedding.py`), with "
             "scikit-learn's digits resized to 28 × 28 in place of MNIST (closed set: all 10 "
@@ -400,13 +333,11 @@ def main(argv):
     lines = [
         "# 2-D circle embedding (SVMax paper Fig. 4, dissertation Fig. 3.13)",
         "",
-        f"Generated by `python -m trainers.reproduce_circle {' '.join(sys.argv[1:])}` on "
-        f"{first['device']} with TensorFlow {first['versions']['tensorflow']}, Keras "
-        f"{first['versions']['keras']}.",
+        grid.provenance(PROGRAM, first),
         "",
         f"{setup}Embedding d = 2 (L2-normalised: the unit circle), contrastive loss (margin "
         f"{config['margin']:g}), b = {b} ≫ d, SVMax "
-        f"λ {FLAGS.svmax_lambda:g}; seeds {', '.join(map(str, seeds))}. Spread = "
+        f"λ {g.svmax_lambda:g}; seeds {', '.join(map(str, seeds))}. Spread = "
         "(s_μ − L)/(U − L): 0 for a batch on one line through the origin (polarised, rank 1), "
         "1 at the upper bound. Batch: the mean s_μ of the last 20 training batches "
         f"(L = √b/2 = {summaries['none'][0]['batch_lower']:.3f}, U = √(b/2) = "
@@ -430,7 +361,6 @@ def main(argv):
             f"{mean_std([s['test_spread'] for s in done], digits=3)} | "
             f"{mean_std([s['recall_at_1'] for s in done], 100, 2)} | {per_seed} |"
         )
-    timeline = {r: over_time(runs, recorded, steps_per_epoch) for r, runs in cells.items()}
     unit = "epoch" if steps_per_epoch else "step"
     lines += [
         "",
@@ -466,33 +396,95 @@ def main(argv):
                 + ", ".join(f"{x['spread']:.3f}" for x in stats)
                 + " |"
             )
-    minutes = (time.perf_counter() - started) / 60
-    lines += ["", f"Wall time of this invocation: {minutes:.1f} min."]
-    path = FLAGS.table or os.path.join(FLAGS.output_dir, "circle.md")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    stem = os.path.splitext(path)[0]
-    plot_frames(
-        [(r, cells[r][0]) for r in REGULARIZERS],
-        steps,
-        f"{stem}.png",
-        f"Test embeddings on the unit circle (d = 2), {config['dataset']}, seed {seeds[0]}:\n"
-        f"contrastive without (top) and with SVMax λ {FLAGS.svmax_lambda:g} (bottom)",
-        protocol=protocol,
-        steps_per_epoch=steps_per_epoch,
+    return lines
+
+
+def reproduce(grid_config):
+    g, given = grid_config, flags.FLAGS
+    base = harness_flags.config_from_flags(
+        retrieval.RetrievalConfig,
+        output_dir=g.output_dir,
+        embedding_dim=2,
+        loss="contrastive",
+        trace_every=1,
+        verbose=0,
     )
-    plot_s_mu(
-        cells,
-        f"{stem}_s_mu.png",
-        f"s_μ of the training batches (b = {b}, d = 2), seeds {', '.join(map(str, seeds))}",
-    )
-    records.write_json(f"{stem}.json", {"runs": summaries, "over_time": timeline})
-    del argv
-    print("\n".join(lines))
-    print(f"[{PROGRAM}] wrote {path}, {stem}.png, {stem}_s_mu.png, {stem}.json")
-    return 0
+    protocol = g.protocol
+    if protocol == "original":
+        if given["dataset"].present and base.dataset != "digits_closed":
+            raise ConfigError(
+                f"--protocol=original trains on digits_closed (the MNIST stand-in); "
+                f"received --dataset={base.dataset} (use --protocol=ours for other sets)"
+            )
+        if given["train_steps"].present:
+            raise ConfigError(
+                "--protocol=original counts --epochs, not --train_steps (use "
+                "--protocol=ours for a number of steps)"
+            )
+        epochs = ORIGINAL_EPOCHS if g.epochs is None else g.epochs
+        num_train = len(retrieval.EMBEDDED["digits_closed"]()["train"][1])
+        base = original_config(base, epochs, num_train)
+        steps_per_epoch = base.train_steps // epochs
+        steps = [e * steps_per_epoch for e in frame_steps(epochs, g.frames)]
+        # The test embedding at every epoch boundary, for the over-time statistics.
+        recorded = [e * steps_per_epoch for e in range(epochs + 1)]
+        frame_images = g.frame_images or ORIGINAL_FRAME_IMAGES
+        prefix = "original_"
+    else:
+        if g.epochs is not None:
+            raise ConfigError("--epochs is for --protocol=original; ours counts --train_steps")
+        base = dataclasses.replace(base, eval_every=base.train_steps)
+        steps_per_epoch = None
+        steps = frame_steps(base.train_steps, g.frames)
+        recorded = steps
+        frame_images = g.frame_images or OURS_FRAME_IMAGES
+        prefix = ""
+    if base.dataset not in retrieval.EMBEDDED:
+        raise ConfigError(
+            f"--dataset must be an embedded set {list(retrieval.EMBEDDED)} (the frames are "
+            f"read from memory); received {base.dataset!r}"
+        )
+    for regularizer in REGULARIZERS:  # refuse impossible flags before any training
+        retrieval.resolve(dataclasses.replace(base, regularizer=regularizer))
+    seeds = g.seeds
+    runs = grid.Runs(PROGRAM, len(REGULARIZERS) * len(seeds))
+    for regularizer in REGULARIZERS:
+        for seed in seeds:
+            run_one(runs, base, regularizer, seed, frame_images, recorded, g.svmax_lambda, prefix)
+    cells = runs.cells
+    summaries = {r: [summary(x) for x in runs] for r, runs in cells.items()}
+    timeline = {r: over_time(runs, recorded, steps_per_epoch) for r, runs in cells.items()}
+    first = cells["none"][0]
+    config = first["config"]
+    b = summaries["none"][0]["batch_size"]
+    lines = markdown(g, first, summaries, timeline, steps_per_epoch, frame_images)
+    lines += ["", runs.wall_time()]
+    figures = [
+        (
+            ".png",
+            lambda path: plot_frames(
+                [(r, cells[r][0]) for r in REGULARIZERS],
+                steps,
+                path,
+                f"Test embeddings on the unit circle (d = 2), {config['dataset']}, seed "
+                f"{seeds[0]}:\ncontrastive without (top) and with SVMax λ {g.svmax_lambda:g} "
+                "(bottom)",
+                protocol=protocol,
+                steps_per_epoch=steps_per_epoch,
+            ),
+        ),
+        (
+            "_s_mu.png",
+            lambda path: plot_s_mu(
+                cells,
+                path,
+                f"s_μ of the training batches (b = {b}, d = 2), seeds {', '.join(map(str, seeds))}",
+            ),
+        ),
+    ]
+    record = {"runs": summaries, "over_time": timeline}
+    grid.write(g, PROGRAM, "\n".join(lines) + "\n", record, figures, runs.minutes())
 
 
 if __name__ == "__main__":
-    harness_flags.run(main)
+    grid.main(CircleGrid, reproduce, PROGRAM, trainer=retrieval.RetrievalConfig, **TRAINER_FLAGS)

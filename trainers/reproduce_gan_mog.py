@@ -25,76 +25,79 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import dataclasses  # noqa: E402
-import sys  # noqa: E402
 import textwrap  # noqa: E402
-import time  # noqa: E402
+from typing import ClassVar  # noqa: E402
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import flags, logging  # noqa: E402
 
-from tf_svmax import data, records  # noqa: E402
+from tf_svmax import data  # noqa: E402
 from trainers import gan_mog  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
+from trainers.harness import grid  # noqa: E402
+from trainers.harness.flags import option, positive_int  # noqa: E402
+from trainers.harness.grid import step_seconds  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
 from trainers.harness.tables import mean_std  # noqa: E402
-
-FLAGS = flags.FLAGS
-harness_flags.define_flags(
-    gan_mog.GanConfig,
-    only=("output_dir", "train_steps", "eval_every", "learning_rate", "mixture", "mixture_seed"),
-    defaults={"output_dir": "runs/gan_mog_table"},
-    help_overrides={"output_dir": "Parent folder of the runs (one folder per run)."},
-)
-flags.adopt_module_key_flags(harness_flags)
-flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"], "Seeds of the Fig. 3 rows.")
-flags.DEFINE_float("svmax_lambda", gan_mog.PAPER_SVMAX_LAMBDA, "SVMax weight of the + SVMax rows.")
-flags.DEFINE_integer(
-    "unrolled_rows_steps",
-    gan_mog.PAPER_UNROLL_STEPS,
-    f"The unrolled rows' discriminator updates (paper: {gan_mog.PAPER_UNROLL_STEPS}; the "
-    f"original notebook: {gan_mog.NOTEBOOK_UNROLL_STEPS}).",
-    lower_bound=1,
-)
-flags.DEFINE_enum(
-    "unrolled_rows_gradient",
-    "surrogate",
-    list(gan_mog.UNROLL_GRADIENTS),
-    "The unrolled rows' gradient: surrogate (the PyTorch code the paper used) or through the "
-    "updates (Metz et al.).",
-)
-flags.DEFINE_enum(
-    "unrolled_rows_real",
-    "fresh",
-    list(gan_mog.UNROLL_REAL),
-    "The unrolled rows' real batches: fresh per unrolled update (the original) or reused.",
-)
-flags.DEFINE_enum(
-    "unrolled_rows_adam_state",
-    "advance",
-    list(gan_mog.UNROLL_ADAM_STATE),
-    "The unrolled rows' discriminator Adam state: advanced by the unroll (the original) or a "
-    "discarded copy (Metz et al.).",
-)
-flags.DEFINE_list("sweep_learning_rates", ["0.0025", "0.025", "0.1"], "Sweep: learning rates.")
-flags.DEFINE_list("sweep_lambdas", ["0", "0.01", "0.1"], "Sweep: SVMax weights.")
-flags.DEFINE_list("sweep_activations", ["tanh", "relu"], "Sweep: generator activations.")
-flags.DEFINE_list("sweep_seeds", ["0"], "Sweep seeds (empty: no sweep).")
-flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/gan_mog.md).")
 
 PROGRAM = "reproduce_gan_mog"
 
 
-def fig3_rows(svmax_lambda, unroll_steps, unroll_gradient, unroll_real, unroll_adam_state):
+@dataclasses.dataclass(frozen=True)
+class GanGrid(grid.GridConfig):
+    TABLE: ClassVar[str] = "gan_mog.md"
+
+    output_dir: str = grid.output_dir_option("runs/gan_mog_table")
+    seeds: tuple[int, ...] = grid.seeds_option(range(5), "Seeds of the Fig. 3 rows.")
+    svmax_lambda: float = option(gan_mog.PAPER_SVMAX_LAMBDA, "SVMax weight of the + SVMax rows.")
+    unrolled_rows_steps: int = option(
+        gan_mog.PAPER_UNROLL_STEPS,
+        f"The unrolled rows' discriminator updates (paper: {gan_mog.PAPER_UNROLL_STEPS}; the "
+        f"original notebook: {gan_mog.NOTEBOOK_UNROLL_STEPS}).",
+        check=positive_int,
+    )
+    unrolled_rows_gradient: str = option(
+        "surrogate",
+        "The unrolled rows' gradient: surrogate (the PyTorch code the paper used) or through the "
+        "updates (Metz et al.).",
+        choices=gan_mog.UNROLL_GRADIENTS,
+    )
+    unrolled_rows_real: str = option(
+        "fresh",
+        "The unrolled rows' real batches: fresh per unrolled update (the original) or reused.",
+        choices=gan_mog.UNROLL_REAL,
+    )
+    unrolled_rows_adam_state: str = option(
+        "advance",
+        "The unrolled rows' discriminator Adam state: advanced by the unroll (the original) or a "
+        "discarded copy (Metz et al.).",
+        choices=gan_mog.UNROLL_ADAM_STATE,
+    )
+    sweep_learning_rates: tuple[float, ...] = option((0.0025, 0.025, 0.1), "Sweep: learning rates.")
+    sweep_lambdas: tuple[float, ...] = option((0.0, 0.01, 0.1), "Sweep: SVMax weights.")
+    sweep_activations: tuple[str, ...] = option(("tanh", "relu"), "Sweep: generator activations.")
+    sweep_seeds: tuple[int, ...] = option((0,), "Sweep seeds (empty: no sweep).")
+
+
+# The trainer's flags the grid passes to every run.
+TRAINER_FLAGS = dict(
+    only=("train_steps", "eval_every", "learning_rate", "mixture", "mixture_seed"),
+)
+
+
+def fig3_rows(config):
     """``(label, overrides)`` of the paper's four rows."""
+    svmax_lambda = config.svmax_lambda
     unrolled = dict(
         variant="unrolled",
-        unroll_steps=unroll_steps,
-        unroll_gradient=unroll_gradient,
-        unroll_real=unroll_real,
-        unroll_adam_state=unroll_adam_state,
+        unroll_steps=config.unrolled_rows_steps,
+        unroll_gradient=config.unrolled_rows_gradient,
+        unroll_real=config.unrolled_rows_real,
+        unroll_adam_state=config.unrolled_rows_adam_state,
     )
-    how = f"{unroll_steps} steps, {unroll_gradient}, {unroll_real} real, Adam {unroll_adam_state}"
+    how = (
+        f"{config.unrolled_rows_steps} steps, {config.unrolled_rows_gradient}, "
+        f"{config.unrolled_rows_real} real, Adam {config.unrolled_rows_adam_state}"
+    )
     return [
         ("vanilla", dict(variant="vanilla", svmax_lambda=0.0)),
         (
@@ -124,19 +127,10 @@ def run_name(config):
     )
 
 
-def run(base, overrides, seed, progress):
+def run(runs, base, overrides, seed):
     config = dataclasses.replace(base, seed=seed, **overrides)
     config = dataclasses.replace(config, output_dir=os.path.join(base.output_dir, run_name(config)))
-    print(f"[{PROGRAM}] {progress} {run_name(config)}", flush=True)
-    keras.backend.clear_session()
-    results = gan_mog.train_gan_mog(config)
-    print(
-        f"[{PROGRAM}]   {results['status']} in {results['wall_seconds']:.0f} s: "
-        f"{results.get('modes_covered')} modes, high-quality "
-        f"{results.get('high_quality_fraction')}",
-        flush=True,
-    )
-    return results
+    return runs(run_name(config), gan_mog.train_gan_mog, config)
 
 
 def mixture_text(mixture, config):
@@ -151,9 +145,7 @@ def mixture_text(mixture, config):
 
 
 def step_ms(results):
-    """Median ms per step over the trace windows after the first (which includes tracing)."""
-    seconds = [t["step_seconds"] for t in results["trace"][1:]]
-    return 1000 * float(np.median(seconds)) if seconds else float("nan")
+    return 1000 * step_seconds(results)
 
 
 def cells(runs):
@@ -229,78 +221,40 @@ def plot_grid(rows, path, title):
     plt.close(fig)
 
 
-def row_flags():
-    return (
-        FLAGS.svmax_lambda,
-        FLAGS.unrolled_rows_steps,
-        FLAGS.unrolled_rows_gradient,
-        FLAGS.unrolled_rows_real,
-        FLAGS.unrolled_rows_adam_state,
+def reproduce(config):
+    base = harness_flags.config_from_flags(
+        gan_mog.GanConfig, verbose=0, output_dir=config.output_dir
     )
-
-
-def _floats(values, name):
-    out = []
-    for v in values:
-        try:
-            out.append(float(v))
-        except ValueError:
-            raise ValueError(f"--{name}: {v!r} is not a number") from None
-    return out
-
-
-def main(argv):
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
-    try:
-        seeds = [int(v) for v in FLAGS.seeds]
-        sweep_seeds = [int(v) for v in FLAGS.sweep_seeds]
-        rates = _floats(FLAGS.sweep_learning_rates, "sweep_learning_rates")
-        lambdas = _floats(FLAGS.sweep_lambdas, "sweep_lambdas")
-        base = harness_flags.config_from_flags(gan_mog.GanConfig, verbose=0)
-        settings = [o for _, o in fig3_rows(*row_flags())]
-        settings += [
-            dict(variant="vanilla", learning_rate=lr, svmax_lambda=lam, generator_activation=act)
-            for lr in rates
-            for lam in lambdas
-            for act in FLAGS.sweep_activations
-        ]
-        if not seeds:
-            raise ValueError("--seeds must not be empty")
-        for overrides in settings:  # refuse impossible flags before any training
-            gan_mog.resolve(dataclasses.replace(base, **overrides))
-    except (ValueError, gan_mog.ConfigError) as error:
-        print(f"{PROGRAM}: refused: {error}", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    total = 4 * len(seeds) + len(settings[4:]) * len(sweep_seeds)
-    count = iter(range(1, total + 1))
-    rows = [
-        (label, [run(base, o, s, f"{next(count)}/{total}") for s in seeds])
-        for label, o in fig3_rows(*row_flags())
+    fig3 = fig3_rows(config)
+    settings = [
+        dict(variant="vanilla", learning_rate=lr, svmax_lambda=lam, generator_activation=act)
+        for lr in config.sweep_learning_rates
+        for lam in config.sweep_lambdas
+        for act in config.sweep_activations
     ]
-    sweep = [
-        (o, [run(base, o, s, f"{next(count)}/{total}") for s in sweep_seeds]) for o in settings[4:]
-    ]
+    for overrides in [o for _, o in fig3] + settings:  # refuse impossible flags before any training
+        gan_mog.resolve(dataclasses.replace(base, **overrides))
+    seeds, sweep_seeds = config.seeds, config.sweep_seeds
+    runs = grid.Runs(PROGRAM, len(fig3) * len(seeds) + len(settings) * len(sweep_seeds))
+    rows = [(label, [run(runs, base, o, s) for s in seeds]) for label, o in fig3]
+    sweep = [(o, [run(runs, base, o, s) for s in sweep_seeds]) for o in settings]
     first = rows[0][1][0]
-    config = first["config"]
+    c = first["config"]
     lines = [
         "# GAN on the ring of 8 Gaussians (SVMax paper Sec. 4.2, Fig. 3)",
         "",
-        f"Generated by `python -m trainers.reproduce_gan_mog {' '.join(sys.argv[1:])}` on "
-        f"{first['device']} with TensorFlow {first['versions']['tensorflow']}, Keras "
-        f"{first['versions']['keras']}.",
+        grid.provenance(PROGRAM, first),
         "",
-        f"Every run: `trainers.gan_mog` — batch {config['batch_size']}, noise "
-        f"{config['noise_dim']}-d, MLPs 2 × {config['hidden_units']}, Adam (0.5, 0.999), "
-        f"{config['train_steps']} steps, ring radius {config['mixture_radius']:g}, std "
-        f"{config['mixture_std']:g}, {mixture_text(first['mixture'], config)}. Metrics after "
-        f"the last step on {config['num_samples']} "
+        f"Every run: `trainers.gan_mog` — batch {c['batch_size']}, noise "
+        f"{c['noise_dim']}-d, MLPs 2 × {c['hidden_units']}, Adam (0.5, 0.999), "
+        f"{c['train_steps']} steps, ring radius {c['mixture_radius']:g}, std "
+        f"{c['mixture_std']:g}, {mixture_text(first['mixture'], c)}. Metrics after "
+        f"the last step on {c['num_samples']} "
         "generated points (VEEGAN: high quality = within 3σ of the nearest mode; a mode is "
         "covered with ≥ 1 % of the points as its high-quality points). Cells: mean ± std over "
         "seeds (ddof = 1). ms / step: median over the trace windows after the first.",
         "",
-        f"## Fig. 3 rows (lr {config['learning_rate']:g}, tanh generator), seeds "
+        f"## Fig. 3 rows (lr {c['learning_rate']:g}, tanh generator), seeds "
         f"{', '.join(map(str, seeds))}",
         "",
         HEAD.format(first="setting"),
@@ -319,18 +273,10 @@ def main(argv):
             ],
             "",
         ]
-    minutes = (time.perf_counter() - started) / 60
-    lines.append(f"Wall time of this invocation: {minutes:.1f} min.")
-    path = FLAGS.table or os.path.join(FLAGS.output_dir, "gan_mog.md")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    stem = os.path.splitext(path)[0]
-    plot_grid(
-        rows,
-        f"{stem}.png",
-        f"GAN on the 8-Gaussian ring, seed {first['config']['seed']}, lr "
-        f"{config['learning_rate']:g}:\ngenerated points (log-density) over training steps",
+    lines.append(runs.wall_time())
+    title = (
+        f"GAN on the 8-Gaussian ring, seed {c['seed']}, lr {c['learning_rate']:g}:\n"
+        "generated points (log-density) over training steps"
     )
 
     def summary(r):
@@ -343,18 +289,18 @@ def main(argv):
             "ms_per_step": step_ms(r),
         }
 
-    records.write_json(
-        f"{stem}.json",
+    grid.write(
+        config,
+        PROGRAM,
+        "\n".join(lines) + "\n",
         {
             "fig3": {label: [summary(r) for r in runs] for label, runs in rows},
             "sweep": [summary(r) for _, runs in sweep for r in runs],
         },
+        [(".png", lambda path: plot_grid(rows, path, title))],
+        runs.minutes(),
     )
-    del argv
-    print("\n".join(lines))
-    print(f"[{PROGRAM}] wrote {path}, {stem}.png, {stem}.json ({minutes:.1f} min)")
-    return 0
 
 
 if __name__ == "__main__":
-    harness_flags.run(main)
+    grid.main(GanGrid, reproduce, PROGRAM, trainer=gan_mog.GanConfig, **TRAINER_FLAGS)

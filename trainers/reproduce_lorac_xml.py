@@ -22,39 +22,43 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import sys  # noqa: E402
-import time  # noqa: E402
+import dataclasses  # noqa: E402
+from typing import ClassVar  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import flags, logging  # noqa: E402
 
-from tf_svmax import records  # noqa: E402
 from trainers import contrastive, retrieval  # noqa: E402
-from trainers.harness import flags as harness_flags  # noqa: E402
+from trainers.harness import grid  # noqa: E402
+from trainers.harness.flags import option, positive_int, rate  # noqa: E402
+from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
 from trainers.harness.tables import mean_std  # noqa: E402
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", "runs", "Parent folder of the runs (one folder per run).")
-flags.DEFINE_list("methods", list(contrastive.METHODS), "Contrastive methods (rows).")
-flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; every cell is the mean ± std over them.")
-flags.DEFINE_float("xml_lambda", 0.01, "XML's λ of the second retrieval row (paper: 0.01).")
-flags.DEFINE_integer("xml_train_steps", 1500, "Retrieval steps of the XML rows.", lower_bound=1)
-flags.DEFINE_integer(
-    "contrastive_train_steps",
-    None,
-    "Pre-training steps (default: the trainer's, 1000 on the glyphs).",
-    lower_bound=1,
-)
-flags.DEFINE_integer(
-    "test_views",
-    None,
-    "Augmented views per held-out image of the test nuclear norm (default: the trainer's, the "
-    "paper's 32).",
-    lower_bound=1,
-)
-flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/lorac_xml.md).")
+PROGRAM = "reproduce_lorac_xml"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoracXmlGrid(grid.GridConfig):
+    TABLE: ClassVar[str] = "lorac_xml.md"
+
+    methods: tuple[str, ...] = option(
+        contrastive.METHODS, "Contrastive methods (rows).", choices=contrastive.METHODS
+    )
+    xml_lambda: float = option(
+        0.01, "XML's λ of the second retrieval row (paper: 0.01).", check=rate
+    )
+    xml_train_steps: int = option(1500, "Retrieval steps of the XML rows.", check=positive_int)
+    contrastive_train_steps: int | None = option(
+        None, "Pre-training steps (default: the trainer's, 1000 on the glyphs).", check=positive_int
+    )
+    test_views: int | None = option(
+        None,
+        "Augmented views per held-out image of the test nuclear norm (default: the trainer's, "
+        "the paper's 32).",
+        check=positive_int,
+    )
+
 
 LABELS = {"lorac": "LORAC (β = 2)", "moco_m": "MoCo-M (β = ∞)", "moco": "MoCo (M = 2)"}
 CONTRASTIVE_COLUMNS = (
@@ -71,48 +75,27 @@ XML_COLUMNS = (
 )
 
 
-def _train(name, train, config):
-    print(f"[reproduce_lorac_xml] {name}", flush=True)
-    keras.backend.clear_session()
-    results = train(config)
-    print(
-        f"[reproduce_lorac_xml]   {results['status']} in {results['wall_seconds']:.0f} s",
-        flush=True,
-    )
-    return results
-
-
-def contrastive_config(output_dir, method, seed, train_steps, test_views=None):
-    views = {} if test_views is None else {"test_views": test_views}
+def contrastive_config(config, method, seed):
+    views = {} if config.test_views is None else {"test_views": config.test_views}
     return contrastive.ContrastiveConfig(
-        output_dir=os.path.join(output_dir, "contrastive", f"{method}_s{seed}"),
+        output_dir=os.path.join(config.output_dir, "contrastive", f"{method}_s{seed}"),
         method=method,
         seed=seed,
-        train_steps=train_steps,
+        train_steps=config.contrastive_train_steps,
         verbose=0,
         **views,
     )
 
 
-def xml_config(output_dir, xml_lambda, seed, train_steps):
+def xml_config(config, xml_lambda, seed):
     return retrieval.RetrievalConfig(
-        output_dir=os.path.join(output_dir, "xml", f"lambda{xml_lambda:g}_s{seed}"),
+        output_dir=os.path.join(config.output_dir, "xml", f"lambda{xml_lambda:g}_s{seed}"),
         regularizer="none",
         xml_lambda=xml_lambda,
-        train_steps=train_steps,
+        train_steps=config.xml_train_steps,
         seed=seed,
         verbose=0,
     )
-
-
-def final(results):
-    return results["evaluations"][-1] if results["status"] == "completed" else None
-
-
-def step_seconds(results):
-    """Median seconds per step over the trace windows after the first (tracing)."""
-    seconds = [t["step_seconds"] for t in results["trace"][1:] if "step_seconds" in t]
-    return float(np.median(seconds)) if seconds else float("nan")
 
 
 def rows(cells, labels, columns, baseline=None, first_evaluation=False):
@@ -133,13 +116,12 @@ def rows(cells, labels, columns, baseline=None, first_evaluation=False):
         if key != baseline and base and not first_evaluation and all(final(r) for r in base):
             _, column, scale, digits = columns[0]
             diffs = [final(r)[column] - final(b)[column] for r, b in zip(runs, base, strict=True)]
-            delta = mean_std(diffs, scale, digits)
-            delta = delta if delta.startswith("-") else f"+{delta}"
+            delta = signed_mean_std(diffs, scale, digits)
         out.append(f"| {labels[key]} | " + " | ".join(values) + f" | {seconds} | {delta} |")
     return out
 
 
-def markdown(contrastive_runs, xml_runs, seeds, xml_lambda, argv):
+def markdown(contrastive_runs, xml_runs, seeds, xml_lambda):
     first = next(iter(contrastive_runs.values()))[0]
     c, d = first["config"], first["data"]
     x = next(iter(xml_runs.values()))[0]["config"]
@@ -150,10 +132,8 @@ def markdown(contrastive_runs, xml_runs, seeds, xml_lambda, argv):
     lines = [
         f"# LORAC and XML on the embedded glyph set (seeds {', '.join(map(str, seeds))})",
         "",
-        "Generated by `python -m trainers.reproduce_lorac_xml " + " ".join(argv[1:]) + "`",
-        f"on {first['device']} with TensorFlow {first['versions']['tensorflow']}, Keras "
-        f"{first['versions']['keras']}, tf_svmax {first['versions']['tf_svmax']}. Cells are mean "
-        "± std over the seeds (sample std, ddof = 1), evaluated after the last step.",
+        f"{grid.provenance(PROGRAM, first)} Cells are mean ± std over the seeds (sample std, "
+        "ddof = 1), evaluated after the last step.",
         "",
         "## Contrastive pre-training: LORAC vs MoCo-M vs MoCo (seed 003)",
         "",
@@ -234,8 +214,7 @@ def plot(contrastive_runs, split_images, path, title):
         (("linear_probe_accuracy", "linear probe"), ("knn_accuracy", "k-NN"))
     ):
         values = [[100 * final(r)[key] for r in contrastive_runs[m] if final(r)] for m in methods]
-        means = [np.mean(v) if v else np.nan for v in values]
-        stds = [np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in values]
+        means, stds = error_bars(values)
         x = np.arange(len(methods)) + (i - 0.5) * width
         ax_bar.bar(x, means, width, yerr=stds, capsize=3, label=name)
     ax_bar.set_xticks(np.arange(len(methods)), [LABELS[m] for m in methods])
@@ -249,107 +228,53 @@ def plot(contrastive_runs, split_images, path, title):
     plt.close(fig)
 
 
-def main(argv):
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # no INFO line per checkpoint save
-    try:
-        seeds = [int(v) for v in FLAGS.seeds]
-    except ValueError as error:
-        print(f"reproduce_lorac_xml: refused: --seeds: {error}", file=sys.stderr)
-        return 2
-    methods = FLAGS.methods
-    refused = [m for m in methods if m not in contrastive.METHODS]
-    if refused or not (methods and seeds) or not 0 < FLAGS.xml_lambda <= 1:
-        print(
-            f"reproduce_lorac_xml: refused: --methods from {list(contrastive.METHODS)}, "
-            f"non-empty --seeds, --xml_lambda in (0, 1]; received {refused or methods}, "
-            f"{FLAGS.seeds}, {FLAGS.xml_lambda}.",
-            file=sys.stderr,
-        )
-        return 2
-    try:  # refuse impossible configurations before any training
-        for seed in seeds:
-            for method in methods:
-                contrastive.resolve(
-                    contrastive_config(
-                        FLAGS.output_dir,
-                        method,
-                        seed,
-                        FLAGS.contrastive_train_steps,
-                        FLAGS.test_views,
-                    )
-                )
-            for lam in (0.0, FLAGS.xml_lambda):
-                retrieval.resolve(xml_config(FLAGS.output_dir, lam, seed, FLAGS.xml_train_steps))
-    except (contrastive.ConfigError, retrieval.ConfigError) as error:
-        print(f"reproduce_lorac_xml: refused: {error}", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    contrastive_runs, xml_runs = {}, {}
-    for seed in seeds:
-        for method in methods:
-            config = contrastive_config(
-                FLAGS.output_dir, method, seed, FLAGS.contrastive_train_steps, FLAGS.test_views
-            )
-            results = _train(config.output_dir, contrastive.train_contrastive, config)
-            contrastive_runs.setdefault(method, []).append(results)
-        for lam in (0.0, FLAGS.xml_lambda):
-            config = xml_config(FLAGS.output_dir, lam, seed, FLAGS.xml_train_steps)
-            results = _train(config.output_dir, retrieval.train_retrieval, config)
-            xml_runs.setdefault(lam, []).append(results)
-    del argv  # absl keeps only positional arguments; the header shows the whole command
-    table = markdown(contrastive_runs, xml_runs, seeds, FLAGS.xml_lambda, sys.argv)
-    minutes = (time.perf_counter() - started) / 60
-    path = FLAGS.table or os.path.join(FLAGS.output_dir, "lorac_xml.md")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    runs = [r for cells in (contrastive_runs, xml_runs) for cell in cells.values() for r in cell]
-    run_minutes = sum(r["wall_seconds"] for r in runs) / 60
-    with open(path, "w") as f:
-        f.write(
-            f"{table}\nWall time of this invocation: {minutes:.1f} min; the runs' own wall times "
-            f"add up to {run_minutes:.1f} min.\n"
-        )
-    stem = os.path.splitext(path)[0]
-    heldout = contrastive.load_split(
-        contrastive.resolve(
-            contrastive_config(
-                FLAGS.output_dir,
-                methods[0],
-                seeds[0],
-                FLAGS.contrastive_train_steps,
-                FLAGS.test_views,
-            )
-        )
-    )["heldout"][0]
-    plot(
-        contrastive_runs,
-        heldout,
-        f"{stem}.png",
+def record(results):
+    """One run in the JSON: its status, final evaluation's numbers and timing."""
+    last = final(results) or {}
+    return {
+        "seed": results["config"]["seed"],
+        "status": results["status"],
+        "final": {k: v for k, v in last.items() if not isinstance(v, (list, dict))},
+        "step_seconds": step_seconds(results),
+        "wall_seconds": results["wall_seconds"],
+    }
+
+
+def reproduce(config):
+    lambdas = (0.0, config.xml_lambda)
+    for seed in config.seeds:  # refuse impossible configurations before any training
+        for method in config.methods:
+            contrastive.resolve(contrastive_config(config, method, seed))
+        for lam in lambdas:
+            retrieval.resolve(xml_config(config, lam, seed))
+    runs = grid.Runs(PROGRAM, len(config.seeds) * (len(config.methods) + len(lambdas)))
+    for seed in config.seeds:
+        for method in config.methods:
+            cell = ("contrastive", method)
+            runs(cell, contrastive.train_contrastive, contrastive_config(config, method, seed))
+        for lam in lambdas:
+            runs(("xml", lam), retrieval.train_retrieval, xml_config(config, lam, seed))
+    contrastive_runs = {m: runs.cells[("contrastive", m)] for m in config.methods}
+    xml_runs = {lam: runs.cells[("xml", lam)] for lam in lambdas}
+    table = markdown(contrastive_runs, xml_runs, config.seeds, config.xml_lambda)
+    first = contrastive_config(config, config.methods[0], config.seeds[0])
+    heldout = contrastive.load_split(contrastive.resolve(first))["heldout"][0]
+    title = (
         f"Contrastive pre-training on the glyphs: LORAC vs MoCo-M vs MoCo, seeds "
-        f"{', '.join(map(str, seeds))} (held-out images of the pre-training classes)",
+        f"{', '.join(map(str, config.seeds))} (held-out images of the pre-training classes)"
     )
-
-    def record(results):
-        last = final(results) or {}
-        return {
-            "seed": results["config"]["seed"],
-            "status": results["status"],
-            "final": {k: v for k, v in last.items() if not isinstance(v, (list, dict))},
-            "step_seconds": step_seconds(results),
-            "wall_seconds": results["wall_seconds"],
-        }
-
-    records.write_json(
-        f"{stem}.json",
+    grid.write(
+        config,
+        PROGRAM,
+        f"{table}\n{runs.wall_time()}\n",
         {
             "contrastive": {m: [record(r) for r in cell] for m, cell in contrastive_runs.items()},
             "xml": {f"lambda={lam:g}": [record(r) for r in cell] for lam, cell in xml_runs.items()},
         },
+        [(".png", lambda path: plot(contrastive_runs, heldout, path, title))],
+        runs.minutes(),
     )
-    print(table)
-    print(f"[reproduce_lorac_xml] wrote {path}, {stem}.png, {stem}.json ({minutes:.1f} min)")
-    return 0
 
 
 if __name__ == "__main__":
-    harness_flags.run(main)
+    grid.main(LoracXmlGrid, reproduce, PROGRAM)

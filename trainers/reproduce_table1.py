@@ -39,47 +39,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import dataclasses  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
+from typing import ClassVar  # noqa: E402
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import flags, logging  # noqa: E402
 
 from trainers import retrieval  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
+from trainers.harness import grid  # noqa: E402
+from trainers.harness.flags import option, positive_number  # noqa: E402
+from trainers.harness.grid import error_bars, signed_mean_std  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
 from trainers.harness.tables import mean_std, starting_weights  # noqa: E402
 
-FLAGS = flags.FLAGS
-harness_flags.define_flags(
-    retrieval.RetrievalConfig,
-    only=("dataset", "data_dir", "backbone", "weights", "train_steps", "eval_every", "output_dir"),
-    defaults={"output_dir": "runs/table1"},
-    help_overrides={
-        "train_steps": "Steps per run (default: 600 on glyphs, which keeps the 117-run grid of "
-        "3 seeds under 3 hours on 2 CPU cores; otherwise the dataset's train_retrieval default).",
-        "eval_every": "Steps between test evaluations (default: train_steps, one evaluation "
-        "at the end; the table shows the last).",
-        "output_dir": "Parent folder of the runs (one folder per run).",
-    },
-)
-flags.adopt_module_key_flags(harness_flags)  # --help lists them as this program's flags
-flags.DEFINE_list(
-    "losses",
-    ["contrastive", "triplet_hard", "npair", "angular"],
-    "Ranking losses (Table 1: contrastive, triplet, N-pair, angular).",
-)
-flags.DEFINE_list(
-    "methods",
-    ["vanilla", "spread_out", "svmax"],
-    "Rows per loss: vanilla (no regularizer), spread_out, svmax (the triplet loss gets "
-    "SVMax with lambda 1 and 0.1).",
-)
-flags.DEFINE_list("learning_rates", ["0.01", "0.001", "0.0001"], "Table 1's learning rates.")
-flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; every cell is the mean ± std over them.")
-flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/table1.md).")
-
+PROGRAM = "reproduce_table1"
 # Steps per grid run where they differ from train_retrieval's dataset default.
 GRID_STEPS = {"glyphs": 600}
 # method flag -> (row label, regularizer, SVMax lambda (None: the paper's for the loss)).
@@ -93,6 +65,39 @@ TRIPLET_SVMAX = (("SVMax λ = 1", "svmax", 1.0), ("SVMax λ = 0.1", "svmax", 0.1
 # loss (not in the paper's table).
 TABLE_LOSSES = tuple(
     loss for loss in retrieval.LOSSES if loss not in ("proxy_anchor", "contrastive_pairs")
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Table1Grid(grid.GridConfig):
+    TABLE: ClassVar[str] = "table1.md"
+
+    output_dir: str = grid.output_dir_option("runs/table1")
+    losses: tuple[str, ...] = option(
+        ("contrastive", "triplet_hard", "npair", "angular"),
+        "Ranking losses (Table 1: contrastive, triplet, N-pair, angular).",
+        choices=TABLE_LOSSES,
+    )
+    methods: tuple[str, ...] = option(
+        tuple(METHODS),
+        "Rows per loss: vanilla (no regularizer), spread_out, svmax (the triplet loss gets "
+        "SVMax with lambda 1 and 0.1).",
+        choices=tuple(METHODS),
+    )
+    learning_rates: tuple[float, ...] = option(
+        (0.01, 0.001, 0.0001), "Table 1's learning rates.", check=positive_number
+    )
+
+
+# The trainer's flags the grid passes to every run.
+TRAINER_FLAGS = dict(
+    only=("dataset", "data_dir", "backbone", "weights", "train_steps", "eval_every"),
+    help_overrides={
+        "train_steps": "Steps per run (default: 600 on glyphs, which keeps the 117-run grid of "
+        "3 seeds under 3 hours on 2 CPU cores; otherwise the dataset's train_retrieval default).",
+        "eval_every": "Steps between test evaluations (default: train_steps, one evaluation "
+        "at the end; the table shows the last).",
+    },
 )
 
 
@@ -110,26 +115,30 @@ def run_name(loss, regularizer, lam, lr, seed):
     return f"{loss}_{regularizer}{'' if lam is None else f'_l{lam:g}'}_lr{lr:g}_seed{seed}"
 
 
-def run_all(base, losses, methods, learning_rates, seeds):
+def run_all(config, base):
     """Trains the grid. Returns ``{"untrained": {seed: evaluation}, "runs": [results],
-    (loss, row label, lr): [(status, final evaluation or None, trace) per seed]}``."""
-    out = {"untrained": {}, "runs": []}
-    total = sum(len(rows_for(loss, methods)) for loss in losses) * len(learning_rates) * len(seeds)
-    for seed in seeds:
+    (loss, row label, lr): [(status, final evaluation or None, trace) per seed]}`` and the
+    `grid.Runs`."""
+    out = {"untrained": {}}
+    rows = {loss: rows_for(loss, config.methods) for loss in config.losses}
+    runs = grid.Runs(
+        PROGRAM, sum(map(len, rows.values())) * len(config.learning_rates) * len(config.seeds)
+    )
+    for seed in config.seeds:
         # Every run of a seed builds the same seeded network, so one step-0 evaluation per seed
         # serves its runs (on CUB or SOP an evaluation costs minutes).
         seeded = dataclasses.replace(base, seed=seed, evaluate_untrained=False)
-        untrained = retrieval.evaluate_untrained(dataclasses.replace(seeded, loss=losses[0]))
+        untrained = retrieval.evaluate_untrained(dataclasses.replace(seeded, loss=config.losses[0]))
         out["untrained"][seed] = untrained
         print(
-            f"[reproduce_table1] seed {seed}: untrained network R@1 {untrained['recall_at_1']:.4f}",
+            f"[{PROGRAM}] seed {seed}: untrained network R@1 {untrained['recall_at_1']:.4f}",
             flush=True,
         )
-        for loss in losses:
-            for label, regularizer, lam in rows_for(loss, methods):
-                for lr in learning_rates:
+        for loss in config.losses:
+            for label, regularizer, lam in rows[loss]:
+                for lr in config.learning_rates:
                     name = run_name(loss, regularizer, lam, lr, seed)
-                    config = dataclasses.replace(
+                    run_config = dataclasses.replace(
                         seeded,
                         loss=loss,
                         regularizer=regularizer,
@@ -137,21 +146,14 @@ def run_all(base, losses, methods, learning_rates, seeds):
                         learning_rate=lr,
                         output_dir=os.path.join(base.output_dir, name),
                     )
-                    print(f"[reproduce_table1] {len(out['runs']) + 1}/{total} {name}", flush=True)
-                    keras.backend.clear_session()
-                    results = retrieval.train_retrieval(config)
-                    out["runs"].append(results)
-                    print(
-                        f"[reproduce_table1]   {results['status']} in "
-                        f"{results['wall_seconds']:.0f} s: {retrieval.summary(results)}",
-                        flush=True,
-                    )
+                    results = runs((loss, label, lr), retrieval.train_retrieval, run_config)
                     evaluations = results["evaluations"]
                     last = evaluations[-1] if evaluations and evaluations[-1]["step"] else None
                     out.setdefault((loss, label, lr), []).append(
                         (results["status"], last, results["trace"])
                     )
-    return out
+    out["runs"] = runs.all
+    return out, runs
 
 
 def _finals(cell):
@@ -198,14 +200,13 @@ def markdown(results, losses, methods, learning_rates):
                 vanilla = None if vanilla is None else _finals(vanilla)
                 delta = ""
                 if label != "Vanilla" and vanilla is not None:
-                    delta = mean_std(
+                    delta = signed_mean_std(
                         [
                             e["recall_at_1"] - v["recall_at_1"]
                             for e, v in zip(finals, vanilla, strict=True)
                         ],
                         100,
                     )
-                    delta = delta if delta.startswith("-") else f"+{delta}"
                 cells += [
                     mean_std([e["nmi"] for e in finals], digits=3),
                     mean_std([e["recall_at_1"] for e in finals], 100),
@@ -258,14 +259,13 @@ def plot(results, losses, methods, learning_rates, path, title):
     lowest = 100.0
     for ax, lr in zip(axes[0], learning_rates, strict=True):
         for m, label in enumerate(labels):
-            means, stds = [], []
+            r1 = []
             for loss in losses:
                 # Triplet: the SVMax row with the paper's lambda (0.1).
                 row = "SVMax λ = 0.1" if label == "SVMax" and loss.startswith("triplet") else label
                 finals = _finals(results[(loss, row, lr)])
-                r1 = [100 * e["recall_at_1"] for e in finals] if finals else [np.nan]
-                means.append(np.mean(r1))
-                stds.append(np.std(r1, ddof=1) if len(r1) > 1 else 0.0)
+                r1.append([100 * e["recall_at_1"] for e in finals] if finals else [])
+            means, stds = error_bars(r1)
             lowest = min([lowest] + [v for v in means if np.isfinite(v)])
             xs = np.arange(len(losses)) + (m - (len(labels) - 1) / 2) * width
             ax.bar(xs, means, width=width, yerr=stds, capsize=2, label=label)
@@ -338,7 +338,7 @@ def plot_s_mu(results, losses, methods, learning_rates, bounds, path, title):
     plt.close(fig)
 
 
-def header(runs, seeds, argv):
+def header(runs, seeds):
     """Command, machine, versions and the per-loss settings the runs resolved to."""
     first = runs[0]
     config = first["config"]
@@ -352,9 +352,7 @@ def header(runs, seeds, argv):
     lines = [
         f"# SVMax Table 1 protocol on `{config['dataset']}`",
         "",
-        "Generated by `python -m trainers.reproduce_table1 " + " ".join(argv[1:]) + "`",
-        f"on {first['device']} with TensorFlow {first['versions']['tensorflow']}, Keras "
-        f"{first['versions']['keras']}, tf_svmax {first['versions']['tf_svmax']}.",
+        grid.provenance(PROGRAM, first),
         "",
         f"Every run: backbone `{config['backbone']}`, d = {config['embedding_dim']}, "
         f"{config['train_steps']} steps (lr fixed for half, then linear to 1e-7), SGD momentum "
@@ -484,99 +482,79 @@ def _cell_of(run, loss, label, lr):
     return False
 
 
-def main(argv):
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # no INFO line per checkpoint save
-    try:
-        learning_rates = [float(v) for v in FLAGS.learning_rates]
-        seeds = [int(v) for v in FLAGS.seeds]
-    except ValueError as error:
-        print(f"reproduce_table1: refused: --learning_rates / --seeds: {error}", file=sys.stderr)
-        return 2
-    losses, methods = FLAGS.losses, FLAGS.methods
-    refused = [m for m in methods if m not in METHODS] + [
-        loss for loss in losses if loss not in TABLE_LOSSES
-    ]
-    if refused or not (losses and methods and learning_rates and seeds):
-        print(
-            f"reproduce_table1: refused: --losses from {list(TABLE_LOSSES)}, --methods "
-            f"from {list(METHODS)}, non-empty --learning_rates and --seeds; received "
-            f"{refused or 'an empty list'}.",
-            file=sys.stderr,
-        )
-        return 2
-    train_steps = FLAGS.train_steps or GRID_STEPS.get(FLAGS.dataset)
-    base = harness_flags.config_from_flags(
-        retrieval.RetrievalConfig,
-        train_steps=train_steps,
-        eval_every=FLAGS.eval_every or train_steps,
-        verbose=0,
+def reproduce(config):
+    base = harness_flags.config_from_flags(retrieval.RetrievalConfig, output_dir=config.output_dir)
+    train_steps = base.train_steps or GRID_STEPS.get(base.dataset)
+    base = dataclasses.replace(
+        base, train_steps=train_steps, eval_every=base.eval_every or train_steps, verbose=0
     )
-    try:  # refuse impossible flags before any training
-        for loss in losses:
-            for lr in learning_rates:
-                retrieval.resolve(dataclasses.replace(base, loss=loss, learning_rate=lr))
-    except retrieval.ConfigError as error:
-        print(f"reproduce_table1: refused: {error}", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    results = run_all(base, losses, methods, learning_rates, seeds)
-    del argv  # absl keeps only positional arguments; the header shows the whole command
-    table = header(results["runs"], seeds, sys.argv) + "\n"
+    for loss in config.losses:  # refuse impossible flags before any training
+        for lr in config.learning_rates:
+            retrieval.resolve(dataclasses.replace(base, loss=loss, learning_rate=lr))
+    results, runs = run_all(config, base)
+    losses, methods, learning_rates = config.losses, config.methods, config.learning_rates
+    table = header(results["runs"], config.seeds) + "\n"
     table += markdown(results, losses, methods, learning_rates)
     table += "\nTest-set mean singular value of the final embeddings (mean ± std over seeds):\n\n"
     table += s_mu_markdown(results, losses, methods, learning_rates)
-    minutes = (time.perf_counter() - started) / 60
-    path = FLAGS.table or os.path.join(FLAGS.output_dir, "table1.md")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        run_minutes = sum(r["wall_seconds"] for r in results["runs"]) / 60
-        f.write(
-            f"{table}\nWall time of this invocation: {minutes:.1f} min; the runs' own wall times "
-            f"(training + evaluations, summed over resumptions) add up to {run_minutes:.1f} min.\n"
-        )
-    stem = os.path.splitext(path)[0]
     first = results["runs"][0]
     what = (
         f"{first['config']['dataset']}, {first['config']['backbone']}"
         f"{starting_weights(first['config'].get('weights'))}, "
-        f"{first['config']['train_steps']} steps, seeds {', '.join(map(str, seeds))}"
-    )
-    plot(
-        results,
-        losses,
-        methods,
-        learning_rates,
-        f"{stem}.png",
-        f"SVMax Table 1 protocol: final test Recall@1, mean ± std over seeds ({what})",
+        f"{first['config']['train_steps']} steps, seeds {', '.join(map(str, config.seeds))}"
     )
     batch = first["train_batch_bounds"]
-    plot_s_mu(
-        results,
-        losses,
-        methods,
-        learning_rates,
-        (batch["lower"], batch["upper"]),
-        f"{stem}_s_mu.png",
-        f"s_μ of the training batches (b = {batch['batch_size']}, d = "
-        f"{first['config']['embedding_dim']}) between its bounds, mean over seeds ({what})",
-    )
-    written = [path, f"{stem}.png", f"{stem}_s_mu.png", f"{stem}.json"]
+    figures = [
+        (
+            ".png",
+            lambda path: plot(
+                results,
+                losses,
+                methods,
+                learning_rates,
+                path,
+                f"SVMax Table 1 protocol: final test Recall@1, mean ± std over seeds ({what})",
+            ),
+        ),
+        (
+            "_s_mu.png",
+            lambda path: plot_s_mu(
+                results,
+                losses,
+                methods,
+                learning_rates,
+                (batch["lower"], batch["upper"]),
+                path,
+                f"s_μ of the training batches (b = {batch['batch_size']}, d = "
+                f"{first['config']['embedding_dim']}) between its bounds, mean over seeds "
+                f"({what})",
+            ),
+        ),
+    ]
     if first["config"]["eval_every"] < first["config"]["train_steps"]:
-        plot_recall(
-            results,
-            losses,
-            methods,
-            learning_rates,
-            f"{stem}_recall.png",
-            f"Test Recall@1 over training, mean over seeds ({what})",
+        figures.append(
+            (
+                "_recall.png",
+                lambda path: plot_recall(
+                    results,
+                    losses,
+                    methods,
+                    learning_rates,
+                    path,
+                    f"Test Recall@1 over training, mean over seeds ({what})",
+                ),
+            )
         )
-        written.append(f"{stem}_recall.png")
-    with open(f"{stem}.json", "w") as f:
-        json.dump(records(results, losses, methods, learning_rates), f, indent=1)
-    print(table)
-    print(f"[reproduce_table1] wrote {', '.join(written)} ({minutes:.1f} min)")
+    wall_time = runs.wall_time(" (training + evaluations, summed over resumptions)")
+    grid.write(
+        config,
+        PROGRAM,
+        f"{table}\n{wall_time}\n",
+        records(results, losses, methods, learning_rates),
+        figures,
+        runs.minutes(),
+    )
 
 
 if __name__ == "__main__":
-    harness_flags.run(main)
+    grid.main(Table1Grid, reproduce, PROGRAM, trainer=retrieval.RetrievalConfig, **TRAINER_FLAGS)

@@ -23,22 +23,40 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import dataclasses  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
+from typing import ClassVar  # noqa: E402
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import flags, logging  # noqa: E402
 
-from tf_svmax import records  # noqa: E402
 from trainers import two_head  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
+from trainers.harness import grid  # noqa: E402
+from trainers.harness.flags import option, positive_int  # noqa: E402
+from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds  # noqa: E402
 from trainers.harness.plots import pyplot, save_figure  # noqa: E402
 from trainers.harness.tables import mean_std  # noqa: E402
 
-FLAGS = flags.FLAGS
-harness_flags.define_flags(
-    two_head.TwoHeadConfig,
+PROGRAM = "reproduce_two_head"
+SETTINGS = ("balanced", "long_tailed", "scarce")
+
+
+@dataclasses.dataclass(frozen=True)
+class TwoHeadGrid(grid.GridConfig):
+    TABLE: ClassVar[str] = "two_head.md"
+
+    output_dir: str = grid.output_dir_option("runs/two_head_table")
+    modes: tuple[str, ...] = option(
+        two_head.MODES, "Modes (rows), from two_head.MODES.", choices=two_head.MODES
+    )
+    settings: tuple[str, ...] = option(
+        SETTINGS, f"Data settings, from {list(SETTINGS)}.", choices=SETTINGS
+    )
+    scarce_images_per_class: int = option(
+        5, "Training images per class in the scarce setting.", check=positive_int
+    )
+
+
+# The trainer's flags the grid passes to every run.
+TRAINER_FLAGS = dict(
     only=(
         "dataset",
         "data_dir",
@@ -46,24 +64,13 @@ harness_flags.define_flags(
         "backbone",
         "weights",
         "train_steps",
-        "output_dir",
         "imbalance_ratio",
     ),
-    defaults={"output_dir": "runs/two_head_table", "imbalance_ratio": 10.0},
+    defaults={"imbalance_ratio": 10.0},
     help_overrides={
-        "output_dir": "Parent folder of the runs (one folder per run).",
         "imbalance_ratio": "Head-to-tail ratio of the long_tailed setting's class sizes.",
     },
 )
-flags.adopt_module_key_flags(harness_flags)  # --help lists them as this program's flags
-flags.DEFINE_list("modes", list(two_head.MODES), "Modes (rows), from two_head.MODES.")
-SETTINGS = ("balanced", "long_tailed", "scarce")
-flags.DEFINE_list("settings", list(SETTINGS), f"Data settings, from {list(SETTINGS)}.")
-flags.DEFINE_integer(
-    "scarce_images_per_class", 5, "Training images per class in the scarce setting.", lower_bound=1
-)
-flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; every cell is the mean ± std over them.")
-flags.DEFINE_string("table", None, "Markdown output (default: <output_dir>/two_head.md).")
 
 LABELS = {
     "softmax": "Softmax (single head)",
@@ -72,53 +79,6 @@ LABELS = {
     "hard": "Two-head (hard)",
     "ole": "Softmax + OLÉ (single head)",
 }
-
-
-def setting_overrides(setting, imbalance_ratio, scarce_images):
-    return {
-        "balanced": {},
-        "long_tailed": {"imbalance_ratio": imbalance_ratio},
-        "scarce": {"train_images_per_class": scarce_images},
-    }[setting]
-
-
-def run_all(base, settings, modes, seeds, imbalance_ratio, scarce_images):
-    """Trains the grid; returns ``{(setting, mode): [results per seed]}``."""
-    out = {}
-    total, done = len(settings) * len(modes) * len(seeds), 0
-    for setting in settings:
-        for mode in modes:
-            for seed in seeds:
-                done += 1
-                name = f"{setting}_{mode}_seed{seed}"
-                config = dataclasses.replace(
-                    base,
-                    mode=mode,
-                    seed=seed,
-                    output_dir=os.path.join(base.output_dir, name),
-                    **setting_overrides(setting, imbalance_ratio, scarce_images),
-                )
-                print(f"[reproduce_two_head] {done}/{total} {name}", flush=True)
-                keras.backend.clear_session()
-                results = two_head.train_two_head(config)
-                print(
-                    f"[reproduce_two_head]   {results['status']} in "
-                    f"{results['wall_seconds']:.0f} s: {two_head.summary(results)}",
-                    flush=True,
-                )
-                out.setdefault((setting, mode), []).append(results)
-    return out
-
-
-def step_seconds(results):
-    """Median seconds per training step over the trace windows after the first (the first
-    includes graph tracing)."""
-    seconds = [t["step_seconds"] for t in results["trace"][1:] if "step_seconds" in t]
-    return float(np.median(seconds)) if seconds else float("nan")
-
-
-def final(results):
-    return results["evaluations"][-1] if results["status"] == "completed" else None
 
 
 COLUMNS = (
@@ -149,11 +109,15 @@ def markdown(results, settings, modes):
                 cells.append(mean_std(values, scale, digits) if values else "–")
             if softmax is not None and mode != "softmax" and all(final(r) for r in softmax):
                 for key in ("accuracy", "macro_accuracy"):
-                    delta = mean_std(
-                        [final(r)[key] - final(s)[key] for r, s in zip(runs, softmax, strict=True)],
-                        100,
+                    cells.append(
+                        signed_mean_std(
+                            [
+                                final(r)[key] - final(s)[key]
+                                for r, s in zip(runs, softmax, strict=True)
+                            ],
+                            100,
+                        )
                     )
-                    cells.append(delta if delta.startswith("-") else f"+{delta}")
                 ratio = [
                     step_seconds(r) / step_seconds(s) for r, s in zip(runs, softmax, strict=True)
                 ]
@@ -164,9 +128,8 @@ def markdown(results, settings, modes):
     return "\n".join(lines)
 
 
-def header(results, seeds, argv):
-    runs = [r for cell in results.values() for r in cell]
-    first = runs[0]
+def header(results, seeds):
+    first = next(iter(results.values()))[0]
     config = first["config"]
     data_lines = []
     for setting in dict.fromkeys(s for s, _ in results):
@@ -180,9 +143,7 @@ def header(results, seeds, argv):
         [
             f"# Two-head / OLÉ classification protocol on `{config['dataset']}`",
             "",
-            "Generated by `python -m trainers.reproduce_two_head " + " ".join(argv[1:]) + "`",
-            f"on {first['device']} with TensorFlow {first['versions']['tensorflow']}, Keras "
-            f"{first['versions']['keras']}, tf_svmax {first['versions']['tf_svmax']}.",
+            grid.provenance(PROGRAM, first),
             "",
             f"Every run: backbone `{config['backbone']}`, P × K = {config['batch_p']} × "
             f"{config['batch_k']}, {config['train_steps']} steps, SGD momentum 0.9, lr "
@@ -212,13 +173,12 @@ def plot(results, settings, modes, path, title):
     width = 0.8 / len(modes)
     for ax, (key, name) in zip(axes, metrics, strict=True):
         for i, mode in enumerate(modes):
-            means, stds = [], []
-            for setting in settings:
-                values = [
-                    100 * f[key] for f in map(final, results[(setting, mode)]) if f is not None
+            means, stds = error_bars(
+                [
+                    [100 * f[key] for f in map(final, results[(setting, mode)]) if f is not None]
+                    for setting in settings
                 ]
-                means.append(np.mean(values) if values else np.nan)
-                stds.append(np.std(values, ddof=1) if len(values) > 1 else 0.0)
+            )
             x = np.arange(len(settings)) + (i - (len(modes) - 1) / 2) * width
             ax.bar(x, means, width, yerr=stds, capsize=2, label=LABELS[mode])
         ax.set_xticks(np.arange(len(settings)), settings)
@@ -230,85 +190,59 @@ def plot(results, settings, modes, path, title):
     plt.close(fig)
 
 
-def main(argv):
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # no INFO line per checkpoint save
-    try:
-        seeds = [int(v) for v in FLAGS.seeds]
-    except ValueError as error:
-        print(f"reproduce_two_head: refused: --seeds: {error}", file=sys.stderr)
-        return 2
-    modes, settings = FLAGS.modes, FLAGS.settings
-    refused = [m for m in modes if m not in two_head.MODES]
-    refused += [s for s in settings if s not in SETTINGS]
-    if refused or not (modes and settings and seeds):
-        print(
-            f"reproduce_two_head: refused: --modes from {list(two_head.MODES)}, --settings from "
-            f"{list(SETTINGS)}, non-empty --seeds; received {refused or 'an empty list'}.",
-            file=sys.stderr,
-        )
-        return 2
-    base = harness_flags.config_from_flags(
-        two_head.TwoHeadConfig, evaluate_untrained=False, verbose=0, imbalance_ratio=1.0
+def reproduce(config):
+    trainer = harness_flags.config_from_flags(
+        two_head.TwoHeadConfig, evaluate_untrained=False, verbose=0, output_dir=config.output_dir
     )
+    base = dataclasses.replace(trainer, imbalance_ratio=1.0)
     base = dataclasses.replace(base, eval_every=two_head.resolve(base).train_steps)
-    try:  # refuse impossible flags before any training
-        for setting in settings:
-            for mode in modes:
-                overrides = setting_overrides(
-                    setting, FLAGS.imbalance_ratio, FLAGS.scarce_images_per_class
+    overrides = {
+        "balanced": {},
+        "long_tailed": {"imbalance_ratio": trainer.imbalance_ratio},
+        "scarce": {"train_images_per_class": config.scarce_images_per_class},
+    }
+    for setting in config.settings:  # refuse impossible flags before any training
+        for mode in config.modes:
+            two_head.resolve(dataclasses.replace(base, mode=mode, **overrides[setting]))
+    runs = grid.Runs(PROGRAM, len(config.settings) * len(config.modes) * len(config.seeds))
+    for setting in config.settings:
+        for mode in config.modes:
+            for seed in config.seeds:
+                run_dir = os.path.join(config.output_dir, f"{setting}_{mode}_seed{seed}")
+                run_config = dataclasses.replace(
+                    base, mode=mode, seed=seed, output_dir=run_dir, **overrides[setting]
                 )
-                two_head.resolve(dataclasses.replace(base, mode=mode, **overrides))
-    except two_head.ConfigError as error:
-        print(f"reproduce_two_head: refused: {error}", file=sys.stderr)
-        return 2
-    started = time.perf_counter()
-    results = run_all(
-        base, settings, modes, seeds, FLAGS.imbalance_ratio, FLAGS.scarce_images_per_class
-    )
-    del argv  # absl keeps only positional arguments; the header shows the whole command
-    table = header(results, seeds, sys.argv) + "\n" + markdown(results, settings, modes) + "\n"
-    minutes = (time.perf_counter() - started) / 60
-    path = FLAGS.table or os.path.join(FLAGS.output_dir, "two_head.md")
-    run_minutes = sum(r["wall_seconds"] for cell in results.values() for r in cell) / 60
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(
-            f"{table}\nWall time of this invocation: {minutes:.1f} min; the runs' own wall times "
-            f"add up to {run_minutes:.1f} min.\n"
-        )
-    first = next(iter(results.values()))[0]["config"]
-    stem = os.path.splitext(path)[0]
-    plot(
-        results,
-        settings,
-        modes,
-        f"{stem}.png",
+                runs((setting, mode), two_head.train_two_head, run_config)
+    results = runs.cells
+    table = header(results, config.seeds) + "\n"
+    table += markdown(results, config.settings, config.modes) + "\n"
+    first = runs.all[0]["config"]
+    title = (
         f"Softmax vs two-head vs OLÉ on {first['dataset']} ({first['backbone']}, "
-        f"{first['train_steps']} steps, seeds {', '.join(map(str, seeds))}): held-out images "
-        "of the training classes",
+        f"{first['train_steps']} steps, seeds {', '.join(map(str, config.seeds))}): held-out "
+        "images of the training classes"
     )
-    records.write_json(
-        f"{stem}.json",
-        {
-            f"{setting}/{mode}": [
-                {
-                    "seed": r["config"]["seed"],
-                    "status": r["status"],
-                    "final": {
-                        k: v for k, v in (final(r) or {}).items() if k != "per_class_accuracy"
-                    },
-                    "step_seconds": step_seconds(r),
-                }
-                for r in cell
-            ]
-            for (setting, mode), cell in results.items()
-        },
+    record = {
+        f"{setting}/{mode}": [
+            {
+                "seed": r["config"]["seed"],
+                "status": r["status"],
+                "final": {k: v for k, v in (final(r) or {}).items() if k != "per_class_accuracy"},
+                "step_seconds": step_seconds(r),
+            }
+            for r in cell
+        ]
+        for (setting, mode), cell in results.items()
+    }
+    grid.write(
+        config,
+        PROGRAM,
+        f"{table}\n{runs.wall_time()}\n",
+        record,
+        [(".png", lambda path: plot(results, config.settings, config.modes, path, title))],
+        runs.minutes(),
     )
-    print(table)
-    print(f"[reproduce_two_head] wrote {path}, {stem}.png, {stem}.json ({minutes:.1f} min)")
-    return 0
 
 
 if __name__ == "__main__":
-    harness_flags.run(main)
+    grid.main(TwoHeadGrid, reproduce, PROGRAM, trainer=two_head.TwoHeadConfig, **TRAINER_FLAGS)

@@ -45,5 +45,5 @@ def test_tiny_grid_writes_table_figure_and_record(tmp_path):
 
 def test_refuses_before_work(tmp_path):
     done = _run(f"--output_dir={tmp_path}", "--methods=simclr")
-    assert done.returncode == 2 and "--methods from" in done.stderr
+    assert done.returncode == 2 and "--methods='simclr'" in done.stderr
     assert not any(tmp_path.iterdir())

@@ -34,21 +34,31 @@ def interrupted_message(config):
     )
 
 
+def quiet_checkpoint_logs():
+    """Raises absl's log level to WARNING unless --verbosity was given: TensorFlow's checkpoint
+    saver logs one INFO line per save through absl, which would interleave with the progress
+    lines; --verbosity=0 brings them back."""
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+
+
+def define_program_flags(config_class, **kwargs):
+    """Defines `config_class`'s flags (`define_flags` with `kwargs`) as the running program's:
+    --help lists the main module's key flags, and these are defined from the harness."""
+    before = set(flags.FLAGS)
+    harness_flags.define_flags(config_class, **kwargs)
+    for flag in sorted(set(flags.FLAGS) - before):
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[flag])
+
+
 def main(config_class, train, name, argv=None):
     """Defines `config_class`'s flags, parses `argv` and runs ``train(config)``; exits with
     the shared codes. Call once, from the program's ``if __name__ == "__main__"``."""
-    before = set(flags.FLAGS)
-    harness_flags.define_flags(config_class)
-    for flag in sorted(set(flags.FLAGS) - before):
-        # --help lists the main module's key flags; these are defined from here.
-        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[flag])
+    define_program_flags(config_class)
 
     def run(argv):
         del argv
-        if not flags.FLAGS["verbosity"].present:
-            # TensorFlow's checkpoint saver logs one INFO line per save through absl, which
-            # would interleave with the progress lines; --verbosity=0 brings them back.
-            logging.set_verbosity(logging.WARNING)
+        quiet_checkpoint_logs()
         config = None
         try:
             config = harness_flags.config_from_flags(config_class)

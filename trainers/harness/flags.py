@@ -155,13 +155,16 @@ def writable_folder(value, name):
     return value
 
 
-def number_at_least(low):
-    """A validator of finite floats >= `low`."""
+def number_at_least(low, *, integer=False):
+    """A validator of finite floats >= `low` (with `integer`, of ints >= `low`)."""
+    kind = _checks.check_non_negative_int if integer else _checks.check_non_negative_number
+    expected = f"an int >= {low}" if integer else f"a float >= {low:g}"
 
     def check(value, name):
-        if _checks.check_non_negative_number(value, name) < low:
-            raise ValueError(_checks.invalid(name, f"a float >= {low:g}", value))
-        return float(value)
+        number = kind(value, name)
+        if number < low:
+            raise ValueError(_checks.invalid(name, expected, value))
+        return number
 
     return check
 
@@ -175,26 +178,25 @@ def open_fraction(value, name):
 
 def validate(config):
     """Checks every field of the config dataclass instance against its `option` metadata: the
-    value is one of `choices`, passes `check` (each item of a tuple; a tuple must not be empty),
-    and is None only where the field's default is None. Raises FlagValueError naming --field."""
+    value is one of `choices` and passes `check` (each item of a tuple; a tuple with either
+    must not be empty), and is None only where the field's default is None. Raises
+    FlagValueError naming --field."""
     for field in dataclasses.fields(config):
         meta, value, name = field.metadata, getattr(config, field.name), f"--{field.name}"
         if value is None:
             if field.default is None:
                 continue
             raise FlagValueError(_checks.invalid(name, "a value", None))
+        choices, check = meta.get("choices"), meta.get("check")
+        items = value if _base_type(field.type) is tuple else (value,)
         try:
-            if meta.get("choices") is not None and value not in meta["choices"]:
-                raise ValueError(_checks.invalid(name, f"one of {list(meta['choices'])}", value))
-            if meta.get("check") is None:
-                continue
-            if _base_type(field.type) is tuple:
-                if not value:
-                    raise ValueError(_checks.invalid(name, "at least one value", value))
-                for item in value:
-                    meta["check"](item, name)
-            else:
-                meta["check"](value, name)
+            if not items and (choices is not None or check is not None):
+                raise ValueError(_checks.invalid(name, "at least one value", value))
+            for item in items:
+                if choices is not None and item not in choices:
+                    raise ValueError(_checks.invalid(name, f"one of {list(choices)}", item))
+                if check is not None:
+                    check(item, name)
         except ValueError as error:
             raise FlagValueError(str(error)) from None
 

@@ -139,9 +139,11 @@ class Checked:
     steps: int | None = option(None, "Steps.", check=positive_int)
     seed: int = option(0, "Seed.", check=non_negative_int)
     ratio: float = option(1.0, "Ratio.", check=number_at_least(1.0))
+    frames: int = option(6, "Frames.", check=number_at_least(2, integer=True))
     share: float = option(0.5, "Share.", check=open_fraction)
     ks: tuple[int, ...] = option((1, 2), "Ks.", check=positive_int)
     verbose: int = option(1, "Verbosity.", choices=(0, 1, 2))
+    modes: tuple[str, ...] = option(("a",), "Modes.", choices=("a", "b"))
     name: str = option("a", "Name.")
 
 
@@ -154,10 +156,14 @@ class Checked:
         ("steps", 2.5, "`--steps`. Expected an int >= 1"),
         ("seed", -1, "`--seed`. Expected an int >= 0"),
         ("ratio", 0.5, "`--ratio`. Expected a float >= 1"),
+        ("frames", 1, "`--frames`. Expected an int >= 2"),
+        ("frames", 2.5, "`--frames`. Expected an int"),
         ("share", 1.0, "`--share`. Expected a float in (0, 1)"),
         ("ks", (1, 0), "`--ks`. Expected an int >= 1. Received: --ks=0"),
         ("ks", (), "`--ks`. Expected at least one value"),
         ("verbose", 3, "`--verbose`. Expected one of [0, 1, 2]"),
+        ("modes", ("b", "c"), "`--modes`. Expected one of ['a', 'b']. Received: --modes='c'"),
+        ("modes", (), "`--modes`. Expected at least one value"),
         ("seed", None, "`--seed`. Expected a value"),
     ],
 )

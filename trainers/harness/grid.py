@@ -1,0 +1,208 @@
+"""The reproduction programs' grid: their options as a config, their runs, their outputs.
+
+A `reproduce_*` program declares its own options as a frozen `GridConfig` subclass (the
+grid's output_dir, seeds and table, plus its rows and settings), borrows the flags of the
+trainer it runs, and hands `main` the function that refuses, trains and writes:
+
+    @dataclasses.dataclass(frozen=True)
+    class Grid(grid.GridConfig):
+        TABLE: ClassVar[str] = "two_head.md"
+        output_dir: str = grid.output_dir_option("runs/two_head_table")
+        modes: tuple[str, ...] = option(MODES, "Modes (rows).", choices=MODES)
+
+    def reproduce(config):
+        base = harness_flags.config_from_flags(two_head.TwoHeadConfig)
+        ...                          # raise ConfigError for a combination no run can train
+        runs = grid.Runs(PROGRAM, total)
+        for ...: runs((setting, mode), two_head.train_two_head, run_config)
+        grid.write(config, PROGRAM, text, record, figures)
+
+    grid.main(Grid, reproduce, PROGRAM, trainer=two_head.TwoHeadConfig, only=("dataset",))
+
+Every run lives in its own folder under --output_dir; its trainer reports a run that already
+completed there unchanged (`trainers.harness.loop.run_job`) and resumes an unfinished one, so
+the same command reuses a grid's finished runs and a smaller grid shares its runs with a larger.
+
+Exit status (as `trainers.harness.cli`): 0 written, 1 a run failed, 2 refused before any run
+(a flag absl cannot parse, a list item of the wrong kind or outside its choices, an empty list,
+a combination a trainer refuses), 130 interrupted.
+"""
+
+import dataclasses
+import os
+import sys
+import time
+from typing import ClassVar
+
+import keras
+import numpy as np
+
+from tf_svmax import records
+from trainers.harness import cli
+from trainers.harness import flags as harness_flags
+from trainers.harness.flags import non_negative_int, option, writable_folder
+from trainers.harness.loop import RunFailed, summary
+from trainers.harness.run_dir import RunRefused
+from trainers.harness.tables import mean_std
+
+
+def output_dir_option(default):
+    """The grid's `output_dir` field with a program's default folder."""
+    return option(default, "Parent folder of the runs (one folder per run).", check=writable_folder)
+
+
+def seeds_option(default, help="Seeds; every cell is the mean ± std over them."):  # noqa: A002
+    """The grid's `seeds` field: a non-empty list of seeds >= 0."""
+    return option(tuple(default), help, check=non_negative_int)
+
+
+@dataclasses.dataclass(frozen=True)
+class GridConfig:
+    """The options every reproduction program has; a program subclasses it with its own rows
+    and settings and names its table's file in ``TABLE``."""
+
+    TABLE: ClassVar[str] = "table.md"
+
+    output_dir: str = output_dir_option("runs")
+    seeds: tuple[int, ...] = seeds_option((0, 1, 2))
+    table: str | None = option(
+        None, "Markdown output (default: <output_dir>/<the program's table>)."
+    )
+
+    @property
+    def table_path(self):
+        """Where the table goes; its figures and JSON go beside it, named by its stem."""
+        return self.table or os.path.join(self.output_dir, self.TABLE)
+
+
+def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowed):
+    """Defines the flags of `config_class` (and of `trainer`'s config fields named in
+    ``borrowed["only"]``, with `define_flags`' defaults and help_overrides), parses `argv`,
+    validates the grid config and runs ``reproduce(config)``; exits with the shared codes.
+    `reproduce` raises `RunRefused` (e.g. `ConfigError`) for what it refuses, before any run."""
+    cli.define_program_flags(
+        config_class,
+        help_overrides={"table": f"Markdown output (default: <output_dir>/{config_class.TABLE})."},
+    )
+    if trainer is not None:
+        cli.define_program_flags(trainer, **borrowed)
+
+    def run(argv):
+        del argv  # absl keeps only positional arguments; the tables show sys.argv
+        cli.quiet_checkpoint_logs()
+        try:
+            config = harness_flags.config_from_flags(config_class)
+            harness_flags.validate(config)
+            reproduce(config)
+        except (RunRefused, harness_flags.FlagValueError) as error:
+            print(f"{program}: refused: {error}", file=sys.stderr)
+            return cli.EXIT_REFUSED
+        except RunFailed as error:
+            print(f"{program}: failed: {error}", file=sys.stderr)
+            return cli.EXIT_DIVERGED
+        except KeyboardInterrupt:
+            print(
+                f"\n{program}: interrupted; the same command resumes the unfinished run and "
+                "reuses the finished ones.",
+                file=sys.stderr,
+            )
+            return cli.EXIT_INTERRUPTED
+        return cli.EXIT_COMPLETED
+
+    harness_flags.run(run, argv)
+
+
+class Runs:
+    """Trains a grid's runs one at a time (a fresh Keras session each), printing progress, and
+    keeps their results: all in order (``runs.all``) and per table cell (``runs.cells[key]``,
+    one entry per seed in the order trained)."""
+
+    def __init__(self, program, total):
+        self.program, self.total = program, total
+        self.all, self.cells = [], {}
+        self.started = time.perf_counter()
+
+    def __call__(self, key, train, config, **kwargs):
+        """``train(config, **kwargs)`` (a trainer: a finished run in ``config.output_dir`` is
+        reported unchanged), its results appended to cell `key` and returned."""
+        name = os.path.basename(os.path.normpath(config.output_dir))
+        print(f"[{self.program}] {len(self.all) + 1}/{self.total} {name}", flush=True)
+        keras.backend.clear_session()
+        results = train(config, **kwargs)
+        print(
+            f"[{self.program}]   {results['status']} in {results['wall_seconds']:.0f} s: "
+            f"{summary(results)}",
+            flush=True,
+        )
+        self.all.append(results)
+        self.cells.setdefault(key, []).append(results)
+        return results
+
+    def minutes(self):
+        """Minutes since the grid started."""
+        return (time.perf_counter() - self.started) / 60
+
+    def wall_time(self, detail=""):
+        """The table's last line: this invocation's minutes and the runs' own."""
+        run_minutes = sum(r["wall_seconds"] for r in self.all) / 60
+        return (
+            f"Wall time of this invocation: {self.minutes():.1f} min; the runs' own wall times"
+            f"{detail} add up to {run_minutes:.1f} min."
+        )
+
+
+def final(results):
+    """The last evaluation of a completed run, None for any other."""
+    return results["evaluations"][-1] if results["status"] == "completed" else None
+
+
+def step_seconds(results):
+    """Median seconds per training step over the trace windows after the first (the first
+    includes graph tracing); NaN without any."""
+    seconds = [t["step_seconds"] for t in results["trace"][1:] if "step_seconds" in t]
+    return float(np.median(seconds)) if seconds else float("nan")
+
+
+def error_bars(groups):
+    """``(means, stds)`` of a bar chart's bars: per group of per-seed values, the mean (NaN for
+    an empty group) and the sample std (ddof = 1; 0 for fewer than two values)."""
+    means = [float(np.mean(v)) if len(v) else float("nan") for v in groups]
+    stds = [float(np.std(v, ddof=1)) if len(v) > 1 else 0.0 for v in groups]
+    return means, stds
+
+
+def signed_mean_std(values, scale=1.0, digits=2):
+    """`mean_std` of paired differences with the sign always shown (``+0.12 ± 0.30``)."""
+    text = mean_std(values, scale, digits)
+    return text if text.startswith("-") else f"+{text}"
+
+
+def provenance(program, first):
+    """The table's opening line: the command (`sys.argv`), the machine and the versions of
+    the grid's first run."""
+    v = first["versions"]
+    return (
+        f"Generated by `python -m trainers.{program} {' '.join(sys.argv[1:])}` on "
+        f"{first['device']} with TensorFlow {v['tensorflow']}, Keras {v['keras']}, tf_svmax "
+        f"{v['tf_svmax']}."
+    )
+
+
+def write(config, program, text, record, figures=(), minutes=None):
+    """Writes the table `text` to ``config.table_path``, each ``(suffix, draw)`` of `figures`
+    as ``draw(<stem><suffix>)`` and `record` as ``<stem>.json``; prints the table and the files
+    written."""
+    path = config.table_path
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    stem = os.path.splitext(path)[0]
+    written = [path]
+    for suffix, draw in figures:
+        draw(f"{stem}{suffix}")
+        written.append(f"{stem}{suffix}")
+    records.write_json(f"{stem}.json", record)
+    written.append(f"{stem}.json")
+    print(text)
+    took = "" if minutes is None else f" ({minutes:.1f} min)"
+    print(f"[{program}] wrote {', '.join(written)}{took}")
