@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.metrics.test_retrieval import _brute_recall
+from tests.reference_retrieval import brute_recall
 from tf_svmax.metrics import RetrievalEvaluation
 
 
@@ -50,7 +50,7 @@ def test_every_epoch_logs_history_and_tensorboard(rng, tmp_path):
     recalls = history.history["test_recall_at_1"]
     assert len(recalls) == 2
     final = model.predict(x_test, verbose=0)
-    assert recalls[-1] == pytest.approx(_brute_recall(final, y_test, 1))
+    assert recalls[-1] == pytest.approx(brute_recall(final, y_test, 1))
     assert [r["step"] for r in callback.history] == [4, 8]
     assert [r["epoch"] for r in callback.history] == [1, 2]
     scalars = _scalars(tmp_path)

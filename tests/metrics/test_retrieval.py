@@ -6,37 +6,8 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
+from tests.reference_retrieval import brute_map_at_r, brute_neighbors, brute_recall
 from tf_svmax.metrics import retrieval
-
-
-def _brute_neighbors(x, y):
-    """Full sort of exact float64 distances, ties by smaller index, self excluded."""
-    x = np.asarray(x, np.float64)
-    d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
-    out = []
-    for i in range(len(x)):
-        others = [j for j in range(len(x)) if j != i]
-        out.append(sorted(others, key=lambda j: (d[i, j], j)))
-    return np.array(out)
-
-
-def _brute_recall(x, y, k):
-    nbrs = _brute_neighbors(x, y)
-    rows = [i for i in range(len(y)) if (y == y[i]).sum() > 1]
-    return np.mean([np.any(y[nbrs[i, :k]] == y[i]) for i in rows])
-
-
-def _brute_map_at_r(x, y):
-    nbrs = _brute_neighbors(x, y)
-    scores = []
-    for i in range(len(y)):
-        r = (y == y[i]).sum() - 1
-        if r == 0:
-            continue
-        rel = y[nbrs[i, :r]] == y[i]
-        precisions = [rel[: j + 1].sum() / (j + 1) for j in range(r) if rel[j]]
-        scores.append(sum(precisions) / r)
-    return np.mean(scores)
 
 
 @pytest.mark.parametrize("block_size", [1, 7, 1024])
@@ -47,14 +18,14 @@ def test_recall_and_map_at_r_match_brute_force_with_ties_and_singletons(rng, blo
     y[0] = 99
     got = retrieval.recall_at_k(x, y, ks=(1, 2, 4, 8), block_size=block_size)
     for k in (1, 2, 4, 8):
-        assert got[k] == pytest.approx(_brute_recall(x, y, k))
-    assert retrieval.map_at_r(x, y, block_size=block_size) == pytest.approx(_brute_map_at_r(x, y))
+        assert got[k] == pytest.approx(brute_recall(x, y, k))
+    assert retrieval.map_at_r(x, y, block_size=block_size) == pytest.approx(brute_map_at_r(x, y))
 
 
 def test_neighbors_match_brute_force_order(rng):
     x = rng.standard_normal((30, 4)).astype(np.float32)
     np.testing.assert_array_equal(
-        retrieval.nearest_neighbors(x, 29, block_size=8), _brute_neighbors(x, None)
+        retrieval.nearest_neighbors(x, 29, block_size=8), brute_neighbors(x, None)
     )
 
 
@@ -127,7 +98,7 @@ def test_nmi_runs_kmeans_on_one_blas_thread_and_restores_the_pool(rng):
 
 
 def _brute_first_positive_ranks(x, y):
-    nbrs = _brute_neighbors(x, y)
+    nbrs = brute_neighbors(x, y)
     out = []
     for i in range(len(y)):
         hits = np.flatnonzero(y[nbrs[i]] == y[i])
@@ -168,7 +139,7 @@ def test_metrics_match_brute_force_on_random_tied_and_collapsed_sets(
             _brute_first_positive_ranks(x, y),
         )
         assert retrieval.map_at_r(x, y, block_size=block) == pytest.approx(
-            _brute_map_at_r(x, y), abs=1e-12
+            brute_map_at_r(x, y), abs=1e-12
         )
 
 
@@ -179,8 +150,8 @@ def test_evaluate_retrieval_matches_the_references(rng):
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     out = retrieval.evaluate_retrieval(x, y, ks=(1, 4), seed=3, kmeans_init="k-means++-sklearn")
     for k in (1, 4):
-        assert out[f"recall_at_{k}"] == pytest.approx(_brute_recall(x, y, k), abs=1e-12)
-    assert out["map_at_r"] == pytest.approx(_brute_map_at_r(x, y), abs=1e-12)
+        assert out[f"recall_at_{k}"] == pytest.approx(brute_recall(x, y, k), abs=1e-12)
+    assert out["map_at_r"] == pytest.approx(brute_map_at_r(x, y), abs=1e-12)
     clusters = KMeans(n_clusters=9, n_init=1, random_state=3).fit_predict(x)
     assert out["nmi"] == pytest.approx(_geometric_nmi(y, clusters), abs=1e-12)
     singular = np.linalg.svd(x.astype(np.float64), compute_uv=False)
@@ -261,7 +232,7 @@ def test_identical_rows_tie_whatever_the_block_size(rng):
             retrieval.first_positive_ranks(x, y, block_size=block), expected
         )
         assert retrieval.map_at_r(x, y, block_size=block) == pytest.approx(
-            _brute_map_at_r(x, y), abs=1e-12
+            brute_map_at_r(x, y), abs=1e-12
         )
 
 
@@ -269,7 +240,7 @@ def test_collapsed_rows_take_the_exact_per_row_path(rng, monkeypatch):
     monkeypatch.setattr(retrieval, "_count", lambda mask: np.full(len(mask), 10**9))
     x, y = np.ones((30, 2), np.float32), np.arange(30) % 4
     x[::5] = 0.0
-    assert retrieval.map_at_r(x, y, block_size=7) == pytest.approx(_brute_map_at_r(x, y))
+    assert retrieval.map_at_r(x, y, block_size=7) == pytest.approx(brute_map_at_r(x, y))
 
 
 def test_huge_values_are_refused():

@@ -19,7 +19,7 @@ import tensorflow as tf
 from tests import reference_ranking as rr
 from tests import reference_spectral as ref
 from tests.data import fake_trees
-from tests.metrics.test_retrieval import _brute_recall
+from tests.reference_retrieval import brute_recall
 from tf_svmax import data, losses, models
 from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers import retrieval
@@ -137,7 +137,7 @@ def test_digits_smoke_results_schema_and_outputs(tmp_path):
     embeddings = model.predict(x_test, verbose=0)
     for k in (1, 8):
         assert on_disk["evaluations"][-1][f"recall_at_{k}"] == pytest.approx(
-            _brute_recall(embeddings, y_test, k), abs=1e-9
+            brute_recall(embeddings, y_test, k), abs=1e-9
         )
 
 
@@ -276,7 +276,7 @@ def test_proxy_anchor_trace_is_each_steps_loss_and_s_mu(tmp_path):
     x_test, y_test = data.load_digits_open_set()["test"]
     embeddings = model.predict(x_test, verbose=0)
     assert results["evaluations"][-1]["recall_at_1"] == pytest.approx(
-        _brute_recall(embeddings, y_test, 1), abs=1e-9
+        brute_recall(embeddings, y_test, 1), abs=1e-9
     )
 
 
