@@ -14,20 +14,7 @@ def _batch_weights(sample_weight, y_pred, dtype):
     weights = tf.cast(tf.convert_to_tensor(sample_weight), dtype)
     if weights.shape.rank == 0:
         return weights
-    weights = tf.reshape(weights, [-1])
-    rows, count = y_pred.shape[0], weights.shape[0]
-    expected = "a scalar or one weight per row of y_pred"
-    if rows is not None and count is not None:
-        if rows != count:
-            raise ValueError(_checks.invalid("sample_weight", expected, f"<{count} weights>"))
-        return weights
-    check = tf.debugging.assert_equal(
-        tf.size(weights),
-        tf.shape(y_pred)[0],
-        message=f"Invalid value for argument `sample_weight`: expected {expected}.",
-    )
-    with tf.control_dependencies([check]):
-        return tf.identity(weights)
+    return _checks.same_rows(tf.reshape(weights, [-1]), y_pred, "sample_weight", "y_pred", "weight")
 
 
 BATCH_REDUCTIONS = ("sum_over_batch_size", "sum", "none", None)

@@ -60,8 +60,7 @@ def batch_hard_triplet_loss(
     """
     margin = _check_margin(margin)
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
-    labels = _common.flat_labels(labels, x.shape[0], arg="labels")
-    labels = _common.same_batch(labels, x, arg="labels")
+    labels = _common.flat_labels(labels, x, "labels", "embeddings")
     anchors = x if anchor_rows is None else x[anchor_rows[0] : anchor_rows[0] + anchor_rows[1]]
     dist = distances.cdist(anchors, x, metric)
     positives, negatives = _common.anchor_masks(labels, anchor_rows)

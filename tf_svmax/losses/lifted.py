@@ -48,8 +48,7 @@ def lifted_struct_loss(
       tensorflow-addons' is not (it differentiates through the shift).
     """
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
-    labels = _common.flat_labels(labels, x.shape[0], arg="labels")
-    labels = _common.same_batch(labels, x, arg="labels")
+    labels = _common.flat_labels(labels, x, "labels", "embeddings")
     if anchor_rows is None:
         window, own = None, None
     else:

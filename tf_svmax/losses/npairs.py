@@ -50,7 +50,7 @@ def npairs_loss(y_true, y_pred):
       A scalar of the dtype of `y_pred` (half precision computed in float32).
     """
     logits, dtype = _logits(y_pred)
-    labels = _common.flat_labels(y_true, logits.shape[0])
+    labels = _common.flat_labels(y_true, logits)
     same = tf.cast(tf.equal(labels[:, tf.newaxis], labels[tf.newaxis, :]), logits.dtype)
     targets = same / tf.reduce_sum(same, axis=1, keepdims=True)  # each row has its own label
     return _softmax_cross_entropy(targets, logits, dtype)

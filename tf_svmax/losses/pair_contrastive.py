@@ -145,8 +145,7 @@ def all_pairs_contrastive_loss(
     neg_margin = _checks.check_finite_number(neg_margin, "neg_margin")
     metric = _check_metric(metric)
     x, dtype = _common.embeddings_matrix(y_pred)
-    labels = _common.flat_labels(y_true, x.shape[0])
-    labels = _common.same_batch(labels, x)
+    labels = _common.flat_labels(y_true, x)
 
     def terms(rows):
         return _pair_terms(x, labels, metric, pos_margin, neg_margin, rows)

@@ -24,8 +24,7 @@ from tf_svmax.ops import _checks, distances
 def _inputs(y_true, y_pred):
     """``(embeddings, labels, dtype)``: the checked inputs, half precision promoted."""
     embeddings, dtype = _common.embeddings_matrix(y_pred)
-    labels = _common.flat_labels(y_true, embeddings.shape[0])
-    return embeddings, _common.same_batch(labels, embeddings), dtype
+    return embeddings, _common.flat_labels(y_true, embeddings), dtype
 
 
 def _anchor_distances(embeddings, labels, distance_metric, anchor_rows):
