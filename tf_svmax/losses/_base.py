@@ -171,3 +171,38 @@ class PerSampleLabelLoss(LabelLoss):
     """
 
     per_sample = True
+
+
+class LossFunctionWrapper:
+    """A loss class around a pure loss function, as Keras 3's `LossFunctionWrapper`: listed
+    before a Keras loss base (``class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss)``),
+    it takes the function and its validated keyword arguments; `call` is
+    ``fn(y_true, y_pred, **rows, **fn_kwargs)`` (``rows``: the base's ``anchor_rows`` or
+    `CrossBatchMemory`'s ``normalizer_rows``), each keyword argument is an attribute of the
+    loss, and `get_config` adds them to the base's config (a callable serialized by Keras)."""
+
+    def __init__(self, fn, fn_kwargs, **kwargs):
+        self._fn, self._fn_args = fn, tuple(fn_kwargs)
+        for key, value in fn_kwargs.items():
+            setattr(self, key, value)
+        super().__init__(**kwargs)
+
+    def call(self, y_true, y_pred, **rows):
+        return self._fn(
+            y_true, y_pred, **rows, **{key: getattr(self, key) for key in self._fn_args}
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        for key in self._fn_args:
+            value = getattr(self, key)
+            config[key] = keras.saving.serialize_keras_object(value) if callable(value) else value
+        return config
+
+
+def deserialize_callable(value):
+    """A callable argument as `LossFunctionWrapper.get_config` saved it (a Keras-serialized
+    dict), or `value` itself."""
+    if isinstance(value, dict):
+        return keras.saving.deserialize_keras_object(value)
+    return value

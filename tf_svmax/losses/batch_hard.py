@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import PerSampleLabelLoss
+from tf_svmax.losses._base import LossFunctionWrapper, PerSampleLabelLoss
 from tf_svmax.ops import _checks, distances
 
 MARGIN_MODES = ("soft", "none")
@@ -85,7 +85,7 @@ def batch_hard_triplet_loss(
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class BatchHardTripletLoss(PerSampleLabelLoss):
+class BatchHardTripletLoss(LossFunctionWrapper, PerSampleLabelLoss):
     """Keras loss for `batch_hard_triplet_loss` (mean over anchors by default).
 
     Example:
@@ -95,16 +95,7 @@ class BatchHardTripletLoss(PerSampleLabelLoss):
     splits_anchors = True
 
     def __init__(self, margin=0.2, metric="euclidean", name="batch_hard_triplet", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.margin = _check_margin(margin)
         if metric not in distances.CDIST_METRICS:
             raise ValueError(_checks.invalid("metric", f"one of {distances.CDIST_METRICS}", metric))
-        self.metric = metric
-
-    def call(self, y_true, y_pred, anchor_rows=None):
-        return batch_hard_triplet_loss(
-            y_true, y_pred, margin=self.margin, metric=self.metric, anchor_rows=anchor_rows
-        )
-
-    def get_config(self):
-        return {**super().get_config(), "margin": self.margin, "metric": self.metric}
+        fn_kwargs = {"margin": _check_margin(margin), "metric": metric}
+        super().__init__(batch_hard_triplet_loss, fn_kwargs, name=name, **kwargs)

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
 from tf_svmax.ops import _checks
 
 
@@ -104,22 +104,16 @@ def _per_replica(kwargs):
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class NpairsLoss(BatchPenaltyLoss):
+class NpairsLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `npairs_loss` (drop-in for `tfa.losses.NpairsLoss`)."""
 
     def __init__(self, name="npairs_loss", **kwargs):
-        super().__init__(name=name, **_per_replica(kwargs))
-
-    def call(self, y_true, y_pred):
-        return npairs_loss(y_true, y_pred)
+        super().__init__(npairs_loss, {}, name=name, **_per_replica(kwargs))
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class NpairsMultilabelLoss(BatchPenaltyLoss):
+class NpairsMultilabelLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `npairs_multilabel_loss` (drop-in for `tfa.losses.NpairsMultilabelLoss`)."""
 
     def __init__(self, name="npairs_multilabel_loss", **kwargs):
-        super().__init__(name=name, **_per_replica(kwargs))
-
-    def call(self, y_true, y_pred):
-        return npairs_multilabel_loss(y_true, y_pred)
+        super().__init__(npairs_multilabel_loss, {}, name=name, **_per_replica(kwargs))

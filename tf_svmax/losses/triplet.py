@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, deserialize_callable
 from tf_svmax.ops import _checks, distances
 
 
@@ -301,20 +301,8 @@ def _check_metric(distance_metric):
     )
 
 
-def _serialize_metric(distance_metric):
-    if callable(distance_metric):
-        return keras.saving.serialize_keras_object(distance_metric)
-    return distance_metric
-
-
-def _deserialize_metric(distance_metric):
-    if isinstance(distance_metric, dict):
-        return keras.saving.deserialize_keras_object(distance_metric)
-    return distance_metric
-
-
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class TripletSemiHardLoss(BatchPenaltyLoss):
+class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `triplet_semihard_loss` (drop-in for `tfa.losses.TripletSemiHardLoss`).
 
     `y_true`: `[batch_size]` integer labels; `y_pred`: `[batch_size, dim]` L2-normalized
@@ -324,30 +312,15 @@ class TripletSemiHardLoss(BatchPenaltyLoss):
     splits_anchors = True
 
     def __init__(self, margin=1.0, distance_metric="L2", name="triplet_semihard_loss", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.margin = _checks.check_finite_number(margin, "margin")
-        self.distance_metric = _check_metric(_deserialize_metric(distance_metric))
-
-    def call(self, y_true, y_pred, anchor_rows=None, normalizer_rows=None):
-        return triplet_semihard_loss(
-            y_true,
-            y_pred,
-            self.margin,
-            self.distance_metric,
-            anchor_rows=anchor_rows,
-            normalizer_rows=normalizer_rows,
+        fn_kwargs = dict(
+            margin=_checks.check_finite_number(margin, "margin"),
+            distance_metric=_check_metric(deserialize_callable(distance_metric)),
         )
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "margin": self.margin,
-            "distance_metric": _serialize_metric(self.distance_metric),
-        }
+        super().__init__(triplet_semihard_loss, fn_kwargs, name=name, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class TripletHardLoss(BatchPenaltyLoss):
+class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `triplet_hard_loss` (drop-in for `tfa.losses.TripletHardLoss`)."""
 
     splits_anchors = True
@@ -355,26 +328,9 @@ class TripletHardLoss(BatchPenaltyLoss):
     def __init__(
         self, margin=1.0, soft=False, distance_metric="L2", name="triplet_hard_loss", **kwargs
     ):
-        super().__init__(name=name, **kwargs)
-        self.margin = _checks.check_finite_number(margin, "margin")
-        self.soft = _checks.check_bool(soft, "soft")
-        self.distance_metric = _check_metric(_deserialize_metric(distance_metric))
-
-    def call(self, y_true, y_pred, anchor_rows=None, normalizer_rows=None):
-        return triplet_hard_loss(
-            y_true,
-            y_pred,
-            self.margin,
-            self.soft,
-            self.distance_metric,
-            anchor_rows=anchor_rows,
-            normalizer_rows=normalizer_rows,
+        fn_kwargs = dict(
+            margin=_checks.check_finite_number(margin, "margin"),
+            soft=_checks.check_bool(soft, "soft"),
+            distance_metric=_check_metric(deserialize_callable(distance_metric)),
         )
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "margin": self.margin,
-            "soft": self.soft,
-            "distance_metric": _serialize_metric(self.distance_metric),
-        }
+        super().__init__(triplet_hard_loss, fn_kwargs, name=name, **kwargs)
