@@ -19,6 +19,9 @@ from tf_svmax.ops import _checks, distances
 # `DotProductSimilarity(normalize_embeddings=False)`, the XBM paper's code on embeddings its
 # model already normalized); "euclidean": the plain Euclidean distance (its
 # `LpDistance(normalize_embeddings=False)`).
+# Not `tf_svmax.ops.distances.METRICS`: "cosine" and "dot" here are similarities (pulled up for
+# positives), and "euclidean" is pytorch-metric-learning's `LpDistance`, which is that table's
+# "L2" (exactly 0 at duplicates), not its cdist "euclidean" (1e-6 there).
 METRICS = ("cosine", "dot", "euclidean")
 SIMILARITIES = ("cosine", "dot")
 

@@ -55,7 +55,9 @@ def triplet_semihard_loss(
       y_true: `[batch_size]` (or `[batch_size, 1]`) class labels.
       y_pred: `[batch_size, dim]` embeddings (normally L2-normalized).
       margin: Margin term.
-      distance_metric: "L2", "squared-L2", "angular", or a callable mapping embeddings to a
+      distance_metric: "L2", "squared-L2", "angular" (tensorflow-addons'), a cdist name
+        ("euclidean", "sqeuclidean", "cityblock", "cosine"; see
+        `tf_svmax.ops.distances.METRICS`), or a callable mapping embeddings to a
         `[batch_size, batch_size]` distance matrix.
       anchor_rows: Optional ``(start, count)``: only the terms of those anchors, still divided
         by the whole batch's number of positive pairs, so that the values of disjoint anchor
@@ -256,7 +258,7 @@ def triplet_hard_loss(
       y_pred: `[batch_size, dim]` embeddings.
       margin: Margin term.
       soft: Use the soft (softplus) margin.
-      distance_metric: "L2", "squared-L2", "angular", or a callable.
+      distance_metric: As in `triplet_semihard_loss`.
       anchor_rows: Optional ``(start, count)``: the sum over those anchors only, divided by the
         batch size (see `triplet_semihard_loss`).
       normalizer_rows: Optional ``(start, count)``: divide by ``count`` (those anchors' number)
@@ -291,16 +293,6 @@ def _positive_pairs_of(labels, anchor_rows, dtype):
     return tf.cast(tf.math.count_nonzero(positives), dtype)
 
 
-def _check_metric(distance_metric):
-    if callable(distance_metric) or distance_metric in ("L2", "squared-L2", "angular"):
-        return distance_metric
-    raise ValueError(
-        _checks.invalid(
-            "distance_metric", "'L2', 'squared-L2', 'angular' or a callable", distance_metric
-        )
-    )
-
-
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `triplet_semihard_loss` (drop-in for `tfa.losses.TripletSemiHardLoss`).
@@ -314,7 +306,9 @@ class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     def __init__(self, margin=1.0, distance_metric="L2", name="triplet_semihard_loss", **kwargs):
         fn_kwargs = dict(
             margin=_checks.check_finite_number(margin, "margin"),
-            distance_metric=_check_metric(deserialize_callable(distance_metric)),
+            distance_metric=distances.check_metric(
+                deserialize_callable(distance_metric), allow_callable=True
+            ),
         )
         super().__init__(triplet_semihard_loss, fn_kwargs, name=name, **kwargs)
 
@@ -331,6 +325,8 @@ class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
         fn_kwargs = dict(
             margin=_checks.check_finite_number(margin, "margin"),
             soft=_checks.check_bool(soft, "soft"),
-            distance_metric=_check_metric(deserialize_callable(distance_metric)),
+            distance_metric=distances.check_metric(
+                deserialize_callable(distance_metric), allow_callable=True
+            ),
         )
         super().__init__(triplet_hard_loss, fn_kwargs, name=name, **kwargs)
