@@ -53,15 +53,11 @@ class LabelLoss(keras.losses.Loss):
 
     def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
         self.global_batch = check_global_batch(global_batch)
-        if self.per_sample and reduction not in PER_SAMPLE_REDUCTIONS:
+        reductions = PER_SAMPLE_REDUCTIONS if self.per_sample else BATCH_REDUCTIONS
+        if reduction not in reductions:
+            kind = "" if self.per_sample else " (a batch-level loss)"
             raise ValueError(
-                _checks.invalid("reduction", f"one of {PER_SAMPLE_REDUCTIONS}", reduction)
-            )
-        if not self.per_sample and reduction not in BATCH_REDUCTIONS:
-            raise ValueError(
-                _checks.invalid(
-                    "reduction", f"one of {list(BATCH_REDUCTIONS)} (a batch-level loss)", reduction
-                )
+                _checks.invalid("reduction", f"one of {list(reductions)}{kind}", reduction)
             )
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 

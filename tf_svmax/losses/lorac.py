@@ -95,8 +95,7 @@ def _check_settings(temperature, beta, prior, center, constant):
     prior's name); a ValueError names the argument otherwise."""
     temperature = _checks.check_positive_number(temperature, "temperature")
     beta = _checks.check_positive_number(beta, "beta", allow_inf=True)
-    if prior not in PRIORS:
-        raise ValueError(_checks.invalid("prior", f"one of {list(PRIORS)}", prior))
+    prior = _checks.check_choice(prior, "prior", PRIORS)
     # c0 and c are values of ||Q||_* (the Gaussian's centre, the margin prior's stand-in for the
     # norm; seed 003 Sec. 6: sqrt(5) and 3, "a similar value of ||Q||_* at convergence"), so
     # finite and >= 0; a negative c would be a bonus, not a margin (c = -1e9 gave a zero loss).
