@@ -1,4 +1,6 @@
-"""Shared plumbing for losses whose value is one scalar for the whole mini-batch."""
+"""The library's loss base class, `LabelLoss` (one scalar per batch, `BatchPenaltyLoss`, or one
+value per sample, `PerSampleLabelLoss`), and `LossFunctionWrapper`, which makes a loss class of a
+pure loss function and its keyword arguments."""
 
 import collections
 

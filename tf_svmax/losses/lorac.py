@@ -169,6 +169,10 @@ class LORACLoss(keras.losses.Loss):
     ``y_pred`` is a mapping with ``"queries"`` `[N, M-1, C]`, ``"positive_keys"`` `[N, C]` and
     ``"negative_keys"`` `[K, C]`; ``y_true`` is ignored (self-supervised). A training step calls
     it directly: ``loss(None, {"queries": q, "positive_keys": k, "negative_keys": queue})``.
+
+    Keras' `Loss` rather than the library's `LabelLoss`: there are no labels and ``y_pred`` is a
+    mapping whose negative keys (a queue shared by all instances) are not rows of the batch, so
+    there is no global batch to gather; the per-instance values are reduced as Keras does.
     """
 
     def __init__(
