@@ -169,7 +169,7 @@ def test_bad_input_names_the_argument(rng):
     e = ref.unit_rows(rng, 8, 4)
     with pytest.raises(ValueError, match=r"argument `y_true`.*shape"):
         losses.triplet_semihard_loss(np.zeros((8, 2)), e)
-    with pytest.raises(ValueError, match=r"argument `y_true`.*one label per embedding"):
+    with pytest.raises(ValueError, match=r"argument `y_true`.*one label per row"):
         losses.triplet_hard_loss(np.zeros(7), e)
     with pytest.raises(TypeError, match=r"argument `y_true`"):
         losses.triplet_hard_loss(np.array(["a"] * 8), e)
@@ -187,7 +187,7 @@ def test_bad_input_names_the_argument(rng):
         losses.triplet_semihard_loss,
         input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 4], tf.float32)],
     )
-    with pytest.raises(tf.errors.InvalidArgumentError, match="one label per embedding"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one label per row"):
         fn(np.zeros(7, np.int32), e)
 
 

@@ -268,7 +268,7 @@ def test_bad_arguments_are_refused_in_the_library_s_format():
             AllPairsContrastiveLoss(pos_margin=margin)
         with pytest.raises(ValueError, match=r"argument `neg_margin`"):
             all_pairs_contrastive_loss([0, 1, 1], x, neg_margin=margin)
-    with pytest.raises(ValueError, match=r"argument `y_true`.*one label per embedding"):
+    with pytest.raises(ValueError, match=r"argument `y_true`.*one label per row"):
         all_pairs_contrastive_loss([0, 1], x)
     with pytest.raises(ValueError, match=r"argument `y_true`.*\[N\] or \[N, 1\]"):
         all_pairs_contrastive_loss(np.zeros((3, 2)), x)

@@ -336,7 +336,7 @@ def test_batch_hard_class_reductions_and_label_errors(rng):
             losses.BatchHardTripletLoss(margin=margin)
     with pytest.raises(ValueError, match=r"argument `metric`"):
         losses.BatchHardTripletLoss(metric="cos")
-    with pytest.raises(ValueError, match=r"argument `labels`.*one label per embedding"):
+    with pytest.raises(ValueError, match=r"argument `labels`.*one label per row"):
         losses.batch_hard_triplet_loss(np.zeros(5), x)
 
 

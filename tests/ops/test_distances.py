@@ -72,3 +72,89 @@ def test_distance_rows_are_rows_of_the_matrix(rng, squared):
     np.testing.assert_allclose(
         distances.angular_distance(x, rows=(3, 6)).numpy(), angular[3:9], rtol=1e-6, atol=1e-6
     )
+
+
+# Each spelling's one meaning (tf_svmax.ops.distances.METRICS), from SciPy/NumPy on float64 rows:
+# TFA's names with TFA's definitions (exactly zero where a row meets itself), the cdist
+# names with the originals' (1e-12 under the square root; cosine of the rows as given).
+def _scipy_table(x):
+    from scipy.spatial import distance as sd  # noqa: PLC0415 (test-only dependency)
+
+    sq = sd.cdist(x, x, "sqeuclidean")
+    itself = np.eye(len(x), dtype=bool)
+    return {
+        "L2": np.where(itself, 0.0, sd.cdist(x, x, "euclidean")),
+        "squared-L2": np.where(itself, 0.0, sq),
+        "angular": np.maximum(sd.cdist(x, x, "cosine"), 0.0),
+        "euclidean": np.sqrt(sq + 1e-12),
+        "sqeuclidean": sq,
+        "cityblock": sd.cdist(x, x, "cityblock"),
+        "cosine": 1.0 - x @ x.T,
+    }
+
+
+@pytest.mark.parametrize("metric", distances.METRICS)
+def test_every_metric_spelling_has_its_one_meaning(rng, metric):
+    x = rng.standard_normal((9, 5))
+    expected = _scipy_table(x)[metric]
+    # "euclidean" at zero distance: the Gram expansion's ~1e-15 beside the 1e-12 moves the 1e-6
+    # by ~1e-9 (cdist's exactness note; test_cdist_values_and_gradients_... allows 1e-8 too).
+    atol = 1e-8 if metric == "euclidean" else 1e-12
+    got = distances.distance_matrix(tf.constant(x), metric).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=atol)
+    rows = distances.distance_matrix(tf.constant(x), metric, rows=(2, 5)).numpy()
+    np.testing.assert_allclose(rows, expected[2:7], rtol=1e-9, atol=atol)
+    assert distances.check_metric(metric) == metric
+
+
+def test_the_two_families_differ_where_their_definitions_do(rng):
+    x = rng.standard_normal((6, 3))  # rows not normalized
+    table = {m: distances.distance_matrix(tf.constant(x), m).numpy() for m in distances.METRICS}
+    # "L2" is exactly 0 on the diagonal, "euclidean" 1e-6 (sqrt of the 1e-12).
+    assert np.all(np.diag(table["L2"]) == 0.0)
+    np.testing.assert_allclose(np.diag(table["euclidean"]), 1e-6, rtol=1e-6)
+    # "angular" normalizes the rows, "cosine" does not.
+    assert not np.allclose(table["angular"], table["cosine"])
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    np.testing.assert_allclose(
+        distances.distance_matrix(tf.constant(unit), "cosine").numpy(),
+        table["angular"],
+        atol=1e-12,
+    )
+
+
+def test_check_metric_refuses_other_names_and_callables_unless_allowed():
+    for bad in ("L1", "cos", "Euclidean", None, 2):
+        with pytest.raises(ValueError, match=r"argument `distance_metric`"):
+            distances.check_metric(bad)
+    with pytest.raises(ValueError, match=r"argument `metric`.*or a callable"):
+        distances.check_metric("dot", "metric", allow_callable=True)
+    with pytest.raises(ValueError, match=r"argument `metric`"):
+        distances.check_metric(np.abs, "metric")
+    assert distances.check_metric(np.abs, allow_callable=True) is np.abs
+
+
+@pytest.mark.parametrize("metric", distances.METRICS)
+def test_the_losses_read_both_spellings_from_the_one_table(rng, metric):
+    from tf_svmax import losses  # noqa: PLC0415
+
+    x = rng.standard_normal((8, 4))
+    y = np.repeat(np.arange(4), 2)
+    table = _scipy_table(x)[metric]
+    given = lambda e: tf.constant(table)  # noqa: E731 (the table as TFA's custom distance)
+    for fn in (losses.triplet_semihard_loss, losses.triplet_hard_loss):
+        np.testing.assert_allclose(
+            fn(y, x, distance_metric=metric).numpy(),
+            fn(y, x, distance_metric=given).numpy(),
+            rtol=1e-9,
+        )
+    # batch_hard_triplet_loss with the same distances: farthest positive - closest negative.
+    same = y[:, None] == y[None, :]
+    positive = np.where(same & ~np.eye(8, dtype=bool), table, 0.0).max(axis=1)
+    negative = np.where(same, np.inf, table).min(axis=1)
+    np.testing.assert_allclose(
+        losses.batch_hard_triplet_loss(y, x, margin="none", metric=metric).numpy(),
+        positive - negative,
+        rtol=1e-9,
+        atol=1e-12,
+    )

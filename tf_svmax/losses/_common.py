@@ -5,8 +5,8 @@ import tensorflow as tf
 from tf_svmax.ops import _checks
 
 
-def flat_labels(labels, num_rows, arg="y_true"):
-    """Flattens `[N]` or `[N, 1]` labels and checks there is one per embedding row.
+def flat_labels(labels, embeddings, arg="y_true", embeddings_arg="y_pred"):
+    """Flattens `[N]` or `[N, 1]` labels and checks there is one per row of `embeddings`.
 
     Labels are compared for equality in their own dtype (never cast to float, which would
     merge large integer ids).
@@ -16,34 +16,12 @@ def flat_labels(labels, num_rows, arg="y_true"):
         raise TypeError(
             _checks.invalid(arg, "numeric class labels", f"<tensor of dtype {labels.dtype.name}>")
         )
-    n_labels = labels.shape[0]
-    if isinstance(num_rows, int) and n_labels is not None and n_labels != num_rows:
-        raise ValueError(
-            f"Invalid value for argument `{arg}`. Expected one label per embedding "
-            f"({num_rows}). Received: {n_labels} labels."
-        )
-    return labels
+    return _checks.same_rows(labels, embeddings, arg, embeddings_arg, unit="label")
 
 
 def embeddings_matrix(y_pred, arg="y_pred"):
     """`(embeddings, input_dtype)` with half precision promoted to float32, like TFA."""
     return _checks.float_matrix(y_pred, arg)
-
-
-def same_batch(labels, embeddings, arg="y_true"):
-    """Adds a run-time check that labels and embeddings have the same number of rows."""
-    if labels.shape[0] is not None and embeddings.shape[0] is not None:
-        return labels  # checked statically in flat_labels
-    with tf.control_dependencies(
-        [
-            tf.debugging.assert_equal(
-                tf.shape(labels)[0],
-                tf.shape(embeddings)[0],
-                message=f"Invalid value for argument `{arg}`: expected one label per embedding.",
-            )
-        ]
-    ):
-        return tf.identity(labels)
 
 
 def label_masks(labels):

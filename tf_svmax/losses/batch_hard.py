@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import PerSampleLabelLoss
+from tf_svmax.losses._base import LossFunctionWrapper, PerSampleLabelLoss
 from tf_svmax.ops import _checks, distances
 
 MARGIN_MODES = ("soft", "none")
@@ -51,7 +51,9 @@ def batch_hard_triplet_loss(
       embeddings: `[B, D]` embeddings (normally L2-normalized).
       margin: A float >= 0 (paper: 0.2), ``"soft"`` or ``"none"``.
       metric: ``"euclidean"`` (with the originals' 1e-12 under the square root),
-        ``"sqeuclidean"``, ``"cityblock"`` or ``"cosine"``.
+        ``"sqeuclidean"``, ``"cityblock"`` or ``"cosine"`` (the originals' `cdist`), or
+        tensorflow-addons' ``"L2"``, ``"squared-L2"`` or ``"angular"`` (see
+        `tf_svmax.ops.distances.METRICS`: each name keeps its own definition).
       anchor_rows: Optional ``(start, count)``: the losses of those anchors only (against the
         whole batch), e.g. a replica's own rows of a gathered global batch.
 
@@ -59,11 +61,10 @@ def batch_hard_triplet_loss(
       `[B]` (or `[count]`) losses in the embeddings' dtype (half precision computed in float32).
     """
     margin = _check_margin(margin)
+    metric = distances.check_metric(metric, "metric")
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
-    labels = _common.flat_labels(labels, x.shape[0], arg="labels")
-    labels = _common.same_batch(labels, x, arg="labels")
-    anchors = x if anchor_rows is None else x[anchor_rows[0] : anchor_rows[0] + anchor_rows[1]]
-    dist = distances.cdist(anchors, x, metric)
+    labels = _common.flat_labels(labels, x, "labels", "embeddings")
+    dist = distances.distance_matrix(x, metric, rows=anchor_rows)
     positives, negatives = _common.anchor_masks(labels, anchor_rows)
 
     # Farthest positive (0 where there is none) and closest negative.
@@ -86,7 +87,7 @@ def batch_hard_triplet_loss(
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class BatchHardTripletLoss(PerSampleLabelLoss):
+class BatchHardTripletLoss(LossFunctionWrapper, PerSampleLabelLoss):
     """Keras loss for `batch_hard_triplet_loss` (mean over anchors by default).
 
     Example:
@@ -96,16 +97,8 @@ class BatchHardTripletLoss(PerSampleLabelLoss):
     splits_anchors = True
 
     def __init__(self, margin=0.2, metric="euclidean", name="batch_hard_triplet", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.margin = _check_margin(margin)
-        if metric not in distances.CDIST_METRICS:
-            raise ValueError(_checks.invalid("metric", f"one of {distances.CDIST_METRICS}", metric))
-        self.metric = metric
-
-    def call(self, y_true, y_pred, anchor_rows=None):
-        return batch_hard_triplet_loss(
-            y_true, y_pred, margin=self.margin, metric=self.metric, anchor_rows=anchor_rows
-        )
-
-    def get_config(self):
-        return {**super().get_config(), "margin": self.margin, "metric": self.metric}
+        fn_kwargs = {
+            "margin": _check_margin(margin),
+            "metric": distances.check_metric(metric, "metric"),
+        }
+        super().__init__(batch_hard_triplet_loss, fn_kwargs, name=name, **kwargs)

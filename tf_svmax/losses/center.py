@@ -41,6 +41,11 @@ class CenterLoss(keras.losses.Loss):
     the mining losses): the value is a sum of per-row terms costing O(B D), no more than the
     gather itself, and the center update needs every row's pull on the class centers, which
     each replica would otherwise all-reduce as a `[C, D]` tensor.
+
+    Not a `BatchPenaltyLoss`: its value is always scaled by the weights' mean whatever the
+    `reduction` (the base would scale ``"sum"`` by their sum and return one entry per row for
+    ``"none"``), it accepts weights of any length, and it refuses ``global_batch=False`` under a
+    strategy (per-replica centers); moving it would change those.
     """
 
     def __init__(

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from tf_svmax.losses._base import LossFunctionWrapper
 from tf_svmax.ops import _checks
 
 
@@ -30,20 +31,17 @@ def contrastive_loss(y_true, y_pred, margin=1.0):
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class ContrastiveLoss(keras.losses.Loss):
+class ContrastiveLoss(LossFunctionWrapper, keras.losses.Loss):
     """Keras loss for `contrastive_loss` (drop-in for `tfa.losses.ContrastiveLoss`).
 
-    Reduced with Keras' `reduction` (default ``"sum_over_batch_size"``, as in TFA).
+    Reduced with Keras' `reduction` (default ``"sum_over_batch_size"``, as in TFA). Keras'
+    `Loss` rather than the library's `PerSampleLabelLoss`: the rows are independent pairs
+    (given distances and 0/1 labels, no labels compared across rows), so a global batch would
+    change nothing, and TFA's class reduces as Keras does (its reductions, masks, float labels).
     """
 
     def __init__(
         self, margin=1.0, reduction="sum_over_batch_size", name="contrastive_loss", **kwargs
     ):
-        super().__init__(name=name, reduction=reduction, **kwargs)
-        self.margin = _checks.check_finite_number(margin, "margin")
-
-    def call(self, y_true, y_pred):
-        return contrastive_loss(y_true, y_pred, self.margin)
-
-    def get_config(self):
-        return {**super().get_config(), "margin": self.margin}
+        fn_kwargs = {"margin": _checks.check_finite_number(margin, "margin")}
+        super().__init__(contrastive_loss, fn_kwargs, name=name, reduction=reduction, **kwargs)

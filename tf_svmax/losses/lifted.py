@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
 from tf_svmax.ops import _checks, distances
 
 
@@ -48,8 +48,7 @@ def lifted_struct_loss(
       tensorflow-addons' is not (it differentiates through the shift).
     """
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
-    labels = _common.flat_labels(labels, x.shape[0], arg="labels")
-    labels = _common.same_batch(labels, x, arg="labels")
+    labels = _common.flat_labels(labels, x, "labels", "embeddings")
     if anchor_rows is None:
         window, own = None, None
     else:
@@ -122,7 +121,7 @@ def _negative_sums(margin, pdist, negatives):
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class LiftedStructLoss(BatchPenaltyLoss):
+class LiftedStructLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `lifted_struct_loss` (drop-in for `tfa.losses.LiftedStructLoss`;
     ``squared=True`` is the SVMax repository's squared-distance variant).
 
@@ -135,19 +134,8 @@ class LiftedStructLoss(BatchPenaltyLoss):
     splits_anchors = True
 
     def __init__(self, margin=1.0, squared=False, name="lifted_struct_loss", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.margin = _checks.check_finite_number(margin, "margin")
-        self.squared = _checks.check_bool(squared, "squared")
-
-    def call(self, y_true, y_pred, anchor_rows=None, normalizer_rows=None):
-        return lifted_struct_loss(
-            y_true,
-            y_pred,
-            self.margin,
-            squared=self.squared,
-            anchor_rows=anchor_rows,
-            normalizer_rows=normalizer_rows,
+        fn_kwargs = dict(
+            margin=_checks.check_finite_number(margin, "margin"),
+            squared=_checks.check_bool(squared, "squared"),
         )
-
-    def get_config(self):
-        return {**super().get_config(), "margin": self.margin, "squared": self.squared}
+        super().__init__(lifted_struct_loss, fn_kwargs, name=name, **kwargs)

@@ -95,8 +95,7 @@ def _check_settings(temperature, beta, prior, center, constant):
     prior's name); a ValueError names the argument otherwise."""
     temperature = _checks.check_positive_number(temperature, "temperature")
     beta = _checks.check_positive_number(beta, "beta", allow_inf=True)
-    if prior not in PRIORS:
-        raise ValueError(_checks.invalid("prior", f"one of {list(PRIORS)}", prior))
+    prior = _checks.check_choice(prior, "prior", PRIORS)
     # c0 and c are values of ||Q||_* (the Gaussian's centre, the margin prior's stand-in for the
     # norm; seed 003 Sec. 6: sqrt(5) and 3, "a similar value of ||Q||_* at convergence"), so
     # finite and >= 0; a negative c would be a bonus, not a margin (c = -1e9 gave a zero loss).
@@ -170,6 +169,10 @@ class LORACLoss(keras.losses.Loss):
     ``y_pred`` is a mapping with ``"queries"`` `[N, M-1, C]`, ``"positive_keys"`` `[N, C]` and
     ``"negative_keys"`` `[K, C]`; ``y_true`` is ignored (self-supervised). A training step calls
     it directly: ``loss(None, {"queries": q, "positive_keys": k, "negative_keys": queue})``.
+
+    Keras' `Loss` rather than the library's `LabelLoss`: there are no labels and ``y_pred`` is a
+    mapping whose negative keys (a queue shared by all instances) are not rows of the batch, so
+    there is no global batch to gather; the per-instance values are reduced as Keras does.
     """
 
     def __init__(

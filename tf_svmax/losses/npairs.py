@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
 from tf_svmax.ops import _checks
 
 
@@ -50,7 +50,7 @@ def npairs_loss(y_true, y_pred):
       A scalar of the dtype of `y_pred` (half precision computed in float32).
     """
     logits, dtype = _logits(y_pred)
-    labels = _common.flat_labels(y_true, logits.shape[0])
+    labels = _common.flat_labels(y_true, logits)
     same = tf.cast(tf.equal(labels[:, tf.newaxis], labels[tf.newaxis, :]), logits.dtype)
     targets = same / tf.reduce_sum(same, axis=1, keepdims=True)  # each row has its own label
     return _softmax_cross_entropy(targets, logits, dtype)
@@ -104,22 +104,16 @@ def _per_replica(kwargs):
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class NpairsLoss(BatchPenaltyLoss):
+class NpairsLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `npairs_loss` (drop-in for `tfa.losses.NpairsLoss`)."""
 
     def __init__(self, name="npairs_loss", **kwargs):
-        super().__init__(name=name, **_per_replica(kwargs))
-
-    def call(self, y_true, y_pred):
-        return npairs_loss(y_true, y_pred)
+        super().__init__(npairs_loss, {}, name=name, **_per_replica(kwargs))
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class NpairsMultilabelLoss(BatchPenaltyLoss):
+class NpairsMultilabelLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `npairs_multilabel_loss` (drop-in for `tfa.losses.NpairsMultilabelLoss`)."""
 
     def __init__(self, name="npairs_multilabel_loss", **kwargs):
-        super().__init__(name=name, **_per_replica(kwargs))
-
-    def call(self, y_true, y_pred):
-        return npairs_multilabel_loss(y_true, y_pred)
+        super().__init__(npairs_multilabel_loss, {}, name=name, **_per_replica(kwargs))

@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
 from tf_svmax.ops import _checks, distances
 
 # "cosine": cosine similarity (rows L2-normalized here; pytorch-metric-learning's
@@ -19,6 +19,9 @@ from tf_svmax.ops import _checks, distances
 # `DotProductSimilarity(normalize_embeddings=False)`, the XBM paper's code on embeddings its
 # model already normalized); "euclidean": the plain Euclidean distance (its
 # `LpDistance(normalize_embeddings=False)`).
+# Not `tf_svmax.ops.distances.METRICS`: "cosine" and "dot" here are similarities (pulled up for
+# positives), and "euclidean" is pytorch-metric-learning's `LpDistance`, which is that table's
+# "L2" (exactly 0 at duplicates), not its cdist "euclidean" (1e-6 there).
 METRICS = ("cosine", "dot", "euclidean")
 SIMILARITIES = ("cosine", "dot")
 
@@ -145,8 +148,7 @@ def all_pairs_contrastive_loss(
     neg_margin = _checks.check_finite_number(neg_margin, "neg_margin")
     metric = _check_metric(metric)
     x, dtype = _common.embeddings_matrix(y_pred)
-    labels = _common.flat_labels(y_true, x.shape[0])
-    labels = _common.same_batch(labels, x)
+    labels = _common.flat_labels(y_true, x)
 
     def terms(rows):
         return _pair_terms(x, labels, metric, pos_margin, neg_margin, rows)
@@ -163,7 +165,7 @@ def all_pairs_contrastive_loss(
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class AllPairsContrastiveLoss(BatchPenaltyLoss):
+class AllPairsContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `all_pairs_contrastive_loss` (pytorch-metric-learning's
     `ContrastiveLoss`; defaults: the XBM paper's cosine similarity, margins 1 and 0.5).
 
@@ -188,26 +190,9 @@ class AllPairsContrastiveLoss(BatchPenaltyLoss):
         name="all_pairs_contrastive",
         **kwargs,
     ):
-        super().__init__(name=name, **kwargs)
-        self.pos_margin = _checks.check_finite_number(pos_margin, "pos_margin")
-        self.neg_margin = _checks.check_finite_number(neg_margin, "neg_margin")
-        self.metric = _check_metric(metric)
-
-    def call(self, y_true, y_pred, anchor_rows=None, normalizer_rows=None):
-        return all_pairs_contrastive_loss(
-            y_true,
-            y_pred,
-            pos_margin=self.pos_margin,
-            neg_margin=self.neg_margin,
-            metric=self.metric,
-            anchor_rows=anchor_rows,
-            normalizer_rows=normalizer_rows,
+        fn_kwargs = dict(
+            pos_margin=_checks.check_finite_number(pos_margin, "pos_margin"),
+            neg_margin=_checks.check_finite_number(neg_margin, "neg_margin"),
+            metric=_check_metric(metric),
         )
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "pos_margin": self.pos_margin,
-            "neg_margin": self.neg_margin,
-            "metric": self.metric,
-        }
+        super().__init__(all_pairs_contrastive_loss, fn_kwargs, name=name, **kwargs)

@@ -31,8 +31,7 @@ def _check_pk(labels, x, batch_k, expected_k):
         raise ValueError(
             _checks.invalid("batch_k", f"{expected_k} (the originals' pair layout)", batch_k)
         )
-    labels = _common.flat_labels(labels, x.shape[0], arg="labels")
-    labels = _common.same_batch(labels, x, arg="labels")
+    labels = _common.flat_labels(labels, x, "labels", "embeddings")
     group = 2 * batch_k if expected_k == 4 else batch_k
     rows = x.shape[0]
     if rows is not None and rows % group:

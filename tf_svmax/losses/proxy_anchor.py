@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
 from tf_svmax.ops import _checks
 from tf_svmax.ops.ole import class_labels
 
@@ -109,7 +109,7 @@ def _own_proxies(anchor_rows, rows, classes):
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class ProxyAnchorLoss(BatchPenaltyLoss):
+class ProxyAnchorLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `proxy_anchor_loss`; `y_pred` is the `[B, C]` output of `CosineProxies`.
 
     Under a `tf.distribute` strategy each replica computes its share of the proxies over the
@@ -120,14 +120,8 @@ class ProxyAnchorLoss(BatchPenaltyLoss):
     splits_anchors = True
 
     def __init__(self, alpha=32.0, delta=0.1, name="proxy_anchor", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.alpha = _checks.check_non_negative_number(alpha, "alpha")
-        self.delta = _checks.check_non_negative_number(delta, "delta")
-
-    def call(self, y_true, y_pred, anchor_rows=None):
-        return proxy_anchor_loss(
-            y_true, y_pred, alpha=self.alpha, delta=self.delta, anchor_rows=anchor_rows
+        fn_kwargs = dict(
+            alpha=_checks.check_non_negative_number(alpha, "alpha"),
+            delta=_checks.check_non_negative_number(delta, "delta"),
         )
-
-    def get_config(self):
-        return {**super().get_config(), "alpha": self.alpha, "delta": self.delta}
+        super().__init__(proxy_anchor_loss, fn_kwargs, name=name, **kwargs)

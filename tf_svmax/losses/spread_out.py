@@ -50,8 +50,7 @@ def spread_out_loss(labels, embeddings, negatives):
       A scalar: ``M1^2 + max(0, M2 - 1/D)`` over the rows that have a negative; 0 if none does.
     """
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
-    labels = _common.flat_labels(labels, x.shape[0], arg="labels")
-    _common.same_batch(labels, x, arg="labels")
+    _common.flat_labels(labels, x, "labels", "embeddings")  # checked only: one label per row
     negatives = tf.reshape(tf.convert_to_tensor(negatives), [-1])
     valid = negatives >= 0
     products = tf.reduce_sum(x * tf.gather(x, tf.maximum(negatives, 0)), axis=1)

@@ -17,15 +17,14 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, deserialize_callable
 from tf_svmax.ops import _checks, distances
 
 
 def _inputs(y_true, y_pred):
     """``(embeddings, labels, dtype)``: the checked inputs, half precision promoted."""
     embeddings, dtype = _common.embeddings_matrix(y_pred)
-    labels = _common.flat_labels(y_true, embeddings.shape[0])
-    return embeddings, _common.same_batch(labels, embeddings), dtype
+    return embeddings, _common.flat_labels(y_true, embeddings), dtype
 
 
 def _anchor_distances(embeddings, labels, distance_metric, anchor_rows):
@@ -56,7 +55,9 @@ def triplet_semihard_loss(
       y_true: `[batch_size]` (or `[batch_size, 1]`) class labels.
       y_pred: `[batch_size, dim]` embeddings (normally L2-normalized).
       margin: Margin term.
-      distance_metric: "L2", "squared-L2", "angular", or a callable mapping embeddings to a
+      distance_metric: "L2", "squared-L2", "angular" (tensorflow-addons'), a cdist name
+        ("euclidean", "sqeuclidean", "cityblock", "cosine"; see
+        `tf_svmax.ops.distances.METRICS`), or a callable mapping embeddings to a
         `[batch_size, batch_size]` distance matrix.
       anchor_rows: Optional ``(start, count)``: only the terms of those anchors, still divided
         by the whole batch's number of positive pairs, so that the values of disjoint anchor
@@ -257,7 +258,7 @@ def triplet_hard_loss(
       y_pred: `[batch_size, dim]` embeddings.
       margin: Margin term.
       soft: Use the soft (softplus) margin.
-      distance_metric: "L2", "squared-L2", "angular", or a callable.
+      distance_metric: As in `triplet_semihard_loss`.
       anchor_rows: Optional ``(start, count)``: the sum over those anchors only, divided by the
         batch size (see `triplet_semihard_loss`).
       normalizer_rows: Optional ``(start, count)``: divide by ``count`` (those anchors' number)
@@ -292,30 +293,8 @@ def _positive_pairs_of(labels, anchor_rows, dtype):
     return tf.cast(tf.math.count_nonzero(positives), dtype)
 
 
-def _check_metric(distance_metric):
-    if callable(distance_metric) or distance_metric in ("L2", "squared-L2", "angular"):
-        return distance_metric
-    raise ValueError(
-        _checks.invalid(
-            "distance_metric", "'L2', 'squared-L2', 'angular' or a callable", distance_metric
-        )
-    )
-
-
-def _serialize_metric(distance_metric):
-    if callable(distance_metric):
-        return keras.saving.serialize_keras_object(distance_metric)
-    return distance_metric
-
-
-def _deserialize_metric(distance_metric):
-    if isinstance(distance_metric, dict):
-        return keras.saving.deserialize_keras_object(distance_metric)
-    return distance_metric
-
-
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class TripletSemiHardLoss(BatchPenaltyLoss):
+class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `triplet_semihard_loss` (drop-in for `tfa.losses.TripletSemiHardLoss`).
 
     `y_true`: `[batch_size]` integer labels; `y_pred`: `[batch_size, dim]` L2-normalized
@@ -325,30 +304,17 @@ class TripletSemiHardLoss(BatchPenaltyLoss):
     splits_anchors = True
 
     def __init__(self, margin=1.0, distance_metric="L2", name="triplet_semihard_loss", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.margin = _checks.check_finite_number(margin, "margin")
-        self.distance_metric = _check_metric(_deserialize_metric(distance_metric))
-
-    def call(self, y_true, y_pred, anchor_rows=None, normalizer_rows=None):
-        return triplet_semihard_loss(
-            y_true,
-            y_pred,
-            self.margin,
-            self.distance_metric,
-            anchor_rows=anchor_rows,
-            normalizer_rows=normalizer_rows,
+        fn_kwargs = dict(
+            margin=_checks.check_finite_number(margin, "margin"),
+            distance_metric=distances.check_metric(
+                deserialize_callable(distance_metric), allow_callable=True
+            ),
         )
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "margin": self.margin,
-            "distance_metric": _serialize_metric(self.distance_metric),
-        }
+        super().__init__(triplet_semihard_loss, fn_kwargs, name=name, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class TripletHardLoss(BatchPenaltyLoss):
+class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `triplet_hard_loss` (drop-in for `tfa.losses.TripletHardLoss`)."""
 
     splits_anchors = True
@@ -356,26 +322,11 @@ class TripletHardLoss(BatchPenaltyLoss):
     def __init__(
         self, margin=1.0, soft=False, distance_metric="L2", name="triplet_hard_loss", **kwargs
     ):
-        super().__init__(name=name, **kwargs)
-        self.margin = _checks.check_finite_number(margin, "margin")
-        self.soft = _checks.check_bool(soft, "soft")
-        self.distance_metric = _check_metric(_deserialize_metric(distance_metric))
-
-    def call(self, y_true, y_pred, anchor_rows=None, normalizer_rows=None):
-        return triplet_hard_loss(
-            y_true,
-            y_pred,
-            self.margin,
-            self.soft,
-            self.distance_metric,
-            anchor_rows=anchor_rows,
-            normalizer_rows=normalizer_rows,
+        fn_kwargs = dict(
+            margin=_checks.check_finite_number(margin, "margin"),
+            soft=_checks.check_bool(soft, "soft"),
+            distance_metric=distances.check_metric(
+                deserialize_callable(distance_metric), allow_callable=True
+            ),
         )
-
-    def get_config(self):
-        return {
-            **super().get_config(),
-            "margin": self.margin,
-            "soft": self.soft,
-            "distance_metric": _serialize_metric(self.distance_metric),
-        }
+        super().__init__(triplet_hard_loss, fn_kwargs, name=name, **kwargs)

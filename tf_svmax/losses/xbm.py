@@ -182,7 +182,7 @@ def _check_loss(loss):
 
 def _integer_labels(y_true, y_pred):
     # The losses' shared check: [N] or [N, 1] numeric labels, one per embedding row.
-    labels = flat_labels(y_true, y_pred.shape[0])
+    labels = flat_labels(y_true, y_pred)
     if labels.dtype in (tf.bool, tf.uint64):
         raise TypeError(
             _checks.invalid(

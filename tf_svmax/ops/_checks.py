@@ -167,22 +167,23 @@ def warn_once(key, message):
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def same_rows(first, second, first_arg, second_arg):
-    """`first`, checked to have as many rows (first dimension) as `second`: a ValueError naming
-    `first_arg` when both are known statically, otherwise a run-time assertion with the same
-    message (an InvalidArgumentError in a traced function). Rank-0 tensors are not checked."""
+def same_rows(first, second, first_arg, second_arg, unit="row"):
+    """`first`, checked to have one `unit` (row, label, weight) per row of `second`: a
+    ValueError naming `first_arg` when both row counts are known statically, otherwise a
+    run-time assertion with the same message (an InvalidArgumentError in a traced function).
+    Rank-0 tensors are not checked. The library's one row-count check."""
     first, second = tf.convert_to_tensor(first), tf.convert_to_tensor(second)
     if first.shape.rank == 0 or second.shape.rank == 0:
         return first
     message = (
-        f"Invalid value for argument `{first_arg}`. Expected one row per row of `{second_arg}`"
+        f"Invalid value for argument `{first_arg}`. Expected one {unit} per row of `{second_arg}`"
     )
     # Rank None (unknown) leaves the row count to the run-time check.
     rows = first.shape[0] if first.shape.rank else None
     expected = second.shape[0] if second.shape.rank else None
     if rows is not None and expected is not None:
         if rows != expected:
-            raise ValueError(f"{message} ({expected}). Received: {rows} rows.")
+            raise ValueError(f"{message} ({expected}). Received: {rows} {unit}s.")
         return first
     with tf.control_dependencies(
         [tf.debugging.assert_equal(tf.shape(first)[0], tf.shape(second)[0], message=message)]

@@ -87,12 +87,42 @@ def angular_distance(feature, *, rows=None):
     return tf.cast(distances, dtype)
 
 
+# Every accepted spelling of a distance, each with one meaning wherever a loss accepts it (pinned
+# against NumPy/SciPy in tests/ops/test_distances.py). TFA's names keep TFA's definitions, the
+# cdist names the SVMax originals' (`cdist`); the two families differ in the last bits and at
+# zero distance, so a TFA name is never silently an alias of a cdist one:
+#   "L2"          ||a - b||, TFA's Gram expansion, exactly 0 at a row itself and duplicates
+#   "squared-L2"  ||a - b||^2, the same expansion
+#   "angular"     1 - cos(a, b) of the L2-normalized rows, >= 0
+#   "euclidean"   sqrt(||a - b||^2 + 1e-12) (1e-6 at zero distance)
+#   "sqeuclidean" ||a - b||^2 (float64 Gram expansion)
+#   "cityblock"   sum |a - b|
+#   "cosine"      1 - a.b of the rows as given (not normalized: the originals assume unit rows)
+TFA_METRICS = ("L2", "squared-L2", "angular")
+CDIST_METRICS = ("euclidean", "sqeuclidean", "cityblock", "cosine")
+METRICS = TFA_METRICS + CDIST_METRICS
+
+
+def check_metric(metric, arg="distance_metric", *, allow_callable=False):
+    """`metric` if it is one of `METRICS` (either spelling: TFA's names or cdist's), or a
+    callable where `allow_callable` (TFA's custom distance: embeddings -> `[b, b]` matrix);
+    else a ValueError naming `arg`."""
+    if allow_callable and callable(metric):
+        return metric
+    if isinstance(metric, str) and metric in METRICS:
+        return metric
+    expected = f"one of {list(METRICS)}" + (" or a callable" if allow_callable else "")
+    raise ValueError(_checks.invalid(arg, expected, metric))
+
+
 def distance_matrix(embeddings, distance_metric, *, rows=None):
-    """Dispatches TFA's `distance_metric`: "L2", "squared-L2", "angular" or a callable.
+    """The distances between the rows of `embeddings` under `distance_metric`: any of
+    `METRICS` (TFA's names or cdist's, each with its meaning above) or a callable.
 
     `rows` (``(start, count)``) asks for those rows of the matrix only; a callable computes the
     whole matrix, of which the rows are taken.
     """
+    distance_metric = check_metric(distance_metric, allow_callable=True)
     if callable(distance_metric):
         full = distance_metric(embeddings)
         return full if rows is None else full[rows[0] : rows[0] + rows[1]]
@@ -102,18 +132,15 @@ def distance_matrix(embeddings, distance_metric, *, rows=None):
         return pairwise_distance(embeddings, squared=True, rows=rows)
     if distance_metric == "angular":
         return angular_distance(embeddings, rows=rows)
-    raise ValueError(
-        _checks.invalid(
-            "distance_metric", "'L2', 'squared-L2', 'angular' or a callable", distance_metric
-        )
-    )
+    x, dtype = _checks.float_matrix(embeddings, "feature")  # half precision computed in float32
+    queries, _, _ = _row_range(x, rows)
+    return tf.cast(cdist(queries, x, distance_metric), dtype)
 
 
 # Added inside the square root of the "euclidean" metric, as in the SVMax/retrieval originals
 # (ahmdtaha/tf_retrieval_baseline `cdist`): keeps sqrt differentiable at zero distance, so the
 # diagonal is 1e-6 rather than 0.
 EUCLIDEAN_EPSILON = 1e-12
-CDIST_METRICS = ("euclidean", "sqeuclidean", "cityblock", "cosine")
 
 
 def cdist(a, b, metric="euclidean"):
@@ -132,8 +159,7 @@ def cdist(a, b, metric="euclidean"):
     Returns:
       `[n, m]` tensor of `a`'s dtype.
     """
-    if metric not in CDIST_METRICS:
-        raise ValueError(_checks.invalid("metric", f"one of {CDIST_METRICS}", metric))
+    _checks.check_choice(metric, "metric", CDIST_METRICS)
     if metric == "cosine":
         return 1.0 - tf.matmul(a, b, transpose_b=True)
     if metric == "cityblock":

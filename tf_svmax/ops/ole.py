@@ -49,29 +49,6 @@ def class_labels(labels, arg="labels"):
     )
 
 
-def check_same_batch(labels, embeddings, labels_arg="labels", embeddings_arg="embeddings"):
-    """Raises (statically, or when the graph runs) unless labels and embeddings have N rows."""
-    n_labels, n_rows = labels.shape[0], embeddings.shape[0]
-    if n_labels is not None and n_rows is not None:
-        if n_labels != n_rows:
-            raise ValueError(
-                f"Invalid value for argument `{labels_arg}`. Expected one label per row of "
-                f"`{embeddings_arg}` ({n_rows}). Received: {n_labels} labels."
-            )
-        return labels
-    with tf.control_dependencies(
-        [
-            tf.debugging.assert_equal(
-                tf.shape(labels)[0],
-                tf.shape(embeddings)[0],
-                message=f"Invalid value for argument `{labels_arg}`: expected one label per row "
-                f"of `{embeddings_arg}`.",
-            )
-        ]
-    ):
-        return tf.identity(labels)
-
-
 def nuclear_norms_and_subgradients(matrices, threshold):
     """Nuclear norms and thresholded subgradients ``U_1 V_1^T`` (Eq. 5) of a batch of matrices.
 
@@ -212,7 +189,7 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
     delta = _checks.check_non_negative_number(delta, "delta")
     threshold = _checks.check_non_negative_number(threshold, "threshold")
     x, dtype = _checks.float_matrix(embeddings, "embeddings", min_rows=0)
-    labels = check_same_batch(class_labels(labels), x)
+    labels = _checks.same_rows(class_labels(labels), x, "labels", "embeddings", unit="label")
     if _checks.in_xla_context():
         # The set of classes in a batch has a data-dependent size (tf.unique, bincount), which
         # XLA cannot compile; fail at trace time with the fix rather than deep inside XLA.

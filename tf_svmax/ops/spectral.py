@@ -114,8 +114,7 @@ _FACTORS = {"gram": gram_factors, "svd": svd_factors}
 
 
 def _resolve_method(method, want_vector):
-    if method not in METHODS:
-        raise ValueError(_checks.invalid("method", f"one of {METHODS}", method))
+    _checks.check_choice(method, "method", METHODS)
     xla = _checks.in_xla_context()
     if method == "auto":
         if not xla:
