@@ -147,15 +147,23 @@ def _resolve_method(method, want_vector):
     return method
 
 
+def _guarded_factors(x, method):
+    """``(all_finite, scale, tall, s, u, v)``: the factors of `x` (non-finite entries replaced,
+    divided by a power of two `scale` so that extreme magnitudes neither overflow nor underflow,
+    transposed to tall when wide) by `method`; `s` is of the scaled matrix."""
+    all_finite, x_safe = finite_guard(x)
+    scale = power_of_two_scale(x_safe)
+    tall = is_tall(x_safe)
+    s, u, v = _FACTORS[method](orient(x_safe / scale, tall))
+    return all_finite, scale, tall, s, u, v
+
+
 def _singular_values(x, method):
     """Descending singular values of rank-2 `x` with the factor-reuse gradient."""
 
     @tf.custom_gradient
     def forward(x):
-        all_finite, x_safe = finite_guard(x)
-        scale = power_of_two_scale(x_safe)
-        tall = is_tall(x_safe)
-        s, u, v = _FACTORS[method](orient(x_safe / scale, tall))
+        all_finite, scale, tall, s, u, v = _guarded_factors(x, method)
         s = s * scale  # the factors u, v (and so the gradient) do not depend on the scale
         order = tf.argsort(s, direction="DESCENDING", stable=True)
         s, u, v = tf.gather(s, order), tf.gather(u, order, axis=1), tf.gather(v, order, axis=1)
@@ -173,10 +181,7 @@ def _singular_values(x, method):
 def _nuclear_norm_factored(x, method):
     @tf.custom_gradient
     def forward(x):
-        all_finite, x_safe = finite_guard(x)
-        scale = power_of_two_scale(x_safe)
-        tall = is_tall(x_safe)
-        s, u, v = _FACTORS[method](orient(x_safe / scale, tall))
+        all_finite, scale, tall, s, u, v = _guarded_factors(x, method)
         total = tf.reduce_sum(s) * scale  # ||cE||_* = c ||E||_*; U V^T does not depend on c
 
         def grad(upstream):
