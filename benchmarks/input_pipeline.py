@@ -261,7 +261,7 @@ def trainer_config(data_dir, decoded_cache):
 
 
 def trainer_inputs(config):
-    """What `train_retrieval` feeds `pk_batches` (the same private helpers it calls):
+    """What `train_retrieval` feeds `pk_batches` (through the same load_split and train_features):
     ``(features, labels, map_fn, build_seconds)``."""
     train, _, input_shape, loaders = retrieval.load_split(config)
     started = time.perf_counter()

@@ -23,11 +23,6 @@ BATCH_REDUCTIONS = ("sum_over_batch_size", "sum", "none", None)
 PER_SAMPLE_REDUCTIONS = ("sum_over_batch_size", "sum", None, "none")
 
 
-def check_global_batch(global_batch):
-    """`global_batch` as a bool (the opt-out of cross-replica evaluation)."""
-    return _checks.check_bool(global_batch, "global_batch")
-
-
 class LabelLoss(keras.losses.Loss):
     """Base class of the library's losses on labels and embeddings: one scalar per batch
     (``per_sample = False``, `BatchPenaltyLoss`) or one value per sample (``per_sample = True``,
@@ -54,7 +49,7 @@ class LabelLoss(keras.losses.Loss):
     splits_anchors = False
 
     def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
-        self.global_batch = check_global_batch(global_batch)
+        self.global_batch = _checks.check_bool(global_batch, "global_batch")
         reductions = PER_SAMPLE_REDUCTIONS if self.per_sample else BATCH_REDUCTIONS
         if reduction not in reductions:
             kind = "" if self.per_sample else " (a batch-level loss)"

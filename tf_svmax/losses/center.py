@@ -13,7 +13,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax.losses._base import check_global_batch
 from tf_svmax.ops import _checks, replicas
 from tf_svmax.ops.ole import class_labels
 
@@ -61,7 +60,7 @@ class CenterLoss(keras.losses.Loss):
         **kwargs,
     ):
         super().__init__(name=name, **kwargs)
-        self.global_batch = check_global_batch(global_batch)
+        self.global_batch = _checks.check_bool(global_batch, "global_batch")
         self.num_classes = _checks.check_positive_int(num_classes, "num_classes")
         self.embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")
         self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")

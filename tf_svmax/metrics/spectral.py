@@ -4,7 +4,6 @@ import keras
 import tensorflow as tf
 
 from tf_svmax import ops
-from tf_svmax.losses._base import check_global_batch
 from tf_svmax.ops import _checks, replicas
 
 
@@ -19,7 +18,7 @@ class _RunningBatchMean(keras.metrics.Metric):
 
     def __init__(self, name, dtype=None, global_batch=True):
         super().__init__(name=name, dtype=dtype)
-        self.global_batch = check_global_batch(global_batch)
+        self.global_batch = _checks.check_bool(global_batch, "global_batch")
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", name="count")
 

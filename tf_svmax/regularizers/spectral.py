@@ -4,7 +4,6 @@ import keras
 import tensorflow as tf
 
 from tf_svmax import ops
-from tf_svmax.losses._base import check_global_batch
 from tf_svmax.ops import _checks, replicas
 
 
@@ -40,7 +39,7 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
     """
 
     def __init__(self, lambda_=1.0, bounded=True, method="auto", global_batch=True):
-        self.global_batch = check_global_batch(global_batch)
+        self.global_batch = _checks.check_bool(global_batch, "global_batch")
         self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
         self.bounded = _checks.check_bool(bounded, "bounded")
         self.method = _checks.check_choice(method, "method", ops.METHODS)

@@ -23,9 +23,11 @@ Every run lives in its own folder under --output_dir; its trainer reports a run 
 completed there unchanged (`trainers.harness.loop.run_job`) and resumes an unfinished one, so
 the same command reuses a grid's finished runs and a smaller grid shares its runs with a larger.
 
-Exit status (as `trainers.harness.cli`): 0 written, 1 a run failed, 2 refused before any run
-(a flag absl cannot parse, a list item of the wrong kind or outside its choices, an empty list,
-a combination a trainer refuses), 130 interrupted.
+Exit status (as `trainers.harness.cli`): 0 written, 1 a run failed (or its folder refused it
+once earlier runs had trained: held by another process, another configuration), 2 refused
+before any run (a flag absl cannot parse, a list item of the wrong kind or outside its
+choices, an empty list where the option needs a value, a combination a trainer refuses),
+130 interrupted.
 """
 
 import dataclasses
@@ -128,7 +130,12 @@ class Runs:
         name = os.path.basename(os.path.normpath(config.output_dir))
         print(f"[{self.program}] {len(self.all) + 1}/{self.total} {name}", flush=True)
         keras.backend.clear_session()
-        results = train(config, **kwargs)
+        try:
+            results = train(config, **kwargs)
+        except RunRefused as error:
+            # Exit 2 means refused before any run; a folder refusing a run mid-grid (held by
+            # another process, another configuration) comes after trained runs: a failure.
+            raise RunFailed(f"{name}: {error}") from None
         print(
             f"[{self.program}]   {results['status']} in {results['wall_seconds']:.0f} s: "
             f"{summary(results)}",
@@ -188,7 +195,7 @@ def provenance(program, first):
     )
 
 
-def write(config, program, text, record, figures=(), minutes=None):
+def write(config, program, text, record, figures, minutes):
     """Writes the table `text` to ``config.table_path``, each ``(suffix, draw)`` of `figures`
     as ``draw(<stem><suffix>)`` and `record` as ``<stem>.json``; prints the table and the files
     written."""
@@ -204,5 +211,4 @@ def write(config, program, text, record, figures=(), minutes=None):
     records.write_json(f"{stem}.json", record)
     written.append(f"{stem}.json")
     print(text)
-    took = "" if minutes is None else f" ({minutes:.1f} min)"
-    print(f"[{program}] wrote {', '.join(written)}{took}")
+    print(f"[{program}] wrote {', '.join(written)} ({minutes:.1f} min)")

@@ -4,7 +4,7 @@
 - `inputs`: the split and what the P x K sampler draws from;
 - `model`: the training model, the loss and the optimizer;
 - `train`: `train_retrieval` (config → data → model → loss → the harness's loop);
-- `plots`: the figures and the summary line.
+- `plots`: the figures.
 
     config = RetrievalConfig(output_dir="/tmp/run")      # glyphs, contrastive + SVMax
     results = train_retrieval(config)                     # also written to results.json
@@ -28,7 +28,7 @@ from trainers.retrieval.model import (
     build_training_model,
     head_output,
 )
-from trainers.retrieval.plots import plot_run, run_title, summary
+from trainers.retrieval.plots import plot_run, run_title
 from trainers.retrieval.train import evaluate_untrained, setup, train_retrieval
 
 __all__ = [
@@ -51,7 +51,6 @@ __all__ = [
     "resolve",
     "run_title",
     "setup",
-    "summary",
     "train_features",
     "train_retrieval",
     "with_loaders",

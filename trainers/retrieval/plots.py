@@ -1,16 +1,10 @@
-"""What a retrieval run shows: its one-line summary and its figures, titled to stand alone."""
+"""What a retrieval run shows: its figures, titled to stand alone."""
 
 import os
 
 import numpy as np
 
-from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
-
-
-def summary(results):
-    """One line with the last evaluation's retrieval metrics."""
-    return loop_summary(results)
 
 
 def run_title(config):

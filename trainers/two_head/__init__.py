@@ -11,7 +11,7 @@ image in that embedding has the predicted label.
 - `model`: the one- or two-head model and its losses;
 - `evaluate`: the held-out evaluation;
 - `train`: `train_two_head` (config → data → model → losses → the harness's loop);
-- `plots`: the figures and the summary line.
+- `plots`: the run's description and figures.
 
     config = TwoHeadConfig(output_dir="/tmp/run", mode="hard")   # glyphs, two-head (hard)
     results = train_two_head(config)                            # also in results.json
@@ -30,7 +30,7 @@ from trainers.two_head.config import (
 from trainers.two_head.evaluate import evaluate, retrieval_features
 from trainers.two_head.inputs import check_classes, load_split
 from trainers.two_head.model import build_losses, build_model
-from trainers.two_head.plots import describe, plot_run, run_title, summary
+from trainers.two_head.plots import describe, plot_run, run_title
 from trainers.two_head.train import setup, train_two_head
 
 __all__ = [
@@ -52,6 +52,5 @@ __all__ = [
     "retrieval_features",
     "run_title",
     "setup",
-    "summary",
     "train_two_head",
 ]

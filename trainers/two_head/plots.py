@@ -1,16 +1,10 @@
-"""What a two-head run shows: its one-line summary, its description and its figures."""
+"""What a two-head run shows: its description and its figures."""
 
 import os
 
 import numpy as np
 
-from trainers.harness.loop import summary as loop_summary
 from trainers.harness.plots import pyplot, save_figure
-
-
-def summary(results):
-    """One line with the last evaluation's metrics."""
-    return loop_summary(results)
 
 
 def plot_run(results, directory, title):

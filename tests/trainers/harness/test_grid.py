@@ -12,6 +12,8 @@ import pytest
 
 from trainers import gan_mog
 from trainers.harness import grid
+from trainers.harness.loop import RunFailed
+from trainers.harness.run_dir import RunRefused
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -35,7 +37,7 @@ def reproduce(config):
     if base.learning_rate > 1:
         raise ConfigError("--learning_rate above 1")
     text = json.dumps([config.seeds, config.rows, base.learning_rate, config.table_path])
-    grid.write(config, "toy", text, {"rows": config.rows})
+    grid.write(config, "toy", text, {"rows": config.rows}, (), 0.0)
 
 grid.main(Toy, reproduce, "toy", trainer=gan_mog.GanConfig, only=("learning_rate",))
 """
@@ -134,6 +136,17 @@ def test_runs_collect_per_cell_and_a_finished_run_is_reused_not_retrained(tmp_pa
     assert again.wall_time().endswith(f"add up to {minutes:.1f} min.")
 
 
+def test_a_run_its_folder_refuses_mid_grid_is_a_failure_not_a_refusal(tmp_path):
+    # Exit 2 promises nothing ran; a folder held by another process or another configuration
+    # refuses a run only when the grid reaches it, after earlier runs trained.
+    def refused(config):
+        raise RunRefused(f"{config.output_dir} is in use by another run")
+
+    runs = grid.Runs("toy", 1)
+    with pytest.raises(RunFailed, match="s0: .* is in use by another run"):
+        runs("vanilla", refused, _gan(tmp_path / "s0", 0))
+
+
 def test_write_puts_table_figures_and_json_side_by_side(tmp_path, capsys):
     @dataclasses.dataclass(frozen=True)
     class Toy(grid.GridConfig):
@@ -149,5 +162,5 @@ def test_write_puts_table_figures_and_json_side_by_side(tmp_path, capsys):
     written += f"{tmp_path / 'runs' / 'toy.json'} (1.5 min)"
     assert capsys.readouterr().out.splitlines()[-1] == f"[toy] wrote {written}"
     elsewhere = dataclasses.replace(config, table=str(tmp_path / "t" / "x.md"))
-    grid.write(elsewhere, "toy", "y", {})
+    grid.write(elsewhere, "toy", "y", {}, (), 0.0)
     assert (tmp_path / "t" / "x.md").read_text() == "y" and (tmp_path / "t" / "x.json").exists()
