@@ -115,7 +115,9 @@ def all_pairs_contrastive_loss(
       neg_margin: A negative pair's margin: its similarity is pushed below it (or its distance
         above it).
       metric: ``"cosine"`` (cosine similarity: the rows are L2-normalized here), ``"dot"``
-        (dot product of the rows as given) or ``"euclidean"`` (distance of the rows as given).
+        (dot product of the rows as given) or ``"euclidean"`` (distance of the rows as given,
+        exactly 0 at duplicate rows: `tf_svmax.ops.distances`' ``"L2"``, not its cdist
+        ``"euclidean"``, which adds 1e-12 under the square root as `BatchHardTripletLoss` does).
       anchor_rows: Optional ``(start, count)``: only the pairs whose anchor ``a`` is one of
         those rows (``r`` any other row of the batch), still divided by the whole batch's
         numbers of non-zero terms, so that the values of disjoint anchor ranges covering the
