@@ -24,7 +24,7 @@ from absl import flags  # noqa: E402
 from tf_svmax import records  # noqa: E402
 from tf_svmax.data import glyphs, glyphs_pretrain  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
-from trainers.harness.plots import pyplot, save_figure  # noqa: E402
+from trainers.harness.plots import pyplot, save_figure, show_images  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("report", "docs/glyphs_pretraining.md", "Markdown output.")
@@ -56,11 +56,7 @@ def sample_grid(split, columns, path):
         len(rows), columns, figsize=(columns * 0.62 + 2.6, len(rows) * 0.62 + 0.9)
     )
     for r, (block, label) in enumerate(rows):
-        images = x[y == label][:columns, ..., 0]
-        for c in range(columns):
-            axes[r][c].imshow(images[c], cmap="gray", vmin=0, vmax=1)
-            axes[r][c].set_xticks([])
-            axes[r][c].set_yticks([])
+        show_images(axes[r], x[y == label][:columns, ..., 0])
         axes[r][0].set_ylabel(
             f"U+{ord(characters[label]):04X} {block}",
             rotation=0,

@@ -21,7 +21,7 @@ from absl import flags  # noqa: E402
 from tf_svmax import metrics, records  # noqa: E402
 from tf_svmax.data import glyphs  # noqa: E402
 from trainers.harness import flags as harness_flags  # noqa: E402
-from trainers.harness.plots import pyplot, save_figure  # noqa: E402
+from trainers.harness.plots import pyplot, save_figure, show_images  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("report", "docs/glyphs.md", "Markdown output.")
@@ -65,11 +65,7 @@ def sample_grid(split, rows, columns, path):
     labels = np.unique(y)[:rows]
     fig, axes = plt.subplots(rows, columns, figsize=(columns * 0.62, rows * 0.68 + 0.8))
     for r, label in enumerate(labels):
-        images = x[y == label][:columns, ..., 0]
-        for c in range(columns):
-            axes[r][c].imshow(images[c], cmap="gray", vmin=0, vmax=1)
-            axes[r][c].set_xticks([])
-            axes[r][c].set_yticks([])
+        show_images(axes[r], x[y == label][:columns, ..., 0])
         axes[r][0].set_ylabel(split["characters"][label], rotation=0, labelpad=12, fontsize=10)
     fig.suptitle(
         f"tf_svmax embedded glyph set: {rows} test classes (rows) x {columns} instances "

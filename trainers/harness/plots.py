@@ -1,4 +1,5 @@
-"""What every trainer's figures share: a headless pyplot and an atomic PNG write."""
+"""What every trainer's figures share: a headless pyplot, an atomic PNG write and a row of
+images."""
 
 import os
 
@@ -19,3 +20,12 @@ def save_figure(fig, path):
     tmp = f"{path}.tmp.png"
     fig.savefig(tmp, dpi=100)
     os.replace(tmp, path)
+
+
+def show_images(axes, images):
+    """Each of `images` (``[H, W]`` in [0, 1]) in grey on the axis beside it, without ticks:
+    one row of an image grid."""
+    for ax, image in zip(axes, images, strict=True):
+        ax.imshow(image, cmap="gray", vmin=0, vmax=1)
+        ax.set_xticks([])
+        ax.set_yticks([])
