@@ -72,10 +72,15 @@ class RunConfig:
     verbose: int = verbose_option()
 
 
+# The strategies `trainers.harness.distribute.make_strategy` makes.
+STRATEGIES = ("default", "mirrored", "multi_worker")
+
+
 @dataclasses.dataclass(frozen=True)
 class ImageDataConfig(RunConfig):
     """A run of a backbone on images (retrieval, two-head): the run fields plus where the
-    images come from and how the backbone starts. The experiment declares ``dataset`` and
+    images come from, how the backbone starts and the `tf.distribute` strategy it trains
+    under (`trainers.harness.distribute` makes it). The experiment declares ``dataset`` and
     ``backbone`` (its own choices and defaults) and `check_fields_and_data` / `image_input_size`
     read them with these."""
 
@@ -93,6 +98,31 @@ class ImageDataConfig(RunConfig):
         "Image side fed to the backbone (default: an applications backbone's own, 224 or 299; "
         "224 for image files otherwise; an embedded set is read at its own size).",
         check=positive_int,
+    )
+    strategy: str = option(
+        "default",
+        "tf.distribute strategy: default (one device), mirrored (every GPU of this machine, "
+        "or --cpu_devices logical CPUs without one), multi_worker (every worker of the cluster in "
+        "the TF_CONFIG environment variable runs the same command; the chief keeps the run "
+        "folder: --output_dir must be the same shared folder on every machine).",
+        choices=STRATEGIES,
+        identity=False,  # the same steps on other hardware: a run resumes under another
+    )
+    cpu_devices: int = option(
+        0,
+        "Split the CPU into this many logical devices (0: as found), to try --strategy=mirrored "
+        "on a machine without GPUs. They share the same cores: a test of the code path, not a "
+        "speed-up.",
+        check=non_negative_int,
+        identity=False,
+    )
+    cluster_timeout: int = option(
+        600,
+        "--strategy=multi_worker: seconds to wait for every worker of TF_CONFIG's cluster to "
+        "join; a worker that cannot reach them in time is stopped (exit status 137) with a "
+        "message naming TF_CONFIG.",
+        check=positive_int,
+        identity=False,
     )
 
 

@@ -21,46 +21,6 @@ import keras
 import tensorflow as tf
 
 from trainers.harness.config import ConfigError
-from trainers.harness.flags import non_negative_int, option, positive_int
-
-STRATEGIES = ("default", "mirrored", "multi_worker")
-
-
-def strategy_option():
-    """The trainers' `strategy` field."""
-    return option(
-        "default",
-        "tf.distribute strategy: default (one device), mirrored (every GPU of this machine, "
-        "or --cpu_devices logical CPUs without one), multi_worker (every worker of the cluster in "
-        "the TF_CONFIG environment variable runs the same command; the chief keeps the run "
-        "folder: --output_dir must be the same shared folder on every machine).",
-        choices=STRATEGIES,
-        identity=False,  # the same steps on other hardware: a run resumes under another
-    )
-
-
-def cpu_devices_option():
-    """The trainers' `cpu_devices` field."""
-    return option(
-        0,
-        "Split the CPU into this many logical devices (0: as found), to try --strategy=mirrored "
-        "on a machine without GPUs. They share the same cores: a test of the code path, not a "
-        "speed-up.",
-        check=non_negative_int,
-        identity=False,
-    )
-
-
-def cluster_timeout_option():
-    """The trainers' `cluster_timeout` field."""
-    return option(
-        600,
-        "--strategy=multi_worker: seconds to wait for every worker of TF_CONFIG's cluster to "
-        "join; a worker that cannot reach them in time is stopped (exit status 137) with a "
-        "message naming TF_CONFIG.",
-        check=positive_int,
-        identity=False,
-    )
 
 
 def check_strategy_combinations(config):

@@ -21,12 +21,7 @@ from trainers.harness.config import (
     output_dir_option,
     resolve_cadence,
 )
-from trainers.harness.distribute import (
-    check_strategy_combinations,
-    cluster_timeout_option,
-    cpu_devices_option,
-    strategy_option,
-)
+from trainers.harness.distribute import check_strategy_combinations
 from trainers.harness.flags import (
     non_negative_int,
     non_negative_number,
@@ -266,9 +261,6 @@ class RetrievalConfig(ImageDataConfig):
         "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
         "cost on CPU).",
     )
-    strategy: str = strategy_option()
-    cpu_devices: int = cpu_devices_option()
-    cluster_timeout: int = cluster_timeout_option()
 
 
 def check(config):

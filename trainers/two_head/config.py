@@ -23,12 +23,7 @@ from trainers.harness.config import (
     output_dir_option,
     resolve_cadence,
 )
-from trainers.harness.distribute import (
-    check_strategy_combinations,
-    cluster_timeout_option,
-    cpu_devices_option,
-    strategy_option,
-)
+from trainers.harness.distribute import check_strategy_combinations
 from trainers.harness.flags import (
     non_negative_number,
     number_at_least,
@@ -168,9 +163,6 @@ class TwoHeadConfig(ImageDataConfig):
         256, "Batch size for evaluation.", identity=False, check=positive_int
     )
     jit_compile: bool = option(False, "XLA-compile the train step (slow with SVD on CPU).")
-    strategy: str = strategy_option()
-    cpu_devices: int = cpu_devices_option()
-    cluster_timeout: int = cluster_timeout_option()
 
 
 def resolve(config):
