@@ -51,6 +51,23 @@ def define_program_flags(config_class, **kwargs):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[flag])
 
 
+def exit_status(name, body, interrupted):
+    """``body()``'s exit status, or the shared one of what it raised, with a line on stderr:
+    2 refused (`RunRefused`, `FlagValueError`), 1 failed (`RunFailed`), 130 interrupted
+    (Ctrl-C; ``interrupted()`` says where the work stopped and how to resume it)."""
+    try:
+        return body()
+    except (RunRefused, harness_flags.FlagValueError) as error:
+        print(f"{name}: refused: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except RunFailed as error:
+        print(f"{name}: failed: {error}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except KeyboardInterrupt:
+        print(f"\n{name}: {interrupted()}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
 def main(config_class, train, name, argv=None):
     """Defines `config_class`'s flags, parses `argv` and runs ``train(config)``; exits with
     the shared codes. Call once, from the program's ``if __name__ == "__main__"``."""
@@ -59,19 +76,15 @@ def main(config_class, train, name, argv=None):
     def run(argv):
         del argv
         quiet_checkpoint_logs()
-        config = None
-        try:
-            config = harness_flags.config_from_flags(config_class)
-            results = train(config)
-        except (RunRefused, harness_flags.FlagValueError) as error:
-            print(f"{name}: refused: {error}", file=sys.stderr)
-            return EXIT_REFUSED
-        except RunFailed as error:
-            print(f"{name}: failed: {error}", file=sys.stderr)
-            return EXIT_DIVERGED
-        except KeyboardInterrupt:
-            print(f"\n{name}: {interrupted_message(config)}", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        return EXIT_COMPLETED if results["status"] == "completed" else EXIT_DIVERGED
+        parsed = []  # the config, once the flags made one: where an interrupted run stopped
+
+        def train_from_flags():
+            parsed.append(harness_flags.config_from_flags(config_class))
+            results = train(parsed[0])
+            return EXIT_COMPLETED if results["status"] == "completed" else EXIT_DIVERGED
+
+        return exit_status(
+            name, train_from_flags, lambda: interrupted_message(parsed[0] if parsed else None)
+        )
 
     harness_flags.run(run, argv)

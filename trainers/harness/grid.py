@@ -92,24 +92,21 @@ def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowe
     def run(argv):
         del argv  # absl keeps only positional arguments; the tables show sys.argv
         cli.quiet_checkpoint_logs()
-        try:
+
+        def reproduce_from_flags():
             config = harness_flags.config_from_flags(config_class)
             harness_flags.validate(config)
             reproduce(config)
-        except (RunRefused, harness_flags.FlagValueError) as error:
-            print(f"{program}: refused: {error}", file=sys.stderr)
-            return cli.EXIT_REFUSED
-        except RunFailed as error:
-            print(f"{program}: failed: {error}", file=sys.stderr)
-            return cli.EXIT_DIVERGED
-        except KeyboardInterrupt:
-            print(
-                f"\n{program}: interrupted; the same command resumes the unfinished run and "
-                "reuses the finished ones.",
-                file=sys.stderr,
-            )
-            return cli.EXIT_INTERRUPTED
-        return cli.EXIT_COMPLETED
+            return cli.EXIT_COMPLETED
+
+        return cli.exit_status(
+            program,
+            reproduce_from_flags,
+            lambda: (
+                "interrupted; the same command resumes the unfinished run and reuses the "
+                "finished ones."
+            ),
+        )
 
     harness_flags.run(run, argv)
 
