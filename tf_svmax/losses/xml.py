@@ -84,9 +84,7 @@ class XMLLoss(BatchPenaltyLoss):
         super().__init__(name=name, **kwargs)
         self.loss = _ranking_loss(loss)
         self.num_prototypes = _checks.check_positive_int(num_prototypes, "num_prototypes")
-        self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
-        if self.lambda_ > 1:
-            raise ValueError(_checks.invalid("lambda_", "a weight in [0, 1]", lambda_))
+        self.lambda_ = _checks.check_fraction(lambda_, "lambda_")
         self.ridge = _checks.check_non_negative_number(ridge, "ridge")
         self.normalize = _checks.check_bool(normalize, "normalize")
 

@@ -45,11 +45,9 @@ def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01, weights=N
         )
     std = _checks.check_non_negative_number(std, "std")
     sigmas = _checks.check_non_negative_number(sigmas, "sigmas")
-    min_share = _checks.check_non_negative_number(min_share, "min_share")
+    min_share = _checks.check_fraction(min_share, "min_share")
     if std == 0:
         raise ValueError(_checks.invalid("std", "a float > 0", std))
-    if min_share > 1:
-        raise ValueError(_checks.invalid("min_share", "a fraction in [0, 1]", min_share))
     target = check_weights(weights, len(c))
     if target is None:
         target = np.full(len(c), 1.0 / len(c))

@@ -56,6 +56,14 @@ def check_positive_number(value, arg, allow_inf=False):
     return float(value)
 
 
+def check_fraction(value, arg):
+    """Returns `value` as a Python float, raising ValueError unless it is a real number in
+    [0, 1] (a share, a mixing weight, an EMA momentum)."""
+    if check_non_negative_number(value, arg) > 1:
+        raise ValueError(invalid(arg, "a float in [0, 1]", value))
+    return float(value)
+
+
 def check_rate(value, arg):
     """Returns `value` as a Python float, raising ValueError unless it is a real number in
     (0, 1] (an update rate: 0 would never move, above 1 overshoots the target)."""

@@ -91,9 +91,7 @@ class ContrastiveModel(keras.Model):
             raise ValueError(
                 _checks.invalid("prior_start", "0 when `prior_loss_fn` is None", prior_start)
             )
-        momentum = _checks.check_non_negative_number(key_momentum, "key_momentum")
-        if momentum > 1:
-            raise ValueError(_checks.invalid("key_momentum", "a float in [0, 1]", key_momentum))
+        momentum = _checks.check_fraction(key_momentum, "key_momentum")
         self.key_encoder = MomentumEncoder(encoder, momentum=momentum)
         self.queue = NegativeQueue(
             _checks.check_positive_int(queue_size, "queue_size"),

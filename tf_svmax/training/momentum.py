@@ -37,9 +37,7 @@ class MomentumEncoder(keras.layers.Layer):
 
     def __init__(self, encoder, momentum=0.999, **kwargs):
         super().__init__(**kwargs)
-        self.momentum = _checks.check_non_negative_number(momentum, "momentum")
-        if self.momentum > 1:
-            raise ValueError(_checks.invalid("momentum", "a float in [0, 1]", momentum))
+        self.momentum = _checks.check_fraction(momentum, "momentum")
         self.key_encoder = keras.models.clone_model(encoder)
         self.key_encoder.set_weights(encoder.get_weights())
 

@@ -14,6 +14,7 @@ from trainers.harness.config import (
     resolve_cadence,
 )
 from trainers.harness.flags import (
+    fraction,
     non_negative_number,
     option,
     positive_int,
@@ -71,7 +72,7 @@ class ContrastiveConfig(RunConfig):
         0.5,
         "lorac: share of the steps trained with beta = inf before the prior is switched on "
         "(paper: the first half).",
-        check=non_negative_number,
+        check=fraction,
     )
     temperature: float = option(0.2, "tau (paper: 0.2).", check=positive_number)
     queue_size: int = option(
@@ -86,7 +87,7 @@ class ContrastiveConfig(RunConfig):
         "Momentum m of the key encoder's EMA (paper: 0.999 over ~50,000 ImageNet-100 steps; "
         "here 0.99, the small-data MoCo setting: an EMA time constant of 1/(1 - m) = 1000 steps "
         "would span this run).",
-        check=non_negative_number,
+        check=fraction,
     )
     embedding_dim: int = option(
         128, "C: the L2-normalised projection (paper: 128).", check=positive_int
@@ -137,10 +138,6 @@ def resolve(config):
     views = (2 if c.method == "moco" else 4) if c.views is None else c.views
     if views < 2:
         raise ConfigError(f"--views must be >= 2 (at least one query and the key); got {views}.")
-    if c.key_momentum > 1:
-        raise ConfigError(f"--key_momentum must be in [0, 1]; got {c.key_momentum}.")
-    if c.prior_start > 1:
-        raise ConfigError(f"--prior_start is a share of the steps in [0, 1]; got {c.prior_start}.")
     if c.queue_size < c.batch_size:
         raise ConfigError(
             f"--queue_size ({c.queue_size}) must hold at least one batch (--batch_size "

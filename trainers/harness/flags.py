@@ -129,6 +129,7 @@ non_negative_int = _checks.check_non_negative_int
 non_negative_number = _checks.check_non_negative_number
 positive_number = _checks.check_positive_number
 rate = _checks.check_rate
+fraction = _checks.check_fraction
 
 
 def writable_folder(value, name):
