@@ -10,6 +10,9 @@ in it (editable) with TensorFlow: ``tensorflow[and-cuda]`` where ``nvidia-smi`` 
 It is done again only when pyproject.toml or that choice changed. Arguments after the verb go
 to the trainer (``python3 tasks.py run --dataset=digits``) or to pytest
 (``python3 tasks.py test -x``).
+``test`` also needs one system package, Debian's ``chromium`` at /usr/bin/chromium (the docs
+site's browser test): where it is missing it installs it with apt-get when the user is root or
+has sudo without a password, and otherwise stops before any test with the command to run.
 Both verbs run from the repository root, so the main job writes ``runs/`` there.
 """
 
@@ -26,6 +29,12 @@ VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
 STAMP = VENV / "tf_svmax-setup.txt"
 MIN_PYTHON = (3, 10)
+# The docs site's browser test (tests/test_docs_site.py) opens the built pages in this binary.
+CHROMIUM = Path("/usr/bin/chromium")
+APT_INSTALL_CHROMIUM = [
+    ["apt-get", "update", "-qq"],
+    ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq", "chromium"],
+]
 USAGE = "usage: python3 tasks.py {run,test} [arguments for the trainer or for pytest]"
 
 
@@ -71,6 +80,63 @@ def setup():
     STAMP.write_text(wanted)
 
 
+def chromium_installer(present, root, sudo):
+    """How to get Chromium: ``[]`` when it is there, the apt-get commands (prefixed with sudo
+    where the user is not root) when they may run, ``None`` when this user cannot install it."""
+    if present:
+        return []
+    if root:
+        return [list(c) for c in APT_INSTALL_CHROMIUM]
+    if sudo:
+        return [["sudo", "-n", *c] for c in APT_INSTALL_CHROMIUM]
+    return None
+
+
+def passwordless_sudo():
+    """True where ``sudo`` exists and runs without asking for a password (``sudo -n true``)."""
+    sudo = shutil.which("sudo")
+    return bool(sudo) and subprocess.run([sudo, "-n", "true"], capture_output=True).returncode == 0
+
+
+def ensure_chromium(browser=None, root=None, sudo=None, run=subprocess.run):
+    """Installs Debian's chromium for the docs' browser test where it is missing, saying so in
+    one line; returns an error sentence (and installs nothing) where it cannot, else None.
+    `root`, `sudo` and `run` are the system's unless given (the tests give them)."""
+    browser = Path(browser or CHROMIUM)
+    present = browser.exists()
+    root = (os.geteuid() == 0) if root is None and not present else root
+    sudo = passwordless_sudo() if sudo is None and not present and not root else sudo
+    commands = chromium_installer(present, root, sudo)
+    manual = "sudo apt-get update && sudo apt-get install -y chromium"
+    if commands is None:
+        return (
+            f"tasks.py: the docs' browser test needs Debian's chromium at {browser}, and this user "
+            f"can install it neither as root nor with sudo; run `{manual}`, then this command "
+            "again."
+        )
+    if commands:
+        print(
+            f"[tasks] installing Debian's chromium (the docs' browser test needs {browser})",
+            flush=True,
+        )
+    for command in commands:
+        # apt's and dpkg's hundreds of lines are shown only when they explain a failure.
+        try:
+            done = run(command, capture_output=True, text=True)
+            failed, output = done.returncode != 0, f"{done.stdout}{done.stderr}"
+        except OSError as error:  # no apt-get or sudo binary: not a Debian-like system
+            failed, output = True, str(error)
+        if failed:
+            print("\n".join(output.splitlines()[-20:]), file=sys.stderr)
+            return (
+                f"tasks.py: installing Debian's chromium failed at `{' '.join(command)}` (its "
+                f"output above); install it yourself (`{manual}`), then run this command again."
+            )
+    if commands and not browser.exists():
+        return f"tasks.py: apt-get installed chromium, but {browser} is still missing."
+    return None
+
+
 def call(command):
     """Runs `command` to its end and returns its exit status. Ctrl-C reaches the child too (one
     process group): it stops itself (a trainer checkpoints, says how to resume, exits 130), so
@@ -106,6 +172,11 @@ def main(argv):
         print(USAGE, file=sys.stderr)
         return 2
     verb, rest = argv[1], argv[2:]
+    # The system package first: a user who cannot install it learns so before minutes of setup.
+    missing = ensure_chromium() if verb == "test" else None
+    if missing:
+        print(missing, file=sys.stderr)
+        return 1
     setup()
     os.chdir(ROOT)
     if verb == "run":

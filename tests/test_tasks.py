@@ -55,3 +55,71 @@ def test_setup_is_redone_when_pyproject_or_the_extras_change():
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     assert stamp("cpu,testtools") == f"cpu,testtools {digest}"
     assert stamp("gpu,testtools") != stamp("cpu,testtools")
+
+
+class _Recorder:
+    """Stands in for subprocess.run: records the commands, and `creates` the browser file when
+    the install command runs (as apt-get would), so nothing on the real system is touched."""
+
+    def __init__(self, browser=None, fail_at=None):
+        self.commands, self.browser, self.fail_at = [], browser, fail_at
+
+    def __call__(self, command, **kwargs):
+        self.commands.append(command)
+        failed = self.fail_at is not None and len(self.commands) - 1 == self.fail_at
+        if not failed and "install" in command and self.browser is not None:
+            self.browser.write_text("")
+        return subprocess.CompletedProcess(command, 1 if failed else 0, "", "")
+
+
+def test_a_present_browser_installs_nothing(tmp_path, capsys):
+    browser = tmp_path / "chromium"
+    browser.write_text("")
+    run = _Recorder()
+    assert _tasks_module().ensure_chromium(browser, root=False, sudo=False, run=run) is None
+    assert run.commands == [] and capsys.readouterr().out == ""
+
+
+def test_a_missing_browser_is_installed_with_apt_as_root_or_with_sudo(tmp_path, capsys):
+    ensure = _tasks_module().ensure_chromium
+    apt = [
+        ["apt-get", "update", "-qq"],
+        ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq", "chromium"],
+    ]
+    for root, sudo, prefix in ((True, False, []), (False, True, ["sudo", "-n"])):
+        browser = tmp_path / f"chromium-{root}"
+        run = _Recorder(browser)
+        assert ensure(browser, root=root, sudo=sudo, run=run) is None
+        assert run.commands == [prefix + c for c in apt]
+        lines = capsys.readouterr().out.splitlines()
+        assert lines == [
+            f"[tasks] installing Debian's chromium (the docs' browser test needs {browser})"
+        ]
+
+
+def test_without_rights_or_when_apt_fails_it_says_what_to_run_and_installs_nothing(tmp_path):
+    ensure = _tasks_module().ensure_chromium
+    browser = tmp_path / "chromium"
+    run = _Recorder(browser)
+    message = ensure(browser, root=False, sudo=False, run=run)
+    assert run.commands == [] and not browser.exists()
+    assert "chromium" in message and "sudo apt-get install -y chromium" in message
+    failing = _Recorder(browser, fail_at=1)
+    message = ensure(browser, root=True, sudo=False, run=failing)
+    assert len(failing.commands) == 2 and "failed at `env DEBIAN_FRONTEND" in message
+
+
+def test_the_test_verb_stops_before_setup_and_pytest_when_chromium_cannot_be_had(
+    tmp_path, monkeypatch, capsys
+):
+    """The whole command: no browser, no rights -> the sentence on stderr, exit 1, and neither
+    the virtual environment's setup nor lint nor pytest ran."""
+    tasks = _tasks_module()
+    called = []
+    monkeypatch.setattr(tasks, "CHROMIUM", tmp_path / "chromium")
+    monkeypatch.setattr(tasks, "passwordless_sudo", lambda: False)
+    monkeypatch.setattr(tasks, "setup", lambda: called.append("setup"))
+    monkeypatch.setattr(tasks, "call", lambda command: called.append(command) or 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert tasks.main(["tasks.py", "test", "-x"]) == 1 and called == []
+    assert "sudo apt-get install -y chromium" in capsys.readouterr().err
