@@ -2,8 +2,27 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from pathlib import Path  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+# The backend Keras will use in this process (fixed at its first import; Keras' own default).
+BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
+# The tests of the backend-neutral core: with KERAS_BACKEND=jax or torch only these files are
+# collected (tasks.py runs them once per backend, each in its own process); every other test
+# imports TensorFlow or tests a surface that is TensorFlow by nature.
+ALL_BACKENDS = ("test_backend_helpers.py",)
+
+
+def pytest_ignore_collect(collection_path, config):
+    if BACKEND == "tensorflow" or collection_path.suffix != ".py":
+        return None
+    if collection_path.name == "conftest.py" or collection_path.is_dir():
+        return None
+    relative = collection_path.resolve().relative_to(TESTS).as_posix()
+    return relative not in ALL_BACKENDS or None
 
 
 @pytest.fixture
