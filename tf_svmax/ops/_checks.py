@@ -121,7 +121,7 @@ def _dtype_name(x):
     return keras.backend.standardize_dtype(x.dtype)
 
 
-def _jax_without_x64():
+def jax_without_x64():
     """True on the JAX backend while `jax_enable_x64` is off (its default)."""
     if keras.backend.backend() != "jax":
         return False
@@ -182,7 +182,7 @@ def to_tensor(x, arg, *, exact=False):
     """`x` as a tensor of the backend (`keras.ops.convert_to_tensor`); on JAX without 64-bit
     types, a ValueError naming `arg` instead of a silent narrowing (`_narrowing_checked`:
     integers outside int32 always, float64 values float32 cannot hold where `exact`)."""
-    if _jax_without_x64():
+    if jax_without_x64():
         x = _narrowing_checked(x, arg, exact)
     return ops.convert_to_tensor(x)
 
@@ -207,6 +207,25 @@ def _checked_when_run(x, assertion, shape=None):
     if shape is not None:
         x.set_shape(shape)
     return x
+
+
+def matmul(a, b, *, transpose_a=False, transpose_b=False):
+    """``op(a) op(b)`` of two rank-2 tensors, in their dtype on every backend.
+
+    Not `keras.ops.matmul`: on JAX and PyTorch Keras' type promotion (`result_type`) returns
+    float32 for float64 operands, so the `@` operator (the backend's own product) is used
+    there. On TensorFlow the transposes go to `tf.linalg.matmul`'s flags, as the TensorFlow
+    code this library started from (and TFA) wrote them: a materialized transpose rounds
+    differently in the last bit (eagerly, and in gradients), which flips ``max(., 0)`` masks
+    of duplicate rows. TensorFlow is imported here, not at module level.
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
+
+        return tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    a = ops.transpose(a) if transpose_a else a
+    b = ops.transpose(b) if transpose_b else b
+    return a @ b
 
 
 def label_vector(labels, arg):

@@ -6,7 +6,6 @@ squared distance is not positive (the diagonal, duplicates). The square root is 
 ``d^2 + 1e-16`` at those entries only, so its derivative never sees 0.
 """
 
-import keras
 from keras import ops
 
 from tf_svmax.ops import _checks
@@ -42,7 +41,7 @@ def pairwise_distance(feature, squared=False, *, rows=None):
     d2 = ops.add(
         ops.sum(ops.square(queries), axis=1, keepdims=True),
         ops.sum(ops.square(x_t), axis=0, keepdims=True),
-    ) - 2.0 * (queries @ x_t)  # `@`, not ops.matmul: see _at_least
+    ) - 2.0 * _checks.matmul(queries, x_t)
     # Rounding can make the expansion slightly negative; a distance is never negative.
     d2 = _at_least(d2, 0.0)
     zero = d2 <= 0.0
@@ -61,8 +60,7 @@ def _at_least(x, floor):
 
     Not `keras.ops.maximum`: on JAX and PyTorch Keras' type promotion (`result_type`) turns a
     float64 result into float32 (as JAX does without 64-bit types), so a float64 input would
-    lose its precision at the clamp; the same holds for `keras.ops.matmul`, hence the `@`
-    operator (the backend's own matmul) in this module.
+    lose its precision at the clamp (the same holds for `keras.ops.matmul`: `_checks.matmul`).
     """
     return ops.where(x < floor, floor, x)
 
@@ -96,22 +94,8 @@ def angular_distance(feature, *, rows=None):
     unit = _l2_normalize_rows(x)
     queries, _, _ = _row_range(unit, rows)
     # Rounding can push 1 - cos slightly below zero for (near-)identical rows.
-    distances = _at_least(1.0 - _matmul_transposed(queries, unit), 0.0)
+    distances = _at_least(1.0 - _checks.matmul(queries, unit, transpose_b=True), 0.0)
     return ops.cast(distances, dtype)
-
-
-def _matmul_transposed(a, b):
-    """``a b^T``. On TensorFlow the one MatMul with ``transpose_b=True`` that TFA's angular
-    distance and the originals' cdist run: a materialized transpose followed by a product
-    (`keras.ops.matmul`, and `keras.ops.einsum`, which Keras' TensorFlow backend rewrites into
-    that) rounds differently in the last bit, in values (eager) and gradients, and a last-bit
-    difference flips the ``max(., 0)`` masks of duplicate rows. TensorFlow is imported here, not
-    at module level, so the JAX and PyTorch backends never import it."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
-
-        return tf.linalg.matmul(a, b, transpose_b=True)
-    return a @ ops.transpose(b)  # `@`, not ops.matmul: see _at_least
 
 
 # The floor of a row's squared norm in `_l2_normalize_rows`, tf.math.l2_normalize's: a zero row
@@ -203,7 +187,7 @@ def cdist(a, b, metric="euclidean"):
     _checks.check_choice(metric, "metric", CDIST_METRICS)
     a, b = ops.convert_to_tensor(a), ops.convert_to_tensor(b)
     if metric == "cosine":
-        return 1.0 - _matmul_transposed(a, b)
+        return 1.0 - _checks.matmul(a, b, transpose_b=True)
     if metric == "cityblock":
         return _cityblock(a, b)
     squared = _squared_distances(a, b)
@@ -235,7 +219,7 @@ def _squared_distances(a, b):
     squared = (
         ops.sum(ops.square(a64), axis=1, keepdims=True)
         + ops.expand_dims(ops.sum(ops.square(b64), axis=1), 0)
-        - 2.0 * _matmul_transposed(a64, b64)
+        - 2.0 * _checks.matmul(a64, b64, transpose_b=True)
     )
     # The expansion can round below zero; a squared distance is never negative.
     return ops.cast(_at_least(squared, 0.0), a.dtype)
