@@ -1,5 +1,10 @@
 """Model pieces: embedding networks (backbone + L2-normalised embedding) and heads."""
 
+# Not backend-neutral yet: on JAX/PyTorch a one-sentence refusal instead of a failure in fit.
+from tf_svmax import _backend
+
+_backend.require_tensorflow_backend("tf_svmax.models")
+
 from tf_svmax.models.backbones import (
     APPLICATIONS,
     BACKBONES,
