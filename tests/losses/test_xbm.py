@@ -353,6 +353,39 @@ def test_bad_arguments_are_refused():
         xbm([0, 1], np.eye(3, dtype=np.float32)[:2])
 
 
+def test_float_labels_that_are_not_integers_are_refused_eagerly_and_traced():
+    # 16 classes 0.0, 0.1, ..., 1.5: cast to int64 they were stored as the classes {0, 1}.
+    y = np.arange(16, dtype=np.float32) / 10
+    x = np.eye(16, dtype=np.float32)
+    xbm = CrossBatchMemory(losses.TripletHardLoss(), 32)
+    pattern = (
+        r"argument `y_true`.*floats holding integers.*y_true=<float32 tensor with 0\.1 at index 1>"
+    )
+    with pytest.raises(ValueError, match=pattern):
+        xbm(y, x)
+    assert not xbm.memory.built  # refused before the memory was touched
+    xbm.memory.build((None, 16))  # (a traced step needs a built memory)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=pattern):
+        tf.function(lambda labels, rows: xbm(labels, rows))(tf.constant(y), tf.constant(x))
+    assert int(xbm.memory.filled.numpy()) == 0
+    for value in (np.nan, np.inf):
+        with pytest.raises(ValueError, match="y_true"):
+            xbm(np.array([0.0, value], np.float32), x[:2])
+    # Floats holding integers are class ids (Keras' float64 copies under MirroredStrategy).
+    want = float(CrossBatchMemory(losses.TripletHardLoss(), 32)(np.arange(16) % 3, x))
+    assert float(xbm(np.arange(16.0) % 3, x)) == pytest.approx(want, 1e-6)
+
+
+def test_float_labels_that_are_not_integers_are_refused_by_fit():
+    xbm = CrossBatchMemory(losses.TripletHardLoss(), 32)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    y = np.arange(16, dtype=np.float32) / 10
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`y_true`.*0\.1 at index 1"):
+        model.fit(np.ones((16, 5), np.float32), y, batch_size=16, shuffle=False, verbose=0)
+    assert int(xbm.memory.filled.numpy()) == 0
+
+
 def test_the_memory_must_be_in_the_model_of_a_traced_step():
     xbm = CrossBatchMemory(losses.TripletHardLoss(), 4)
 

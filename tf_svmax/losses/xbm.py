@@ -180,20 +180,22 @@ def _check_loss(loss):
     return loss
 
 
+_LABELS_EXPECTED = "class labels of an integer dtype (not uint64) or finite floats holding integers"
+
+
 def _integer_labels(y_true, y_pred):
     # The losses' shared check: [N] or [N, 1] numeric labels, one per embedding row.
     labels = flat_labels(y_true, y_pred)
     if labels.dtype in (tf.bool, tf.uint64):
         raise TypeError(
-            _checks.invalid(
-                "y_true",
-                "class labels of an integer dtype (not uint64) or floats holding integers",
-                f"<tensor of dtype {labels.dtype.name}>",
-            )
+            _checks.invalid("y_true", _LABELS_EXPECTED, f"<tensor of dtype {labels.dtype.name}>")
         )
-    # int64 holds every other integer dtype exactly (labels above 2**24 stay distinct). Float
-    # labels (Keras hands a MirroredStrategy's fit float64 copies of integer arrays) are cast:
-    # exact for float64 below 2**53.
+    # Float labels (Keras hands a MirroredStrategy's fit float64 copies of integer arrays) must
+    # hold integers: the cast below would merge 0.1 and 0.9 into class 0 (the wrapped loss
+    # alone compares floats exactly, so they would be two classes there).
+    labels = _checks.integer_floats(labels, "y_true", _LABELS_EXPECTED)
+    # int64 holds every other integer dtype exactly (labels above 2**24 stay distinct), and
+    # integer floats: exact for float64 below 2**53.
     return tf.cast(labels, tf.int64)
 
 
@@ -246,7 +248,7 @@ class CrossBatchMemory(keras.losses.Loss):
 
     The memory layer must be in the model (it is then built, checkpointed and saved with it);
     class labels of any integer dtype but uint64, or floats holding integers (compared as
-    int64). A model loaded from
+    int64; a float label that is not an integer, such as 0.1, is refused). A model loaded from
     a ``.keras`` file holds the restored layer; recompile with it:
     ``CrossBatchMemory(loss, M, memory=model.get_layer(name))``.
 
