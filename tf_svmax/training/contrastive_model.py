@@ -39,9 +39,15 @@ class ContrastiveModel(keras.Model):
     encoder and the batch's keys are enqueued.
 
     `train_step` reports ``loss`` (NaN where a gradient is non-finite, so that a finite loss
-    never hides non-finite weights), ``prior_active`` (1 on the steps trained with
+    never hides non-finite weights; under a `keras.optimizers.LossScaleOptimizer`, which skips
+    such steps, the loss itself), ``prior_active`` (1 on the steps trained with
     `prior_loss_fn`), ``nuclear_norm`` (the mean ``||Q_i||_*`` of each image's M x C stacked
     queries and key) and ``positive_similarity`` (the mean query-key cosine).
+
+    Mixed precision (``keras.mixed_precision.set_global_policy("mixed_float16")`` or
+    ``"mixed_bfloat16"`` before building the encoder): the loss is scaled by the optimizer as
+    in Keras' own train step (`compile` wraps the optimizer in a `LossScaleOptimizer` under
+    float16), and the nuclear norm's SVD runs in float32.
 
     The key encoder and the queue are training state: checkpoint them with the model
     (``tf.train.Checkpoint(model=..., key_encoder=model.key_encoder, queue=model.queue)``).
@@ -137,12 +143,20 @@ class ContrastiveModel(keras.Model):
                     lambda: self.prior_loss_fn(None, y_pred),
                     lambda: self.loss_fn(None, y_pred),
                 )
+            # As Keras' own train step: the optimizer's loss scale (a LossScaleOptimizer under
+            # "mixed_float16", which `compile` wraps the optimizer in, or `loss_scale_factor`);
+            # its `apply` divides the gradients by it again. Without it float16 gradients would
+            # be 2**15 times too small.
+            scaled_loss = self.optimizer.scale_loss(loss)
         variables = self.encoder.trainable_variables
-        grads = tape.gradient(loss, variables)
+        grads = tape.gradient(scaled_loss, variables)
         self.optimizer.apply(grads, variables)
         self.key_encoder.update(self.encoder)
         self.queue.enqueue(keys)
-        loss = tf.where(tf.math.is_finite(tf.linalg.global_norm(grads)), loss, float("nan"))
+        if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            # A LossScaleOptimizer skips the steps whose (scaled) gradients are not finite and
+            # lowers its scale: no non-finite weight can hide behind a finite loss there.
+            loss = tf.where(tf.math.is_finite(tf.linalg.global_norm(grads)), loss, float("nan"))
         stacked = tf.concat([queries, keys[:, tf.newaxis]], axis=1)
         values = (
             loss,
