@@ -199,3 +199,35 @@ def test_an_encoder_without_one_embedding_output_is_refused():
     inputs = keras.Input((SIDE, SIDE, 1))
     with pytest.raises(ValueError, match="Invalid value for argument `encoder`"):
         _model(keras.Model(inputs, keras.layers.Dense(C)(inputs)))  # [b, H, W, C] output
+
+
+def test_a_sequential_encoder_is_accepted_and_trains_like_its_functional_twin():
+    # keras.Sequential built from an Input has no `.output` until it is called (Keras 3.15).
+    keras.utils.set_random_seed(3)
+    sequential = keras.Sequential(
+        [
+            keras.Input((SIDE, SIDE, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(C, use_bias=False),
+            keras.layers.UnitNormalization(),
+        ]
+    )
+    model = _model(sequential)
+    assert model.queue.keys.shape == (K, C)
+    # The reference step of the functional encoder's test, on the Sequential's weights.
+    w = sequential.get_weights()[0].astype(np.float64)
+    negatives = model.queue.keys.numpy().astype(np.float64)
+    x = _views(0).astype(np.float64)
+    grad = _numeric_gradient(lambda v: _reference_loss(v, w, negatives, x), w)
+    logs = model.train_step(tf.constant(_views(0)))
+    np.testing.assert_allclose(float(logs["loss"]), _reference_loss(w, w, negatives, x), rtol=1e-5)
+    np.testing.assert_allclose(sequential.get_weights()[0], w - LR * grad, rtol=1e-4, atol=1e-6)
+    # Several outputs or an unbuilt Sequential stay refused.
+    with pytest.raises(ValueError, match="Invalid value for argument `encoder`"):
+        _model(keras.Sequential([keras.layers.Dense(C)]))
+    inputs = keras.Input((SIDE, SIDE, 1))
+    flat = keras.layers.Flatten()(inputs)
+    with pytest.raises(ValueError, match="Invalid value for argument `encoder`"):
+        _model(keras.Model(inputs, [keras.layers.Dense(C)(flat), keras.layers.Dense(C)(flat)]))
+    with pytest.raises(ValueError, match="Invalid value for argument `encoder`"):
+        _model(keras.Model(inputs, {"embeddings": keras.layers.Dense(C)(flat)}))

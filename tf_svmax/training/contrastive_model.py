@@ -101,7 +101,7 @@ class ContrastiveModel(keras.Model):
         self.key_encoder = MomentumEncoder(encoder, momentum=momentum)
         self.queue = NegativeQueue(
             _checks.check_positive_int(queue_size, "queue_size"),
-            int(encoder.output.shape[-1]),
+            int(_output_shape(encoder)[-1]),
             seed=_checks.check_non_negative_int(seed, "seed"),
         )
         self.trackers = [keras.metrics.Mean(name=name) for name in METRIC_NAMES]
@@ -169,13 +169,30 @@ class ContrastiveModel(keras.Model):
         return {t.name: t.result() for t in self.trackers}
 
 
+def _output_shape(encoder):
+    """The shape of a `keras.Model`'s one symbolic output tensor, or None (not a Model, several
+    outputs or a structure of them, or none: a subclassed or unbuilt model).
+
+    A `keras.Sequential` built from an `Input` has no `output` until it is called (Keras 3.15):
+    its output is then derived from its symbolic inputs by `compute_output_spec` (which adds
+    no node to the model)."""
+    if not isinstance(encoder, keras.Model):
+        return None
+    try:
+        output = encoder.output
+    except (AttributeError, ValueError):  # never called: no inbound node
+        try:
+            inputs = encoder.inputs
+            output = encoder.compute_output_spec(inputs[0] if len(inputs) == 1 else inputs)
+        except (AttributeError, ValueError, TypeError):  # a subclassed or unbuilt model
+            return None
+    return output.shape if isinstance(output, keras.KerasTensor) else None
+
+
 def _check_encoder(encoder):
     """`encoder`, raising ValueError unless it is a built `keras.Model` with one `[b, C]`
     output."""
-    try:
-        shape = encoder.output.shape if isinstance(encoder, keras.Model) else None
-    except (AttributeError, ValueError):  # a subclassed or unbuilt model has no symbolic output
-        shape = None
+    shape = _output_shape(encoder)
     if shape is None or len(shape) != 2 or shape[-1] is None:
         raise ValueError(
             _checks.invalid(
