@@ -313,6 +313,57 @@ def test_keras_file_round_trip(rng, tmp_path):
         np.testing.assert_allclose(restored.numpy(), continued.numpy(), atol=1e-6)
 
 
+def test_a_loaded_model_trains_on_with_its_restored_memory(rng, tmp_path):
+    # Build, fit, save, load, fit again: no recompile, the memory continues.
+    x, y = _data(rng)
+    xbm = CrossBatchMemory(losses.AllPairsContrastiveLoss(), memory_size=12, start_step=1)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)  # 1 warm-up step, 2 written
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    bank = loaded.get_layer(xbm.memory.name)
+    assert loaded.loss.memory is bank
+    filled = int(bank.filled.numpy())
+    assert filled == 12 and int(bank.step.numpy()) == 3
+    # The restored rows, oldest first (the ring's next slot holds the oldest row).
+    oldest_first = np.roll(np.arange(12), -int(bank.pointer.numpy()))
+    memory = NumpyMemory(12)
+    memory.write(bank.embeddings.numpy()[oldest_first], bank.labels.numpy()[oldest_first])
+    batch, labels = x[:8], y[:8]
+    embeddings = loaded.predict(batch, verbose=0)  # the step's embeddings (weights before it)
+
+    logged = _one_step(loaded, batch, labels)
+
+    # The float64 reference of the batch against the restored memory, then the write.
+    assert logged == pytest.approx(ref_contrastive(*memory.reference(embeddings, labels), 8), 1e-5)
+    memory.write(embeddings, labels)
+    assert int(bank.step.numpy()) == 4 and int(bank.filled.numpy()) == 12
+    stored = np.c_[bank.embeddings.numpy(), bank.labels.numpy()]
+    want = np.c_[memory.x, memory.y]
+    np.testing.assert_allclose(
+        stored[np.lexsort(stored.T[::-1])], want[np.lexsort(want.T[::-1])], atol=1e-5
+    )
+    # And it is the step of the model that was saved, continued in memory.
+    assert _one_step(model, batch, labels) == pytest.approx(logged, 1e-6)
+
+
+def test_a_loss_config_without_its_memory_name_says_how_to_recompile(rng, tmp_path):
+    # A file written before the loss recorded its memory's name: the loss gets a new layer.
+    x, y = _data(rng)
+    xbm = CrossBatchMemory(losses.TripletHardLoss(), memory_size=8, start_step=2)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    model.fit(x, y, batch_size=8, verbose=0)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    config = {k: v for k, v in xbm.get_config().items() if k != "memory_name"}
+    loaded.compile(keras.optimizers.SGD(0.1), loss=CrossBatchMemory.from_config(config))
+    hint = r"CrossBatchMemory\(model\.loss\.loss, 8, start_step=2, memory=model\.get_layer"
+    with pytest.raises(ValueError, match=hint):
+        _one_step(loaded, x[:8], y[:8])
+
+
 def test_get_config_round_trips():
     xbm = CrossBatchMemory(losses.TripletSemiHardLoss(margin=0.3), 32, start_step=5, name="x")
     config = xbm.get_config()
