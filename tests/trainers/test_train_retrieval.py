@@ -477,6 +477,41 @@ def test_cli_refuses_bad_flags_and_documents_defaults():
         assert text in help_text
 
 
+def _weights_file(folder, backbone, corrupt=None):
+    """A `backbone` weights file (`build_backbone`'s, one grey channel as digits have) in
+    `folder`; `corrupt`: "truncated" keeps its first half, "empty" none of it."""
+    path = folder / f"{backbone}-{corrupt or 'whole'}.weights.h5"
+    models.build_backbone(backbone, input_shape=(32, 32, 1)).save_weights(str(path))
+    if corrupt:
+        content = path.read_bytes()
+        path.write_bytes(content[: len(content) // 2] if corrupt == "truncated" else b"")
+    return path
+
+
+@pytest.mark.parametrize(
+    "backbone, source, corrupt",
+    [
+        ("small_cnn", "small_cnn_bn", None),  # another backbone's file
+        ("small_resnet", "small_cnn", None),
+        ("small_cnn", "small_cnn", "truncated"),
+        ("small_cnn_bn", "small_cnn_bn", "empty"),
+    ],
+)
+def test_cli_refuses_a_weights_file_it_cannot_load_naming_it(tmp_path, backbone, source, corrupt):
+    path = _weights_file(tmp_path, source, corrupt)
+    done = _cli(
+        "--dataset=digits",
+        f"--backbone={backbone}",
+        f"--weights={path}",
+        "--train_steps=2",
+        f"--output_dir={tmp_path / 'run'}",
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"refused: --weights={path}" in done.stderr
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
 def test_cli_documents_and_checks_decoded_cache():
     help_text = " ".join(_cli("--helpfull").stdout.split())
     assert "--[no]decoded_cache: Decode and resize the training images once" in help_text

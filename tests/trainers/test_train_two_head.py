@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tests.data import fake_trees
-from tf_svmax import losses
+from tf_svmax import losses, models
 from trainers import two_head
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,6 +184,20 @@ def test_cli_refuses_bad_flags_and_documents_the_papers_values(tmp_path):
     text = " ".join(done.stdout.split())
     for phrase in ("0.003 center", "0.25 ole", "paper: 256", "40000 ResNet-50", "--flagfile"):
         assert phrase in text, phrase
+
+
+@pytest.mark.parametrize("corrupt", [None, "truncated"])
+def test_cli_refuses_a_weights_file_it_cannot_load_naming_it(tmp_path, corrupt):
+    """small_cnn_bn (the default backbone) given small_resnet's file, or its own cut short."""
+    path = tmp_path / "backbone.weights.h5"
+    source = "small_resnet" if corrupt is None else "small_cnn_bn"
+    models.build_backbone(source, input_shape=(32, 32, 1)).save_weights(str(path))
+    if corrupt:
+        path.write_bytes(path.read_bytes()[:1000])
+    done = _cli("--dataset=digits", f"--weights={path}", f"--output_dir={tmp_path / 'run'}")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"refused: --weights={path}" in done.stderr
 
 
 @pytest.mark.parametrize("empty", ["train/", "train/a/"], ids=["no_classes", "no_images"])

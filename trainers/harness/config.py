@@ -5,6 +5,7 @@ import dataclasses
 import os
 
 from tf_svmax import models
+from tf_svmax.models.backbones import WeightsFileError, check_weights_file
 from trainers.harness.flags import (
     REQUIRED,
     FlagValueError,
@@ -138,7 +139,8 @@ def check_fields_and_data(config, embedded):
     """Raises ConfigError for a field outside its option's kind or choices, a file dataset
     without --data_dir, an embedded one (a name in `embedded`) with one, an embedded set
     (small grey images) with an applications backbone, or --weights the backbone cannot load
-    (a missing file; 'imagenet' for a small backbone; any weights for a toy backbone)."""
+    (a missing, empty, truncated or non-HDF5 file; 'imagenet' for a small backbone; any
+    weights for a toy backbone)."""
     c = config
     check_fields(c)
     if c.dataset not in embedded and not c.data_dir:
@@ -155,6 +157,9 @@ def check_fields_and_data(config, embedded):
             "" if c.backbone in models.SMALL_BACKBONES else " or 'imagenet'"
         )
         raise ConfigError(f"--weights={c.weights} is not a file; expected {kinds}.")
+    if c.weights not in (None, "none", "imagenet"):
+        with weights_refusals(c):
+            check_weights_file(c.weights)  # empty, truncated, not HDF5: before any data
     if c.weights == "imagenet" and c.backbone in models.SMALL_BACKBONES:
         raise ConfigError(
             f"--weights=imagenet: --backbone={c.backbone} has no ImageNet weights; use one of "
@@ -198,6 +203,18 @@ def resolve_cadence(config, default_steps):
         )
     trace_every = max(1, eval_every // 20) if c.trace_every is None else c.trace_every
     return {"train_steps": train_steps, "eval_every": eval_every, "trace_every": trace_every}
+
+
+@contextlib.contextmanager
+def weights_refusals(config):
+    """Turns the library's `WeightsFileError` (a --weights file that is unreadable or written
+    for another backbone; its message names the file) into a refusal (exit 2)."""
+    try:
+        yield
+    except WeightsFileError as error:
+        raise ConfigError(
+            f"--weights={config.weights} --backbone={config.backbone}: {error}"
+        ) from None
 
 
 @contextlib.contextmanager

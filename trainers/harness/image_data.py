@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from tf_svmax import data
+from trainers.harness.config import weights_refusals
 from trainers.harness.distribute import check_even_split, check_same_config, make_strategy
 from trainers.harness.flags import identity
 
@@ -34,8 +35,8 @@ def start(config, load, build_model):
 
     Raises:
       ConfigError: the global batch P x K does not split evenly over the replicas, the
-        workers of a multi-worker cluster hold different configs (`check_same_config`), or
-        `load`'s.
+        workers of a multi-worker cluster hold different configs (`check_same_config`), a
+        --weights file that does not fit the backbone, or `load`'s.
     """
     strategy = make_strategy(config.strategy, config.cpu_devices, config.cluster_timeout)
     keras.utils.set_random_seed(config.seed)
@@ -44,7 +45,7 @@ def start(config, load, build_model):
     # (before any variable is made: the chief's initial values are broadcast to the others).
     check_same_config(strategy, identity(dataclasses.asdict(config), type(config)))
     check_even_split(strategy, config.batch_p * config.batch_k)
-    with strategy.scope():
+    with strategy.scope(), weights_refusals(config):  # --weights of another backbone
         model = build_model(config, split)
     return config, split, model, strategy
 
