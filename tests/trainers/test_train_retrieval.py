@@ -803,6 +803,26 @@ def test_xbm_refusals(kwargs, message):
         retrieval.resolve(retrieval.RetrievalConfig(output_dir="x", **kwargs))
 
 
+def test_an_xbm_size_whose_memory_cannot_fit_is_refused_saying_what_it_needs():
+    """--xbm_size=1e9 rows of 128 float32 are at least 477 GiB: refused with the flags (exit 2
+    before any data), not a ResourceExhaustedError once training began."""
+    with open("/proc/meminfo") as f:
+        (line,) = [row for row in f if row.startswith("MemTotal:")]
+    memory_gib = int(line.split()[1]) * 1024 / 2**30
+    bank_gib = 10**9 * 128 * 4 / 2**30  # the memory's embeddings alone
+    if bank_gib < memory_gib:
+        pytest.skip("this machine could hold the memory")
+    config = retrieval.RetrievalConfig(output_dir="x", loss="triplet_hard", xbm_size=10**9)
+    with pytest.raises(retrieval.ConfigError, match="--xbm_size=1000000000") as caught:
+        retrieval.check(config)
+    needed, available = [
+        float(v.replace(",", "")) for v in re.findall(r"([\d,.]+) GiB", str(caught.value))
+    ]
+    assert needed >= bank_gib
+    assert available == pytest.approx(memory_gib, rel=0.01)
+    retrieval.check(dataclasses.replace(config, xbm_size=4096))  # what fits is not refused
+
+
 def test_xbm_run_resumes_with_its_memory(tmp_path):
     """--xbm_size: the memory layer is in the trained model and its checkpoint, so a run
     interrupted after step 6 (checkpoint at 4) ends where an uninterrupted one does (an empty

@@ -174,6 +174,28 @@ def check_fields_and_data(config, embedded):
         )
 
 
+GIB = 2**30
+
+
+def physical_memory_bytes():
+    """This machine's physical memory in bytes (the most any allocation of a run can get)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_fits_in_memory(needed_bytes, what):
+    """Raises ConfigError when `what` (the flags that size an allocation, and how: e.g.
+    ``"--xbm_size=10 (10 rows x 129 x 4 bytes)"``) needs more than this machine's physical
+    memory: refused before any work instead of a ResourceExhaustedError or numpy's "Unable to
+    allocate" after it. `needed_bytes` is a lower bound of what the run allocates. The one
+    check of this kind for every trainer's size flags."""
+    available = physical_memory_bytes()
+    if needed_bytes > available:
+        raise ConfigError(
+            f"{what} needs at least {needed_bytes / GIB:,.1f} GiB of memory; this machine has "
+            f"{available / GIB:,.1f} GiB. Use a smaller value."
+        )
+
+
 # The side image files are resized to for a small backbone (any size works there): CUB's and
 # the other benchmarks' customary 224.
 FILE_INPUT_SIZE = 224

@@ -17,6 +17,7 @@ from trainers.harness.config import (
     ConfigError,
     ImageDataConfig,
     check_fields_and_data,
+    check_fits_in_memory,
     image_input_size,
     output_dir_option,
     resolve_cadence,
@@ -188,7 +189,8 @@ class RetrievalConfig(ImageDataConfig):
         "Cross-batch memory (XBM, Wang et al. CVPR 2020) rows M: the ranking loss mines the "
         "batch's anchors against the batch plus the last M training embeddings (global batch, "
         "no gradient into them), normalized over the batch's anchors. 0: off. Losses "
-        "triplet_hard, triplet_semihard, lifted, contrastive_pairs.",
+        "triplet_hard, triplet_semihard, lifted, contrastive_pairs. A size whose memory "
+        "cannot fit in this machine's memory is refused.",
         check=non_negative_int,
     )
     xbm_start_step: int = option(
@@ -293,7 +295,7 @@ def _resolved_fields(c, num_train_classes):
     batch_p, batch_k = _batch_shape(c, num_train_classes)
     cadence = resolve_cadence(c, DEFAULT_STEPS[c.dataset])
     _check_xml(c, batch_p)
-    _check_xbm(c)
+    _check_xbm(c, batch_p * batch_k)
     return dict(
         xml_prototypes=(64 if c.xml_prototypes is None else c.xml_prototypes)
         if c.xml_lambda
@@ -341,7 +343,7 @@ def _batch_shape(c, num_train_classes):
     return batch_p, batch_k
 
 
-def _check_xbm(c):
+def _check_xbm(c, batch):
     if not c.xbm_size:
         if c.xbm_start_step:
             raise ConfigError("--xbm_start_step needs --xbm_size > 0 (the memory is off).")
@@ -356,6 +358,16 @@ def _check_xbm(c):
             "--xbm_size and --xml_lambda cannot be combined (XML evaluates the ranking loss on "
             "halves of the batch)."
         )
+    # The memory's float32 embeddings and int64 labels, and the loss's float32 distances of
+    # the batch to the batch and the memory (one [b, b + M] matrix; the mining holds more).
+    bank = c.xbm_size * (4 * c.embedding_dim + 8)
+    distances = 4 * batch * (batch + c.xbm_size)
+    check_fits_in_memory(
+        bank + distances,
+        f"--xbm_size={c.xbm_size} (the memory, {c.xbm_size:,} rows x (--embedding_dim="
+        f"{c.embedding_dim} float32 + an int64 label), and the batch's {batch} x "
+        f"{batch + c.xbm_size:,} float32 distances)",
+    )
 
 
 def _check_xml(c, batch_p):
