@@ -64,6 +64,23 @@ def test_paper_defaults_per_loss():
         (dict(loss="npair", batch_k=4), r"--loss=npair .*--batch_k=2; received --batch_k=4"),
         (dict(loss="contrastive", batch_k=2), r"--batch_k=4"),
         (dict(loss="contrastive", batch_p=3), r"even --batch_p; received --batch_p=3"),
+        # Positivity first, in the shared format, whatever the loss asks of P and K.
+        (
+            dict(loss="contrastive", batch_p=-3),
+            r"`--batch_p`. Expected an int >= 2. Received: --batch_p=-3",
+        ),
+        (
+            dict(loss="triplet_hard", batch_p=-4),
+            r"`--batch_p`. Expected an int >= 2. Received: --batch_p=-4",
+        ),
+        (
+            dict(loss="triplet_hard", batch_p=1),
+            r"`--batch_p`. Expected an int >= 2. Received: --batch_p=1",
+        ),
+        (
+            dict(loss="npair", batch_k=-2),
+            r"`--batch_k`. Expected an int >= 2. Received: --batch_k=-2",
+        ),
         (dict(batch_p=8), r"--batch_p=8 exceeds the 5 training classes"),
         (dict(train_steps=10, eval_every=3), r"--train_steps \(10\).*--eval_every \(3\)"),
         (dict(backbone="resnet50"), r"--backbone=resnet50 needs RGB"),
@@ -730,7 +747,7 @@ def test_reproduce_table1_refuses_bad_flags_before_training(tmp_path):
     "kwargs, message",
     [
         (dict(xml_prototypes=32), "--xml_prototypes needs --xml_lambda"),
-        (dict(xml_lambda=1.5), "weight in \\[0, 1\\]"),
+        (dict(xml_lambda=1.5), r"`--xml_lambda`. Expected a float in \[0, 1\]"),
         (dict(xml_lambda=0.01, loss="proxy_anchor"), "proxy_anchor"),
         (dict(xml_lambda=0.01, backbone="resnet50", dataset="folder", data_dir="/d"), "small"),
         (dict(xml_lambda=0.01, batch_p=6), "multiple of 4"),

@@ -55,7 +55,13 @@ def test_paper_lambda_per_mode(mode, lam):
         (dict(data_dir="/tmp"), "takes no --data_dir"),
         (dict(backbone="resnet50"), "small grey images"),
         (dict(train_steps=10, eval_every=3), "multiple of --eval_every"),
-        (dict(batch_k=1), "--batch_k must be >= 2"),
+        (dict(batch_k=1), r"`--batch_k`. Expected an int >= 2. Received: --batch_k=1"),
+        (dict(batch_k=-3), r"`--batch_k`. Expected an int >= 2. Received: --batch_k=-3"),
+        (
+            dict(mode="hard", batch_p=1),
+            r"`--batch_p`. Expected an int >= 2 with --mode=hard \(negatives\). Received: "
+            "--batch_p=1",
+        ),
         (dict(mode="ole", jit_compile=True), "--mode=ole cannot be XLA-compiled"),
         (dict(mode="softmax", margin=0.5), "--margin applies to --mode=semi_hard only"),
         (dict(mode="center", margin=0.2), "--margin applies to --mode=semi_hard only"),

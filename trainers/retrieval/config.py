@@ -24,8 +24,10 @@ from trainers.harness.config import (
 )
 from trainers.harness.distribute import check_strategy_combinations
 from trainers.harness.flags import (
+    fraction,
     non_negative_int,
     non_negative_number,
+    number_at_least,
     option,
     positive_int,
     positive_number,
@@ -176,7 +178,7 @@ class RetrievalConfig(ImageDataConfig):
         "(1 - lambda) loss(Y) + lambda sum_k loss(Y_hat_k), where prototypes fitted in closed "
         "form to one half of the batch (disjoint classes) predict the other half's embeddings "
         "from its prototype histograms of the last convolutional map. 0: off. Small backbones.",
-        check=non_negative_number,
+        check=fraction,
     )
     xml_prototypes: int | None = option(
         None,
@@ -233,10 +235,12 @@ class RetrievalConfig(ImageDataConfig):
         None,
         "Classes per batch P (paper: 36 contrastive, 24 triplet, 72 N-pair/angular, 64 "
         "Proxy-Anchor; capped at the training classes when unset).",
+        check=number_at_least(2, integer=True),  # negatives need 2 classes
     )
     batch_k: int | None = option(
         None,
         "Images per class K (paper: 4 contrastive and Proxy-Anchor, 6 triplet, 2 N-pair/angular).",
+        check=number_at_least(2, integer=True),  # positives per class
     )
     trace_every: int | None = option(
         None,
@@ -331,10 +335,14 @@ def _batch_shape(c, num_train_classes):
             f"--loss=contrastive pairs the classes two by two as the original does and needs "
             f"an even --batch_p; received --batch_p={batch_p}."
         )
-    if batch_k < 2:
-        raise ConfigError(f"--batch_k must be >= 2 (positives per class); received {batch_k}.")
-    if batch_p < 2:
-        raise ConfigError(f"--batch_p must be >= 2 (negatives need 2 classes); got {batch_p}.")
+    if batch_p < 2:  # P capped at too few training classes (the flag itself is checked)
+        raise ConfigError(
+            _checks.invalid(
+                "--batch_p",
+                f"an int >= 2 (negatives need 2 of the {num_train_classes} training classes)",
+                batch_p,
+            )
+        )
     if num_train_classes is not None and batch_p > num_train_classes:
         raise ConfigError(
             f"--batch_p={batch_p} exceeds the {num_train_classes} training classes of "
@@ -375,8 +383,6 @@ def _check_xml(c, batch_p):
         if c.xml_prototypes is not None:
             raise ConfigError("--xml_prototypes needs --xml_lambda > 0 (XML is off).")
         return
-    if c.xml_lambda > 1:
-        raise ConfigError(f"--xml_lambda is a weight in [0, 1]; received {c.xml_lambda}.")
     if c.loss == "proxy_anchor":
         raise ConfigError(
             "--xml_lambda needs a loss on the embeddings alone; --loss=proxy_anchor scores "
