@@ -13,6 +13,7 @@ Under ``--strategy=multi_worker`` every worker runs the same command with its ow
 must hold the chief's configuration (`check_same_config`), or all refuse.
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ import keras
 import tensorflow as tf
 
 from trainers.harness.config import ConfigError
+from trainers.harness.flags import identity
 
 
 def check_strategy_combinations(config):
@@ -227,15 +229,16 @@ def _digest(value):
     return [int.from_bytes(digest[0:3], "big"), int.from_bytes(digest[3:6], "big")]
 
 
-def check_same_config(strategy, fields):
+def check_same_config(strategy, config):
     """Raises ConfigError on every worker of a multi-worker `strategy` unless every worker
-    holds the same `fields` (the config's JSON values that define the run): a worker started
-    with other flags would train along under the chief's record without a word. Exchanges a
-    digest of each field (one collective step; call it at the same point on every worker);
-    the message names the fields that differ, with this worker's values. A no-op for the
-    other strategies."""
+    holds the same `config` (a config dataclass instance; its fields that define the run,
+    `trainers.harness.flags.identity`): a worker started with other flags would train along
+    under the chief's record without a word. Exchanges a digest of each field (one collective
+    step; call it at the same point on every worker); the message names the fields that
+    differ, with this worker's values. A no-op for the other strategies."""
     if not is_multi_worker(strategy):
         return
+    fields = identity(dataclasses.asdict(config), type(config))
     names = sorted(fields)
     local = _digest(names) + [part for name in names for part in _digest(fields[name])]
     every = vectors_of_every_replica(strategy, local)

@@ -2,15 +2,12 @@
 data, model, in that order), the loaders of image files, and the P x K batches with their labels
 given to every output of the model."""
 
-import dataclasses
-
 import keras
 import tensorflow as tf
 
 from tf_svmax import data
 from trainers.harness.config import weights_refusals
 from trainers.harness.distribute import check_even_split, check_same_config, make_strategy
-from trainers.harness.flags import identity
 
 
 def file_loaders(input_size):
@@ -43,7 +40,7 @@ def start(config, load, build_model):
     config, split = load(config)
     # Under multi_worker: every worker holds the chief's resolved config, or all refuse
     # (before any variable is made: the chief's initial values are broadcast to the others).
-    check_same_config(strategy, identity(dataclasses.asdict(config), type(config)))
+    check_same_config(strategy, config)
     check_even_split(strategy, config.batch_p * config.batch_k)
     with strategy.scope(), weights_refusals(config):  # --weights of another backbone
         model = build_model(config, split)
