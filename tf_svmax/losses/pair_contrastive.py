@@ -101,9 +101,9 @@ def all_pairs_contrastive_loss(
         positive pair (same label, r != a):  relu(pos_margin - s)   or  relu(d - pos_margin)
         negative pair (other label):         relu(s - neg_margin)   or  relu(neg_margin - d)
 
-    and the value is ``sum(positive terms) / #(positive terms > 0) + sum(negative terms) /
-    #(negative terms > 0)``, each part 0 when it has no term above 0 (so a pair already past
-    its margin weighs nothing, not even in the normalizer). Both orders of a pair count.
+    and the value is ``sum(positive terms) / count(positive terms > 0) + sum(negative terms) /
+    count(negative terms > 0)``, each part 0 when it has no term above 0 (so a pair already
+    past its margin weighs nothing, not even in the normalizer). Both orders of a pair count.
 
     The defaults are the XBM paper's (Wang et al., CVPR 2020: contrastive loss on cosine
     similarities, positives ``1 - s``, negatives above the margin 0.5). Its code
