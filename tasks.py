@@ -35,6 +35,11 @@ APT_INSTALL_CHROMIUM = [
     ["apt-get", "update", "-qq"],
     ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq", "chromium"],
 ]
+# The other Keras backends the core's tests run on (tests/conftest.py's ALL_BACKENDS), each in a
+# process of its own after the main suite. torch 2.13.0 is pinned because that release's CPU build
+# lies on the CI machines' disk (PIP_FIND_LINKS), where a newer one would be a CUDA build of GBs.
+OTHER_BACKENDS = ("jax", "torch")
+BACKEND_PACKAGES = ["jax[cpu]>=0.4.30", "torch==2.13.0"]
 USAGE = "usage: python3 tasks.py {run,test} [arguments for the trainer or for pytest]"
 
 
@@ -54,7 +59,8 @@ def tensorflow_extra():
 def setup_stamp(extras):
     """What .venv's stamp holds after installing `extras`: the extras and pyproject.toml's
     SHA-256 (the dependencies and extras live there), so either changing means a new setup."""
-    return f"{extras} {hashlib.sha256((ROOT / 'pyproject.toml').read_bytes()).hexdigest()}"
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    return f"{extras} {' '.join(BACKEND_PACKAGES)} {digest}"
 
 
 def setup():
@@ -77,6 +83,8 @@ def setup():
     pip = [str(PYTHON), "-m", "pip", "install", "--quiet"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
     subprocess.run([*pip, "-e", f"{ROOT}[{extras}]"], check=True, cwd=ROOT)
+    print(f"[tasks] installing the other Keras backends for their tests: {BACKEND_PACKAGES}")
+    subprocess.run([*pip, *BACKEND_PACKAGES], check=True, cwd=ROOT)
     STAMP.write_text(wanted)
 
 
@@ -138,10 +146,14 @@ def ensure_chromium(browser=None, root=None, sudo=None, run=subprocess.run):
 
 
 def call(command):
-    """Runs `command` to its end and returns its exit status. Ctrl-C reaches the child too (one
-    process group): it stops itself (a trainer checkpoints, says how to resume, exits 130), so
-    this waits for it instead of killing it."""
-    process = subprocess.Popen(command)
+    """Runs `command` to its end and returns its exit status (see `call_wait`)."""
+    return call_wait(subprocess.Popen(command))
+
+
+def call_wait(process):
+    """`process`'s exit status. Ctrl-C reaches the child too (one process group): it stops
+    itself (a trainer checkpoints, says how to resume, exits 130), so this waits for it instead
+    of killing it."""
     while True:
         try:
             return process.wait()
@@ -191,8 +203,43 @@ def main(argv):
     )
     if status == 5:
         print("tasks.py: pytest collected no tests; that is a failure here.", file=sys.stderr)
+        status = 1
+    backends = backend_runs(rest)
+    return status or backends
+
+
+def backend_status(backend, status, chosen):
+    """A backend run's exit status as the suite's: pytest's 5 (no tests) fails the suite unless
+    the user's own selection (`chosen`) holds no test of the backend-neutral core."""
+    if status == 5 and chosen:
+        print(f"[tasks] KERAS_BACKEND={backend}: no backend-neutral test in this selection")
+        return 0
+    if status == 5:
+        print(f"tasks.py: KERAS_BACKEND={backend} collected no tests; a failure.", file=sys.stderr)
         return 1
     return status
+
+
+def backend_runs(rest):
+    """The core's tests once per other backend (tests/conftest.py's ALL_BACKENDS), each in its own
+    process (Keras fixes its backend at import), all at once, each one's output printed whole when
+    it ends; the first failing status, else 0."""
+    import tempfile
+
+    runs = {}
+    for backend in OTHER_BACKENDS:
+        log = tempfile.TemporaryFile(mode="w+")
+        command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", *rest]
+        env = {**os.environ, "KERAS_BACKEND": backend}
+        runs[backend] = (subprocess.Popen(command, env=env, stdout=log, stderr=log), log)
+    print(f"[tasks] the backend-neutral core's tests on {', '.join(OTHER_BACKENDS)}", flush=True)
+    statuses = []
+    for backend, (process, log) in runs.items():
+        status = call_wait(process)
+        log.seek(0)
+        print(f"[tasks] KERAS_BACKEND={backend}:\n{log.read().rstrip()}", flush=True)
+        statuses.append(backend_status(backend, status, chosen=bool(rest)))
+    return next((s for s in statuses if s), 0)
 
 
 if __name__ == "__main__":

@@ -51,9 +51,11 @@ def test_the_suite_runs_one_pytest_worker_per_core_unless_told():
 def test_setup_is_redone_when_pyproject_or_the_extras_change():
     import hashlib
 
-    stamp = _tasks_module().setup_stamp
+    tasks = _tasks_module()
+    stamp = tasks.setup_stamp
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    assert stamp("cpu,testtools") == f"cpu,testtools {digest}"
+    backends = " ".join(tasks.BACKEND_PACKAGES)
+    assert stamp("cpu,testtools") == f"cpu,testtools {backends} {digest}"
     assert stamp("gpu,testtools") != stamp("cpu,testtools")
 
 
@@ -123,3 +125,11 @@ def test_the_test_verb_stops_before_setup_and_pytest_when_chromium_cannot_be_had
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert tasks.main(["tasks.py", "test", "-x"]) == 1 and called == []
     assert "sudo apt-get install -y chromium" in capsys.readouterr().err
+
+
+def test_a_backend_run_without_tests_fails_unless_the_selection_chose_none(capsys):
+    status = _tasks_module().backend_status
+    assert status("jax", 0, chosen=False) == 0 and status("jax", 1, chosen=True) == 1
+    assert status("torch", 5, chosen=False) == 1  # the whole suite: no core test is a failure
+    assert "KERAS_BACKEND=torch collected no tests" in capsys.readouterr().err
+    assert status("torch", 5, chosen=True) == 0  # `tasks.py test tests/test_tasks.py`

@@ -1,38 +1,50 @@
-"""tf_svmax: SVD-based feature-embedding regularizers (SVMax, OLE) for Keras 3 / TensorFlow."""
+"""tf_svmax: SVD-based feature-embedding regularizers (SVMax, OLE) and metric-learning losses for
+Keras 3.
+
+On Keras' TensorFlow backend every subpackage is imported here (and its Keras objects
+registered, so ``.keras`` files load without ``custom_objects``). On JAX and PyTorch only the
+backend-neutral core is (`tf_svmax.ops`), and no TensorFlow: the other subpackages refuse with one
+sentence when imported (`tf_svmax._backend`).
+"""
 
 __version__ = "0.1.0"
 
-try:
-    import tensorflow as _tf
-except ImportError as _error:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "tf_svmax needs TensorFlow >= 2.16: pip install 'tf_svmax[cpu]' (or '[gpu]'), "
-        "or install tensorflow / tensorflow-cpu yourself."
-    ) from _error
-if tuple(int(p) for p in _tf.__version__.split(".")[:2]) < (2, 16):  # pragma: no cover
-    raise ImportError(
-        f"tf_svmax needs TensorFlow >= 2.16 with Keras 3; found TensorFlow {_tf.__version__}."
+from tf_svmax import _backend  # noqa: E402
+
+if _backend.BACKEND == "tensorflow":
+    _backend.require_tensorflow("tf_svmax")
+    from tf_svmax import (  # noqa: E402
+        data,
+        losses,
+        metrics,
+        models,
+        ops,
+        records,
+        regularizers,
+        training,
     )
 
-from tf_svmax import (  # noqa: E402
-    data,
-    losses,
-    metrics,
-    models,
-    ops,
-    records,
-    regularizers,
-    training,
-)
+    __all__ = [
+        "data",
+        "losses",
+        "metrics",
+        "models",
+        "ops",
+        "records",
+        "regularizers",
+        "training",
+        "__version__",
+    ]
+else:
+    from tf_svmax import ops  # noqa: E402
 
-__all__ = [
-    "data",
-    "losses",
-    "metrics",
-    "models",
-    "ops",
-    "records",
-    "regularizers",
-    "training",
-    "__version__",
-]
+    __all__ = ["ops", "__version__"]
+
+    def __getattr__(name):
+        """``tf_svmax.losses`` and the other subpackages on JAX/PyTorch: their import's
+        one-sentence refusal instead of an AttributeError."""
+        if name in ("data", "losses", "metrics", "models", "records", "regularizers", "training"):
+            import importlib
+
+            return importlib.import_module(f"tf_svmax.{name}")
+        raise AttributeError(f"module 'tf_svmax' has no attribute {name!r}")

@@ -2,6 +2,11 @@
 (rendered glyphs, a disjoint glyph pretraining set, digits as open- and closed-set splits), the
 2-D Gaussian ring."""
 
+# tf.data works beside any backend, but needs TensorFlow installed.
+from tf_svmax import _backend
+
+_backend.require_tensorflow("tf_svmax.data")
+
 from tf_svmax.data.augment import random_view
 from tf_svmax.data.datasets import (
     DatasetFormatError,

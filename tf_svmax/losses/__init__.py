@@ -1,6 +1,11 @@
 """Keras 3 losses: SVMax, OLE, LORAC, XML, `RegularizedLoss`, and drop-in replacements for the
 tensorflow-addons metric-learning losses (same names, signatures, values and gradients)."""
 
+# Not backend-neutral yet: on JAX/PyTorch a one-sentence refusal instead of a failure in fit.
+from tf_svmax import _backend
+
+_backend.require_tensorflow_backend("tf_svmax.losses")
+
 from tf_svmax.losses import _registry
 from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_loss
 from tf_svmax.losses.center import CenterLoss

@@ -1,5 +1,10 @@
 """Keras 3 metrics, retrieval evaluation (Recall@K, MAP@R, NMI) and GAN mode coverage."""
 
+# Not backend-neutral yet: on JAX/PyTorch a one-sentence refusal instead of a failure in fit.
+from tf_svmax import _backend
+
+_backend.require_tensorflow_backend("tf_svmax.metrics")
+
 from tf_svmax.metrics.callbacks import RetrievalEvaluation
 from tf_svmax.metrics.classification import (
     classification_accuracies,

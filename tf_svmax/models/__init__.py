@@ -1,5 +1,10 @@
 """Model pieces: embedding networks (backbone + L2-normalised embedding) and heads."""
 
+# Not backend-neutral yet: on JAX/PyTorch a one-sentence refusal instead of a failure in fit.
+from tf_svmax import _backend
+
+_backend.require_tensorflow_backend("tf_svmax.models")
+
 from tf_svmax.models.backbones import (
     APPLICATIONS,
     BACKBONES,
@@ -7,6 +12,7 @@ from tf_svmax.models.backbones import (
     SMALL_RESNET_WIDTHS,
     TOY_BACKBONES,
     ApplicationPreprocessing,
+    WeightsFileError,
     build_backbone,
     build_embedding_model,
     default_input_size,
@@ -25,6 +31,7 @@ __all__ = [
     "ApplicationPreprocessing",
     "CosineProxies",
     "PrototypeHistograms",
+    "WeightsFileError",
     "build_backbone",
     "build_embedding_model",
     "build_two_head_model",

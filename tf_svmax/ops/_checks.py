@@ -331,6 +331,38 @@ def same_rows(first, second, first_arg, second_arg, unit="row"):
     )
 
 
+def integer_floats(values, arg, expected):
+    """`values` unchanged when it is not a float tensor or every entry is a finite integer
+    (0.0, -3.0); otherwise a ValueError naming `arg`, `expected` and the first offending
+    entry with its index (eagerly), or a run-time assertion with the same message (an
+    InvalidArgumentError in a traced function). For labels that are cast to integers, where
+    0.1 and 0.9 would silently become one class."""
+    values = tf.convert_to_tensor(values)
+    if not values.dtype.is_floating:
+        return values
+    flat = tf.reshape(values, [-1])
+    bad = tf.logical_not(tf.math.is_finite(flat) & tf.equal(flat, tf.round(flat)))
+    # The first offending entry, padded so that an empty or valid tensor still indexes something
+    # (the message is built either way, and only shown when an entry is bad).
+    first = tf.argmax(tf.concat([tf.cast(bad, tf.int32), [1]], axis=0), output_type=tf.int32)
+    example = tf.concat([flat, tf.zeros([1], flat.dtype)], axis=0)[first]
+    # Formatted by TensorFlow in both modes, so the eager and the traced messages are the same.
+    prefix = invalid(arg, expected, "")[: -len("''")]
+    message = tf.strings.format(
+        prefix.replace("{", "{{").replace("}", "}}")
+        + f"<{values.dtype.name} tensor with {{}} at index {{}}>",
+        (example, first),
+    )
+    any_bad = tf.reduce_any(bad)
+    if tf.executing_eagerly():
+        if bool(any_bad):
+            raise ValueError(message.numpy().decode())
+        return values
+    check = tf.debugging.Assert(tf.logical_not(any_bad), [message])
+    with tf.control_dependencies([check]):
+        return tf.identity(values)
+
+
 def zero_unless_rows(x, fn):
     """``fn()`` when `x` has at least one row, else a zero scalar of `x`'s dtype.
 
