@@ -177,3 +177,21 @@ def test_tensorflow_graphs_of_unknown_shape_check_when_run():
     ).get_concrete_function(tf.TensorSpec([None, 2]))
     assert empty(np.zeros((0, 2), np.float32)) == 0.0
     assert empty(np.ones((2, 2), np.float32)) == 5.0
+
+
+def test_integer_floats_refuses_fractions_and_non_finite_entries_eagerly():
+    expected = "floats holding integers"
+    pattern = r"argument `y_true`.*floats holding integers.*<float32 tensor with 0\.1 at index 1>"
+    with pytest.raises(ValueError, match=pattern):
+        _checks.integer_floats(np.arange(16, dtype=np.float32) / 10, "y_true", expected)
+    for value in (np.nan, np.inf):
+        with pytest.raises(ValueError, match=r"argument `y_true`.*at index 1"):
+            _checks.integer_floats(np.array([0.0, value], np.float32), "y_true", expected)
+    whole = np.array([0.0, -3.0, 7.0], np.float32)
+    np.testing.assert_array_equal(
+        backends.to_numpy(_checks.integer_floats(whole, "y_true", expected)), whole
+    )
+    ints = np.array([1, 2], np.int32)  # not floats: returned as they are
+    np.testing.assert_array_equal(
+        backends.to_numpy(_checks.integer_floats(ints, "y_true", expected)), ints
+    )

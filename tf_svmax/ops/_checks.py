@@ -335,11 +335,38 @@ def integer_floats(values, arg, expected):
     """`values` unchanged when it is not a float tensor or every entry is a finite integer
     (0.0, -3.0); otherwise a ValueError naming `arg`, `expected` and the first offending
     entry with its index (eagerly), or a run-time assertion with the same message (an
-    InvalidArgumentError in a traced function). For labels that are cast to integers, where
-    0.1 and 0.9 would silently become one class."""
-    values = tf.convert_to_tensor(values)
-    if not values.dtype.is_floating:
+    InvalidArgumentError in a traced TensorFlow function). For labels that are cast to
+    integers, where 0.1 and 0.9 would silently become one class.
+
+    Under `jax.jit` the values are not known while tracing and JAX has no run-time assertion:
+    there they are returned unchecked (check them before the step, or eagerly)."""
+    values = to_tensor(values, arg, exact=True)
+    if not keras.backend.is_float_dtype(_dtype_name(values)):
         return values
+    if keras.backend.backend() == "tensorflow":
+        return _tf_integer_floats(values, arg, expected)
+    if keras.backend.backend() == "jax":
+        import jax  # noqa: PLC0415 (the JAX backend is loaded already)
+
+        if isinstance(values, jax.core.Tracer):
+            return values
+    flat = np.asarray(keras.ops.convert_to_numpy(values)).reshape(-1)
+    bad = ~(np.isfinite(flat) & (flat == np.round(flat)))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        prefix = invalid(arg, expected, "")[: -len("''")]
+        raise ValueError(
+            f"{prefix}<{_dtype_name(values)} tensor with {flat[first]!s} at index {first}>"
+        )
+    return values
+
+
+def _tf_integer_floats(values, arg, expected):
+    """`integer_floats` on TensorFlow: the message formatted by TensorFlow in both modes, so
+    that the eager ValueError and a traced function's InvalidArgumentError read the same.
+    TensorFlow is imported here, not at module level."""
+    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
+
     flat = tf.reshape(values, [-1])
     bad = tf.logical_not(tf.math.is_finite(flat) & tf.equal(flat, tf.round(flat)))
     # The first offending entry, padded so that an empty or valid tensor still indexes something
