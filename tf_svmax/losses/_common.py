@@ -62,14 +62,22 @@ def masked_max(data, mask, axis=1):
     values are the masked maxima, and at exact ties (a masked-out entry ties with the shifted
     zero) TensorFlow's max gradient is split among the tied entries exactly as in TFA.
     """
-    low = ops.min(data, axis=axis, keepdims=True)
-    return ops.max((data - low) * ops.cast(mask, data.dtype), axis=axis, keepdims=True) + low
+    low = _reduce(ops.min, data, axis)
+    return _reduce(ops.max, (data - low) * ops.cast(mask, data.dtype), axis) + low
 
 
 def masked_min(data, mask, axis=1):
     """Min of `data` over `mask` along `axis` (kept); the maximum where it is empty."""
-    high = ops.max(data, axis=axis, keepdims=True)
-    return ops.min((data - high) * ops.cast(mask, data.dtype), axis=axis, keepdims=True) + high
+    high = _reduce(ops.max, data, axis)
+    return _reduce(ops.min, (data - high) * ops.cast(mask, data.dtype), axis) + high
+
+
+def _reduce(reduction, data, axis):
+    """`ops.min` / `ops.max` over `axis` (kept) that also takes a batch with no rows (a replica
+    with no anchors): the identity element as ``initial`` makes Keras skip its eager "empty
+    tensor" assertion (TensorFlow) and error (JAX); every non-empty reduction is unchanged."""
+    identity = float("inf") if reduction is ops.min else float("-inf")
+    return reduction(data, axis=axis, keepdims=True, initial=identity)
 
 
 def safe_mean_over(total, count):
