@@ -13,7 +13,7 @@ BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 # The tests of the backend-neutral core: with KERAS_BACKEND=jax or torch only these files are
 # collected (tasks.py runs them once per backend, each in its own process); every other test
 # imports TensorFlow or tests a surface that is TensorFlow by nature.
-ALL_BACKENDS = ("test_backend_helpers.py", "ops/test_spectral.py")
+ALL_BACKENDS = ("test_backend_helpers.py", "ops/test_spectral.py", "ops/test_ole.py")
 
 
 def pytest_ignore_collect(collection_path, config):
