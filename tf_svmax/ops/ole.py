@@ -25,7 +25,9 @@ SVD otherwise (and on the other backends, see `_float32_shortcut`).
 Backends: the number of classes in a batch is data-dependent, which XLA cannot compile, so
 `ole_loss` refuses to be traced under XLA (``jit_compile=True`` on TensorFlow, any ``jax.jit``
 on JAX): compile a JAX model with ``jit_compile=False``. JAX without ``jax_enable_x64`` has no
-float64: there the loss is computed in float32 and says so once (a RuntimeWarning).
+float64: there the loss is computed in float32 and says so once (a RuntimeWarning); float32 cannot
+tell the 1e-6 threshold from rounding noise, so directions below the float32 numerical-rank cutoff
+``max(K, D) * eps * s_1`` are dropped from the subgradient as well.
 """
 
 import keras
@@ -97,12 +99,14 @@ def _same_rows(labels, x):
     return labels
 
 
-def nuclear_norms_and_subgradients(matrices, threshold):
+def nuclear_norms_and_subgradients(matrices, threshold, rank_cutoff=False):
     """Nuclear norms and thresholded subgradients ``U_1 V_1^T`` (Eq. 5) of a batch of matrices.
 
     Args:
       matrices: `[C, K, D]` float tensor.
       threshold: Singular values below it are left out of the subgradient (not of the norm).
+      rank_cutoff: Also leave out singular values at or below the numerical-rank cutoff
+        ``max(K, D) * eps * s_1`` of each matrix (for float32, see `_ole`).
 
     Returns:
       `(norms [C], subgradients [C, K, D])`.
@@ -111,7 +115,14 @@ def nuclear_norms_and_subgradients(matrices, threshold):
     # ~sqrt(eps) * s_1, which for large features (s_1 > ~60 in float64) reaches the threshold.
     # full_matrices=False: the thin factors (Keras' default is the full ones).
     u, s, vh = ops.svd(matrices, full_matrices=False)
-    keep = ops.cast(s >= threshold, _guards.dtype_name(u))  # Eq. 5: drop s < threshold.
+    keep = s >= threshold  # Eq. 5: drop directions with s < threshold.
+    if rank_cutoff:
+        # In float32 a singular value that is zero in exact arithmetic comes out as ~eps * s_1
+        # (above 1e-6 once s_1 > ~10) with a noise direction; NumPy's matrix_rank cutoff drops it.
+        size = max(_guards.static_or_dynamic_shape(matrices)[-2:])
+        eps = float(np.finfo(_guards.dtype_name(s)).eps)
+        keep = ops.logical_and(keep, s > size * eps * ops.max(s, axis=-1, keepdims=True))
+    keep = ops.cast(keep, _guards.dtype_name(u))
     sub = _guards.matmul(u * ops.expand_dims(keep, -2), vh)
     return ops.sum(s, axis=-1), sub
 
@@ -170,7 +181,7 @@ def _t(x):
     return ops.swapaxes(x, -1, -2)
 
 
-def _batch_term(x64, x32, threshold):
+def _batch_term(x64, x32, threshold, rank_cutoff=False):
     """``||X||_*`` and its thresholded subgradient; float32 eigenvectors where that is exact enough.
 
     The 128 x 128 float64 eigendecomposition costs about twice the float32 one on a CPU and
@@ -179,7 +190,7 @@ def _batch_term(x64, x32, threshold):
     """
 
     def exact():
-        norms, subs = nuclear_norms_and_subgradients(x64[None], threshold)
+        norms, subs = nuclear_norms_and_subgradients(x64[None], threshold, rank_cutoff)
         return norms[0], subs[0]
 
     if x32 is None:
@@ -228,14 +239,19 @@ def _ole(labels, x, delta, threshold, float32_shortcut):
         per_class = ops.scatter(coords, x_scaled, (num_classes, k_max, cols))
 
         # Per-class term: sum_c max(delta, ||X_c||_*).
-        class_norms, class_subs = nuclear_norms_and_subgradients(per_class, scaled_threshold)
+        # float32 computation (JAX without x64) cannot tell a threshold of 1e-6 from rounding
+        # noise: its rank decisions also drop what is below the numerical-rank cutoff.
+        rank_cutoff = dtype == "float32"
+        class_norms, class_subs = nuclear_norms_and_subgradients(
+            per_class, scaled_threshold, rank_cutoff
+        )
         class_norms = class_norms * scale
         active = class_norms > delta
         class_term = ops.sum(ops.where(active, class_norms, ops.full_like(class_norms, delta)))
 
         # Batch term: ||X||_*.
         x32_scaled = ops.cast(x_scaled, "float32") if float32_shortcut else None
-        batch_norm, batch_sub = _batch_term(x_scaled, x32_scaled, scaled_threshold)
+        batch_norm, batch_sub = _batch_term(x_scaled, x32_scaled, scaled_threshold, rank_cutoff)
         batch_norm = batch_norm * scale
         value = (class_term - batch_norm) / n  # Eq. 2
 
