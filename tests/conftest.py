@@ -17,7 +17,9 @@ ALL_BACKENDS = (
     "test_backend_helpers.py",
     "ops/test_checks.py",
     "ops/test_distances.py",
+    "ops/test_ole.py",
     "ops/test_prototypes.py",
+    "ops/test_spectral.py",
 )
 
 

@@ -279,11 +279,25 @@ def float_matrix(x, arg, min_rows=1):
 
 
 def in_xla_context():
-    """True while tracing a function that XLA will compile (`jit_compile=True`).
+    """True while tracing a function that XLA will compile, per Keras backend.
 
-    TensorFlow has no public API for this; the private helper is used when present, and its
-    absence is reported as "not under XLA" (the library then takes its default path).
+    TensorFlow: inside a `tf.function(jit_compile=True)` (TensorFlow has no public API for this;
+    the private helper is used when present, and its absence is reported as "not under XLA", so
+    the library takes its default path). JAX: inside any `jax.jit` trace, since all JAX
+    compilation is XLA (Keras compiles JAX train steps by default); eager `jax.grad` is not.
+    PyTorch: never (Keras does not compile PyTorch with XLA).
     """
+    import keras  # noqa: PLC0415 (kept inside so this function is the whole change here)
+
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax  # noqa: PLC0415 (the JAX backend only)
+
+        # A new array is an abstract tracer exactly when a jit trace is being staged (also
+        # under grad or vmap inside it); eagerly, jax.grad included, it is a concrete array.
+        return isinstance(jax.numpy.zeros(()), jax.core.Tracer)
+    if backend != "tensorflow":
+        return False
     try:
         from tensorflow.python.ops import control_flow_util  # noqa: PLC0415 (private, optional)
     except ImportError:  # pragma: no cover - depends on the TensorFlow build

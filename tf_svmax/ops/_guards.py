@@ -1,36 +1,138 @@
-"""Shape and non-finite guards shared by the SVD-based ops (`spectral`, `ole`): orientation to
-a tall matrix, a NaN result for a non-finite input, and an exact power-of-two rescale for extreme
-magnitudes."""
+"""Shape, dtype and non-finite guards shared by the SVD-based ops (`spectral`, `ole`): the input
+matrix validated and in its compute dtype, orientation to a tall matrix, a NaN result for a
+non-finite input, and an exact power-of-two rescale for extreme magnitudes. `keras.ops` only, so
+they run on every Keras backend."""
 
+import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
+
+from tf_svmax.ops import _checks
+
+_FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+# Half-precision inputs are computed in float32 (conventions, rule 7): float16 has a 10-bit
+# mantissa and a maximum of 65504, too coarse for an eigendecomposition.
+_HALF_DTYPES = ("float16", "bfloat16")
+
+
+def dtype_name(x):
+    """The Keras name of `x`'s dtype ("float32", ...) on every backend."""
+    return keras.backend.standardize_dtype(x.dtype)
+
+
+def float64_available():
+    """Whether float64 arithmetic exists on this backend: not on JAX unless `jax_enable_x64` is
+    set (JAX would silently compute a requested float64 in float32). The one backend-specific
+    question of the spectral ops."""
+    if keras.backend.backend() != "jax":
+        return True
+    import jax  # noqa: PLC0415 (the JAX backend only)
+
+    return bool(jax.config.jax_enable_x64)
+
+
+def float_matrix(x, arg, min_rows=1):
+    """`(x_compute, input_dtype)`: `x` as a rank-2 floating tensor in its compute dtype (float32
+    for half precision), validated where the shape is known.
+
+    On TensorFlow `_checks.float_matrix` does it, with its run-time checks of shapes that a
+    `tf.function` leaves unknown. JAX and PyTorch tensors always have static shapes, so the
+    checks are Python; the messages are `_checks`' (and once `_checks` itself is on
+    `keras.ops`, this function is its `float_matrix`).
+    """
+    if keras.backend.backend() == "tensorflow":
+        x, dtype = _checks.float_matrix(x, arg, min_rows=min_rows)
+        return x, keras.backend.standardize_dtype(dtype)
+    x = ops.convert_to_tensor(x)
+    dtype = dtype_name(x)
+    if dtype not in _FLOAT_DTYPES:
+        raise TypeError(
+            _checks.invalid(arg, "a floating-point tensor", f"<tensor of dtype {dtype}>")
+        )
+    shape = tuple(x.shape)
+    if len(shape) != 2:
+        raise ValueError(
+            _checks.invalid(
+                arg, "a rank-2 tensor of shape [batch_size, dim]", f"<tensor of shape {shape}>"
+            )
+        )
+    if shape[0] < min_rows:
+        raise ValueError(
+            _checks.invalid(arg, f"at least {min_rows} row(s)", f"<tensor of shape {shape}>")
+        )
+    if shape[1] < 1:
+        raise ValueError(_checks.invalid(arg, "at least 1 column", f"<tensor of shape {shape}>"))
+    # Half precision is promoted for the linear algebra; callers cast the result back.
+    compute = "float32" if dtype in _HALF_DTYPES else dtype
+    return ops.cast(x, compute), dtype
+
+
+def zero_unless_rows(x, fn):
+    """``fn()`` when `x` has at least one row, else a zero scalar of `x`'s dtype connected to `x`
+    (a zero gradient, not None). A row count unknown at trace time (TensorFlow only) is left to
+    `_checks.zero_unless_rows`' `tf.cond`."""
+    rows = x.shape[0]
+    if rows is None:
+        return _checks.zero_unless_rows(x, fn)
+    if rows > 0:
+        return fn()
+    # 0 * sum(x) keeps the result connected to `x`, so its gradient is zero rather than None.
+    return ops.sum(x) * ops.zeros((), dtype_name(x))
+
+
+# Keras 3.15's `ops.matmul`, `ops.norm`, `ops.maximum`, `ops.minimum` and `ops.floor` promote
+# through `keras.backend.result_type`, which maps float64 to float32 on every backend but
+# TensorFlow: float64 input on PyTorch (or JAX with x64) would silently be computed in float32.
+# The three helpers below stay in the input's dtype on every backend, with the same operations.
+
+
+def matmul(a, b):
+    """``a @ b`` in the inputs' dtype: the operator is each backend's own matmul (`tf.matmul`,
+    `jnp.matmul`, `torch.matmul`), without Keras' 64-to-32-bit promotion."""
+    return a @ b
+
+
+def norm(x, axis=None):
+    """Euclidean norm over `axis` (None: all entries, the Frobenius norm) in `x`'s dtype;
+    ``sqrt(sum(x * x))``, the sequence `tf.norm` runs."""
+    return ops.sqrt(ops.sum(x * x, axis=axis))
+
+
+def at_least(x, lower):
+    """``max(x, lower)`` for a Python float `lower`, in `x`'s dtype."""
+    return ops.where(x > lower, x, ops.full_like(x, lower))
 
 
 def select(pred, true_fn, false_fn):
-    """`tf.cond` that short-circuits when `pred` is known at trace time."""
+    """`ops.cond` that short-circuits when `pred` is known at trace time (always on JAX and
+    PyTorch, whose shapes are static)."""
     if isinstance(pred, (bool, np.bool_)):
         return true_fn() if pred else false_fn()
-    return tf.cond(pred, true_fn, false_fn)
+    return ops.cond(pred, true_fn, false_fn)
+
+
+def static_or_dynamic_shape(x):
+    """`x`'s shape with Python ints where known, scalar tensors where not (TensorFlow traces)."""
+    if all(dim is not None for dim in x.shape):
+        return tuple(x.shape)
+    return ops.shape(x)
 
 
 def is_tall(x):
-    rows, cols = x.shape[-2], x.shape[-1]
-    if rows is not None and cols is not None:
-        return rows >= cols
-    shape = tf.shape(x)
-    return shape[-2] >= shape[-1]
+    rows, cols = static_or_dynamic_shape(x)[-2:]
+    return rows >= cols
 
 
 def orient(x, tall):
     """Returns `x` if `tall`, else its transpose (an involution, used both ways)."""
-    return select(tall, lambda: x, lambda: tf.linalg.matrix_transpose(x))
+    return select(tall, lambda: x, lambda: ops.swapaxes(x, -1, -2))
 
 
 def finite_guard(x):
     """Returns `(all_finite, x_safe)`: `x` with non-finite entries zeroed when any exist."""
-    all_finite = tf.reduce_all(tf.math.is_finite(x))
+    all_finite = ops.all(ops.isfinite(x))
     # Zeroing keeps the decompositions well-defined; outputs are set to NaN afterwards.
-    return all_finite, tf.where(all_finite, x, tf.zeros_like(x))
+    return all_finite, ops.where(all_finite, x, ops.zeros_like(x))
 
 
 def power_of_two_scale(x):
@@ -41,15 +143,19 @@ def power_of_two_scale(x):
     [1, 2), so every path is scale-equivariant. Inside the range nothing is rescaled: results
     stay bit-identical to the unscaled computation, and the eigensolver was measured ~1.7x
     slower on typical unit-row batches multiplied by 4. The exponent is taken in float64, where
-    log2 of any float32 or float64 value is finite.
+    log2 of any float32 or float64 value is finite; on JAX without x64 (where every input is
+    float32 or narrower) in float32, where log2 of any positive float32 is finite too.
     """
-    max_abs = tf.cast(tf.reduce_max(tf.abs(x)), tf.float64)
-    exponent = tf.floor(tf.math.log(max_abs) / np.log(2.0))
+    wide = "float64" if float64_available() else "float32"
+    max_abs = ops.cast(ops.max(ops.abs(x)), wide)
+    # floor() is exact for any float; cast back because Keras' floor may return float32.
+    exponent = ops.cast(ops.floor(ops.log(max_abs) / np.log(2.0)), wide)
     # Within 2^+-30 (and for an all-zero x, whose log is -inf) the scale stays 1.
-    rescale = (max_abs > 0) & (tf.abs(exponent) > 30.0)
-    scale = tf.where(rescale, tf.pow(tf.constant(2.0, tf.float64), exponent), 1.0)
-    return tf.cast(scale, x.dtype)
+    rescale = ops.logical_and(max_abs > 0, ops.abs(exponent) > 30.0)
+    two = ops.full((), 2.0, wide)
+    scale = ops.where(rescale, ops.power(two, exponent), ops.ones((), wide))
+    return ops.cast(scale, dtype_name(x))
 
 
 def nan_unless(all_finite, value):
-    return tf.where(all_finite, value, tf.constant(np.nan, value.dtype))
+    return ops.where(all_finite, value, ops.full_like(value, np.nan))

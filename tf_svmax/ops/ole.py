@@ -10,38 +10,76 @@ singular directions whose singular value is at least `threshold`; a class whose 
 at most `delta` contributes `delta` and no gradient. This matches the public PyTorch original
 (`pytorch_OLE/OLE.py`), without its weight `lambda_` (the Keras loss applies that).
 
-Implementation: classes are found with `tf.unique`, so labels may be any integers, unsorted,
-with a different set of classes in every batch. Rows are scattered into a zero-padded
-``[C, K_max, D]`` tensor (zero rows change neither the nonzero singular values nor the
-nuclear norm) and all classes are decomposed in one batched float64 SVD call: no Python loop
-over classes and no host round trip, so it runs inside `tf.function` on the batch's device.
-float64, because the threshold (1e-6) sits below float32's resolution of small singular values
-of unnormalized features (~1e-7 * s_1), where float32 would keep noise directions in the
-gradient. The batch term, the costliest part, uses float32 eigenvectors for float32 inputs when
-the batch is well conditioned (see `_batch_term`) and a float64 SVD otherwise.
+Implementation: labels may be any integers, unsorted, with a different set of classes in every
+batch. Rows are scattered into a zero-padded ``[C, K_max, D]`` tensor (zero rows change neither
+the nonzero singular values nor the nuclear norm) and all classes are decomposed in one batched
+float64 SVD call (`keras.ops.svd`): no Python loop over classes. On TensorFlow the classes are
+found with `tf.unique`, with no host round trip, so it runs inside `tf.function` on the batch's
+device; on JAX and PyTorch, which run it eagerly (see below), the class layout is computed from
+the labels in NumPy. float64, because the threshold (1e-6) sits below float32's resolution of
+small singular values of unnormalized features (~1e-7 * s_1), where float32 would keep noise
+directions in the gradient. The batch term, the costliest part, uses float32 eigenvectors for
+float32 inputs on TensorFlow when the batch is well conditioned (see `_batch_term`) and a float64
+SVD otherwise (and on the other backends, see `_float32_shortcut`).
+
+Backends: the number of classes in a batch is data-dependent, which XLA cannot compile, so
+`ole_loss` refuses to be traced under XLA (``jit_compile=True`` on TensorFlow, any ``jax.jit``
+on JAX): compile a JAX model with ``jit_compile=False``. JAX without ``jax_enable_x64`` has no
+float64: there the loss is computed in float32 and says so once (a RuntimeWarning); float32 cannot
+tell the 1e-6 threshold from rounding noise, so directions below the float32 numerical-rank cutoff
+``max(K, D) * eps * s_1`` are dropped from the subgradient as well.
 """
 
-import tensorflow as tf
+import keras
+import numpy as np
+from keras import ops
 
 from tf_svmax.ops import _checks, _guards
 
+_NON_INTEGRAL = (
+    "Invalid value for argument `{}`: expected integer class labels, received non-integral floats."
+)
+
 
 def class_labels(labels, arg="labels"):
-    """Flattens `labels` to `[N]` int64, accepting integer tensors and integral-valued floats."""
+    """Flattens `labels` to `[N]` int64, accepting integer tensors and integral-valued floats.
+
+    TensorFlow: a tensor, checked in the graph (an InvalidArgumentError when a traced function
+    runs). JAX and PyTorch: a NumPy array (the labels are concrete there, since `ole_loss` never
+    runs under XLA), checked at once (a ValueError); int64 labels stay int64 on JAX too.
+    """
+    if keras.backend.backend() == "tensorflow":
+        return _tf_class_labels(labels, arg)
+    labels = np.asarray(ops.convert_to_numpy(labels) if ops.is_tensor(labels) else labels)
+    if labels.ndim > 2 or (labels.ndim == 2 and labels.shape[1] != 1):
+        raise ValueError(
+            _checks.invalid(
+                arg, "class labels of shape [N] or [N, 1]", f"<tensor of shape {labels.shape}>"
+            )
+        )
+    labels = labels.reshape(-1)
+    if labels.dtype.kind in "iu":
+        return labels.astype(np.int64)
+    if labels.dtype.kind == "f":
+        # Keras losses receive y_true cast to float; accept floats that hold integers.
+        if not np.array_equal(labels, np.round(labels)):
+            raise ValueError(_NON_INTEGRAL.format(arg))
+        return labels.astype(np.int64)
+    raise TypeError(
+        _checks.invalid(arg, "integer class labels", f"<tensor of dtype {labels.dtype.name}>")
+    )
+
+
+def _tf_class_labels(labels, arg):
+    import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
     labels = _checks.label_vector(labels, arg)
     if labels.dtype.is_integer:
         return tf.cast(labels, tf.int64)
     if labels.dtype.is_floating:
         # Keras losses receive y_true cast to float; accept floats that hold integers.
         with tf.control_dependencies(
-            [
-                tf.debugging.assert_equal(
-                    labels,
-                    tf.round(labels),
-                    message=f"Invalid value for argument `{arg}`: expected integer class labels, "
-                    "received non-integral floats.",
-                )
-            ]
+            [tf.debugging.assert_equal(labels, tf.round(labels), message=_NON_INTEGRAL.format(arg))]
         ):
             return tf.cast(labels, tf.int64)
     raise TypeError(
@@ -49,31 +87,57 @@ def class_labels(labels, arg="labels"):
     )
 
 
-def nuclear_norms_and_subgradients(matrices, threshold):
+def _same_rows(labels, x):
+    """`labels`, checked to hold one label per row of `x` (`_checks.same_rows`' message)."""
+    if keras.backend.backend() == "tensorflow":
+        return _checks.same_rows(labels, x, "labels", "embeddings", unit="label")
+    if len(labels) != x.shape[0]:
+        raise ValueError(
+            "Invalid value for argument `labels`. Expected one label per row of `embeddings` "
+            f"({x.shape[0]}). Received: {len(labels)} labels."
+        )
+    return labels
+
+
+def nuclear_norms_and_subgradients(matrices, threshold, rank_cutoff=False):
     """Nuclear norms and thresholded subgradients ``U_1 V_1^T`` (Eq. 5) of a batch of matrices.
 
     Args:
       matrices: `[C, K, D]` float tensor.
       threshold: Singular values below it are left out of the subgradient (not of the norm).
+      rank_cutoff: Also leave out singular values at or below the numerical-rank cutoff
+        ``max(K, D) * eps * s_1`` of each matrix (for float32, see `_ole`).
 
     Returns:
       `(norms [C], subgradients [C, K, D])` of the input's dtype (float16/bfloat16 computed in
-      float32: TensorFlow has no half-precision SVD kernel).
+      float32: no backend has a half-precision SVD kernel).
     """
-    matrices = tf.convert_to_tensor(matrices)
-    dtype = matrices.dtype
-    # Half precision is promoted for the SVD and the results cast back (the convention).
-    matrices = tf.cast(matrices, _checks.compute_dtype(dtype))
+    matrices = ops.convert_to_tensor(matrices)
+    dtype = _guards.dtype_name(matrices)
+    # Half precision is promoted for the SVD and the results cast back (the convention; no
+    # backend has a float16/bfloat16 SVD kernel).
+    matrices = ops.cast(matrices, _checks.compute_dtype(dtype))
     # A one-sided SVD resolves singular values down to ~eps * s_1; a Gram matrix only to
     # ~sqrt(eps) * s_1, which for large features (s_1 > ~60 in float64) reaches the threshold.
-    s, u, v = tf.linalg.svd(matrices, full_matrices=False)
-    keep = tf.cast(s >= threshold, u.dtype)  # Eq. 5: drop directions with s < threshold.
-    sub = tf.matmul(u * keep[..., tf.newaxis, :], v, transpose_b=True)
-    return tf.cast(tf.reduce_sum(s, axis=-1), dtype), tf.cast(sub, dtype)
+    # full_matrices=False: the thin factors (Keras' default is the full ones).
+    u, s, vh = ops.svd(matrices, full_matrices=False)
+    keep = s >= threshold  # Eq. 5: drop directions with s < threshold.
+    if rank_cutoff:
+        # In float32 a singular value that is zero in exact arithmetic comes out as ~eps * s_1
+        # (above 1e-6 once s_1 > ~10) with a noise direction; NumPy's matrix_rank cutoff drops it.
+        size = max(_guards.static_or_dynamic_shape(matrices)[-2:])
+        eps = float(np.finfo(_guards.dtype_name(s)).eps)
+        keep = ops.logical_and(keep, s > size * eps * ops.max(s, axis=-1, keepdims=True))
+    keep = ops.cast(keep, _guards.dtype_name(u))
+    sub = _guards.matmul(u * ops.expand_dims(keep, -2), vh)
+    return ops.cast(ops.sum(s, axis=-1), dtype), ops.cast(sub, dtype)
 
 
-def _class_layout(labels):
-    """Class index per row, the row's position inside its class, and the padded shape."""
+def _tf_class_layout(labels):
+    """TensorFlow: class index per row, the row's position inside its class, and the padded
+    shape, as graph tensors (no host round trip)."""
+    import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
     _, class_index = tf.unique(labels, out_idx=tf.int32)
     num_classes = tf.reduce_max(class_index) + 1
     counts = tf.math.bincount(class_index, minlength=num_classes, dtype=tf.int32)
@@ -86,6 +150,30 @@ def _class_layout(labels):
     return coords, num_classes, tf.reduce_max(counts)
 
 
+def _numpy_class_layout(labels):
+    """JAX and PyTorch (eager, concrete labels): the same layout from NumPy, classes numbered
+    in order of first appearance as `tf.unique` numbers them."""
+    _, first, inverse, counts = np.unique(
+        labels, return_index=True, return_inverse=True, return_counts=True
+    )
+    by_appearance = np.argsort(first, kind="stable")
+    class_index = np.argsort(by_appearance)[inverse.reshape(-1)]
+    counts = counts[by_appearance]
+    # Stable sort by class; a row's position is its rank among the rows of its class.
+    order = np.argsort(class_index, kind="stable")
+    starts = np.cumsum(counts) - counts
+    position = np.empty_like(class_index)
+    position[order] = np.arange(len(labels)) - starts[class_index[order]]
+    coords = np.stack([class_index, position], axis=1).astype(np.int32)
+    return ops.convert_to_tensor(coords), int(len(counts)), int(counts.max())
+
+
+def _class_layout(labels):
+    if keras.backend.backend() == "tensorflow":
+        return _tf_class_layout(labels)
+    return _numpy_class_layout(labels)
+
+
 # The float32 shortcut for the batch term is taken only when every singular value is at least
 # this fraction of the largest (condition number <= 100). float32 eigenvectors mix directions
 # whose singular values are below ~sqrt(eps32) * s_1 and are accurate to ~eps32 * s_1 / gap
@@ -95,7 +183,11 @@ def _class_layout(labels):
 _FLOAT32_MIN_RELATIVE_SINGULAR_VALUE = 1e-2
 
 
-def _batch_term(x64, x32, threshold):
+def _t(x):
+    return ops.swapaxes(x, -1, -2)
+
+
+def _batch_term(x64, x32, threshold, rank_cutoff=False):
     """``||X||_*`` and its thresholded subgradient; float32 eigenvectors where that is exact enough.
 
     The 128 x 128 float64 eigendecomposition costs about twice the float32 one on a CPU and
@@ -104,68 +196,109 @@ def _batch_term(x64, x32, threshold):
     """
 
     def exact():
-        norms, subs = nuclear_norms_and_subgradients(x64[tf.newaxis], threshold)
+        norms, subs = nuclear_norms_and_subgradients(x64[None], threshold, rank_cutoff)
         return norms[0], subs[0]
 
     if x32 is None:
         return exact()
     tall = _guards.is_tall(x32)
     x32_tall = _guards.orient(x32, tall)
-    _, v32 = tf.linalg.eigh(tf.matmul(x32_tall, x32_tall, transpose_a=True))
-    v = tf.cast(v32, tf.float64)
-    p = tf.matmul(_guards.orient(x64, tall), v)  # column i is s_i * u_i
-    s = tf.norm(p, axis=0)
-    s_max = tf.reduce_max(s)
-    safe = tf.logical_and(
-        tf.reduce_min(s) >= _FLOAT32_MIN_RELATIVE_SINGULAR_VALUE * s_max,
-        tf.reduce_min(s) >= 10.0 * threshold,  # all kept by the threshold, with a margin
+    _, v32 = ops.eigh(_guards.matmul(_t(x32_tall), x32_tall))
+    v = ops.cast(v32, _guards.dtype_name(x64))
+    p = _guards.matmul(_guards.orient(x64, tall), v)  # column i is s_i * u_i
+    s = _guards.norm(p, axis=0)
+    s_max = ops.max(s)
+    safe = ops.logical_and(
+        ops.min(s) >= _FLOAT32_MIN_RELATIVE_SINGULAR_VALUE * s_max,
+        ops.min(s) >= 10.0 * threshold,  # all kept by the threshold, with a margin
     )
 
     def shortcut():
-        sub = tf.matmul(p / s, v, transpose_b=True)
-        return tf.reduce_sum(s), _guards.orient(sub, tall)
+        sub = _guards.matmul(p / s, _t(v))
+        return ops.sum(s), _guards.orient(sub, tall)
 
-    return tf.cond(safe, shortcut, exact)
+    return ops.cond(safe, shortcut, exact)
+
+
+def _gather_rows(per_class, coords, k_max):
+    """Row `coords[i]` = (class, position) of the `[C, K_max, D]` tensor, for every i: `[N, D]`."""
+    dim = _guards.static_or_dynamic_shape(per_class)[-1]
+    flat = ops.reshape(per_class, (-1, dim))
+    return ops.take(flat, coords[:, 0] * k_max + coords[:, 1], axis=0)
 
 
 def _ole(labels, x, delta, threshold, float32_shortcut):
-    @tf.custom_gradient
+    @ops.custom_gradient
     def forward(x):
+        dtype = _guards.dtype_name(x)
         all_finite, x_safe = _guards.finite_guard(x)
-        n = tf.cast(tf.shape(x)[0], x.dtype)
+        rows, cols = _guards.static_or_dynamic_shape(x)
+        n = ops.cast(rows, dtype)
         # Extreme magnitudes: decompose x / 2^k (exact) with the threshold scaled alike, and
         # scale the norms back; nuclear norms are 1-homogeneous and U V^T scale-free, so this
         # is the same computation without overflow (float32 Gram products above ~1e19, the
         # float32 shortcut's cast of float64 input) or underflow (below ~1e-19).
         scale = _guards.power_of_two_scale(x_safe)
         x_scaled = x_safe / scale
-        scaled_threshold = tf.constant(threshold, x.dtype) / scale  # not via float32
+        scaled_threshold = ops.full((), threshold, dtype) / scale  # not via float32
         coords, num_classes, k_max = _class_layout(labels)
-        per_class = tf.scatter_nd(coords, x_scaled, tf.stack([num_classes, k_max, tf.shape(x)[1]]))
+        per_class = ops.scatter(coords, x_scaled, (num_classes, k_max, cols))
 
         # Per-class term: sum_c max(delta, ||X_c||_*).
-        class_norms, class_subs = nuclear_norms_and_subgradients(per_class, scaled_threshold)
+        # float32 computation (JAX without x64) cannot tell a threshold of 1e-6 from rounding
+        # noise: its rank decisions also drop what is below the numerical-rank cutoff.
+        rank_cutoff = dtype == "float32"
+        class_norms, class_subs = nuclear_norms_and_subgradients(
+            per_class, scaled_threshold, rank_cutoff
+        )
         class_norms = class_norms * scale
         active = class_norms > delta
-        class_term = tf.reduce_sum(tf.where(active, class_norms, tf.constant(delta, x.dtype)))
+        class_term = ops.sum(ops.where(active, class_norms, ops.full_like(class_norms, delta)))
 
         # Batch term: ||X||_*.
-        x32_scaled = tf.cast(x_scaled, tf.float32) if float32_shortcut else None
-        batch_norm, batch_sub = _batch_term(x_scaled, x32_scaled, scaled_threshold)
+        x32_scaled = ops.cast(x_scaled, "float32") if float32_shortcut else None
+        batch_norm, batch_sub = _batch_term(x_scaled, x32_scaled, scaled_threshold, rank_cutoff)
         batch_norm = batch_norm * scale
         value = (class_term - batch_norm) / n  # Eq. 2
 
-        def grad(upstream):
+        def grad(*args, upstream=None):
+            # Keras' PyTorch backend passes the cotangent as `upstream=`, the others positionally.
+            if upstream is None:
+                (upstream,) = args
             # Eq. 6: per-class U_1c V_1c^T on the class's rows (zero when ||X_c||_* <= delta),
             # minus the batch's U_1 V_1^T.
-            class_subs_active = class_subs * tf.cast(active, x.dtype)[:, tf.newaxis, tf.newaxis]
-            rows = tf.gather_nd(class_subs_active, coords)
-            g = (rows - batch_sub) * (upstream / n)
+            class_subs_active = class_subs * ops.cast(active, dtype)[:, None, None]
+            class_rows = _gather_rows(class_subs_active, coords, k_max)
+            g = (class_rows - batch_sub) * (upstream / n)
             return _guards.nan_unless(all_finite, g)
 
         return _guards.nan_unless(all_finite, value), grad
 
     return forward(x)
+
+
+def _float32_shortcut(input_dtype, compute):
+    """Whether the batch term may use float32 eigenvectors (see `_batch_term`): for narrower than
+    float64 inputs computed in float64, on TensorFlow only. It is TensorFlow's measured speed-up
+    (Eigen's float64 eigensolver costs twice its float32 one); on PyTorch the float64 SVD was both
+    faster (5.5 ms against 6.9 ms for the loss and its gradient at 144 x 128, one CPU thread) and
+    exact, where LAPACK's float32 eigenvectors missed the core's 1e-5 (1.0e-5 to 1.5e-5 of the
+    gradient's largest entry)."""
+    narrower = input_dtype != "float64" and compute == "float64"
+    return narrower and keras.backend.backend() == "tensorflow"
+
+
+def _compute_dtype():
+    """float64 where the backend has it; float32 on JAX without x64, said once."""
+    if _guards.float64_available():
+        return "float64"
+    _checks.warn_once(
+        "ole-float32",
+        "tf_svmax: ole_loss computes in float64, which JAX has only with jax_enable_x64; "
+        "computing in float32, where singular values below ~1e-7 * s_1 are rounding noise "
+        "(jax.config.update('jax_enable_x64', True) gives the float64 loss).",
+    )
+    return "float32"
 
 
 def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
@@ -181,40 +314,43 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
       threshold: Singular values below it are dropped from the subgradient (original: 1e-6).
 
     Returns:
-      A scalar of the dtype of `embeddings` (computed in float64); 0 for a batch with no rows.
+      A scalar of the dtype of `embeddings` (computed in float64; in float32 on JAX without
+      `jax_enable_x64`); 0 for a batch with no rows.
 
     Raises:
       ValueError: bad rank, mismatched batch sizes, a negative `delta`/`threshold`, or tracing
-        under XLA (`jit_compile=True`), which cannot compile a data-dependent class set.
+        under XLA (`jit_compile=True`, `jax.jit`), which cannot compile a data-dependent class
+        set.
 
     Example:
-      >>> x = tf.random.normal([8, 16])
+      >>> x = keras.random.normal([8, 16])
       >>> ole_loss([0, 0, 1, 1, 2, 2, 3, 3], x)
     """
     delta = _checks.check_non_negative_number(delta, "delta")
     threshold = _checks.check_non_negative_number(threshold, "threshold")
-    x, dtype = _checks.float_matrix(embeddings, "embeddings", min_rows=0)
-    labels = _checks.same_rows(class_labels(labels), x, "labels", "embeddings", unit="label")
+    x, dtype = _guards.float_matrix(embeddings, "embeddings", min_rows=0)
     if _checks.in_xla_context():
-        # The set of classes in a batch has a data-dependent size (tf.unique, bincount), which
+        # The set of classes in a batch has a data-dependent size (unique, bincount), which
         # XLA cannot compile; fail at trace time with the fix rather than deep inside XLA.
         raise ValueError(
-            "ole_loss cannot run under XLA (jit_compile=True): the number of classes in a batch "
-            "is data-dependent. Compile the model with jit_compile=False (Keras enables XLA by "
-            "default on GPUs: model.compile(..., jit_compile=False))."
+            "ole_loss cannot run under XLA (jit_compile=True, or jax.jit): the number of classes "
+            "in a batch is data-dependent. Compile the model with jit_compile=False (Keras "
+            "enables XLA by default on GPUs, and on JAX: model.compile(..., jit_compile=False))."
         )
+    labels = _same_rows(class_labels(labels), x)
+    compute = _compute_dtype()
     # A batch with no rows has no classes and nothing to penalize: 0 (Eq. 2 would be 0/0).
-    value = _checks.zero_unless_rows(
+    value = _guards.zero_unless_rows(
         x,
-        lambda: tf.cast(
+        lambda: ops.cast(
             _ole(
                 labels,
-                tf.cast(x, tf.float64),
+                ops.cast(x, compute),
                 delta,
                 threshold,
-                float32_shortcut=x.dtype != tf.float64,
+                float32_shortcut=_float32_shortcut(_guards.dtype_name(x), compute),
             ),
-            x.dtype,
+            _guards.dtype_name(x),
         ),
     )
-    return tf.cast(value, dtype)
+    return ops.cast(value, dtype)

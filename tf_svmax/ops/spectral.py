@@ -10,8 +10,9 @@ Spectral paths (argument `method`):
   ``s_i = ||E v_i||``. Recomputing from ``E`` keeps the absolute error near ``eps * s_1`` instead
   of the ``sqrt(eps) * s_1`` that ``sqrt(eigenvalue)`` would give. On a CPU it is about twice as
   fast as TensorFlow's SVD kernel.
-* ``"svd"``: one ``tf.linalg.svd(compute_uv=True)``. TensorFlow's own gradient of
-  ``svd(compute_uv=False)`` runs a second SVD; ours reuses the factors of the first.
+* ``"svd"``: one thin ``keras.ops.svd`` with singular vectors. TensorFlow's own gradient of
+  ``svd(compute_uv=False)`` runs a second SVD (and JAX's and PyTorch's gradients through the
+  singular vectors have the ``1 / (s_i^2 - s_j^2)`` terms below); ours reuses the factors.
 * ``"newton_schulz"`` (nuclear norm and mean singular value only; the default under XLA): the
   polar factor ``U V^T`` by the Newton-Schulz iteration, built from matrix products only, which
   XLA compiles well. ``||E||_* = <U V^T, E>``.
@@ -28,6 +29,13 @@ exact value; for ill-conditioned float32 input (``s_1 / s_min`` in the thousands
 hundred ``eps * s_1`` were measured. Pass float64 input, or ``method="svd"``, where the small
 singular values themselves matter; the mean and its gradient are far less sensitive.
 
+Backends: everything is `keras.ops`, so it runs on TensorFlow, JAX and PyTorch; on TensorFlow
+``ops.eigh``/``ops.svd`` are ``tf.linalg.eigh``/``tf.linalg.svd`` and the numerics are the
+original ones. "Under XLA" means ``jit_compile=True`` on TensorFlow and any ``jax.jit`` trace on
+JAX (Keras compiles JAX train steps by default, so ``"auto"`` is Newton-Schulz there); PyTorch
+never runs these ops under XLA. JAX without ``jax_enable_x64`` has no float64: float64 input
+arrives as float32 and is computed (and returned) as float32.
+
 Non-finite inputs: if any entry of the input is NaN or +-inf, every output and every gradient
 entry is NaN (the decompositions themselves are never fed non-finite values: Eigen's
 eigensolver reads one triangle and returns finite garbage for NaN input).
@@ -35,16 +43,24 @@ eigensolver reads one triangle and returns finite garbage for NaN input).
 
 import numbers
 
+import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax.ops import _checks
 from tf_svmax.ops._guards import (
+    at_least,
+    dtype_name,
     finite_guard,
+    float_matrix,
     is_tall,
+    matmul,
     nan_unless,
+    norm,
     orient,
     power_of_two_scale,
+    static_or_dynamic_shape,
+    zero_unless_rows,
 )
 
 METHODS = ("auto", "gram", "svd", "newton_schulz")
@@ -57,15 +73,23 @@ _NS_MAX_ITERATIONS = 60
 
 
 def _tiny(dtype):
-    return float(np.finfo(dtype.as_numpy_dtype).tiny)
+    return float(np.finfo(dtype).tiny)
+
+
+def _eps(dtype):
+    return float(np.finfo(dtype).eps)
+
+
+def _t(x):
+    """The transpose of the last two axes."""
+    return ops.swapaxes(x, -1, -2)
 
 
 def _min_dim(x):
-    rows, cols = x.shape[-2], x.shape[-1]
-    if rows is not None and cols is not None:
-        return tf.constant(min(rows, cols), x.dtype)
-    shape = tf.shape(x)
-    return tf.cast(tf.minimum(shape[-2], shape[-1]), x.dtype)
+    rows, cols = static_or_dynamic_shape(x)[-2:]
+    if isinstance(rows, int) and isinstance(cols, int):
+        return float(min(rows, cols))
+    return ops.cast(ops.where(rows < cols, rows, cols), dtype_name(x))
 
 
 def _numerical_rank_mask(s, x_tall):
@@ -76,11 +100,13 @@ def _numerical_rank_mask(s, x_tall):
     the span of the genuine directions). Keeping it would make ``U V^T`` a non-subgradient
     (spectral norm > 1); the cutoff is NumPy's `matrix_rank` default.
     """
-    dtype = x_tall.dtype
-    size = tf.cast(tf.reduce_max(tf.shape(x_tall)[-2:]), dtype)
-    cutoff = size * float(np.finfo(dtype.as_numpy_dtype).eps)
-    cutoff = cutoff * tf.reduce_max(s, axis=-1, keepdims=True)
-    return tf.cast(s > cutoff, dtype)
+    dtype = dtype_name(x_tall)
+    rows, cols = static_or_dynamic_shape(x_tall)[-2:]
+    static = isinstance(rows, int) and isinstance(cols, int)
+    size = float(max(rows, cols)) if static else ops.cast(ops.where(rows > cols, rows, cols), dtype)
+    cutoff = size * _eps(dtype)
+    cutoff = cutoff * ops.max(s, axis=-1, keepdims=True)
+    return ops.cast(s > cutoff, dtype)
 
 
 def gram_factors(x_tall):
@@ -90,24 +116,25 @@ def gram_factors(x_tall):
     decreasing eigenvalue (not re-sorted by the recomputed `s`). Columns of `u` for singular
     values below the numerical-rank cutoff are zero (see `_numerical_rank_mask`).
     """
-    gram = tf.matmul(x_tall, x_tall, transpose_a=True)
-    _, v = tf.linalg.eigh(gram)  # ascending eigenvalues
-    v = tf.reverse(v, axis=[-1])
-    p = tf.matmul(x_tall, v)  # column i is s_i * u_i
+    gram = matmul(_t(x_tall), x_tall)
+    _, v = ops.eigh(gram)  # ascending eigenvalues
+    v = ops.flip(v, axis=-1)
+    p = matmul(x_tall, v)  # column i is s_i * u_i
     # s_i = ||E v_i||, recomputed from E: error ~eps * s_1 rather than sqrt(eps) * s_1.
-    s = tf.norm(p, axis=-2)
+    s = norm(p, axis=-2)
     # Clamp to the smallest normal float so a zero column gives u_i = 0, not 0/0 = NaN.
-    u = p / tf.maximum(s, _tiny(x_tall.dtype))[..., tf.newaxis, :]
-    u = u * _numerical_rank_mask(s, x_tall)[..., tf.newaxis, :]
+    u = p / ops.expand_dims(at_least(s, _tiny(dtype_name(x_tall))), -2)
+    u = u * ops.expand_dims(_numerical_rank_mask(s, x_tall), -2)
     return s, u, v
 
 
 def svd_factors(x_tall):
-    """Thin SVD factors `(s, u, v)` of `x_tall` from one `tf.linalg.svd` call."""
-    s, u, v = tf.linalg.svd(x_tall, full_matrices=False)
+    """Thin SVD factors `(s, u, v)` of `x_tall` from one `ops.svd` call."""
+    # full_matrices=False: the thin factors are all we use (Keras' default is the full ones).
+    u, s, vh = ops.svd(x_tall, full_matrices=False)
     # Numerically zero singular values get zero gradient, as on the Gram path.
-    u = u * _numerical_rank_mask(s, x_tall)[..., tf.newaxis, :]
-    return s, u, v
+    u = u * ops.expand_dims(_numerical_rank_mask(s, x_tall), -2)
+    return s, u, _t(vh)
 
 
 _FACTORS = {"gram": gram_factors, "svd": svd_factors}
@@ -122,8 +149,8 @@ def _resolve_method(method, want_vector):
         if want_vector:
             _checks.warn_once(
                 "xla-vector",
-                "tf_svmax: singular_values() under XLA (jit_compile=True) uses XLA's compiled "
-                "eigensolver, ~10x slower than without XLA on a CPU. nuclear_norm(), "
+                "tf_svmax: singular_values() under XLA (jit_compile=True, or jax.jit) uses XLA's "
+                "compiled eigensolver, ~10x slower than without XLA on a CPU. nuclear_norm(), "
                 "mean_singular_value() and svmax() have a fast XLA path (Newton-Schulz).",
             )
             return "gram"
@@ -140,11 +167,19 @@ def _resolve_method(method, want_vector):
     if method == "svd" and xla:
         _checks.warn_once(
             "xla-svd",
-            "tf_svmax: method='svd' under XLA (jit_compile=True) compiles TensorFlow's SVD to "
+            "tf_svmax: method='svd' under XLA (jit_compile=True, or jax.jit) compiles the SVD to "
             "XLA's Jacobi SVD, which is hundreds of times slower than without XLA on a CPU. "
             "Use method='auto' or compile without XLA.",
         )
     return method
+
+
+def _upstream(args, upstream):
+    """The output cotangent of a `custom_gradient` gradient function: TensorFlow and JAX pass it
+    positionally, Keras' PyTorch backend as ``upstream=`` (hence ``grad(*args, upstream=None)``)."""
+    if upstream is None:
+        (upstream,) = args
+    return upstream
 
 
 def _guarded_factors(x, method):
@@ -158,19 +193,36 @@ def _guarded_factors(x, method):
     return all_finite, scale, tall, s, u, v
 
 
+def _descending_order(s):
+    """The permutation that sorts the vector `s` in descending order, ties kept in their order.
+
+    `ops.argsort` is ascending and not stable on TensorFlow, so the rank of each entry (how many
+    entries come before it) is counted pairwise and the distinct ranks are sorted: the same
+    permutation on every backend. O(k^2) comparisons, negligible beside the decomposition.
+    """
+    index = ops.arange(static_or_dynamic_shape(s)[0])
+    before = ops.logical_or(
+        s[None, :] > s[:, None],
+        ops.logical_and(s[None, :] == s[:, None], index[None, :] < index[:, None]),
+    )
+    rank = ops.sum(ops.cast(before, "int32"), axis=1)
+    return ops.argsort(rank)
+
+
 def _singular_values(x, method):
     """Descending singular values of rank-2 `x` with the factor-reuse gradient."""
 
-    @tf.custom_gradient
+    @ops.custom_gradient
     def forward(x):
         all_finite, scale, tall, s, u, v = _guarded_factors(x, method)
         s = s * scale  # the factors u, v (and so the gradient) do not depend on the scale
-        order = tf.argsort(s, direction="DESCENDING", stable=True)
-        s, u, v = tf.gather(s, order), tf.gather(u, order, axis=1), tf.gather(v, order, axis=1)
+        order = _descending_order(s)
+        s, u, v = ops.take(s, order), ops.take(u, order, axis=1), ops.take(v, order, axis=1)
 
-        def grad(upstream):
+        def grad(*args, upstream=None):
+            upstream = _upstream(args, upstream)
             # d s_i / d E = u_i v_i^T (oriented like the tall matrix).
-            g = tf.matmul(u * upstream[tf.newaxis, :], v, transpose_b=True)
+            g = matmul(u * upstream[None, :], _t(v))
             return nan_unless(all_finite, orient(g, tall))
 
         return nan_unless(all_finite, s), grad
@@ -179,14 +231,15 @@ def _singular_values(x, method):
 
 
 def _nuclear_norm_factored(x, method):
-    @tf.custom_gradient
+    @ops.custom_gradient
     def forward(x):
         all_finite, scale, tall, s, u, v = _guarded_factors(x, method)
-        total = tf.reduce_sum(s) * scale  # ||cE||_* = c ||E||_*; U V^T does not depend on c
+        total = ops.sum(s) * scale  # ||cE||_* = c ||E||_*; U V^T does not depend on c
 
-        def grad(upstream):
+        def grad(*args, upstream=None):
+            upstream = _upstream(args, upstream)
             # d ||E||_* / d E = U V^T (zero-singular-value directions dropped).
-            g = tf.matmul(u, v, transpose_b=True) * upstream
+            g = matmul(u, _t(v)) * upstream
             return nan_unless(all_finite, orient(g, tall))
 
         return nan_unless(all_finite, total), grad
@@ -201,41 +254,42 @@ def polar_newton_schulz(x_tall):
     ``Y`` in ``(0, sqrt(3))``; starting from ``E / ||E||_F`` puts all of them in ``(0, 1]``.
     Exactly-zero singular values stay zero (their direction is dropped).
     """
-    dtype = x_tall.dtype
-    n = tf.shape(x_tall)[-1]
-    eye = tf.eye(n, dtype=dtype)
-    frobenius = tf.norm(x_tall)
+    dtype = dtype_name(x_tall)
+    n = static_or_dynamic_shape(x_tall)[-1]
+    eye = ops.eye(n, dtype=dtype)
+    frobenius = norm(x_tall)
     # Clamp so an all-zero matrix gives Y = 0 instead of 0/0.
-    y0 = x_tall / tf.maximum(frobenius, _tiny(dtype))
-    tol = _NS_TOL_EPS * float(np.finfo(dtype.as_numpy_dtype).eps) * tf.sqrt(tf.cast(n, dtype))
+    y0 = x_tall / at_least(frobenius, _tiny(dtype))
+    tol = _NS_TOL_EPS * _eps(dtype) * ops.sqrt(ops.cast(n, dtype))
 
-    def keep_going(step, y, change):
+    def keep_going(y, change):
         return change > tol
 
-    def step_fn(step, y, change):
-        y_next = tf.matmul(y, 1.5 * eye - 0.5 * tf.matmul(y, y, transpose_a=True))
-        return step + 1, y_next, tf.norm(y_next - y)
+    def step(y, change):
+        y_next = matmul(y, 1.5 * eye - 0.5 * matmul(_t(y), y))
+        return y_next, norm(y_next - y)
 
-    _, polar, _ = tf.while_loop(
+    polar, _ = ops.while_loop(
         keep_going,
-        step_fn,
-        (tf.constant(0), y0, tf.constant(np.inf, dtype)),
+        step,
+        (y0, ops.full((), np.inf, dtype)),
         maximum_iterations=_NS_MAX_ITERATIONS,
     )
     return polar
 
 
 def _nuclear_norm_newton_schulz(x):
-    @tf.custom_gradient
+    @ops.custom_gradient
     def forward(x):
         all_finite, x_safe = finite_guard(x)
         scale = power_of_two_scale(x_safe)
         tall = is_tall(x_safe)
         x_tall = orient(x_safe / scale, tall)
         polar = polar_newton_schulz(x_tall)  # ||x_tall||_F cannot overflow or underflow now
-        total = tf.reduce_sum(polar * x_tall) * scale  # ||E||_* = <U V^T, E>
+        total = ops.sum(polar * x_tall) * scale  # ||E||_* = <U V^T, E>
 
-        def grad(upstream):
+        def grad(*args, upstream=None):
+            upstream = _upstream(args, upstream)
             return nan_unless(all_finite, orient(polar * upstream, tall))
 
         return nan_unless(all_finite, total), grad
@@ -264,11 +318,11 @@ def singular_values(x, *, method="auto"):
       TypeError: `x` is not floating-point.
 
     Example:
-      >>> s = singular_values(tf.constant([[3.0, 0.0], [0.0, 4.0]]))  # [4., 3.]
+      >>> s = singular_values(keras.ops.convert_to_tensor([[3.0, 0.0], [0.0, 4.0]]))  # [4., 3.]
     """
-    x, dtype = _checks.float_matrix(x, "x")
+    x, dtype = float_matrix(x, "x")
     method = _resolve_method(method, want_vector=True)
-    return tf.cast(_singular_values(x, method), dtype)
+    return ops.cast(_singular_values(x, method), dtype)
 
 
 def nuclear_norm(x, *, method="auto"):
@@ -282,11 +336,11 @@ def nuclear_norm(x, *, method="auto"):
       A scalar of the dtype of `x` (0 for a matrix with no rows).
 
     Example:
-      >>> nuclear_norm(tf.eye(3))  # 3.0
+      >>> nuclear_norm(keras.ops.eye(3))  # 3.0
     """
-    x, dtype = _checks.float_matrix(x, "x", min_rows=0)
+    x, dtype = float_matrix(x, "x", min_rows=0)
     method = _resolve_method(method, want_vector=False)
-    return tf.cast(_checks.zero_unless_rows(x, lambda: _nuclear_norm(x, method)), dtype)
+    return ops.cast(zero_unless_rows(x, lambda: _nuclear_norm(x, method)), dtype)
 
 
 def mean_singular_value(x, *, method="auto"):
@@ -304,20 +358,22 @@ def mean_singular_value(x, *, method="auto"):
       mean over no singular values is otherwise 0/0.
 
     Example:
-      >>> mean_singular_value(tf.eye(4))  # 1.0
+      >>> mean_singular_value(keras.ops.eye(4))  # 1.0
     """
-    x, dtype = _checks.float_matrix(x, "x", min_rows=0)
+    x, dtype = float_matrix(x, "x", min_rows=0)
     method = _resolve_method(method, want_vector=False)
-    return tf.cast(
-        _checks.zero_unless_rows(x, lambda: _nuclear_norm(x, method) / _min_dim(x)), dtype
-    )
+    return ops.cast(zero_unless_rows(x, lambda: _nuclear_norm(x, method) / _min_dim(x)), dtype)
 
 
 def _is_static_int(value):
     return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool)
 
 
-def svmax_bounds(batch_size, dim, dtype=tf.float32):
+def _is_integer_tensor(value):
+    return ops.is_tensor(value) and "int" in keras.backend.standardize_dtype(value.dtype)
+
+
+def svmax_bounds(batch_size, dim, dtype="float32"):
     """Lower and upper bounds ``(L, U)`` of the mean singular value of L2-normalized rows.
 
     With ``k = min(b, d)`` (SVMax paper Eq. 2-3; dissertation Sec. 3.4, "SVMax with Small
@@ -332,7 +388,8 @@ def svmax_bounds(batch_size, dim, dtype=tf.float32):
     Args:
       batch_size: Number of rows `b` (a positive int, or an integer scalar tensor).
       dim: Embedding dimension `d` (likewise).
-      dtype: Float dtype of the result when either argument is a tensor.
+      dtype: Float dtype of the result when either argument is a tensor (a Keras dtype name or
+        a backend dtype such as `tf.float32`).
 
     Returns:
       `(L, U)` as Python floats for static ints, otherwise as scalar tensors of `dtype`.
@@ -347,35 +404,51 @@ def svmax_bounds(batch_size, dim, dtype=tf.float32):
         b, d = float(batch_size), float(dim)
         k = min(b, d)
         return float(np.sqrt(b) / k), float(np.sqrt(b * d / max(b, d)) * np.sqrt(b) / k)
-    dtype = tf.as_dtype(dtype)
-    if not dtype.is_floating:
-        raise TypeError(_checks.invalid("dtype", "a floating-point dtype", dtype.name))
-    checks = []
+    name = keras.backend.standardize_dtype(dtype)
+    if "float" not in name:
+        raise TypeError(_checks.invalid("dtype", "a floating-point dtype", name))
+    tensors = []
     for arg, value in (("batch_size", batch_size), ("dim", dim)):
-        if isinstance(value, bool) or not (
-            _is_static_int(value) or (tf.is_tensor(value) and value.dtype.is_integer)
-        ):
+        if isinstance(value, bool) or not (_is_static_int(value) or _is_integer_tensor(value)):
             raise TypeError(_checks.invalid(arg, "an int or an integer scalar tensor", value))
         if _is_static_int(value):
             if value < 1:
                 raise ValueError(_checks.invalid(arg, "an int >= 1", value))
             continue
-        if value.shape.rank not in (None, 0):
-            raise ValueError(_checks.invalid(arg, "a scalar", f"<tensor of shape {value.shape}>"))
-        checks.append(
-            tf.debugging.assert_positive(
-                value, message=f"Invalid value for argument `{arg}`: expected an int >= 1."
+        if len(value.shape) != 0:
+            raise ValueError(
+                _checks.invalid(arg, "a scalar", f"<tensor of shape {tuple(value.shape)}>")
             )
-        )
-    with tf.control_dependencies(checks):
-        return _bounds(tf.cast(batch_size, dtype), tf.cast(dim, dtype))
+        tensors.append((arg, value))
+    return _checked_bounds(batch_size, dim, tensors, name)
+
+
+def _checked_bounds(batch_size, dim, tensors, dtype):
+    """`_bounds` of the validated arguments, after a check that each tensor in `tensors` is >= 1.
+
+    The check depends on the backend because a tensor's value may be unknown when this runs:
+    TensorFlow adds a run-time assertion to the graph (an InvalidArgumentError naming the
+    argument); JAX and PyTorch check the value when it is concrete, and cannot under `jax.jit`
+    (where a batch size comes from a static shape anyway, and a bad one gives inf/NaN bounds).
+    """
+    message = "Invalid value for argument `{}`: expected an int >= 1."
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
+        checks = [tf.debugging.assert_positive(v, message=message.format(a)) for a, v in tensors]
+        with tf.control_dependencies(checks):
+            return _bounds(ops.cast(batch_size, dtype), ops.cast(dim, dtype))
+    for arg, value in tensors:
+        if not _checks.in_xla_context() and int(ops.convert_to_numpy(value)) < 1:
+            raise ValueError(message.format(arg))
+    return _bounds(ops.cast(batch_size, dtype), ops.cast(dim, dtype))
 
 
 def _bounds(b, d):
     """(L, U) for float tensors b, d >= 1 (no validation)."""
-    k = tf.minimum(b, d)
-    lower = tf.sqrt(b) / k  # Eq. 2: rank-1 batch, s_1 = sqrt(b)
-    upper = tf.sqrt(b * d / tf.maximum(b, d)) * tf.sqrt(b) / k  # Eq. 3
+    k = ops.where(b < d, b, d)  # min(b, d) (ops.minimum would be float32 on PyTorch)
+    lower = ops.sqrt(b) / k  # Eq. 2: rank-1 batch, s_1 = sqrt(b)
+    upper = ops.sqrt(b * d / ops.where(b > d, b, d)) * ops.sqrt(b) / k  # Eq. 3
     return lower, upper
 
 
@@ -403,9 +476,9 @@ def svmax(embeddings, *, bounded=True, method="auto"):
       ValueError: `embeddings` is not rank 2, or `bounded`/`method` is invalid.
     """
     bounded = _checks.check_bool(bounded, "bounded")
-    x, dtype = _checks.float_matrix(embeddings, "embeddings", min_rows=0)
+    x, dtype = float_matrix(embeddings, "embeddings", min_rows=0)
     method = _resolve_method(method, want_vector=False)
-    return tf.cast(_checks.zero_unless_rows(x, lambda: _svmax(x, bounded, method)), dtype)
+    return ops.cast(zero_unless_rows(x, lambda: _svmax(x, bounded, method)), dtype)
 
 
 def _svmax(x, bounded, method):
@@ -413,11 +486,12 @@ def _svmax(x, bounded, method):
     s_mu = _nuclear_norm(x, method) / _min_dim(x)
     if not bounded:
         return -s_mu  # Eq. 1
-    shape = tf.shape(x)
-    lower, upper = _bounds(tf.cast(shape[0], x.dtype), tf.cast(shape[1], x.dtype))
+    dtype = dtype_name(x)
+    rows, cols = static_or_dynamic_shape(x)
+    lower, upper = _bounds(ops.cast(rows, dtype), ops.cast(cols, dtype))
     spread = upper - lower  # 0 exactly when min(b, d) = 1
     defined = spread > 0
     # Guard the denominator so the unselected branch stays finite (its gradient is multiplied
     # by zero, and 0 * inf would be NaN).
-    ratio = (upper - s_mu) / tf.where(defined, spread, tf.ones_like(spread))
-    return tf.where(defined, tf.exp(ratio), tf.ones_like(ratio))  # Eq. 4
+    ratio = (upper - s_mu) / ops.where(defined, spread, ops.ones_like(spread))
+    return ops.where(defined, ops.exp(ratio), ops.ones_like(ratio))  # Eq. 4
