@@ -1,18 +1,11 @@
-"""Shape, dtype and non-finite guards shared by the SVD-based ops (`spectral`, `ole`): the input
-matrix validated and in its compute dtype, orientation to a tall matrix, a NaN result for a
+"""Shape, dtype and non-finite guards shared by the SVD-based ops (`spectral`, `ole`; the input
+matrix is validated by `_checks.float_matrix`): orientation to a tall matrix, a NaN result for a
 non-finite input, and an exact power-of-two rescale for extreme magnitudes. `keras.ops` only, so
 they run on every Keras backend."""
 
 import keras
 import numpy as np
 from keras import ops
-
-from tf_svmax.ops import _checks
-
-_FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-# Half-precision inputs are computed in float32 (conventions, rule 7): float16 has a 10-bit
-# mantissa and a maximum of 65504, too coarse for an eigendecomposition.
-_HALF_DTYPES = ("float16", "bfloat16")
 
 
 def dtype_name(x):
@@ -29,55 +22,6 @@ def float64_available():
     import jax  # noqa: PLC0415 (the JAX backend only)
 
     return bool(jax.config.jax_enable_x64)
-
-
-def float_matrix(x, arg, min_rows=1):
-    """`(x_compute, input_dtype)`: `x` as a rank-2 floating tensor in its compute dtype (float32
-    for half precision), validated where the shape is known.
-
-    On TensorFlow `_checks.float_matrix` does it, with its run-time checks of shapes that a
-    `tf.function` leaves unknown. JAX and PyTorch tensors always have static shapes, so the
-    checks are Python; the messages are `_checks`' (and once `_checks` itself is on
-    `keras.ops`, this function is its `float_matrix`).
-    """
-    if keras.backend.backend() == "tensorflow":
-        x, dtype = _checks.float_matrix(x, arg, min_rows=min_rows)
-        return x, keras.backend.standardize_dtype(dtype)
-    x = ops.convert_to_tensor(x)
-    dtype = dtype_name(x)
-    if dtype not in _FLOAT_DTYPES:
-        raise TypeError(
-            _checks.invalid(arg, "a floating-point tensor", f"<tensor of dtype {dtype}>")
-        )
-    shape = tuple(x.shape)
-    if len(shape) != 2:
-        raise ValueError(
-            _checks.invalid(
-                arg, "a rank-2 tensor of shape [batch_size, dim]", f"<tensor of shape {shape}>"
-            )
-        )
-    if shape[0] < min_rows:
-        raise ValueError(
-            _checks.invalid(arg, f"at least {min_rows} row(s)", f"<tensor of shape {shape}>")
-        )
-    if shape[1] < 1:
-        raise ValueError(_checks.invalid(arg, "at least 1 column", f"<tensor of shape {shape}>"))
-    # Half precision is promoted for the linear algebra; callers cast the result back.
-    compute = "float32" if dtype in _HALF_DTYPES else dtype
-    return ops.cast(x, compute), dtype
-
-
-def zero_unless_rows(x, fn):
-    """``fn()`` when `x` has at least one row, else a zero scalar of `x`'s dtype connected to `x`
-    (a zero gradient, not None). A row count unknown at trace time (TensorFlow only) is left to
-    `_checks.zero_unless_rows`' `tf.cond`."""
-    rows = x.shape[0]
-    if rows is None:
-        return _checks.zero_unless_rows(x, fn)
-    if rows > 0:
-        return fn()
-    # 0 * sum(x) keeps the result connected to `x`, so its gradient is zero rather than None.
-    return ops.sum(x) * ops.zeros((), dtype_name(x))
 
 
 # Keras 3.15's `ops.matmul`, `ops.norm`, `ops.maximum`, `ops.minimum` and `ops.floor` promote

@@ -328,7 +328,7 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
     """
     delta = _checks.check_non_negative_number(delta, "delta")
     threshold = _checks.check_non_negative_number(threshold, "threshold")
-    x, dtype = _guards.float_matrix(embeddings, "embeddings", min_rows=0)
+    x, dtype = _checks.float_matrix(embeddings, "embeddings", min_rows=0)
     if _checks.in_xla_context():
         # The set of classes in a batch has a data-dependent size (unique, bincount), which
         # XLA cannot compile; fail at trace time with the fix rather than deep inside XLA.
@@ -340,7 +340,7 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
     labels = _same_rows(class_labels(labels), x)
     compute = _compute_dtype()
     # A batch with no rows has no classes and nothing to penalize: 0 (Eq. 2 would be 0/0).
-    value = _guards.zero_unless_rows(
+    value = _checks.zero_unless_rows(
         x,
         lambda: ops.cast(
             _ole(

@@ -52,7 +52,6 @@ from tf_svmax.ops._guards import (
     at_least,
     dtype_name,
     finite_guard,
-    float_matrix,
     is_tall,
     matmul,
     nan_unless,
@@ -60,7 +59,6 @@ from tf_svmax.ops._guards import (
     orient,
     power_of_two_scale,
     static_or_dynamic_shape,
-    zero_unless_rows,
 )
 
 METHODS = ("auto", "gram", "svd", "newton_schulz")
@@ -320,7 +318,7 @@ def singular_values(x, *, method="auto"):
     Example:
       >>> s = singular_values(keras.ops.convert_to_tensor([[3.0, 0.0], [0.0, 4.0]]))  # [4., 3.]
     """
-    x, dtype = float_matrix(x, "x")
+    x, dtype = _checks.float_matrix(x, "x")
     method = _resolve_method(method, want_vector=True)
     return ops.cast(_singular_values(x, method), dtype)
 
@@ -338,9 +336,9 @@ def nuclear_norm(x, *, method="auto"):
     Example:
       >>> nuclear_norm(keras.ops.eye(3))  # 3.0
     """
-    x, dtype = float_matrix(x, "x", min_rows=0)
+    x, dtype = _checks.float_matrix(x, "x", min_rows=0)
     method = _resolve_method(method, want_vector=False)
-    return ops.cast(zero_unless_rows(x, lambda: _nuclear_norm(x, method)), dtype)
+    return ops.cast(_checks.zero_unless_rows(x, lambda: _nuclear_norm(x, method)), dtype)
 
 
 def mean_singular_value(x, *, method="auto"):
@@ -360,9 +358,11 @@ def mean_singular_value(x, *, method="auto"):
     Example:
       >>> mean_singular_value(keras.ops.eye(4))  # 1.0
     """
-    x, dtype = float_matrix(x, "x", min_rows=0)
+    x, dtype = _checks.float_matrix(x, "x", min_rows=0)
     method = _resolve_method(method, want_vector=False)
-    return ops.cast(zero_unless_rows(x, lambda: _nuclear_norm(x, method) / _min_dim(x)), dtype)
+    return ops.cast(
+        _checks.zero_unless_rows(x, lambda: _nuclear_norm(x, method) / _min_dim(x)), dtype
+    )
 
 
 def _is_static_int(value):
@@ -476,9 +476,9 @@ def svmax(embeddings, *, bounded=True, method="auto"):
       ValueError: `embeddings` is not rank 2, or `bounded`/`method` is invalid.
     """
     bounded = _checks.check_bool(bounded, "bounded")
-    x, dtype = float_matrix(embeddings, "embeddings", min_rows=0)
+    x, dtype = _checks.float_matrix(embeddings, "embeddings", min_rows=0)
     method = _resolve_method(method, want_vector=False)
-    return ops.cast(zero_unless_rows(x, lambda: _svmax(x, bounded, method)), dtype)
+    return ops.cast(_checks.zero_unless_rows(x, lambda: _svmax(x, bounded, method)), dtype)
 
 
 def _svmax(x, bounded, method):
