@@ -70,6 +70,11 @@ def masked_min(data, mask, axis=1):
 
 
 def safe_mean_over(total, count):
-    """`total / count`, defined as 0 when `count` is 0 (TFA returns NaN there)."""
-    count = tf.cast(count, total.dtype)
-    return tf.where(count > 0, total / tf.maximum(count, 1.0), tf.zeros_like(total))
+    """`total / count`, defined as 0 when `count` is 0 (TFA returns NaN there).
+
+    `divide_no_nan`, not ``where(count > 0, ...)``: the same values and gradients, and no
+    boolean intermediate for the gradient to keep. Inside the losses' empty-batch `tf.cond`
+    such a boolean made TensorFlow log ``Type inference failed ...`` once per trace
+    (tests/losses/test_clean_log.py).
+    """
+    return tf.math.divide_no_nan(total, tf.cast(count, total.dtype))
