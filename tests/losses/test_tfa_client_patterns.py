@@ -146,7 +146,10 @@ def test_function_in_compile_saved_and_loaded_as_h5_trains_as_tfa(name, tmp_path
             model = keras.saving.load_model(path)
             assert model.loss is fn
             # Keras 3.15's .h5 loader builds the restored optimizer for no variables (any
-            # loss; see test_tfa_saved_models.py): compile again with its configuration.
+            # loss, as docs/guide/tfa-migration.md says): compile again with its
+            # configuration.
+            with pytest.raises(ValueError, match="Unknown variable"):
+                model.train_on_batch(_get(f"{prefix}:x1"), _get(f"{prefix}:y1"))
             optimizer = keras.optimizers.SGD.from_config(model.optimizer.get_config())
             assert float(optimizer.learning_rate) == pytest.approx(LEARNING_RATE)
             model.compile(optimizer, loss=model.loss)
@@ -189,3 +192,37 @@ def test_gradient_tape_loop_matches_tfa_step_by_step(name):
         losses.append(float(value))
     np.testing.assert_allclose(losses, _get(f"{prefix}:losses"), **TOL)
     _assert_weights(model, f"{prefix}:final", pattern["weights"])
+
+
+def test_sgd_with_weight_decay_over_learning_rate_is_tfas_sgdw():
+    """The migration guide's conversion: tfa.optimizers.SGDW(weight_decay=wd) is
+    keras.optimizers.SGD(weight_decay=wd / learning_rate), momentum included."""
+    config = PATTERNS["sgdw"]
+    optimizer = keras.optimizers.SGD(
+        learning_rate=config["learning_rate"],
+        momentum=config["momentum"],
+        weight_decay=config["weight_decay"] / config["learning_rate"],
+    )
+    w = keras.Variable(_get("sgdw:initial"))
+    target = _get("sgdw:target")
+    for _ in range(config["steps"]):
+        with tf.GradientTape() as tape:
+            value = tf.reduce_sum(tf.square(w - target))
+        optimizer.apply_gradients([(tape.gradient(value, w), w)])
+    np.testing.assert_allclose(w.numpy(), _get("sgdw:final"), **TOL)
+    # Without the division the decay is the learning rate's fraction of TFA's.
+    assert not np.allclose(_get("sgdw:final"), _sgd_final(config, config["weight_decay"]))
+
+
+def _sgd_final(config, weight_decay):
+    optimizer = keras.optimizers.SGD(
+        learning_rate=config["learning_rate"],
+        momentum=config["momentum"],
+        weight_decay=weight_decay,
+    )
+    w = keras.Variable(_get("sgdw:initial"))
+    for _ in range(config["steps"]):
+        with tf.GradientTape() as tape:
+            value = tf.reduce_sum(tf.square(w - _get("sgdw:target")))
+        optimizer.apply_gradients([(tape.gradient(value, w), w)])
+    return w.numpy()

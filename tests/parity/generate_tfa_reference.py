@@ -462,6 +462,28 @@ def _gradient_tape_loop(rng, arrays, name):
     }
 
 
+SGDW = {"learning_rate": 0.1, "weight_decay": 0.01, "momentum": 0.9, "steps": 3}
+
+
+def _sgdw(rng, arrays):
+    """tfa.optimizers.SGDW on a quadratic, the decay the migration guide converts."""
+    w = tf.Variable(rng.standard_normal(5).astype(np.float32))
+    arrays["client/sgdw:initial"] = w.numpy()
+    target = rng.standard_normal(5).astype(np.float32)
+    arrays["client/sgdw:target"] = target
+    optimizer = tfa.optimizers.SGDW(
+        weight_decay=SGDW["weight_decay"],
+        learning_rate=SGDW["learning_rate"],
+        momentum=SGDW["momentum"],
+    )
+    for _ in range(SGDW["steps"]):
+        with tf.GradientTape() as tape:
+            value = tf.reduce_sum(tf.square(w - target))
+        optimizer.apply_gradients([(tape.gradient(value, w), w)])
+    arrays["client/sgdw:final"] = w.numpy()
+    return {"name": "sgdw", **SGDW}
+
+
 def client_patterns():
     """``(meta, arrays)`` of the client patterns (own seed: the cases above are unchanged)."""
     rng = np.random.default_rng(CLIENT_SEED)
@@ -472,6 +494,7 @@ def client_patterns():
             meta.append(_compile_save_load(rng, arrays, name, tmp))
     for name in TAPE_FUNCTIONS:
         meta.append(_gradient_tape_loop(rng, arrays, name))
+    meta.append(_sgdw(rng, arrays))
     return {"learning_rate": CLIENT_LEARNING_RATE, "patterns": meta}, arrays
 
 
