@@ -5,8 +5,8 @@ the triplet losses printed once per trace) and no Python warning raised in tf_sv
 Each run is a fresh process with TensorFlow's full C++ log (TF_CPP_MIN_LOG_LEVEL=0), fed by a
 `tf.data` pipeline as in the tensorflow-addons tutorial: the batch size is then unknown when the
 step is traced, so the loss takes its dynamic-shape path. TensorFlow prints a type-inference
-failure once per process, so the classes run in one process each only where they could hide
-each other: a failure of any class fails the test.
+failure once per process, so a group of classes in one process fails if any of them logs (the
+first one's line shows), and a class known to log runs alone.
 """
 
 import os
@@ -89,11 +89,44 @@ def _fit(names):
     return done
 
 
-# The two classes that printed the line each get a process; the other four share one.
+# The library's other classes that `compile` can name (tf_svmax.losses._CLASSES).
+LIBRARY_CLASSES = (
+    "BatchHardTripletLoss",
+    "AllPairsContrastiveLoss",
+    "PKAngularLoss",
+    "PKContrastiveLoss",
+    "PKNpairLoss",
+    "ProxyAnchorLoss",
+    "SpreadOutLoss",
+)
+# The spectral penalties still log the line: their gradients keep boolean tensors of the
+# forward pass (tf_svmax/ops/ole.py, ops/spectral.py), which their own empty-batch `tf.cond`
+# must carry. Each in its own process (TensorFlow logs the line once per process).
+STILL_LOGS = pytest.mark.xfail(
+    strict=True,
+    reason="tf_svmax/ops: boolean intermediates of the gradient inside the empty-batch tf.cond",
+)
+
+
+# The two classes that printed the line each get a process; the other TFA classes share one.
 @pytest.mark.parametrize(
     "names",
-    [("TripletSemiHardLoss",), ("TripletHardLoss",), TFA_CLASSES[2:]],
-    ids=["TripletSemiHardLoss", "TripletHardLoss", "other-tfa-classes"],
+    [
+        ("TripletSemiHardLoss",),
+        ("TripletHardLoss",),
+        TFA_CLASSES[2:],
+        LIBRARY_CLASSES,
+        pytest.param(("OLELoss",), marks=STILL_LOGS),
+        pytest.param(("SVMaxLoss",), marks=STILL_LOGS),
+    ],
+    ids=[
+        "TripletSemiHardLoss",
+        "TripletHardLoss",
+        "other-tfa-classes",
+        "library",
+        "OLELoss",
+        "SVMaxLoss",
+    ],
 )
 def test_fit_logs_no_warning_of_ours(names):
     done = _fit(names)
