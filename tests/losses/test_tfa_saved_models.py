@@ -200,3 +200,11 @@ def test_savedmodels_are_read_by_tfsmlayer_not_load_model(name):
 
 def test_tf_svmax_is_the_package_under_test():
     assert Path(tf_svmax.__file__).resolve().is_relative_to(ROOT)
+
+
+def test_every_tfa_metric_learning_name_resolves_to_ours():
+    custom_objects = keras.saving.get_custom_objects()
+    for name in MODELS:
+        assert custom_objects[f"Addons>{name}"] is getattr(losses, name)
+        if MODELS[name]["kind"] == "function":
+            assert custom_objects[name] is getattr(losses, name)
