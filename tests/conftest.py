@@ -13,7 +13,12 @@ BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 # The tests of the backend-neutral core: with KERAS_BACKEND=jax or torch only these files are
 # collected (tasks.py runs them once per backend, each in its own process); every other test
 # imports TensorFlow or tests a surface that is TensorFlow by nature.
-ALL_BACKENDS = ("test_backend_helpers.py",)
+ALL_BACKENDS = (
+    "test_backend_helpers.py",
+    "ops/test_checks.py",
+    "ops/test_distances.py",
+    "ops/test_prototypes.py",
+)
 
 
 def pytest_ignore_collect(collection_path, config):

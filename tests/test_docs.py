@@ -105,3 +105,16 @@ def test_the_ole_docstring_examples_put_ole_on_the_features():
     doc = tf_svmax.losses.OLELoss.__doc__
     assert '"features": tf_svmax.losses.OLELoss(' in doc and '"logits": keras.losses' in doc
     assert "features" in tf_svmax.ops.ole_loss.__doc__
+
+
+def test_custom_objects_claims_state_that_tf_svmax_must_be_imported():
+    """`.keras` files load without `custom_objects` only in a process that imported tf_svmax
+    (its classes register themselves with Keras on import): every page that promises loading
+    without `custom_objects` says so next to it."""
+    unconditional = []
+    for page in PAGES:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        for match in re.finditer(r"no `custom_objects`", text):
+            if "import tf_svmax" not in text[match.start() : match.end() + 80]:
+                unconditional.append(f"{page.relative_to(ROOT)}: ...{text[match.start() :][:90]}")
+    assert not unconditional, unconditional

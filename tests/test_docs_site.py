@@ -106,6 +106,22 @@ def test_every_public_name_is_on_its_api_page(site, name):
     assert not missing, f"not on docs/api/{name}.md's page: {missing}"
 
 
+@pytest.mark.parametrize("name", MODULES)
+def test_api_pages_have_no_stray_headings(site, name):
+    """Every heading of an API page is one of mkdocstrings' own (class "doc doc-heading"): a
+    docstring line that Markdown reads as a heading (one starting with "#", e.g. a formula
+    wrapped before "#(terms > 0)") would break the page's outline and table of contents."""
+    page = (built(site) / "api" / name / "index.html").read_text(encoding="utf-8")
+    headings = re.findall(r"<h([1-6])([^>]*)>(.*?)</h\1>", page, flags=re.S)
+    assert headings  # the page has mkdocstrings' headings to check
+    stray = [
+        re.sub(r"<[^>]+>", "", text).strip()[:80]
+        for _, attributes, text in headings
+        if "doc-heading" not in attributes
+    ]
+    assert not stray, f"docs/api/{name}.md: docstring lines rendered as headings: {stray}"
+
+
 def test_every_module_of_the_package_has_an_api_page(site):
     import tf_svmax
 

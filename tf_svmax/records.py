@@ -15,35 +15,66 @@ import numpy as np
 
 
 def environment():
-    """``{"machine": {...}, "versions": {...}}`` of this process (GPUs as TensorFlow sees them)."""
+    """``{"machine": {...}, "versions": {...}}`` of this process: its Keras backend, and the GPUs
+    as that backend sees them. TensorFlow is imported only when it is the backend."""
     import keras
-    import tensorflow as tf
 
     import tf_svmax
 
+    backend = keras.backend.backend()
     versions = {
         "tf_svmax": tf_svmax.__version__,
-        "tensorflow": tf.__version__,
         "keras": keras.__version__,
+        "keras_backend": backend,
         "numpy": np.__version__,
     }
     # Installed versions from package metadata: importing them (torch above all) would load
     # another runtime into every training process just to read a string.
-    for key, distribution in (("scipy", "scipy"), ("sklearn", "scikit-learn"), ("torch", "torch")):
-        try:
-            versions[key] = importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            versions[key] = None
+    for key, distributions in (
+        ("tensorflow", ("tensorflow", "tensorflow-cpu")),
+        ("jax", ("jax",)),
+        ("scipy", ("scipy",)),
+        ("sklearn", ("scikit-learn",)),
+        ("torch", ("torch",)),
+    ):
+        versions[key] = _installed_version(distributions)
     return {
         "machine": {
             "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
-            "gpus": [gpu.name for gpu in tf.config.list_physical_devices("GPU")],
+            "gpus": _gpus(backend),
         },
         "versions": versions,
     }
+
+
+def _installed_version(distributions):
+    """The version of the first installed of `distributions` (None if none is)."""
+    for distribution in distributions:
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _gpus(backend):
+    """The GPUs' names as the Keras backend's own runtime lists them."""
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return [gpu.name for gpu in tf.config.list_physical_devices("GPU")]
+    if backend == "jax":
+        import jax
+
+        return [device.device_kind for device in jax.devices() if device.platform == "gpu"]
+    if backend == "torch":
+        import torch
+
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return []
 
 
 def device(machine):

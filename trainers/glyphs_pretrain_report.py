@@ -12,7 +12,9 @@ kept class and a retrieval candidate, and a sample grid (a class drawn from each
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from trainers import quiet_start
+
+quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
 
 import sys  # noqa: E402
 import time  # noqa: E402

@@ -10,7 +10,9 @@ closest pairs that stayed apart, and the raw-pixel retrieval baseline on the tes
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from trainers import quiet_start
+
+quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
 
 import sys  # noqa: E402
 import time  # noqa: E402

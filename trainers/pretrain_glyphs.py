@@ -11,9 +11,9 @@ completed, 1 diverged (non-finite loss), 2 refused (a flag combination, or an --
 by another run or holding another configuration), 130 interrupted (the same command resumes).
 """
 
-import os
+from trainers import quiet_start
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
 
 from trainers import pretraining  # noqa: E402
 from trainers.harness import cli  # noqa: E402

@@ -34,7 +34,9 @@ against L and U), and ``<table>.json``.
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from trainers import quiet_start
+
+quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
 
 import dataclasses  # noqa: E402
 from typing import ClassVar  # noqa: E402

@@ -22,7 +22,9 @@ for the first seed, columns = evaluation steps, last = the target) and ``<table>
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from trainers import quiet_start
+
+quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
 
 import dataclasses  # noqa: E402
 import textwrap  # noqa: E402

@@ -20,7 +20,9 @@ and ``<table>.json`` (every run's final evaluation and median seconds per step).
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from trainers import quiet_start
+
+quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
 
 import dataclasses  # noqa: E402
 from typing import ClassVar  # noqa: E402

@@ -34,7 +34,9 @@ The paper's regime, a pretrained backbone fine-tuned (Sec. 4.1):
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from trainers import quiet_start
+
+quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
 
 import dataclasses  # noqa: E402
 import hashlib  # noqa: E402

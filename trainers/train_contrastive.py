@@ -16,9 +16,9 @@ Exit status: 0 completed, 1 diverged (non-finite loss), 2 refused (flag combinat
 the same command resumes).
 """
 
-import os
+from trainers import quiet_start
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
 
 from trainers import contrastive  # noqa: E402
 from trainers.harness import cli  # noqa: E402

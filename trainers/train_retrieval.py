@@ -13,9 +13,9 @@ an --output_dir in use by another run or holding another configuration), 130 int
 (Ctrl-C; the same command resumes).
 """
 
-import os
+from trainers import quiet_start
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
 
 from trainers import retrieval  # noqa: E402
 from trainers.harness import cli  # noqa: E402

@@ -16,9 +16,9 @@ corrupt image), 2 refused (flag combination, or an
 (Ctrl-C; the same command resumes).
 """
 
-import os
+from trainers import quiet_start
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
 
 from trainers import two_head  # noqa: E402
 from trainers.harness import cli  # noqa: E402

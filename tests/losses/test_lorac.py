@@ -89,6 +89,20 @@ def test_nuclear_norm_of_unit_rows_is_within_sqrt_m_and_m(rng):
     np.testing.assert_allclose(batched_nuclear_norm(tf.constant(orthonormal)), [4.0], rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype, rtol", [("float16", 2e-3), ("bfloat16", 1e-2)])
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf_function"])
+def test_nuclear_norm_of_half_precision_input_is_computed_in_float32(rng, dtype, rtol, graph):
+    # TensorFlow has no float16/bfloat16 SVD kernel (ContrastiveModel under mixed precision).
+    x = tf.cast(tf.constant(_unit(rng.standard_normal((6, 4, 8)))), dtype)
+    fn = tf.function(batched_nuclear_norm) if graph else batched_nuclear_norm
+    norms = fn(x)
+    assert norms.dtype == dtype  # cast back, as the library's half-precision convention
+    # Against float64 NumPy on the same (rounded) half-precision values; the tolerance is the
+    # result's rounding to the half dtype.
+    want = [_nuclear(a) for a in tf.cast(x, tf.float64).numpy()]
+    np.testing.assert_allclose(tf.cast(norms, tf.float64).numpy(), want, rtol=rtol)
+
+
 def test_gradients_reach_the_queries_only_and_match_finite_differences(rng):
     q, k, neg = (tf.Variable(a) for a in _inputs(rng, n=2, views=2, c=5, negatives=6))
     with tf.GradientTape() as tape:

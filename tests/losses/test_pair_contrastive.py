@@ -126,6 +126,20 @@ def test_no_term_above_zero_gives_zero_and_a_zero_gradient():
     assert np.all(np.isfinite(tape.gradient(value, x)))
 
 
+@pytest.mark.parametrize("metric", sorted(METRIC_MARGINS))
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf_function"])
+def test_a_nan_row_gives_nan_even_when_no_finite_term_is_above_zero(metric, graph):
+    # Every finite term is 0 (duplicates, orthogonal negatives past their margin), so the
+    # NaN terms of row 3 were the only candidates for the non-zero counts, which NaN fails.
+    x = np.array([[1, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [np.nan, 0, 0, 0]], np.float32)
+    fn = tf.function(all_pairs_contrastive_loss) if graph else all_pairs_contrastive_loss
+    assert np.isnan(float(fn([0, 0, 1, 1], x, metric=metric)))
+    # Also when only the anchors' pairs with the NaN row are NaN (rows 0 and 1 normalized).
+    value = fn([0, 0, 1, 1], x, metric=metric, anchor_rows=(0, 2), normalizer_rows=(0, 2))
+    assert np.isnan(float(value))
+    assert np.isnan(float(AllPairsContrastiveLoss(metric=metric)([0, 0, 1, 1], x)))
+
+
 # --- pytorch-metric-learning, through its stored values ---
 # CI has no torch, and a skipped test is no test: tests/losses/make_pml_golden.py computes
 # PML's values and gradients (by hand, where torch and PML are installed; `--check` compares

@@ -313,6 +313,57 @@ def test_keras_file_round_trip(rng, tmp_path):
         np.testing.assert_allclose(restored.numpy(), continued.numpy(), atol=1e-6)
 
 
+def test_a_loaded_model_trains_on_with_its_restored_memory(rng, tmp_path):
+    # Build, fit, save, load, fit again: no recompile, the memory continues.
+    x, y = _data(rng)
+    xbm = CrossBatchMemory(losses.AllPairsContrastiveLoss(), memory_size=12, start_step=1)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)  # 1 warm-up step, 2 written
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    bank = loaded.get_layer(xbm.memory.name)
+    assert loaded.loss.memory is bank
+    filled = int(bank.filled.numpy())
+    assert filled == 12 and int(bank.step.numpy()) == 3
+    # The restored rows, oldest first (the ring's next slot holds the oldest row).
+    oldest_first = np.roll(np.arange(12), -int(bank.pointer.numpy()))
+    memory = NumpyMemory(12)
+    memory.write(bank.embeddings.numpy()[oldest_first], bank.labels.numpy()[oldest_first])
+    batch, labels = x[:8], y[:8]
+    embeddings = loaded.predict(batch, verbose=0)  # the step's embeddings (weights before it)
+
+    logged = _one_step(loaded, batch, labels)
+
+    # The float64 reference of the batch against the restored memory, then the write.
+    assert logged == pytest.approx(ref_contrastive(*memory.reference(embeddings, labels), 8), 1e-5)
+    memory.write(embeddings, labels)
+    assert int(bank.step.numpy()) == 4 and int(bank.filled.numpy()) == 12
+    stored = np.c_[bank.embeddings.numpy(), bank.labels.numpy()]
+    want = np.c_[memory.x, memory.y]
+    np.testing.assert_allclose(
+        stored[np.lexsort(stored.T[::-1])], want[np.lexsort(want.T[::-1])], atol=1e-5
+    )
+    # And it is the step of the model that was saved, continued in memory.
+    assert _one_step(model, batch, labels) == pytest.approx(logged, 1e-6)
+
+
+def test_a_loss_config_without_its_memory_name_says_how_to_recompile(rng, tmp_path):
+    # A file written before the loss recorded its memory's name: the loss gets a new layer.
+    x, y = _data(rng)
+    xbm = CrossBatchMemory(losses.TripletHardLoss(), memory_size=8, start_step=2)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    model.fit(x, y, batch_size=8, verbose=0)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    config = {k: v for k, v in xbm.get_config().items() if k != "memory_name"}
+    loaded.compile(keras.optimizers.SGD(0.1), loss=CrossBatchMemory.from_config(config))
+    hint = r"CrossBatchMemory\(model\.loss\.loss, 8, start_step=2, memory=model\.get_layer"
+    with pytest.raises(ValueError, match=hint):
+        _one_step(loaded, x[:8], y[:8])
+
+
 def test_get_config_round_trips():
     xbm = CrossBatchMemory(losses.TripletSemiHardLoss(margin=0.3), 32, start_step=5, name="x")
     config = xbm.get_config()
@@ -351,6 +402,39 @@ def test_bad_arguments_are_refused():
     xbm([0, 1], np.eye(2, dtype=np.float32))
     with pytest.raises(ValueError, match="y_pred"):
         xbm([0, 1], np.eye(3, dtype=np.float32)[:2])
+
+
+def test_float_labels_that_are_not_integers_are_refused_eagerly_and_traced():
+    # 16 classes 0.0, 0.1, ..., 1.5: cast to int64 they were stored as the classes {0, 1}.
+    y = np.arange(16, dtype=np.float32) / 10
+    x = np.eye(16, dtype=np.float32)
+    xbm = CrossBatchMemory(losses.TripletHardLoss(), 32)
+    pattern = (
+        r"argument `y_true`.*floats holding integers.*y_true=<float32 tensor with 0\.1 at index 1>"
+    )
+    with pytest.raises(ValueError, match=pattern):
+        xbm(y, x)
+    assert not xbm.memory.built  # refused before the memory was touched
+    xbm.memory.build((None, 16))  # (a traced step needs a built memory)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=pattern):
+        tf.function(lambda labels, rows: xbm(labels, rows))(tf.constant(y), tf.constant(x))
+    assert int(xbm.memory.filled.numpy()) == 0
+    for value in (np.nan, np.inf):
+        with pytest.raises(ValueError, match="y_true"):
+            xbm(np.array([0.0, value], np.float32), x[:2])
+    # Floats holding integers are class ids (Keras' float64 copies under MirroredStrategy).
+    want = float(CrossBatchMemory(losses.TripletHardLoss(), 32)(np.arange(16) % 3, x))
+    assert float(xbm(np.arange(16.0) % 3, x)) == pytest.approx(want, 1e-6)
+
+
+def test_float_labels_that_are_not_integers_are_refused_by_fit():
+    xbm = CrossBatchMemory(losses.TripletHardLoss(), 32)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    y = np.arange(16, dtype=np.float32) / 10
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`y_true`.*0\.1 at index 1"):
+        model.fit(np.ones((16, 5), np.float32), y, batch_size=16, shuffle=False, verbose=0)
+    assert int(xbm.memory.filled.numpy()) == 0
 
 
 def test_the_memory_must_be_in_the_model_of_a_traced_step():

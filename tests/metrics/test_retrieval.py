@@ -384,3 +384,17 @@ def test_split_retrieval_results_puts_the_documented_metrics_apart_from_bookkeep
     assert {"num_queries", "num_embeddings", "num_classes", "seconds"} <= set(split["info"])
     assert not any(k.startswith(("recall", "map", "nmi", "s_mu")) for k in split["info"])
     assert {**split["metrics"], **split["info"]} == out  # nothing lost, nothing added
+
+
+@pytest.mark.parametrize(
+    "results, received",
+    [
+        (None, "<NoneType>"),
+        ([("recall_at_1", 0.5)], "<list>"),
+        ({1: 0.5, "nmi": 0.2}, "<mapping with the int key 1>"),
+    ],
+)
+def test_split_retrieval_results_refuses_what_is_not_a_results_mapping(results, received):
+    with pytest.raises(TypeError, match=r"argument `results`\. Expected a mapping") as error:
+        retrieval.split_retrieval_results(results)
+    assert f"Received: results='{received}'" in str(error.value)

@@ -142,3 +142,24 @@ def test_mnist_toy_refuses_weights(weights):
         ValueError, match=r"argument `weights`.*None \(mnist_toy.*Received: weights="
     ):
         models.build_embedding_model("mnist_toy", input_shape=(28, 28, 1), weights=weights)
+
+
+def test_unreadable_weights_files_are_refused_naming_the_file_and_what_is_wrong(tmp_path):
+    """An empty, truncated or non-HDF5 file (h5py cannot open it) and a file of another format
+    than .weights.h5 raise a ValueError naming the file, not h5py's bare OSError."""
+    good = tmp_path / "small_cnn.weights.h5"
+    models.build_backbone("small_cnn", input_shape=SHAPE).save_weights(str(good))
+    content = good.read_bytes()
+    cases = {
+        "empty.weights.h5": (b"", "empty"),
+        "truncated.weights.h5": (content[: len(content) // 2], "truncated"),
+        "text.weights.h5": (b"not an HDF5 file\n", "not a readable HDF5"),
+        "copy.bin": (content, "not a .weights.h5 file"),
+    }
+    for name, (payload, reason) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(payload)
+        with pytest.raises(ValueError, match=reason) as caught:
+            models.build_embedding_model("small_cnn", input_shape=SHAPE, weights=str(path))
+        assert str(path) in str(caught.value)
+        assert isinstance(caught.value, models.WeightsFileError)

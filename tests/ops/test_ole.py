@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from benchmarks.reference_ole import ole_reference
 from tf_svmax import ops
+from tf_svmax.ops.ole import nuclear_norms_and_subgradients
 
 
 def _value_and_grad(labels, x, graph=False, **kwargs):
@@ -218,3 +219,15 @@ def test_a_batch_with_no_rows_gives_zero(graph):
         value = fn(tf.zeros([0], tf.int32), x)
     assert float(value) == 0.0
     assert tape.gradient(value, x).shape == (0, 4)
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float16", 2e-3), ("bfloat16", 1e-2)])
+def test_the_svd_helper_takes_half_precision_in_float32(rng, dtype, rtol):
+    # TensorFlow has no float16/bfloat16 SVD kernel; the helper promotes and casts back.
+    x = tf.cast(rng.standard_normal((2, 3, 5)), dtype)
+    norms, subs = nuclear_norms_and_subgradients(x, 1e-6)
+    assert norms.dtype == dtype and subs.dtype == dtype
+    a = tf.cast(x, tf.float64).numpy()  # the rounded half values, in float64 NumPy
+    u, s, vt = np.linalg.svd(a, full_matrices=False)
+    np.testing.assert_allclose(tf.cast(norms, tf.float64), s.sum(axis=-1), rtol=rtol)
+    np.testing.assert_allclose(tf.cast(subs, tf.float64), u @ vt, atol=4 * rtol)

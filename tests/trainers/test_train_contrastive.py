@@ -59,7 +59,7 @@ def test_paper_defaults():
         (dict(method="moco_m", beta=2.0), "--beta set the prior of --method=lorac"),
         (dict(method="moco", prior="gaussian"), "--prior set the prior"),
         (dict(method="moco", views=3), "M = 2 views"),
-        (dict(views=1), "--views must be >= 2"),
+        (dict(views=1), r"`--views`. Expected an int >= 2. Received: --views=1"),
         (dict(queue_size=8, batch_size=16), "--queue_size"),
         (dict(prior_start=1.5), "--prior_start"),
         (dict(key_momentum=1.5), "--key_momentum"),

@@ -64,6 +64,23 @@ def test_paper_defaults_per_loss():
         (dict(loss="npair", batch_k=4), r"--loss=npair .*--batch_k=2; received --batch_k=4"),
         (dict(loss="contrastive", batch_k=2), r"--batch_k=4"),
         (dict(loss="contrastive", batch_p=3), r"even --batch_p; received --batch_p=3"),
+        # Positivity first, in the shared format, whatever the loss asks of P and K.
+        (
+            dict(loss="contrastive", batch_p=-3),
+            r"`--batch_p`. Expected an int >= 2. Received: --batch_p=-3",
+        ),
+        (
+            dict(loss="triplet_hard", batch_p=-4),
+            r"`--batch_p`. Expected an int >= 2. Received: --batch_p=-4",
+        ),
+        (
+            dict(loss="triplet_hard", batch_p=1),
+            r"`--batch_p`. Expected an int >= 2. Received: --batch_p=1",
+        ),
+        (
+            dict(loss="npair", batch_k=-2),
+            r"`--batch_k`. Expected an int >= 2. Received: --batch_k=-2",
+        ),
         (dict(batch_p=8), r"--batch_p=8 exceeds the 5 training classes"),
         (dict(train_steps=10, eval_every=3), r"--train_steps \(10\).*--eval_every \(3\)"),
         (dict(backbone="resnet50"), r"--backbone=resnet50 needs RGB"),
@@ -477,6 +494,41 @@ def test_cli_refuses_bad_flags_and_documents_defaults():
         assert text in help_text
 
 
+def _weights_file(folder, backbone, corrupt=None):
+    """A `backbone` weights file (`build_backbone`'s, one grey channel as digits have) in
+    `folder`; `corrupt`: "truncated" keeps its first half, "empty" none of it."""
+    path = folder / f"{backbone}-{corrupt or 'whole'}.weights.h5"
+    models.build_backbone(backbone, input_shape=(32, 32, 1)).save_weights(str(path))
+    if corrupt:
+        content = path.read_bytes()
+        path.write_bytes(content[: len(content) // 2] if corrupt == "truncated" else b"")
+    return path
+
+
+@pytest.mark.parametrize(
+    "backbone, source, corrupt",
+    [
+        ("small_cnn", "small_cnn_bn", None),  # another backbone's file
+        ("small_resnet", "small_cnn", None),
+        ("small_cnn", "small_cnn", "truncated"),
+        ("small_cnn_bn", "small_cnn_bn", "empty"),
+    ],
+)
+def test_cli_refuses_a_weights_file_it_cannot_load_naming_it(tmp_path, backbone, source, corrupt):
+    path = _weights_file(tmp_path, source, corrupt)
+    done = _cli(
+        "--dataset=digits",
+        f"--backbone={backbone}",
+        f"--weights={path}",
+        "--train_steps=2",
+        f"--output_dir={tmp_path / 'run'}",
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"refused: --weights={path}" in done.stderr
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
 def test_cli_documents_and_checks_decoded_cache():
     help_text = " ".join(_cli("--helpfull").stdout.split())
     assert "--[no]decoded_cache: Decode and resize the training images once" in help_text
@@ -695,7 +747,7 @@ def test_reproduce_table1_refuses_bad_flags_before_training(tmp_path):
     "kwargs, message",
     [
         (dict(xml_prototypes=32), "--xml_prototypes needs --xml_lambda"),
-        (dict(xml_lambda=1.5), "weight in \\[0, 1\\]"),
+        (dict(xml_lambda=1.5), r"`--xml_lambda`. Expected a float in \[0, 1\]"),
         (dict(xml_lambda=0.01, loss="proxy_anchor"), "proxy_anchor"),
         (dict(xml_lambda=0.01, backbone="resnet50", dataset="folder", data_dir="/d"), "small"),
         (dict(xml_lambda=0.01, batch_p=6), "multiple of 4"),
@@ -766,6 +818,26 @@ def test_every_library_kmeans_seeding_is_a_choice():
 def test_xbm_refusals(kwargs, message):
     with pytest.raises(retrieval.ConfigError, match=message):
         retrieval.resolve(retrieval.RetrievalConfig(output_dir="x", **kwargs))
+
+
+def test_an_xbm_size_whose_memory_cannot_fit_is_refused_saying_what_it_needs():
+    """--xbm_size=1e9 rows of 128 float32 are at least 477 GiB: refused with the flags (exit 2
+    before any data), not a ResourceExhaustedError once training began."""
+    with open("/proc/meminfo") as f:
+        (line,) = [row for row in f if row.startswith("MemTotal:")]
+    memory_gib = int(line.split()[1]) * 1024 / 2**30
+    bank_gib = 10**9 * 128 * 4 / 2**30  # the memory's embeddings alone
+    if bank_gib < memory_gib:
+        pytest.skip("this machine could hold the memory")
+    config = retrieval.RetrievalConfig(output_dir="x", loss="triplet_hard", xbm_size=10**9)
+    with pytest.raises(retrieval.ConfigError, match="--xbm_size=1000000000") as caught:
+        retrieval.check(config)
+    needed, available = [
+        float(v.replace(",", "")) for v in re.findall(r"([\d,.]+) GiB", str(caught.value))
+    ]
+    assert needed >= bank_gib
+    assert available == pytest.approx(memory_gib, rel=0.01)
+    retrieval.check(dataclasses.replace(config, xbm_size=4096))  # what fits is not refused
 
 
 def test_xbm_run_resumes_with_its_memory(tmp_path):

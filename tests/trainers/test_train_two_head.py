@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tests.data import fake_trees
-from tf_svmax import losses
+from tf_svmax import losses, models
 from trainers import two_head
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +55,13 @@ def test_paper_lambda_per_mode(mode, lam):
         (dict(data_dir="/tmp"), "takes no --data_dir"),
         (dict(backbone="resnet50"), "small grey images"),
         (dict(train_steps=10, eval_every=3), "multiple of --eval_every"),
-        (dict(batch_k=1), "--batch_k must be >= 2"),
+        (dict(batch_k=1), r"`--batch_k`. Expected an int >= 2. Received: --batch_k=1"),
+        (dict(batch_k=-3), r"`--batch_k`. Expected an int >= 2. Received: --batch_k=-3"),
+        (
+            dict(mode="hard", batch_p=1),
+            r"`--batch_p`. Expected an int >= 2 with --mode=hard \(negatives\). Received: "
+            "--batch_p=1",
+        ),
         (dict(mode="ole", jit_compile=True), "--mode=ole cannot be XLA-compiled"),
         (dict(mode="softmax", margin=0.5), "--margin applies to --mode=semi_hard only"),
         (dict(mode="center", margin=0.2), "--margin applies to --mode=semi_hard only"),
@@ -184,6 +190,20 @@ def test_cli_refuses_bad_flags_and_documents_the_papers_values(tmp_path):
     text = " ".join(done.stdout.split())
     for phrase in ("0.003 center", "0.25 ole", "paper: 256", "40000 ResNet-50", "--flagfile"):
         assert phrase in text, phrase
+
+
+@pytest.mark.parametrize("corrupt", [None, "truncated"])
+def test_cli_refuses_a_weights_file_it_cannot_load_naming_it(tmp_path, corrupt):
+    """small_cnn_bn (the default backbone) given small_resnet's file, or its own cut short."""
+    path = tmp_path / "backbone.weights.h5"
+    source = "small_resnet" if corrupt is None else "small_cnn_bn"
+    models.build_backbone(source, input_shape=(32, 32, 1)).save_weights(str(path))
+    if corrupt:
+        path.write_bytes(path.read_bytes()[:1000])
+    done = _cli("--dataset=digits", f"--weights={path}", f"--output_dir={tmp_path / 'run'}")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"refused: --weights={path}" in done.stderr
 
 
 @pytest.mark.parametrize("empty", ["train/", "train/a/"], ids=["no_classes", "no_images"])

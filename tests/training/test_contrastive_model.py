@@ -134,6 +134,38 @@ def test_the_prior_loss_takes_over_at_prior_start():
     np.testing.assert_allclose(float(second["prior_active"]), 0.5)
 
 
+@pytest.fixture
+def restore_dtype_policy():
+    policy = keras.mixed_precision.global_policy()
+    yield
+    keras.mixed_precision.set_global_policy(policy)
+
+
+@pytest.mark.parametrize("policy, rtol", [("mixed_float16", 1e-2), ("mixed_bfloat16", 5e-2)])
+def test_fit_under_mixed_precision_takes_the_reference_step(restore_dtype_policy, policy, rtol):
+    # The Laplace prior from the first step: the nuclear norm's SVD in the loss and the logs.
+    keras.mixed_precision.set_global_policy(policy)
+    model = _model(_encoder(), loss_fn=losses.LORACLoss(temperature=TAU, beta=BETA))
+    w = model.encoder.get_weights()[0].astype(np.float64)
+    negatives = model.queue.keys.numpy().astype(np.float64)
+    views = _views(4)
+    x = views.astype(np.float64)
+    expected_loss = _reference_loss(w, w, negatives, x, beta=BETA)
+    grad = _numeric_gradient(lambda v: _reference_loss(v, w, negatives, x, beta=BETA), w)
+
+    history = model.fit(tf.data.Dataset.from_tensors(views), epochs=1, verbose=0).history
+
+    # The loss and the step within the half dtype's rounding of the embeddings (the float32
+    # reference's SGD step; under float16 the loss scale must not shrink it by 2**15).
+    np.testing.assert_allclose(history["loss"][0], expected_loss, rtol=rtol)
+    step = model.encoder.get_weights()[0] - w
+    np.testing.assert_allclose(step, -LR * grad, atol=rtol * np.abs(LR * grad).max())
+    queries = np.stack([_embed(w, x[:, v]) for v in range(M - 1)], axis=1)
+    stacked = np.concatenate([queries, _embed(w, x[:, -1])[:, None]], axis=1)
+    want = np.linalg.svd(stacked, compute_uv=False).sum(axis=1).mean()
+    np.testing.assert_allclose(history["nuclear_norm"][0], want, rtol=rtol)
+
+
 def test_a_batch_with_another_view_count_is_refused():
     model = _model(_encoder())
     views = np.zeros((N, M + 1, SIDE, SIDE, 1), np.float32)
@@ -167,3 +199,35 @@ def test_an_encoder_without_one_embedding_output_is_refused():
     inputs = keras.Input((SIDE, SIDE, 1))
     with pytest.raises(ValueError, match="Invalid value for argument `encoder`"):
         _model(keras.Model(inputs, keras.layers.Dense(C)(inputs)))  # [b, H, W, C] output
+
+
+def test_a_sequential_encoder_is_accepted_and_trains_like_its_functional_twin():
+    # keras.Sequential built from an Input has no `.output` until it is called (Keras 3.15).
+    keras.utils.set_random_seed(3)
+    sequential = keras.Sequential(
+        [
+            keras.Input((SIDE, SIDE, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(C, use_bias=False),
+            keras.layers.UnitNormalization(),
+        ]
+    )
+    model = _model(sequential)
+    assert model.queue.keys.shape == (K, C)
+    # The reference step of the functional encoder's test, on the Sequential's weights.
+    w = sequential.get_weights()[0].astype(np.float64)
+    negatives = model.queue.keys.numpy().astype(np.float64)
+    x = _views(0).astype(np.float64)
+    grad = _numeric_gradient(lambda v: _reference_loss(v, w, negatives, x), w)
+    logs = model.train_step(tf.constant(_views(0)))
+    np.testing.assert_allclose(float(logs["loss"]), _reference_loss(w, w, negatives, x), rtol=1e-5)
+    np.testing.assert_allclose(sequential.get_weights()[0], w - LR * grad, rtol=1e-4, atol=1e-6)
+    # Several outputs or an unbuilt Sequential stay refused.
+    with pytest.raises(ValueError, match="Invalid value for argument `encoder`"):
+        _model(keras.Sequential([keras.layers.Dense(C)]))
+    inputs = keras.Input((SIDE, SIDE, 1))
+    flat = keras.layers.Flatten()(inputs)
+    with pytest.raises(ValueError, match="Invalid value for argument `encoder`"):
+        _model(keras.Model(inputs, [keras.layers.Dense(C)(flat), keras.layers.Dense(C)(flat)]))
+    with pytest.raises(ValueError, match="Invalid value for argument `encoder`"):
+        _model(keras.Model(inputs, {"embeddings": keras.layers.Dense(C)(flat)}))

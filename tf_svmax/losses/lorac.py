@@ -57,8 +57,14 @@ def _unit_rows(x):
 
 
 def batched_nuclear_norm(matrices):
-    """``||Q_i||_*`` of every matrix of a `[N, M, C]` batch (float32/64): `[N]`."""
-    return tf.reduce_sum(tf.linalg.svd(matrices, compute_uv=False), axis=-1)
+    """``||Q_i||_*`` of every matrix of a `[N, M, C]` batch: `[N]` of the input's dtype
+    (float16/bfloat16 computed in float32: TensorFlow has no half-precision SVD kernel, and a
+    10-bit mantissa is too coarse for one)."""
+    matrices = tf.convert_to_tensor(matrices)
+    # Half precision is promoted for the SVD and the norms cast back (the library's convention).
+    compute = _checks.compute_dtype(matrices.dtype)
+    norms = tf.reduce_sum(tf.linalg.svd(tf.cast(matrices, compute), compute_uv=False), axis=-1)
+    return tf.cast(norms, matrices.dtype)
 
 
 def _check_shapes(q, k, negatives):

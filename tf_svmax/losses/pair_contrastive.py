@@ -57,6 +57,13 @@ def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows):
     )
 
 
+def _mean_over_non_zero(total, count):
+    """``total / count``, 0 when no term is above 0, and NaN when ``total`` is: a NaN term
+    fails ``> 0``, so a batch whose only terms above 0 are NaN would otherwise count none and
+    give 0 (non-finite inputs give NaN, never a finite wrong number)."""
+    return tf.where(tf.math.is_nan(total), total, _common.safe_mean_over(total, count))
+
+
 def _non_zero(terms):
     # Counted in int64: a float32 sum of ones stops being exact past 2**24 pairs (a batch of
     # 1,024 against a memory of 16,384 rows has that many).
@@ -94,9 +101,9 @@ def all_pairs_contrastive_loss(
         positive pair (same label, r != a):  relu(pos_margin - s)   or  relu(d - pos_margin)
         negative pair (other label):         relu(s - neg_margin)   or  relu(neg_margin - d)
 
-    and the value is ``sum(positive terms) / #(positive terms > 0) + sum(negative terms) /
-    #(negative terms > 0)``, each part 0 when it has no term above 0 (so a pair already past
-    its margin weighs nothing, not even in the normalizer). Both orders of a pair count.
+    and the value is ``sum(positive terms) / count(positive terms > 0) + sum(negative terms) /
+    count(negative terms > 0)``, each part 0 when it has no term above 0 (so a pair already
+    past its margin weighs nothing, not even in the normalizer). Both orders of a pair count.
 
     The defaults are the XBM paper's (Wang et al., CVPR 2020: contrastive loss on cosine
     similarities, positives ``1 - s``, negatives above the margin 0.5). Its code
@@ -137,8 +144,9 @@ def all_pairs_contrastive_loss(
 
     Returns:
       A scalar of the embeddings' dtype (float16/bfloat16 computed in float32). 0 when no pair
-      term is above 0. Memory: `[count, batch_size]` matrices for the anchors (and for the
-      normalizer rows when they differ from the anchors).
+      term is above 0; NaN when a pair term is NaN (a NaN or infinite embedding). Memory:
+      `[count, batch_size]` matrices for the anchors (and for the normalizer rows when they
+      differ from the anchors).
 
     Example:
       >>> all_pairs_contrastive_loss([0, 0, 1], [[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])  # 0.7
@@ -160,9 +168,9 @@ def all_pairs_contrastive_loss(
     counted = (
         (positive, negative) if _same_rows(normalizer_rows, anchor_rows) else terms(normalizer_rows)
     )
-    value = _common.safe_mean_over(
+    value = _mean_over_non_zero(
         tf.reduce_sum(positive), _non_zero(counted[0])
-    ) + _common.safe_mean_over(tf.reduce_sum(negative), _non_zero(counted[1]))
+    ) + _mean_over_non_zero(tf.reduce_sum(negative), _non_zero(counted[1]))
     return tf.cast(value, dtype)
 
 

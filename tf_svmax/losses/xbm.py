@@ -22,6 +22,8 @@ while here the batch's rows are references with their gradient (as the loss on t
 alone: with an empty memory the value and gradient are the wrapped loss's).
 """
 
+import weakref
+
 import keras
 import tensorflow as tf
 
@@ -42,6 +44,13 @@ SUPPORTED_LOSSES = (
     BatchHardTripletLoss,
     AllPairsContrastiveLoss,
 )
+
+
+# The memory layers that `from_config` made and whose weights are not loaded yet, by name: while
+# `keras.models.load_model` runs, the model's layers are made first, then its compiled loss
+# (`CrossBatchMemory.from_config`, which takes its memory from here), then the weights are
+# loaded (which removes the layer). Weak: a layer nobody holds is forgotten.
+_AWAITING_WEIGHTS = weakref.WeakValueDictionary()
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -149,6 +158,27 @@ class CrossBatchMemoryBank(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "size": self.size}
 
+    @classmethod
+    def from_config(cls, config):
+        layer = super().from_config(config)
+        _AWAITING_WEIGHTS[layer.name] = layer  # for the compiled loss of a model being loaded
+        return layer
+
+    def load_own_variables(self, store):
+        if _AWAITING_WEIGHTS.get(self.name) is self:
+            del _AWAITING_WEIGHTS[self.name]  # restored: no later loss may take it
+        super().load_own_variables(store)
+
+
+def _restored_memory(name, size):
+    """The memory layer `name` of `size` rows of a model being loaded (made by `from_config`,
+    built, weights not yet loaded), taken out of the waiting list; None if there is none."""
+    layer = _AWAITING_WEIGHTS.get(name)
+    if layer is None or not layer.built or layer.size != size:
+        return None
+    del _AWAITING_WEIGHTS[name]
+    return layer
+
 
 def _check_loss(loss):
     if not isinstance(loss, SUPPORTED_LOSSES):
@@ -180,20 +210,22 @@ def _check_loss(loss):
     return loss
 
 
+_LABELS_EXPECTED = "class labels of an integer dtype (not uint64) or finite floats holding integers"
+
+
 def _integer_labels(y_true, y_pred):
     # The losses' shared check: [N] or [N, 1] numeric labels, one per embedding row.
     labels = flat_labels(y_true, y_pred)
     if labels.dtype in (tf.bool, tf.uint64):
         raise TypeError(
-            _checks.invalid(
-                "y_true",
-                "class labels of an integer dtype (not uint64) or floats holding integers",
-                f"<tensor of dtype {labels.dtype.name}>",
-            )
+            _checks.invalid("y_true", _LABELS_EXPECTED, f"<tensor of dtype {labels.dtype.name}>")
         )
-    # int64 holds every other integer dtype exactly (labels above 2**24 stay distinct). Float
-    # labels (Keras hands a MirroredStrategy's fit float64 copies of integer arrays) are cast:
-    # exact for float64 below 2**53.
+    # Float labels (Keras hands a MirroredStrategy's fit float64 copies of integer arrays) must
+    # hold integers: the cast below would merge 0.1 and 0.9 into class 0 (the wrapped loss
+    # alone compares floats exactly, so they would be two classes there).
+    labels = _checks.integer_floats(labels, "y_true", _LABELS_EXPECTED)
+    # int64 holds every other integer dtype exactly (labels above 2**24 stay distinct), and
+    # integer floats: exact for float64 below 2**53.
     return tf.cast(labels, tf.int64)
 
 
@@ -246,9 +278,11 @@ class CrossBatchMemory(keras.losses.Loss):
 
     The memory layer must be in the model (it is then built, checkpointed and saved with it);
     class labels of any integer dtype but uint64, or floats holding integers (compared as
-    int64). A model loaded from
-    a ``.keras`` file holds the restored layer; recompile with it:
-    ``CrossBatchMemory(loss, M, memory=model.get_layer(name))``.
+    int64; a float label that is not an integer, such as 0.1, is refused). A model loaded from
+    a ``.keras`` file trains on: its compiled loss takes the model's restored memory layer
+    (found by the name its config records). A file written before the config recorded it
+    needs a recompile with the restored layer:
+    ``CrossBatchMemory(loss, M, start_step=S, memory=model.get_layer(name))``.
 
     Example:
       >>> xbm = CrossBatchMemory(TripletSemiHardLoss(), memory_size=64)
@@ -321,7 +355,11 @@ class CrossBatchMemory(keras.losses.Loss):
                 raise ValueError(
                     "CrossBatchMemory: its memory layer is not built. Put `xbm.memory` in the "
                     "model after the embeddings (keras.Sequential([..., xbm.memory])), so that "
-                    "its state is built, checkpointed and saved with the model."
+                    "its state is built, checkpointed and saved with the model. A model loaded "
+                    "from a .keras file holds its restored CrossBatchMemoryBank layer: compile "
+                    "it with that layer, model.compile(optimizer=..., loss=CrossBatchMemory("
+                    f"model.loss.loss, {self.memory_size}, start_step={self.start_step}, "
+                    "memory=model.get_layer(<the layer's name>)))."
                 )
             memory.build(y_pred.shape)
         if y_pred.shape[-1] is not None and y_pred.shape[-1] != memory.dim:
@@ -349,10 +387,18 @@ class CrossBatchMemory(keras.losses.Loss):
             "loss": keras.saving.serialize_keras_object(self.loss),
             "memory_size": self.memory_size,
             "start_step": self.start_step,
+            # How a loaded model's loss finds the model's restored memory layer (`from_config`).
+            "memory_name": self.memory.name,
         }
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
         config["loss"] = keras.saving.deserialize_keras_object(config["loss"])
+        # Absent from configs written before it was recorded: a new memory layer.
+        name = config.pop("memory_name", None)
+        if name is not None:
+            config["memory"] = _restored_memory(name, config["memory_size"])
+            if config["memory"] is None:  # not loading a model: a new layer of that name
+                config["memory"] = CrossBatchMemoryBank(config["memory_size"], name=name)
         return cls(**config)

@@ -25,6 +25,7 @@ Stanford Online Products' test split (60,502 x 128) takes about 20 s this way on
 (see `benchmarks/retrieval_eval.py`).
 """
 
+import collections.abc
 import concurrent.futures
 import os
 import time
@@ -617,9 +618,22 @@ def split_retrieval_results(results):
     (``recall_at_<k>``, ``map_at_r``, ``nmi``, ``s_mu`` and its bounds), logged and printed,
     apart from the bookkeeping (``num_*``, ``kmeans_*``, ``seconds*``).
 
+    Raises:
+      TypeError: `results` is not a mapping with str keys (metric names).
+
     Example:
       >>> split_retrieval_results(evaluate_retrieval(embeddings, labels))["metrics"]
     """
+    expected = "a mapping of metric names (str) to values, as evaluate_retrieval returns"
+    if not isinstance(results, collections.abc.Mapping):
+        raise TypeError(_checks.invalid("results", expected, f"<{type(results).__name__}>"))
+    key = next((k for k in results if not isinstance(k, str)), None)
+    if key is not None:
+        raise TypeError(
+            _checks.invalid(
+                "results", expected, f"<mapping with the {type(key).__name__} key {key!r}>"
+            )
+        )
     metrics = {k: v for k, v in results.items() if k.startswith(_METRIC_PREFIXES)}
     return {"metrics": metrics, "info": {k: v for k, v in results.items() if k not in metrics}}
 

@@ -138,16 +138,60 @@ def _mnist_toy(backbone, inputs, weights):
     return feature_map_, keras.layers.Dense(128, activation="relu")(flat)
 
 
-def _load_backbone_weights(backbone_model, path):
-    """Loads a ``.weights.h5`` file into `backbone_model`, naming the file and the backbone
-    when it does not fit (another backbone's file, another number of input channels)."""
+class WeightsFileError(ValueError):
+    """A backbone weights file that cannot be used: empty, truncated or not HDF5, not a
+    weights file, or written for another backbone (or number of input channels). The message
+    names the file and what is wrong with it."""
+
+
+def check_weights_file(path):
+    """Returns `path` (a str) if it names a file that reads as HDF5 (the format of Keras'
+    ``.weights.h5`` and legacy ``.h5`` files), without loading it.
+
+    Raises:
+      FileNotFoundError: there is no such file.
+      WeightsFileError: the file is empty, truncated or not HDF5 (the message names it).
+    """
+    import h5py  # Keras' own dependency for weights files
+
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Backbone weights file not found: {path!r}.")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise WeightsFileError(
+            f"The weights file {path!r} is empty (0 bytes); write it anew (a backbone's "
+            "save_weights, e.g. python -m trainers.pretrain_glyphs)."
+        )
+    try:
+        with h5py.File(path, "r"):
+            pass
+    except OSError as error:
+        # h5py's message says what it found, e.g. "truncated file: eof = 197556, ...,
+        # stored_eof = 395112" or "file signature not found" (not HDF5).
+        reason = str(error).split("(", 1)[-1].rstrip(")") if "(" in str(error) else str(error)
+        raise WeightsFileError(
+            f"The weights file {path!r} ({size} bytes) is not a readable HDF5 weights file "
+            f"({reason}): it is truncated, damaged or of another format; write it anew (a "
+            "backbone's save_weights, e.g. python -m trainers.pretrain_glyphs)."
+        ) from None
+    return path
+
+
+def _load_backbone_weights(backbone_model, path):
+    """Loads a weights file into `backbone_model`; raises WeightsFileError naming the file
+    when it is unreadable (`check_weights_file`) or does not fit (another backbone's file,
+    another number of input channels, another format)."""
+    path = check_weights_file(path)
+    if not path.endswith(".h5"):
+        raise WeightsFileError(
+            f"The weights file {path!r} is not a .weights.h5 file (what a backbone's "
+            f"save_weights writes); backbone {backbone_model.name!r} loads no other format."
+        )
     try:
         backbone_model.load_weights(path)
     except ValueError as error:
-        raise ValueError(
+        raise WeightsFileError(
             f"The weights file {path!r} does not fit backbone {backbone_model.name!r} with input "
             f"shape {tuple(backbone_model.input.shape[1:])} (was it written for another backbone "
             f"or another number of channels?): {error}"
@@ -183,8 +227,8 @@ def _application(backbone, inputs, weights, pooling):
             )
         )
     file_weights = weights not in (None, "none", "imagenet")
-    if file_weights and not os.path.isfile(weights):
-        raise FileNotFoundError(f"Backbone weights file not found: {weights!r}.")
+    if file_weights:
+        check_weights_file(weights)
     net = getattr(keras.applications, name)(
         include_top=False,
         weights="imagenet" if weights == "imagenet" else None,
@@ -192,7 +236,7 @@ def _application(backbone, inputs, weights, pooling):
         pooling=pooling,
     )
     if file_weights:
-        net.load_weights(weights)
+        _load_backbone_weights(net, weights)
     return net(ApplicationPreprocessing(module)(inputs))
 
 
@@ -242,6 +286,10 @@ def build_embedding_model(backbone, *, input_shape, embedding_dim=128, weights=N
         cached) or a path to a ``.weights.h5`` file of the keras.applications network; for a
         small backbone a path to a `build_backbone` ``.weights.h5`` file; ``mnist_toy`` takes
         None only.
+
+    Raises:
+      WeightsFileError: the `weights` file is empty, truncated, not HDF5, or does not fit the
+        backbone (another backbone's file); the message names the file.
     """
     _check_backbone(backbone)
     embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")

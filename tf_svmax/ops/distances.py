@@ -6,7 +6,7 @@ squared distance is not positive (the diagonal, duplicates). The square root is 
 ``d^2 + 1e-16`` at those entries only, so its derivative never sees 0.
 """
 
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax.ops import _checks
 
@@ -37,36 +37,47 @@ def pairwise_distance(feature, squared=False, *, rows=None):
     # Row norms as a column plus column norms as a row, minus twice the Gram matrix. The same
     # sequence of operations as tensorflow-addons, so that the rounding, and hence the gradient
     # for near-duplicate rows (where the expansion cancels), matches it to the last bits.
-    x_t = tf.transpose(x)
-    d2 = tf.add(
-        tf.reduce_sum(tf.square(queries), axis=1, keepdims=True),
-        tf.reduce_sum(tf.square(x_t), axis=0, keepdims=True),
-    ) - 2.0 * tf.matmul(queries, x_t)
+    x_t = ops.transpose(x)
+    d2 = ops.add(
+        ops.sum(ops.square(queries), axis=1, keepdims=True),
+        ops.sum(ops.square(x_t), axis=0, keepdims=True),
+    ) - 2.0 * _checks.matmul(queries, x_t)
     # Rounding can make the expansion slightly negative; a distance is never negative.
-    d2 = tf.maximum(d2, 0.0)
+    d2 = _at_least(d2, 0.0)
     zero = d2 <= 0.0
     if squared:
         distances = d2
     else:
-        distances = tf.sqrt(d2 + tf.cast(zero, x.dtype) * _SQRT_GUARD)
-    distances = distances * tf.cast(tf.logical_not(zero), x.dtype)
+        distances = ops.sqrt(d2 + ops.cast(zero, x.dtype) * _SQRT_GUARD)
+    distances = distances * ops.cast(ops.logical_not(zero), x.dtype)
     # The diagonal is exactly zero (the expansion leaves rounding noise there).
-    return tf.cast(distances * _off_diagonal(x, start, count), dtype)
+    return ops.cast(distances * _off_diagonal(x, start, count), dtype)
+
+
+def _at_least(x, floor):
+    """``max(x, floor)`` in the dtype of `x`, NaN kept, the gradient passed to `x` where
+    ``x >= floor`` (`tf.maximum`'s values and gradient).
+
+    Not `keras.ops.maximum`: on JAX and PyTorch Keras' type promotion (`result_type`) turns a
+    float64 result into float32 (as JAX does without 64-bit types), so a float64 input would
+    lose its precision at the clamp (the same holds for `keras.ops.matmul`: `_checks.matmul`).
+    """
+    return ops.where(x < floor, floor, x)
 
 
 def _row_range(x, rows):
     """``(queries, start, count)``: the rows ``start .. start + count - 1`` of `x` (all rows
     when `rows` is None)."""
     if rows is None:
-        return x, 0, tf.shape(x)[0]
+        return x, 0, ops.shape(x)[0]
     start, count = rows
     return x[start : start + count], start, count
 
 
 def _off_diagonal(x, start, count):
     """`[count, n]` of ones with a zero where row ``start + i`` of `x` meets itself."""
-    self_columns = tf.range(count) + start
-    return 1.0 - tf.one_hot(self_columns, tf.shape(x)[0], dtype=x.dtype)
+    self_columns = ops.arange(count, dtype="int32") + start
+    return 1.0 - ops.one_hot(self_columns, ops.shape(x)[0], dtype=x.dtype)
 
 
 def angular_distance(feature, *, rows=None):
@@ -80,11 +91,25 @@ def angular_distance(feature, *, rows=None):
       `[n, n]` (or `[count, n]`) tensor of the dtype of `feature`.
     """
     x, dtype = _checks.float_matrix(feature, "feature")  # half precision computed in float32
-    unit = tf.math.l2_normalize(x, axis=1)
+    unit = _l2_normalize_rows(x)
     queries, _, _ = _row_range(unit, rows)
     # Rounding can push 1 - cos slightly below zero for (near-)identical rows.
-    distances = tf.maximum(1.0 - tf.matmul(queries, unit, transpose_b=True), 0.0)
-    return tf.cast(distances, dtype)
+    distances = _at_least(1.0 - _checks.matmul(queries, unit, transpose_b=True), 0.0)
+    return ops.cast(distances, dtype)
+
+
+# The floor of a row's squared norm in `_l2_normalize_rows`, tf.math.l2_normalize's: a zero row
+# is scaled by 1/sqrt(1e-12) = 1e6 (staying zero) instead of being divided by zero.
+_NORMALIZE_EPSILON = 1e-12
+
+
+def _l2_normalize_rows(x):
+    """``x / sqrt(max(|x|^2, 1e-12))`` row by row: tf.math.l2_normalize's formula and order of
+    operations (TFA's angular distance uses it), with finite gradients at zero rows on every
+    backend. (`keras.ops.normalize` clips ``rsqrt(|x|^2)`` after taking it: an infinite rsqrt
+    at a zero row, hence NaN gradients on PyTorch, keras-team/keras#23075.)"""
+    squared_norms = ops.sum(ops.square(x), axis=1, keepdims=True)
+    return x * ops.rsqrt(_at_least(squared_norms, _NORMALIZE_EPSILON))
 
 
 # Every accepted spelling of a distance, each with one meaning wherever a loss accepts it (pinned
@@ -134,7 +159,7 @@ def distance_matrix(embeddings, distance_metric, *, rows=None):
         return angular_distance(embeddings, rows=rows)
     x, dtype = _checks.float_matrix(embeddings, "feature")  # half precision computed in float32
     queries, _, _ = _row_range(x, rows)
-    return tf.cast(cdist(queries, x, distance_metric), dtype)
+    return ops.cast(cdist(queries, x, distance_metric), dtype)
 
 
 # Added inside the square root of the "euclidean" metric, as in the SVMax/retrieval originals
@@ -160,14 +185,15 @@ def cdist(a, b, metric="euclidean"):
       `[n, m]` tensor of `a`'s dtype.
     """
     _checks.check_choice(metric, "metric", CDIST_METRICS)
+    a, b = ops.convert_to_tensor(a), ops.convert_to_tensor(b)
     if metric == "cosine":
-        return 1.0 - tf.matmul(a, b, transpose_b=True)
+        return 1.0 - _checks.matmul(a, b, transpose_b=True)
     if metric == "cityblock":
         return _cityblock(a, b)
     squared = _squared_distances(a, b)
     if metric == "sqeuclidean":
         return squared
-    return tf.sqrt(squared + EUCLIDEAN_EPSILON)
+    return ops.sqrt(squared + EUCLIDEAN_EPSILON)
 
 
 def _squared_distances(a, b):
@@ -180,51 +206,80 @@ def _squared_distances(a, b):
     "euclidean" metric adds under its square root. So the result is the explicit float32 sum
     up to its own rounding. For float64 inputs the bound is the same absolute ~3e-14 (unit
     rows), which an explicit float64 sum would beat only for near-duplicate rows.
+
+    JAX without 64-bit types (`jax_enable_x64` off, its default) has no float64: a float32
+    expansion would cancel to ~``2^-24 |a|^2`` (a duplicate row 3e-4 apart instead of 1e-6), so
+    there the explicit differences are summed in row blocks (`_explicit_squared`), as the
+    originals did, in O(n m) memory.
     """
-    a64, b64 = tf.cast(a, tf.float64), tf.cast(b, tf.float64)
+    if _checks.jax_without_x64():
+        return _explicit_squared(a, b)
+    # float64: exact products of float32 coordinates (see above).
+    a64, b64 = ops.cast(a, "float64"), ops.cast(b, "float64")
     squared = (
-        tf.reduce_sum(tf.square(a64), axis=1, keepdims=True)
-        + tf.reduce_sum(tf.square(b64), axis=1)[tf.newaxis, :]
-        - 2.0 * tf.matmul(a64, b64, transpose_b=True)
+        ops.sum(ops.square(a64), axis=1, keepdims=True)
+        + ops.expand_dims(ops.sum(ops.square(b64), axis=1), 0)
+        - 2.0 * _checks.matmul(a64, b64, transpose_b=True)
     )
     # The expansion can round below zero; a squared distance is never negative.
-    return tf.cast(tf.maximum(squared, 0.0), a.dtype)
+    return ops.cast(_at_least(squared, 0.0), a.dtype)
 
 
-# Elements of one block of explicit differences in `_cityblock` (rows x m x d): 64 MB in float32.
+# Elements of one block of explicit differences in `_blockwise` (rows x m x d): 64 MB in float32.
 _BLOCK_ELEMENTS = 1 << 24
 
 
-@tf.custom_gradient
-def _cityblock(a, b):
-    """``sum |a_i - b_j|`` in blocks of rows of `a` (padded to whole blocks); the gradient,
-    ``sign(a_i - b_j)`` (that of `tf.abs`, 0 at equality), is accumulated block by block too."""
-    n, m, d = tf.shape(a)[0], tf.shape(b)[0], tf.shape(a)[1]
-    block = tf.maximum(1, _BLOCK_ELEMENTS // tf.maximum(1, m * d))
-    blocks = (n + block - 1) // block
-    # Zero rows pad `a` to whole blocks; their outputs are cut off and get no gradient.
-    padded = tf.reshape(tf.pad(a, [[0, blocks * block - n], [0, 0]]), [blocks, block, d])
+def _at_least_one(n):
+    """``max(1, n)`` for a Python int or (TensorFlow graph, unknown size) a scalar tensor."""
+    return max(1, n) if isinstance(n, int) else ops.maximum(1, n)
 
-    def forward(rows):
-        return tf.reduce_sum(tf.abs(rows[:, None] - b[None]), axis=-1)
 
-    value = tf.reshape(tf.map_fn(forward, padded), [blocks * block, m])[:n]
+def _blockwise(term, term_grad):
+    """``out[i, j] = sum_k term(a_ik - b_jk)`` for all row pairs of `a` (`[n, d]`) and `b`
+    (`[m, d]`), in blocks of rows of `a` (padded to whole blocks) so that no more than
+    `_BLOCK_ELEMENTS` differences exist at once; its gradient, ``term_grad(a_i - b_j)`` weighted
+    by the upstream gradient, is accumulated block by block too (a custom gradient: autodiff of
+    the loop would keep every block's differences)."""
 
-    def grad(upstream):
-        weights = tf.reshape(
-            tf.pad(upstream, [[0, blocks * block - n], [0, 0]]), [blocks, block, m, 1]
-        )
+    @ops.custom_gradient
+    def distance(a, b):
+        n, m, d = ops.shape(a)[0], ops.shape(b)[0], ops.shape(a)[1]
+        block = _at_least_one(_BLOCK_ELEMENTS // _at_least_one(m * d))
+        blocks = (n + block - 1) // block
+        # Zero rows pad `a` to whole blocks; their outputs are cut off and get no gradient.
+        pad = blocks * block - n
+        padded = ops.reshape(ops.pad(a, [[0, pad], [0, 0]]), [blocks, block, d])
 
-        def step(i, grad_a, grad_b):
-            weighted = weights[i] * tf.sign(padded[i][:, None] - b[None])  # [block, m, d]
-            grad_a = grad_a.write(i, tf.reduce_sum(weighted, axis=1))
-            return i + 1, grad_a, grad_b - tf.reduce_sum(weighted, axis=0)
+        def forward(rows):
+            return ops.sum(term(rows[:, None] - b[None]), axis=-1)
 
-        _, grad_a, grad_b = tf.while_loop(
-            lambda i, *_: i < blocks,
-            step,
-            (0, tf.TensorArray(a.dtype, size=blocks), tf.zeros_like(b)),
-        )
-        return tf.reshape(grad_a.stack(), [blocks * block, d])[:n], grad_b
+        value = ops.reshape(ops.map(forward, padded), [blocks * block, m])[:n]
 
-    return value, grad
+        def grad(*args, upstream=None):
+            # PyTorch passes the upstream gradient by keyword, TensorFlow and JAX positionally.
+            if upstream is None:
+                (upstream,) = args
+            weights = ops.reshape(ops.pad(upstream, [[0, pad], [0, 0]]), [blocks, block, m, 1])
+
+            def step(i, carry):
+                grad_a, grad_b = carry
+                weighted = weights[i] * term_grad(padded[i][:, None] - b[None])  # [block, m, d]
+                grad_a = ops.slice_update(
+                    grad_a, [i, 0, 0], ops.expand_dims(ops.sum(weighted, axis=1), 0)
+                )
+                return grad_a, grad_b - ops.sum(weighted, axis=0)
+
+            grad_a, grad_b = ops.fori_loop(
+                0, blocks, step, (ops.zeros_like(padded), ops.zeros_like(b))
+            )
+            return ops.reshape(grad_a, [blocks * block, d])[:n], grad_b
+
+        return value, grad
+
+    return distance
+
+
+# "cityblock": sum |a - b|, whose gradient is sign(a - b) (that of abs, 0 at equality).
+_cityblock = _blockwise(ops.abs, ops.sign)
+# "sqeuclidean" from explicit differences (JAX without float64): sum (a - b)^2, gradient 2(a - b).
+_explicit_squared = _blockwise(ops.square, lambda difference: 2.0 * difference)

@@ -57,14 +57,19 @@ def nuclear_norms_and_subgradients(matrices, threshold):
       threshold: Singular values below it are left out of the subgradient (not of the norm).
 
     Returns:
-      `(norms [C], subgradients [C, K, D])`.
+      `(norms [C], subgradients [C, K, D])` of the input's dtype (float16/bfloat16 computed in
+      float32: TensorFlow has no half-precision SVD kernel).
     """
+    matrices = tf.convert_to_tensor(matrices)
+    dtype = matrices.dtype
+    # Half precision is promoted for the SVD and the results cast back (the convention).
+    matrices = tf.cast(matrices, _checks.compute_dtype(dtype))
     # A one-sided SVD resolves singular values down to ~eps * s_1; a Gram matrix only to
     # ~sqrt(eps) * s_1, which for large features (s_1 > ~60 in float64) reaches the threshold.
     s, u, v = tf.linalg.svd(matrices, full_matrices=False)
     keep = tf.cast(s >= threshold, u.dtype)  # Eq. 5: drop directions with s < threshold.
     sub = tf.matmul(u * keep[..., tf.newaxis, :], v, transpose_b=True)
-    return tf.reduce_sum(s, axis=-1), sub
+    return tf.cast(tf.reduce_sum(s, axis=-1), dtype), tf.cast(sub, dtype)
 
 
 def _class_layout(labels):

@@ -14,19 +14,26 @@ part from its histograms (Y_hat_2 = V_1 Z_2, Sec. 2.3)::
 Here rows are samples: `histograms` is `[B, m]` (Z^T) and `embeddings` `[B, e]` (Y^T).
 """
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 from tf_svmax.ops import _checks
 
 
 def _floating(x, arg):
     """`x` as a tensor, a TypeError naming `arg` unless floating (as the spectral ops)."""
-    x = tf.convert_to_tensor(x)
-    if not x.dtype.is_floating:
+    x = _checks.to_tensor(x, arg)
+    dtype = keras.backend.standardize_dtype(x.dtype)
+    if not keras.backend.is_float_dtype(dtype):
         raise TypeError(
-            _checks.invalid(arg, "a floating-point tensor", f"<tensor of dtype {x.dtype.name}>")
+            _checks.invalid(arg, "a floating-point tensor", f"<tensor of dtype {dtype}>")
         )
     return x
+
+
+def _shape_text(shape):
+    """A static shape as the messages show it: ``(4, 3)``, or ``<unknown>`` (unknown rank)."""
+    return "<unknown>" if shape is None else str(shape)
 
 
 def prototype_histograms(features, prototypes, *, epsilon=10.0):
@@ -43,37 +50,65 @@ def prototype_histograms(features, prototypes, *, epsilon=10.0):
     epsilon = _checks.check_non_negative_number(epsilon, "epsilon")
     x = _floating(features, "features")
     dtype = _checks.compute_dtype(x.dtype)
-    x = tf.cast(x, dtype)
-    v = tf.cast(_floating(prototypes, "prototypes"), dtype)
-    if x.shape.rank != 3 or x.shape[1] == 0:  # no location: the mean of nothing is NaN
+    x = ops.cast(x, dtype)
+    v = ops.cast(_floating(prototypes, "prototypes"), dtype)
+    x_shape, v_shape = _checks.static_shape(x), _checks.static_shape(v)
+    if x_shape is None or len(x_shape) != 3 or x_shape[1] == 0:  # the mean of nothing is NaN
         raise ValueError(
-            _checks.invalid("features", "a [B, n, d] tensor with n >= 1", f"<shape {x.shape}>")
+            _checks.invalid(
+                "features", "a [B, n, d] tensor with n >= 1", f"<shape {_shape_text(x_shape)}>"
+            )
         )
-    d = x.shape[-1]
-    if v.shape.rank != 2 or v.shape[0] == 0 or d is not None and v.shape[-1] not in (None, d):
+    d = x_shape[-1]
+    if (
+        v_shape is None
+        or len(v_shape) != 2
+        or v_shape[0] == 0
+        or d is not None
+        and v_shape[-1] not in (None, d)
+    ):
         raise ValueError(
             _checks.invalid(
                 "prototypes",
-                f"a [m, d] tensor with m >= 1 and d = {d} (as `features` {x.shape})",
-                f"<shape {v.shape}>",
+                f"a [m, d] tensor with m >= 1 and d = {d} (as `features` {x_shape})",
+                f"<shape {_shape_text(v_shape)}>",
             )
         )
-    scores = epsilon * tf.einsum("bnd,md->bnm", x, v)
-    return tf.reduce_mean(tf.nn.softmax(scores, axis=-1), axis=1)
+    # Scores eps * nu_i^T x_j of every location and prototype (Eq. 2.4), as one [B n, d] x
+    # [d, m] product: on TensorFlow the same rounding as the original's tf.einsum, values and
+    # gradients (Keras' einsum materializes the transpose, which rounds otherwise).
+    batch, locations, dim = ops.shape(x)
+    flat_scores = _checks.matmul(ops.reshape(x, [-1, dim]), v, transpose_b=True)
+    scores = epsilon * ops.reshape(flat_scores, [batch, locations, ops.shape(v)[0]])
+    return _mean_over_locations(ops.softmax(scores, axis=-1))
+
+
+def _mean_over_locations(assignments):
+    """The mean over axis 1 of `[B, n, m]`: `keras.ops.mean` on TensorFlow (`tf.reduce_mean`,
+    the original's rounding; Grappler rewrites a division by a constant n into a product, which
+    rounds differently), the sum over n elsewhere: Keras' PyTorch `mean` computes float64 in
+    float32 (its type promotion)."""
+    if keras.backend.backend() == "tensorflow":
+        return ops.mean(assignments, axis=1)
+    return ops.sum(assignments, axis=1) / ops.shape(assignments)[1]
 
 
 def fit_prototypes(histograms, embeddings, weights, *, ridge=0.05):
     """`[m, e]` ridge solution ``argmin_V sum_i w_i |z_i V - y_i|^2 + ridge |V|^2`` for 0/1
     weights `w` (the rows fitted), solved in the smaller of the m x m and b x b forms."""
-    z = histograms * weights[:, tf.newaxis]
-    y = embeddings * weights[:, tf.newaxis]
-    b, m = z.shape[0], z.shape[1]
+    histograms, embeddings, weights = (
+        ops.convert_to_tensor(t) for t in (histograms, embeddings, weights)
+    )
+    z = histograms * ops.expand_dims(weights, 1)
+    y = embeddings * ops.expand_dims(weights, 1)
+    b, m = _checks.static_shape(z)
     if b is not None and m is not None and b < m:
         # b x b form: Z^T (Z Z^T + ridge I)^{-1} Y (the push-through identity).
-        gram = tf.matmul(z, z, transpose_b=True) + ridge * tf.eye(b, dtype=z.dtype)
-        return tf.matmul(z, tf.linalg.solve(gram, y), transpose_a=True)
-    gram = tf.matmul(z, z, transpose_a=True) + ridge * tf.eye(tf.shape(z)[1], dtype=z.dtype)
-    return tf.linalg.solve(gram, tf.matmul(z, y, transpose_a=True))
+        gram = _checks.matmul(z, z, transpose_b=True) + ridge * ops.eye(b, dtype=z.dtype)
+        return _checks.matmul(z, ops.solve(gram, y), transpose_a=True)
+    # m x m form (Eq. 2.8): (Z^T Z + ridge I)^{-1} Z^T Y.
+    gram = _checks.matmul(z, z, transpose_a=True) + ridge * ops.eye(ops.shape(z)[1], dtype=z.dtype)
+    return ops.solve(gram, _checks.matmul(z, y, transpose_a=True))
 
 
 def cross_batch_embeddings(histograms, embeddings, fit_mask, *, ridge=0.05):
@@ -92,17 +127,28 @@ def cross_batch_embeddings(histograms, embeddings, fit_mask, *, ridge=0.05):
     """
     ridge = _checks.check_positive_number(ridge, "ridge")  # 0: Z^T Z may be singular
     z, _ = _checks.float_matrix(histograms, "histograms", min_rows=0)
-    y = tf.cast(_floating(embeddings, "embeddings"), z.dtype)
-    if y.shape.rank != 2:
-        raise ValueError(_checks.invalid("embeddings", "a [B, e] tensor", f"<shape {y.shape}>"))
+    y = ops.cast(_floating(embeddings, "embeddings"), z.dtype)
+    y_shape = _checks.static_shape(y)
+    if y_shape is None or len(y_shape) != 2:
+        raise ValueError(
+            _checks.invalid("embeddings", "a [B, e] tensor", f"<shape {_shape_text(y_shape)}>")
+        )
     y = _checks.same_rows(y, z, "embeddings", "histograms")
-    mask = tf.convert_to_tensor(fit_mask)
-    if mask.dtype != tf.bool or mask.shape.rank not in (1, 2) or mask.shape[1:] not in ([], [1]):
+    mask = _checks.to_tensor(fit_mask, "fit_mask")
+    mask_dtype, mask_shape = keras.backend.standardize_dtype(mask.dtype), _checks.static_shape(mask)
+    if (
+        mask_dtype != "bool"
+        or mask_shape is None
+        or len(mask_shape) not in (1, 2)
+        or mask_shape[1:] not in ((), (1,))
+    ):
         raise ValueError(
             _checks.invalid(
-                "fit_mask", "a [B] (or [B, 1]) bool tensor", f"<{mask.dtype.name} {mask.shape}>"
+                "fit_mask",
+                "a [B] (or [B, 1]) bool tensor",
+                f"<{mask_dtype} {_shape_text(mask_shape)}>",
             )
         )
-    mask = _checks.same_rows(tf.reshape(mask, [-1]), z, "fit_mask", "histograms")
-    prototypes = fit_prototypes(z, y, tf.cast(mask, z.dtype), ridge=ridge)
-    return tf.matmul(z, prototypes)
+    mask = _checks.same_rows(ops.reshape(mask, [-1]), z, "fit_mask", "histograms")
+    prototypes = fit_prototypes(z, y, ops.cast(mask, z.dtype), ridge=ridge)
+    return _checks.matmul(z, prototypes)

@@ -39,9 +39,15 @@ class ContrastiveModel(keras.Model):
     encoder and the batch's keys are enqueued.
 
     `train_step` reports ``loss`` (NaN where a gradient is non-finite, so that a finite loss
-    never hides non-finite weights), ``prior_active`` (1 on the steps trained with
+    never hides non-finite weights; under a `keras.optimizers.LossScaleOptimizer`, which skips
+    such steps, the loss itself), ``prior_active`` (1 on the steps trained with
     `prior_loss_fn`), ``nuclear_norm`` (the mean ``||Q_i||_*`` of each image's M x C stacked
     queries and key) and ``positive_similarity`` (the mean query-key cosine).
+
+    Mixed precision (``keras.mixed_precision.set_global_policy("mixed_float16")`` or
+    ``"mixed_bfloat16"`` before building the encoder): the loss is scaled by the optimizer as
+    in Keras' own train step (`compile` wraps the optimizer in a `LossScaleOptimizer` under
+    float16), and the nuclear norm's SVD runs in float32.
 
     The key encoder and the queue are training state: checkpoint them with the model
     (``tf.train.Checkpoint(model=..., key_encoder=model.key_encoder, queue=model.queue)``).
@@ -95,7 +101,7 @@ class ContrastiveModel(keras.Model):
         self.key_encoder = MomentumEncoder(encoder, momentum=momentum)
         self.queue = NegativeQueue(
             _checks.check_positive_int(queue_size, "queue_size"),
-            int(encoder.output.shape[-1]),
+            int(_output_shape(encoder)[-1]),
             seed=_checks.check_non_negative_int(seed, "seed"),
         )
         self.trackers = [keras.metrics.Mean(name=name) for name in METRIC_NAMES]
@@ -137,12 +143,20 @@ class ContrastiveModel(keras.Model):
                     lambda: self.prior_loss_fn(None, y_pred),
                     lambda: self.loss_fn(None, y_pred),
                 )
+            # As Keras' own train step: the optimizer's loss scale (a LossScaleOptimizer under
+            # "mixed_float16", which `compile` wraps the optimizer in, or `loss_scale_factor`);
+            # its `apply` divides the gradients by it again. Without it float16 gradients would
+            # be 2**15 times too small.
+            scaled_loss = self.optimizer.scale_loss(loss)
         variables = self.encoder.trainable_variables
-        grads = tape.gradient(loss, variables)
+        grads = tape.gradient(scaled_loss, variables)
         self.optimizer.apply(grads, variables)
         self.key_encoder.update(self.encoder)
         self.queue.enqueue(keys)
-        loss = tf.where(tf.math.is_finite(tf.linalg.global_norm(grads)), loss, float("nan"))
+        if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            # A LossScaleOptimizer skips the steps whose (scaled) gradients are not finite and
+            # lowers its scale: no non-finite weight can hide behind a finite loss there.
+            loss = tf.where(tf.math.is_finite(tf.linalg.global_norm(grads)), loss, float("nan"))
         stacked = tf.concat([queries, keys[:, tf.newaxis]], axis=1)
         values = (
             loss,
@@ -155,13 +169,30 @@ class ContrastiveModel(keras.Model):
         return {t.name: t.result() for t in self.trackers}
 
 
+def _output_shape(encoder):
+    """The shape of a `keras.Model`'s one symbolic output tensor, or None (not a Model, several
+    outputs or a structure of them, or none: a subclassed or unbuilt model).
+
+    A `keras.Sequential` built from an `Input` has no `output` until it is called (Keras 3.15):
+    its output is then derived from its symbolic inputs by `compute_output_spec` (which adds
+    no node to the model)."""
+    if not isinstance(encoder, keras.Model):
+        return None
+    try:
+        output = encoder.output
+    except (AttributeError, ValueError):  # never called: no inbound node
+        try:
+            inputs = encoder.inputs
+            output = encoder.compute_output_spec(inputs[0] if len(inputs) == 1 else inputs)
+        except (AttributeError, ValueError, TypeError):  # a subclassed or unbuilt model
+            return None
+    return output.shape if isinstance(output, keras.KerasTensor) else None
+
+
 def _check_encoder(encoder):
     """`encoder`, raising ValueError unless it is a built `keras.Model` with one `[b, C]`
     output."""
-    try:
-        shape = encoder.output.shape if isinstance(encoder, keras.Model) else None
-    except (AttributeError, ValueError):  # a subclassed or unbuilt model has no symbolic output
-        shape = None
+    shape = _output_shape(encoder)
     if shape is None or len(shape) != 2 or shape[-1] is None:
         raise ValueError(
             _checks.invalid(

@@ -62,6 +62,12 @@ class FunctionalAdam(tf.Module):
             beta_2=_unit_interval(beta_2, "beta_2"),
             epsilon=_checks.check_positive_number(epsilon, "epsilon"),
         )
+        variables = list(variables)
+        # Which variable each moment belongs to: `apply` refuses any other list (the same
+        # shapes in another order would silently swap the moments). Python ids and labels, not
+        # the variables themselves, so that the checkpoint holds only the optimizer's state.
+        self._variable_ids = tuple(id(v) for v in variables)
+        self._variable_labels = tuple(_label(v) for v in variables)
         self.m = [tf.Variable(tf.zeros(v.shape), trainable=False) for v in variables]
         self.v = [tf.Variable(tf.zeros(v.shape), trainable=False) for v in variables]
         self.t = tf.Variable(0.0, trainable=False)
@@ -85,12 +91,72 @@ class FunctionalAdam(tf.Module):
         self.t.assign(tf.stop_gradient(t))
 
     def apply(self, grads, variables):
-        """One step on `variables` (those the optimizer was built for, in that order)."""
+        """One step on `variables`, the very variables the optimizer was built for, in that
+        order (anything else is refused: its moments would belong to other variables).
+
+        A variable whose gradient is None is skipped, as Keras' optimizers skip it: its value
+        and moments stay as they are, while the step count (shared, as Keras' ``iterations``)
+        advances.
+
+        Raises:
+          ValueError: `variables` are not the built ones in their order, `grads` has not one
+            entry per variable, or every gradient is None.
+        """
+        variables, grads = list(variables), list(grads)
+        self._check_variables(variables)
+        if len(grads) != len(variables):
+            raise ValueError(
+                _checks.invalid(
+                    "grads",
+                    f"one gradient (or None) per variable ({len(variables)})",
+                    f"<{len(grads)} gradients>",
+                )
+            )
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if not present:
+            raise ValueError(
+                _checks.invalid("grads", "a gradient for at least one variable", "<all None>")
+            )
         m, v, t = self.state()
-        params, m, v, t = self.update([tf.convert_to_tensor(x) for x in variables], grads, m, v, t)
-        for target, value in zip([*variables, *self.m, *self.v], [*params, *m, *v], strict=True):
-            target.assign(value)
+        params, m, v, t = self.update(
+            [tf.convert_to_tensor(variables[i]) for i in present],
+            [grads[i] for i in present],
+            [m[i] for i in present],
+            [v[i] for i in present],
+            t,
+        )
+        for i, param, first, second in zip(present, params, m, v, strict=True):
+            variables[i].assign(param)
+            self.m[i].assign(first)
+            self.v[i].assign(second)
         self.t.assign(t)
+
+    def _check_variables(self, variables):
+        """A ValueError naming `variables` unless they are the built ones, in their order."""
+        if tuple(id(v) for v in variables) == self._variable_ids:
+            return
+        built = list(self._variable_labels)
+        received = [_label(v) for v in variables]
+        if len(received) == len(built):
+            # The first position that differs, so a long list's message stays readable.
+            i = next(i for i, v in enumerate(variables) if id(v) != self._variable_ids[i])
+            built = f"position {i}: {built[i]}"
+            received = f"<position {i}: {received[i]}, another variable>"
+        else:
+            received = f"<{len(received)} variables: {received}>"
+        raise ValueError(
+            _checks.invalid(
+                "variables",
+                f"the variables this optimizer was built for, in their order ({built})",
+                received,
+            )
+        )
+
+
+def _label(variable):
+    """A variable's name (a Keras variable's path) and shape, for messages."""
+    name = getattr(variable, "path", None) or variable.name
+    return f"{name!r} of shape {tuple(variable.shape)}"
 
 
 def _unit_interval(value, arg):

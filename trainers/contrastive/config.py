@@ -16,6 +16,7 @@ from trainers.harness.config import (
 from trainers.harness.flags import (
     fraction,
     non_negative_number,
+    number_at_least,
     option,
     positive_int,
     positive_number,
@@ -55,7 +56,7 @@ class ContrastiveConfig(RunConfig):
         None,
         "M: views per image, M - 1 queries and one key (default 4 for lorac and moco_m; moco "
         "is M = 2). The paper's Fig. 4b: accuracy rises with M up to about 6.",
-        check=positive_int,
+        check=number_at_least(2, integer=True),  # at least one query and the key
     )
     prior: str = option(
         "laplace",
@@ -136,8 +137,6 @@ def resolve(config):
             f"--method=moco has M = 2 views (one query, one key); got --views={c.views}."
         )
     views = (2 if c.method == "moco" else 4) if c.views is None else c.views
-    if views < 2:
-        raise ConfigError(f"--views must be >= 2 (at least one query and the key); got {views}.")
     if c.queue_size < c.batch_size:
         raise ConfigError(
             f"--queue_size ({c.queue_size}) must hold at least one batch (--batch_size "

@@ -5,6 +5,7 @@ import dataclasses
 import os
 
 from tf_svmax import models
+from tf_svmax.models.backbones import WeightsFileError, check_weights_file
 from trainers.harness.flags import (
     REQUIRED,
     FlagValueError,
@@ -138,7 +139,8 @@ def check_fields_and_data(config, embedded):
     """Raises ConfigError for a field outside its option's kind or choices, a file dataset
     without --data_dir, an embedded one (a name in `embedded`) with one, an embedded set
     (small grey images) with an applications backbone, or --weights the backbone cannot load
-    (a missing file; 'imagenet' for a small backbone; any weights for a toy backbone)."""
+    (a missing, empty, truncated or non-HDF5 file; 'imagenet' for a small backbone; any
+    weights for a toy backbone)."""
     c = config
     check_fields(c)
     if c.dataset not in embedded and not c.data_dir:
@@ -155,6 +157,9 @@ def check_fields_and_data(config, embedded):
             "" if c.backbone in models.SMALL_BACKBONES else " or 'imagenet'"
         )
         raise ConfigError(f"--weights={c.weights} is not a file; expected {kinds}.")
+    if c.weights not in (None, "none", "imagenet"):
+        with weights_refusals(c):
+            check_weights_file(c.weights)  # empty, truncated, not HDF5: before any data
     if c.weights == "imagenet" and c.backbone in models.SMALL_BACKBONES:
         raise ConfigError(
             f"--weights=imagenet: --backbone={c.backbone} has no ImageNet weights; use one of "
@@ -166,6 +171,28 @@ def check_fields_and_data(config, embedded):
         raise ConfigError(
             f"--dataset={c.dataset} has small grey images; --backbone={c.backbone} needs RGB "
             f"images of at least 32 x 32. Use --backbone from {small}."
+        )
+
+
+GIB = 2**30
+
+
+def physical_memory_bytes():
+    """This machine's physical memory in bytes (the most any allocation of a run can get)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_fits_in_memory(needed_bytes, what):
+    """Raises ConfigError when `what` (the flags that size an allocation, and how: e.g.
+    ``"--xbm_size=10 (10 rows x 129 x 4 bytes)"``) needs more than this machine's physical
+    memory: refused before any work instead of a ResourceExhaustedError or numpy's "Unable to
+    allocate" after it. `needed_bytes` is a lower bound of what the run allocates. The one
+    check of this kind for every trainer's size flags."""
+    available = physical_memory_bytes()
+    if needed_bytes > available:
+        raise ConfigError(
+            f"{what} needs at least {needed_bytes / GIB:,.1f} GiB of memory; this machine has "
+            f"{available / GIB:,.1f} GiB. Use a smaller value."
         )
 
 
@@ -198,6 +225,18 @@ def resolve_cadence(config, default_steps):
         )
     trace_every = max(1, eval_every // 20) if c.trace_every is None else c.trace_every
     return {"train_steps": train_steps, "eval_every": eval_every, "trace_every": trace_every}
+
+
+@contextlib.contextmanager
+def weights_refusals(config):
+    """Turns the library's `WeightsFileError` (a --weights file that is unreadable or written
+    for another backbone; its message names the file) into a refusal (exit 2)."""
+    try:
+        yield
+    except WeightsFileError as error:
+        raise ConfigError(
+            f"--weights={config.weights} --backbone={config.backbone}: {error}"
+        ) from None
 
 
 @contextlib.contextmanager

@@ -9,9 +9,12 @@ a run may resume under another.
 Under ``--strategy=multi_worker`` every worker runs the same command with its own ``TF_CONFIG``
 (the cluster and this worker's place in it, as `tf.distribute` documents it); the chief
 (``task.type == "chief"``, or worker 0 when the cluster has no chief) keeps the run folder
-(`is_chief`), the others train along and keep nothing (`trainers.harness.loop`).
+(`is_chief`), the others train along and keep nothing (`trainers.harness.loop`). Every worker
+must hold the chief's configuration (`check_same_config`), or all refuse.
 """
 
+import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -21,6 +24,7 @@ import keras
 import tensorflow as tf
 
 from trainers.harness.config import ConfigError
+from trainers.harness.flags import identity
 
 
 def check_strategy_combinations(config):
@@ -203,12 +207,60 @@ def values_of_every_replica(strategy, value):
     """The integer `value` of every replica of `strategy`, in replica order (under
     multi_worker: every worker's, so all take the same decision). A collective step: every
     worker must call it at the same point of the program."""
-    # float32: exact for the small integers exchanged here. In a tf.function: run eagerly, a
-    # multi-worker strategy warns of its overhead.
+    return [values[0] for values in vectors_of_every_replica(strategy, [value])]
+
+
+def vectors_of_every_replica(strategy, values):
+    """The list of integers `values` (each in [0, 2**24), the same length on every worker) of
+    every replica of `strategy`, in replica order: a list of lists. A collective step, as
+    `values_of_every_replica`."""
+    # float32: exact for integers below 2**24. In a tf.function: run eagerly, a multi-worker
+    # strategy warns of its overhead.
     gathered = tf.function(
         lambda local: strategy.gather(strategy.run(tf.identity, args=(local,)), axis=0)
-    )(tf.constant([float(value)]))
-    return [int(v) for v in gathered.numpy()]
+    )(tf.constant([float(v) for v in values]))
+    return [[int(v) for v in row] for row in gathered.numpy().reshape(-1, len(values))]
+
+
+def _digest(value):
+    """Two 24-bit integers of the SHA-256 of `value`'s JSON (48 bits: a chance collision of
+    two different values is negligible; each part is exact in float32)."""
+    digest = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).digest()
+    return [int.from_bytes(digest[0:3], "big"), int.from_bytes(digest[3:6], "big")]
+
+
+def check_same_config(strategy, config):
+    """Raises ConfigError on every worker of a multi-worker `strategy` unless every worker
+    holds the same `config` (a config dataclass instance; its fields that define the run,
+    `trainers.harness.flags.identity`): a worker started with other flags would train along
+    under the chief's record without a word. Exchanges a digest of each field (one collective
+    step; call it at the same point on every worker); the message names the fields that
+    differ, with this worker's values. A no-op for the other strategies."""
+    if not is_multi_worker(strategy):
+        return
+    fields = identity(dataclasses.asdict(config), type(config))
+    names = sorted(fields)
+    local = _digest(names) + [part for name in names for part in _digest(fields[name])]
+    every = vectors_of_every_replica(strategy, local)
+    if all(row == every[0] for row in every):
+        return
+    if any(row[:2] != every[0][:2] for row in every):
+        raise ConfigError(
+            "The workers of the cluster define different sets of flags (another version of "
+            "the trainers on some machine?); install the same version on every worker."
+        )
+    differ = [
+        name
+        for i, name in enumerate(names)
+        if len({tuple(row[2 + 2 * i : 4 + 2 * i]) for row in every}) > 1
+    ]
+    mine = ", ".join(f"--{name}={fields[name]!r}" for name in differ)
+    raise ConfigError(
+        f"--strategy=multi_worker: the workers of the cluster were started with different "
+        f"flags: {', '.join('--' + name for name in differ)} differ between them (this worker: "
+        f"{mine}). Every worker must run the same command (only --output_dir, --verbose and "
+        "the other flags that do not change the run may differ); nothing was trained."
+    )
 
 
 def check_even_split(strategy, global_batch):

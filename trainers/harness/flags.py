@@ -162,9 +162,12 @@ def number_at_least(low, *, integer=False):
     expected = f"an int >= {low}" if integer else f"a float >= {low:g}"
 
     def check(value, name):
-        number = kind(value, name)
-        if number < low:
-            raise ValueError(_checks.invalid(name, expected, value))
+        try:
+            number = kind(value, name)
+        except ValueError:
+            number = None  # not a number, or below 0: say the bound this value must meet
+        if number is None or number < low:
+            raise ValueError(_checks.invalid(name, expected, value)) from None
         return number
 
     return check

@@ -6,7 +6,8 @@ import keras
 import tensorflow as tf
 
 from tf_svmax import data
-from trainers.harness.distribute import check_even_split, make_strategy
+from trainers.harness.config import weights_refusals
+from trainers.harness.distribute import check_even_split, check_same_config, make_strategy
 
 
 def file_loaders(input_size):
@@ -30,13 +31,18 @@ def start(config, load, build_model):
     seed) are ones resolving never changes.
 
     Raises:
-      ConfigError: the global batch P x K does not split evenly over the replicas (or `load`'s).
+      ConfigError: the global batch P x K does not split evenly over the replicas, the
+        workers of a multi-worker cluster hold different configs (`check_same_config`), a
+        --weights file that does not fit the backbone, or `load`'s.
     """
     strategy = make_strategy(config.strategy, config.cpu_devices, config.cluster_timeout)
     keras.utils.set_random_seed(config.seed)
     config, split = load(config)
+    # Under multi_worker: every worker holds the chief's resolved config, or all refuse
+    # (before any variable is made: the chief's initial values are broadcast to the others).
+    check_same_config(strategy, config)
     check_even_split(strategy, config.batch_p * config.batch_k)
-    with strategy.scope():
+    with strategy.scope(), weights_refusals(config):  # --weights of another backbone
         model = build_model(config, split)
     return config, split, model, strategy
 

@@ -8,12 +8,18 @@ from trainers.harness.config import (
     ConfigError,
     RunConfig,
     check_fields,
+    check_fits_in_memory,
     output_dir_option,
     resolve_cadence,
 )
 from trainers.harness.flags import option, positive_int, positive_number
 
 DEFAULT_STEPS = 3000
+# A lower bound of the pretraining source's classes for the memory check, known before the
+# classes are chosen (tens of seconds): "over a thousand" (docs/glyphs_pretraining.md; 1311
+# with the fonts the docs were measured with).
+MIN_CLASSES = 1000
+IMAGE_SIZE = 32  # the side `data.load_glyph_pretraining` renders at by default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +34,10 @@ class PretrainConfig(RunConfig):
         choices=models.SMALL_BACKBONES,
     )
     images_per_class: int = option(
-        40, "Images rendered per pretraining class (training + held out).", check=positive_int
+        40,
+        "Images rendered per pretraining class (training + held out); refused when the "
+        "rendered set cannot fit in this machine's memory.",
+        check=positive_int,
     )
     held_out_per_class: int = option(
         4, "Of those, held out per class for the top-1 / top-5 evaluation.", check=positive_int
@@ -55,4 +64,10 @@ def resolve(config):
             f"--held_out_per_class ({config.held_out_per_class}) must be below "
             f"--images_per_class ({config.images_per_class}): a class needs training images."
         )
+    # The rendered set is float32 images of 32 x 32 px (`data.load_glyph_pretraining`).
+    check_fits_in_memory(
+        MIN_CLASSES * config.images_per_class * IMAGE_SIZE**2 * 4,
+        f"--images_per_class={config.images_per_class} (the rendered set: over {MIN_CLASSES:,} "
+        f"classes x {config.images_per_class:,} images of {IMAGE_SIZE} x {IMAGE_SIZE} float32)",
+    )
     return dataclasses.replace(config, **resolve_cadence(config, DEFAULT_STEPS))

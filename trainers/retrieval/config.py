@@ -17,14 +17,17 @@ from trainers.harness.config import (
     ConfigError,
     ImageDataConfig,
     check_fields_and_data,
+    check_fits_in_memory,
     image_input_size,
     output_dir_option,
     resolve_cadence,
 )
 from trainers.harness.distribute import check_strategy_combinations
 from trainers.harness.flags import (
+    fraction,
     non_negative_int,
     non_negative_number,
+    number_at_least,
     option,
     positive_int,
     positive_number,
@@ -175,7 +178,7 @@ class RetrievalConfig(ImageDataConfig):
         "(1 - lambda) loss(Y) + lambda sum_k loss(Y_hat_k), where prototypes fitted in closed "
         "form to one half of the batch (disjoint classes) predict the other half's embeddings "
         "from its prototype histograms of the last convolutional map. 0: off. Small backbones.",
-        check=non_negative_number,
+        check=fraction,
     )
     xml_prototypes: int | None = option(
         None,
@@ -188,7 +191,8 @@ class RetrievalConfig(ImageDataConfig):
         "Cross-batch memory (XBM, Wang et al. CVPR 2020) rows M: the ranking loss mines the "
         "batch's anchors against the batch plus the last M training embeddings (global batch, "
         "no gradient into them), normalized over the batch's anchors. 0: off. Losses "
-        "triplet_hard, triplet_semihard, lifted, contrastive_pairs.",
+        "triplet_hard, triplet_semihard, lifted, contrastive_pairs. A size whose memory "
+        "cannot fit in this machine's memory is refused.",
         check=non_negative_int,
     )
     xbm_start_step: int = option(
@@ -231,10 +235,12 @@ class RetrievalConfig(ImageDataConfig):
         None,
         "Classes per batch P (paper: 36 contrastive, 24 triplet, 72 N-pair/angular, 64 "
         "Proxy-Anchor; capped at the training classes when unset).",
+        check=number_at_least(2, integer=True),  # negatives need 2 classes
     )
     batch_k: int | None = option(
         None,
         "Images per class K (paper: 4 contrastive and Proxy-Anchor, 6 triplet, 2 N-pair/angular).",
+        check=number_at_least(2, integer=True),  # positives per class
     )
     trace_every: int | None = option(
         None,
@@ -293,7 +299,7 @@ def _resolved_fields(c, num_train_classes):
     batch_p, batch_k = _batch_shape(c, num_train_classes)
     cadence = resolve_cadence(c, DEFAULT_STEPS[c.dataset])
     _check_xml(c, batch_p)
-    _check_xbm(c)
+    _check_xbm(c, batch_p * batch_k)
     return dict(
         xml_prototypes=(64 if c.xml_prototypes is None else c.xml_prototypes)
         if c.xml_lambda
@@ -329,10 +335,14 @@ def _batch_shape(c, num_train_classes):
             f"--loss=contrastive pairs the classes two by two as the original does and needs "
             f"an even --batch_p; received --batch_p={batch_p}."
         )
-    if batch_k < 2:
-        raise ConfigError(f"--batch_k must be >= 2 (positives per class); received {batch_k}.")
-    if batch_p < 2:
-        raise ConfigError(f"--batch_p must be >= 2 (negatives need 2 classes); got {batch_p}.")
+    if batch_p < 2:  # P capped at too few training classes (the flag itself is checked)
+        raise ConfigError(
+            _checks.invalid(
+                "--batch_p",
+                f"an int >= 2 (negatives need 2 of the {num_train_classes} training classes)",
+                batch_p,
+            )
+        )
     if num_train_classes is not None and batch_p > num_train_classes:
         raise ConfigError(
             f"--batch_p={batch_p} exceeds the {num_train_classes} training classes of "
@@ -341,7 +351,7 @@ def _batch_shape(c, num_train_classes):
     return batch_p, batch_k
 
 
-def _check_xbm(c):
+def _check_xbm(c, batch):
     if not c.xbm_size:
         if c.xbm_start_step:
             raise ConfigError("--xbm_start_step needs --xbm_size > 0 (the memory is off).")
@@ -356,6 +366,16 @@ def _check_xbm(c):
             "--xbm_size and --xml_lambda cannot be combined (XML evaluates the ranking loss on "
             "halves of the batch)."
         )
+    # The memory's float32 embeddings and int64 labels, and the loss's float32 distances of
+    # the batch to the batch and the memory (one [b, b + M] matrix; the mining holds more).
+    bank = c.xbm_size * (4 * c.embedding_dim + 8)
+    distances = 4 * batch * (batch + c.xbm_size)
+    check_fits_in_memory(
+        bank + distances,
+        f"--xbm_size={c.xbm_size} (the memory, {c.xbm_size:,} rows x (--embedding_dim="
+        f"{c.embedding_dim} float32 + an int64 label), and the batch's {batch} x "
+        f"{batch + c.xbm_size:,} float32 distances)",
+    )
 
 
 def _check_xml(c, batch_p):
@@ -363,8 +383,6 @@ def _check_xml(c, batch_p):
         if c.xml_prototypes is not None:
             raise ConfigError("--xml_prototypes needs --xml_lambda > 0 (XML is off).")
         return
-    if c.xml_lambda > 1:
-        raise ConfigError(f"--xml_lambda is a weight in [0, 1]; received {c.xml_lambda}.")
     if c.loss == "proxy_anchor":
         raise ConfigError(
             "--xml_lambda needs a loss on the embeddings alone; --loss=proxy_anchor scores "

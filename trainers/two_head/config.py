@@ -15,6 +15,7 @@ import numpy as np
 
 from tf_svmax import data, models
 from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
+from tf_svmax.ops import _checks
 from trainers.harness.config import (
     ConfigError,
     ImageDataConfig,
@@ -136,7 +137,9 @@ class TwoHeadConfig(ImageDataConfig):
         check=positive_int,
     )
     batch_p: int = option(8, "Classes per batch P (paper: b = 32 = 8 x 4).", check=positive_int)
-    batch_k: int = option(4, "Images per class K (paper: 4).", check=positive_int)
+    batch_k: int = option(
+        4, "Images per class K (paper: 4).", check=number_at_least(2, integer=True)
+    )
     test_fraction: float = option(
         0.25,
         "Embedded sets: share of each class's images held out for testing.",
@@ -188,10 +191,10 @@ def resolve(config):
             "--mode=ole cannot be XLA-compiled (the number of classes in a batch decides the "
             "shapes of its SVDs); leave --jit_compile unset."
         )
-    if c.batch_k < 2:
-        raise ConfigError(f"--batch_k must be >= 2 (positives per class); received {c.batch_k}.")
     if c.batch_p < 2 and c.mode in ("semi_hard", "hard"):
-        raise ConfigError(f"--mode={c.mode} needs --batch_p >= 2 (negatives); got {c.batch_p}.")
+        raise ConfigError(
+            _checks.invalid("--batch_p", f"an int >= 2 with --mode={c.mode} (negatives)", c.batch_p)
+        )
     return dataclasses.replace(
         c,
         **resolve_cadence(c, DEFAULT_STEPS[c.dataset]),

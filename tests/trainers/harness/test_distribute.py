@@ -249,6 +249,25 @@ def test_a_refusal_on_the_chief_stops_every_worker(tmp_path):
     assert code1 == 2 and "another worker of the cluster refused" in err1, err1[-3000:]
 
 
+def test_workers_started_with_different_flags_are_all_refused_naming_the_flags(tmp_path):
+    """Every worker must train the chief's configuration: two workers started with different
+    --seed and --train_steps both refuse (exit 2) naming those flags, and nothing is trained
+    or recorded as completed."""
+    ports = free_ports(2)
+    cluster = tmp_path / "cluster"
+    common = ["--dataset=digits", "--eval_every=2", "--noevaluate_untrained"]
+    workers = [
+        _start_worker("train_retrieval", cluster, ports, 0, *common, "--seed=0", "--train_steps=4"),
+        _start_worker("train_retrieval", cluster, ports, 1, *common, "--seed=7", "--train_steps=6"),
+    ]
+    for code, stderr in [finish(w) for w in workers]:
+        assert code == 2, stderr[-3000:]
+        assert "--seed" in stderr and "--train_steps" in stderr, stderr[-3000:]
+        assert "Traceback" not in stderr, stderr[-3000:]
+    assert not (cluster / "results.json").exists()
+    assert not list((cluster / "checkpoints").glob("*.index"))
+
+
 def test_a_worker_that_cannot_reach_its_cluster_fails_in_bounded_time_naming_tf_config(tmp_path):
     ports = free_ports(2)
     started = time.monotonic()

@@ -158,6 +158,8 @@ class Checked:
         ("ratio", 0.5, "`--ratio`. Expected a float >= 1"),
         ("frames", 1, "`--frames`. Expected an int >= 2"),
         ("frames", 2.5, "`--frames`. Expected an int"),
+        ("frames", -3, "`--frames`. Expected an int >= 2. Received: --frames=-3"),
+        ("ratio", -1.0, "`--ratio`. Expected a float >= 1. Received: --ratio=-1.0"),
         ("share", 1.0, "`--share`. Expected a float in (0, 1)"),
         ("ks", (1, 0), "`--ks`. Expected an int >= 1. Received: --ks=0"),
         ("ks", (), "`--ks`. Expected at least one value"),

@@ -1,0 +1,75 @@
+"""The programs' entry points start without TensorFlow's start-up log lines
+(`trainers/quiet_start.py`): ``--help`` and a refusal print only what they are about."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainers import quiet_start
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = sorted(
+    path.stem
+    for path in (ROOT / "trainers").glob("*.py")
+    if 'if __name__ == "__main__"' in path.read_text()
+)
+# What TensorFlow 2.21 printed before every program's --help (twice), whatever
+# TF_CPP_MIN_LOG_LEVEL said.
+START_UP = ("oneDNN", "absl::InitializeLog", "port.cc", "cpu_feature_guard")
+
+
+def _run(program, *flags):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return subprocess.run(
+        [sys.executable, "-m", f"trainers.{program}", *flags],
+        cwd=ROOT,
+        env=env | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_every_program_is_found():
+    assert {"train_retrieval", "train_two_head", "pretrain_glyphs", "reproduce_table1"} <= set(
+        PROGRAMS
+    )
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_help_prints_no_tensorflow_start_up_lines(program):
+    done = _run(program, "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = done.stdout + done.stderr
+    assert not [word for word in START_UP if word in printed], printed[:2000]
+    assert "--helpfull" in done.stdout or "flags" in done.stdout.lower()
+
+
+def test_a_refusal_prints_only_the_refusal():
+    done = _run("train_retrieval", "--seed=-1", "--output_dir=/tmp/never")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "train_retrieval: refused: Invalid value for argument `--seed`. Expected an int >= 0. "
+        "Received: --seed=-1"
+    ]
+
+
+@pytest.mark.parametrize(
+    "line, level, shown",
+    [
+        ("I0000 00:00:1795706503.327038    3273 port.cc:153] oneDNN custom operations", 2, False),
+        ("I0000 00:00:1795706503.327038    3273 port.cc:153] oneDNN custom operations", 0, True),
+        ("W0000 00:00:1795706503.327038    3273 dso_loader.cc:12] Could not load", 1, True),
+        ("W0000 00:00:1795706503.327038    3273 dso_loader.cc:12] Could not load", 2, False),
+        ("E0000 00:00:1795706503.327038    3273 cuda_dnn.cc:8] Unable to register", 2, True),
+        ("WARNING: All log messages before absl::InitializeLog() is called are written", 1, False),
+        ("WARNING: All log messages before absl::InitializeLog() is called are written", 0, True),
+        ("ImportError: a Python error while importing", 3, True),
+    ],
+)
+def test_start_up_lines_follow_tf_cpp_min_log_level(line, level, shown):
+    assert quiet_start._shown(line + "\n", level) is shown

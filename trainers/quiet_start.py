@@ -1,0 +1,61 @@
+"""TensorFlow's import without its start-up log lines, for the programs' entry points.
+
+    from trainers import quiet_start  # before anything that imports TensorFlow
+
+    quiet_start.import_tensorflow()
+
+TensorFlow 2.21 writes INFO lines to stderr while its libraries load ("oneDNN custom operations
+are on ...", twice, after absl's "All log messages before absl::InitializeLog() ..."), before
+its logging reads ``TF_CPP_MIN_LOG_LEVEL``: every ``--help`` and every refusal began with them.
+`import_tensorflow` sets ``TF_CPP_MIN_LOG_LEVEL`` to 2 unless the user set it, imports
+TensorFlow with stderr captured, and writes back every captured line that level does not
+hide (``TF_CPP_MIN_LOG_LEVEL=0`` shows them all, as TensorFlow would).
+"""
+
+import os
+import re
+import sys
+import tempfile
+
+# A line of TensorFlow's C++ logging: severity letter, date, time, thread, file:line.
+_LOG_LINE = re.compile(r"^([IWE])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.]+:\d+\] ")
+_ABSL_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
+_LEVELS = {"I": 0, "W": 1, "E": 2}
+
+
+def _level():
+    try:
+        return int(os.environ["TF_CPP_MIN_LOG_LEVEL"])
+    except ValueError:
+        return 0  # TensorFlow's reading of a value that is not a number
+
+
+def _shown(line, level):
+    """Whether `line` of TensorFlow's start-up output is shown at TF_CPP_MIN_LOG_LEVEL `level`."""
+    if line.startswith(_ABSL_NOTICE):
+        return level < 1  # the notice introduces the INFO lines
+    match = _LOG_LINE.match(line)
+    return match is None or _LEVELS[match.group(1)] >= level
+
+
+def import_tensorflow():
+    """Imports TensorFlow (once) without the start-up lines TF_CPP_MIN_LOG_LEVEL hides."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "tensorflow" in sys.modules or _level() < 1:
+        import tensorflow  # noqa: F401
+
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines if _shown(line, _level())))
+            sys.stderr.flush()
