@@ -11,7 +11,9 @@ tensorflow_addons, never tf_svmax.
 """
 
 import json
+import os
 import sys
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -296,6 +298,206 @@ def build_cases():
     return cases, arrays
 
 
+# Client patterns: tfa.losses used as real projects use them (issue 46), each from stored
+# initial weights with plain SGD, so that tests/losses/test_tfa_client_patterns.py replays the
+# same program on Keras 3 with tf_svmax and compares every step.
+CLIENT_SEED = 20261126
+CLIENT_LEARNING_RATE = 0.1
+BATCH = 8
+
+
+def _net(seed, head_units=4, head_activation=None, normalize=True):
+    """Input(6) -> Dense(8, tanh) -> Dense(head_units) [-> UnitNormalization].
+
+    tanh, not relu: a ReLU layer this small often leaves one unit active, and such rows
+    normalize to the same embedding, exact ties between different classes that TFA resolves
+    by its matmul's rounding (test_tfa_parity.py covers ties on purpose, not these)."""
+    tf.keras.utils.set_random_seed(seed)
+    layers = [
+        tf.keras.Input((6,)),
+        tf.keras.layers.Dense(8, activation="tanh"),
+        tf.keras.layers.Dense(head_units, activation=head_activation),
+    ]
+    if normalize:
+        layers.append(tf.keras.layers.UnitNormalization())
+    return tf.keras.Sequential(layers)
+
+
+def _weights(arrays, prefix, model):
+    for i, weight in enumerate(model.get_weights()):
+        arrays[f"{prefix}/{i}"] = weight
+
+
+class SupervisedContrastiveLoss(tf.keras.losses.Loss):
+    """keras.io's "Supervised Contrastive Learning" example's loss, as written there."""
+
+    def __init__(self, temperature=1, name=None):
+        super().__init__(name=name)
+        self.temperature = temperature
+
+    def __call__(self, labels, feature_vectors, sample_weight=None):
+        # Normalize feature vectors
+        feature_vectors_normalized = tf.math.l2_normalize(feature_vectors, axis=1)
+        # Compute logits
+        logits = tf.divide(
+            tf.matmul(feature_vectors_normalized, tf.transpose(feature_vectors_normalized)),
+            self.temperature,
+        )
+        return tfa.losses.npairs_loss(tf.squeeze(labels), logits)
+
+
+def _supcon(rng, arrays):
+    """The SupCon loss called directly (value, gradient) and inside `fit` (one SGD step), on
+    CIFAR-style uint8 labels of shape [b, 1]."""
+    labels = rng.permutation(np.repeat(np.arange(4), 4)).astype(np.uint8).reshape(-1, 1)
+    features = rng.standard_normal((16, 4)).astype(np.float32)
+    loss = SupervisedContrastiveLoss(temperature=0.1)
+    value, grad = _value_and_grad(lambda f: loss(tf.constant(labels), f), features)
+    model = _net(CLIENT_SEED, normalize=False)
+    _weights(arrays, "client/supcon:initial", model)
+    x = rng.standard_normal((16, 6)).astype(np.float32)
+    model.compile(tf.keras.optimizers.SGD(CLIENT_LEARNING_RATE), loss=loss)
+    history = model.fit(x, labels, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    _weights(arrays, "client/supcon:step", model)
+    arrays.update(
+        {
+            "client/supcon:labels": labels,
+            "client/supcon:features": features,
+            "client/supcon:value": value,
+            "client/supcon:grad": grad,
+            "client/supcon:x": x,
+            "client/supcon:fit_loss": np.float32(history.history["loss"][0]),
+        }
+    )
+    return {"name": "supcon", "temperature": 0.1, "weights": len(model.get_weights())}
+
+
+COMPILED_FUNCTIONS = (
+    "triplet_semihard_loss",
+    "triplet_hard_loss",
+    "lifted_struct_loss",
+    "contrastive_loss",
+)
+
+
+def _compile_save_load(rng, arrays, name, tmp):
+    """`compile(loss=<function>)`, one `fit` step, `.h5` saved and loaded, one more step."""
+    fn = getattr(tfa.losses, name)
+    contrastive = name == "contrastive_loss"
+    model = (
+        _net(CLIENT_SEED + 1, 1, "softplus", normalize=False)
+        if contrastive
+        else _net(CLIENT_SEED + 1)
+    )
+    prefix = f"client/compile_h5/{name}"
+    _weights(arrays, f"{prefix}:initial", model)
+    model.compile(tf.keras.optimizers.SGD(CLIENT_LEARNING_RATE), loss=fn)
+    losses = []
+    for step in range(2):
+        x = rng.standard_normal((BATCH, 6)).astype(np.float32)
+        if contrastive:
+            y = rng.integers(0, 2, size=BATCH).astype(np.float32)
+        else:
+            y = rng.permutation(np.repeat(np.arange(BATCH // 2), 2)).astype(np.int32)
+        history = model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        losses.append(history.history["loss"][0])
+        _weights(arrays, f"{prefix}:step{step}", model)
+        arrays[f"{prefix}:x{step}"], arrays[f"{prefix}:y{step}"] = x, y
+        if step == 0:
+            path = os.path.join(tmp, f"{name}.h5")
+            model.save(path)
+            model = tf.keras.models.load_model(path, custom_objects={name: fn})
+    arrays[f"{prefix}:losses"] = np.asarray(losses, np.float32)
+    return {"name": f"compile_h5/{name}", "fn": name, "weights": len(model.get_weights())}
+
+
+TAPE_FUNCTIONS = ("contrastive_loss", "npairs_loss", "triplet_hard_loss", "triplet_semihard_loss")
+TAPE_STEPS = 3
+
+
+def _tape_loss(name, model, batch):
+    """The custom loop's loss: Siamese distances for the contrastive loss, anchor x positive
+    logits for the N-pair loss, embeddings for the triplet losses."""
+    fn = getattr(tfa.losses, name)
+    if name == "contrastive_loss":
+        left, right = model(batch["x"], training=True), model(batch["x2"], training=True)
+        distances = tf.norm(left - right, axis=1)
+        return tf.reduce_mean(fn(batch["y"], distances))
+    if name == "npairs_loss":
+        anchors, positives = model(batch["x"], training=True), model(batch["x2"], training=True)
+        return fn(batch["y"], tf.matmul(anchors, positives, transpose_b=True))
+    return fn(batch["y"], model(batch["x"], training=True))
+
+
+def _gradient_tape_loop(rng, arrays, name):
+    model = _net(CLIENT_SEED + 2)
+    prefix = f"client/tape/{name}"
+    _weights(arrays, f"{prefix}:initial", model)
+    optimizer = tf.keras.optimizers.SGD(CLIENT_LEARNING_RATE)
+    losses = []
+    for step in range(TAPE_STEPS):
+        batch = {
+            "x": rng.standard_normal((BATCH, 6)).astype(np.float32),
+            "x2": rng.standard_normal((BATCH, 6)).astype(np.float32),
+            "y": (
+                rng.integers(0, 2, size=BATCH).astype(np.float32)
+                if name == "contrastive_loss"
+                else rng.permutation(np.repeat(np.arange(BATCH // 2), 2)).astype(np.int32)
+            ),
+        }
+        with tf.GradientTape() as tape:
+            value = _tape_loss(name, model, batch)
+        gradients = tape.gradient(value, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+        losses.append(float(value))
+        for key, array in batch.items():
+            arrays[f"{prefix}:{key}{step}"] = array
+    _weights(arrays, f"{prefix}:final", model)
+    arrays[f"{prefix}:losses"] = np.asarray(losses, np.float32)
+    return {
+        "name": f"tape/{name}",
+        "fn": name,
+        "steps": TAPE_STEPS,
+        "weights": len(model.get_weights()),
+    }
+
+
+SGDW = {"learning_rate": 0.1, "weight_decay": 0.01, "momentum": 0.9, "steps": 3}
+
+
+def _sgdw(rng, arrays):
+    """tfa.optimizers.SGDW on a quadratic, the decay the migration guide converts."""
+    w = tf.Variable(rng.standard_normal(5).astype(np.float32))
+    arrays["client/sgdw:initial"] = w.numpy()
+    target = rng.standard_normal(5).astype(np.float32)
+    arrays["client/sgdw:target"] = target
+    optimizer = tfa.optimizers.SGDW(
+        weight_decay=SGDW["weight_decay"],
+        learning_rate=SGDW["learning_rate"],
+        momentum=SGDW["momentum"],
+    )
+    for _ in range(SGDW["steps"]):
+        with tf.GradientTape() as tape:
+            value = tf.reduce_sum(tf.square(w - target))
+        optimizer.apply_gradients([(tape.gradient(value, w), w)])
+    arrays["client/sgdw:final"] = w.numpy()
+    return {"name": "sgdw", **SGDW}
+
+
+def client_patterns():
+    """``(meta, arrays)`` of the client patterns (own seed: the cases above are unchanged)."""
+    rng = np.random.default_rng(CLIENT_SEED)
+    arrays, meta = {}, []
+    meta.append(_supcon(rng, arrays))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in COMPILED_FUNCTIONS:
+            meta.append(_compile_save_load(rng, arrays, name, tmp))
+    for name in TAPE_FUNCTIONS:
+        meta.append(_gradient_tape_loop(rng, arrays, name))
+    meta.append(_sgdw(rng, arrays))
+    return {"learning_rate": CLIENT_LEARNING_RATE, "patterns": meta}, arrays
+
+
 # The metric-learning loss classes of tfa.losses, whose defaults a drop-in must keep.
 CLASSES = (
     "TripletSemiHardLoss",
@@ -321,12 +523,15 @@ def class_defaults():
 
 def main(path):
     cases, arrays = build_cases()
+    clients, client_arrays = client_patterns()
+    arrays.update(client_arrays)
     meta = {
         "tensorflow": tf.__version__,
         "tensorflow_addons": tfa.__version__,
         "seed": SEED,
         "cases": cases,
         "class_defaults": class_defaults(),
+        "clients": clients,
     }
     np.savez_compressed(path, __meta__=np.array(json.dumps(meta)), **arrays)
     print(

@@ -73,6 +73,18 @@ _FUNCTIONS = (
     triplet_semihard_loss,
 )
 _registry.install(_CLASSES, _FUNCTIONS)
+# The names tensorflow-addons' files store for its metric-learning losses ("Addons>...").
+_registry.install_tfa_names(
+    (
+        ContrastiveLoss,
+        LiftedStructLoss,
+        NpairsLoss,
+        NpairsMultilabelLoss,
+        TripletHardLoss,
+        TripletSemiHardLoss,
+    ),
+    _FUNCTIONS,
+)
 
 
 def get(identifier):

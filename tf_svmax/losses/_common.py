@@ -85,6 +85,7 @@ def safe_mean_over(total, count):
 
     `divide_no_nan`, not ``where(count > 0, ...)``: the same values and gradients, and no
     boolean intermediate for the gradient to keep (inside the losses' empty-batch `tf.cond` such
-    a boolean made TensorFlow log ``Type inference failed ...`` once per trace).
+    a boolean made TensorFlow log ``Type inference failed ...`` once per trace;
+    tests/losses/test_clean_log.py).
     """
     return ops.divide_no_nan(total, ops.cast(count, total.dtype))

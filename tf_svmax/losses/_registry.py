@@ -41,6 +41,29 @@ def _install(classes):
     table.update(names(classes))
 
 
+# The package tensorflow-addons registered its Keras objects under: a TFA-era file names its
+# compiled loss "Addons>TripletSemiHardLoss" or "Addons>triplet_semihard_loss".
+TFA_PACKAGE = "Addons"
+
+
+def install_tfa_names(classes, functions):
+    """Makes the names TFA-era files store for tensorflow-addons' metric-learning losses
+    resolve to ours, so that such models load after ``import tf_svmax`` alone
+    (tests/losses/test_tfa_saved_models.py): ``"Addons>Name"`` for `classes` and `functions`
+    (TFA's registered names), and the bare function name (``"triplet_semihard_loss"``), which
+    is what Keras 2.15 writes into an `.h5` file compiled with a TFA function.
+
+    Public API only: Keras' global custom objects (`keras.saving.get_custom_objects`), which
+    every deserialization consults. Not `register_keras_serializable`: it would also rename
+    our objects when saved; they keep saving as ``"tf_svmax>Name"``. A name the user has
+    already mapped to something else is left alone."""
+    custom_objects = keras.saving.get_custom_objects()
+    for obj in (*classes, *functions):
+        custom_objects.setdefault(f"{TFA_PACKAGE}>{obj.__name__}", obj)
+    for function in functions:
+        custom_objects.setdefault(function.__name__, function)
+
+
 def get(identifier, classes, functions=()):
     """Resolves ``"tf_svmax>ClassName"`` to a loss instance (default arguments),
     ``"tf_svmax>function_name"`` to the function, anything else as `keras.losses.get` does."""

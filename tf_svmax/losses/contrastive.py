@@ -45,3 +45,13 @@ class ContrastiveLoss(LossFunctionWrapper, keras.losses.Loss):
     ):
         fn_kwargs = {"margin": _checks.check_finite_number(margin, "margin")}
         super().__init__(contrastive_loss, fn_kwargs, name=name, reduction=reduction, **kwargs)
+
+    def call(self, y_true, y_pred):
+        # `[B]` labels with `[B, 1]` distances (a Dense(1) head) are one label per pair, as
+        # TFA's Keras 2 class and `compile` read them (Keras aligns the ranks before the
+        # function), not a `[B, B]` broadcast.
+        y_pred = tf.convert_to_tensor(y_pred)
+        y_true = tf.convert_to_tensor(y_true)
+        if y_pred.shape.rank == 2 and y_pred.shape[-1] == 1 and y_true.shape.rank == 1:
+            y_true = tf.expand_dims(y_true, -1)
+        return super().call(y_true, y_pred)

@@ -60,8 +60,14 @@ def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows):
 def _mean_over_non_zero(total, count):
     """``total / count``, 0 when no term is above 0, and NaN when ``total`` is: a NaN term
     fails ``> 0``, so a batch whose only terms above 0 are NaN would otherwise count none and
-    give 0 (non-finite inputs give NaN, never a finite wrong number)."""
-    return tf.where(tf.math.is_nan(total), total, _common.safe_mean_over(total, count))
+    give 0 (non-finite inputs give NaN, never a finite wrong number).
+
+    The NaN is added outside the gradient: a `tf.where` on ``is_nan`` would keep its boolean
+    for the gradient, which inside the loss's empty-batch `tf.cond` makes TensorFlow log
+    ``Type inference failed ...`` (tests/losses/test_clean_log.py). The same values; the
+    gradient is the mean's (it differed only where the loss is NaN)."""
+    nan_unless_finite = tf.where(tf.math.is_nan(total), total, tf.zeros_like(total))
+    return _common.safe_mean_over(total, count) + tf.stop_gradient(nan_unless_finite)
 
 
 def _non_zero(terms):

@@ -1,0 +1,140 @@
+"""A clean `fit` with each loss class logs nothing of ours: no C++ warning from the loss's
+graph (TensorFlow's `Type inference failed ...` line, which an empty-batch `tf.cond` around
+the triplet losses printed once per trace) and no Python warning raised in tf_svmax.
+
+Each run is a fresh process with TensorFlow's full C++ log (TF_CPP_MIN_LOG_LEVEL=0), fed by a
+`tf.data` pipeline as in the tensorflow-addons tutorial: the batch size is then unknown when the
+step is traced, so the loss takes its dynamic-shape path. TensorFlow prints a type-inference
+failure once per process, so a group of classes in one process fails if any of them logs (the
+first one's line shows), and a class known to log runs alone.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROGRAM = r"""
+import sys
+import warnings
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+import tf_svmax
+from tf_svmax import losses
+
+PACKAGE = tf_svmax.__file__.rsplit("/", 1)[0]
+ours = []
+
+
+def record(message, category, filename, lineno, file=None, line=None):
+    if filename.startswith(PACKAGE) or "tf_svmax" in str(message):
+        ours.append(f"{filename}:{lineno}: {category.__name__}: {message}")
+
+
+warnings.showwarning = record
+warnings.simplefilter("always")
+
+rng = np.random.default_rng(0)
+b, dim = 16, 4
+x = rng.standard_normal((32, 6)).astype("float32")
+labels = np.tile(np.repeat(np.arange(4), 4), 2).astype("int32")
+INPUTS = {  # (output units, normalize, labels) per loss whose y_pred is not an embedding
+    "ContrastiveLoss": (1, False, (labels % 2).reshape(-1, 1).astype("float32")),
+    "NpairsLoss": (b, False, labels),
+    "NpairsMultilabelLoss": (b, False, np.eye(4, dtype="float32")[labels]),
+}
+for name in sys.argv[1:]:
+    units, normalize, y = INPUTS.get(name, (dim, True, labels))
+    layers = [keras.Input((6,)), keras.layers.Dense(units)]
+    if normalize:
+        layers.append(keras.layers.UnitNormalization())
+    model = keras.Sequential(layers)
+    model.compile(keras.optimizers.SGD(0.01), loss=getattr(losses, name)())
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(b)
+    history = model.fit(data, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][-1]), name
+    print("fitted", name, flush=True)
+for line in ours:
+    print("OUR WARNING", line, flush=True)
+"""
+
+TFA_CLASSES = (
+    "TripletSemiHardLoss",
+    "TripletHardLoss",
+    "ContrastiveLoss",
+    "LiftedStructLoss",
+    "NpairsLoss",
+    "NpairsMultilabelLoss",
+)
+
+
+def _fit(names):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, *names],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+# The library's other classes that `compile` can name (tf_svmax.losses._CLASSES).
+LIBRARY_CLASSES = (
+    "BatchHardTripletLoss",
+    "AllPairsContrastiveLoss",
+    "PKAngularLoss",
+    "PKContrastiveLoss",
+    "PKNpairLoss",
+    "ProxyAnchorLoss",
+    "SpreadOutLoss",
+)
+# The spectral penalties still log the line: their gradients keep boolean tensors of the
+# forward pass (tf_svmax/ops/ole.py, ops/spectral.py), which their own empty-batch `tf.cond`
+# must carry. Each in its own process (TensorFlow logs the line once per process).
+STILL_LOGS = pytest.mark.xfail(
+    strict=True,
+    reason="tf_svmax/ops: boolean intermediates of the gradient inside the empty-batch tf.cond",
+)
+
+
+# The two classes that printed the line each get a process; the other TFA classes share one.
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("TripletSemiHardLoss",),
+        ("TripletHardLoss",),
+        TFA_CLASSES[2:],
+        LIBRARY_CLASSES,
+        pytest.param(("OLELoss",), marks=STILL_LOGS),
+        pytest.param(("SVMaxLoss",), marks=STILL_LOGS),
+    ],
+    ids=[
+        "TripletSemiHardLoss",
+        "TripletHardLoss",
+        "other-tfa-classes",
+        "library",
+        "OLELoss",
+        "SVMaxLoss",
+    ],
+)
+def test_fit_logs_no_warning_of_ours(names):
+    done = _fit(names)
+    fitted = [line.split()[-1] for line in done.stdout.splitlines() if line.startswith("fitted")]
+    assert fitted == list(names)
+    log = done.stderr
+    assert "Type inference failed" not in log, log[-3000:]
+    # A C++ warning about one of our loss's nodes names it under `compile_loss/`.
+    flagged = [line for line in log.splitlines() if "compile_loss" in line]
+    assert not flagged, "\n".join(flagged)
+    assert "OUR WARNING" not in done.stdout, done.stdout
