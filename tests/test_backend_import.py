@@ -1,0 +1,91 @@
+"""`tf_svmax` on Keras' JAX and PyTorch backends: the backend-neutral core imports without
+TensorFlow (also where TensorFlow is not installed), and everything else refuses in one sentence
+(tf_svmax/_backend.py). Each case is a fresh process: Keras fixes its backend at import."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Makes `import tensorflow` fail as in an environment where it is not installed.
+NO_TENSORFLOW = "import sys; sys.modules['tensorflow'] = None\n"
+
+
+def _python(code, backend):
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+    )
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_the_core_imports_no_tensorflow_and_runs(backend):
+    done = _python(
+        NO_TENSORFLOW
+        + "import numpy as np, tf_svmax\n"
+        + "x = np.random.default_rng(0).normal(size=(6, 4)).astype('float32')\n"
+        + "s = tf_svmax.ops.singular_values(x)\n"
+        + "np.testing.assert_allclose(np.asarray(s), np.linalg.svd(x, compute_uv=False),"
+        + " rtol=1e-5)\n"
+        + "print(sorted(m for m, module in sys.modules.items()"
+        + " if m.split('.')[0] == 'tensorflow' and module is not None))",
+        backend,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+PACKAGES = ("losses", "metrics", "regularizers", "models", "training")
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_a_tensorflow_backend_package_refuses_in_one_sentence(backend):
+    """Both ways in (``import tf_svmax.losses`` and ``tf_svmax.losses``), one process per
+    backend, each refusal's message printed on its own line."""
+    done = _python(
+        "import importlib, tf_svmax\n"
+        f"for name in {PACKAGES!r}:\n"
+        "    for get in (lambda: importlib.import_module('tf_svmax.' + name),\n"
+        "                lambda: getattr(tf_svmax, name)):\n"
+        "        try:\n"
+        "            get()\n"
+        "            print('imported', name)\n"
+        "        except ImportError as error:\n"
+        "            print(error)\n",
+        backend,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = [
+        f"tf_svmax.{name} runs on Keras' TensorFlow backend only; this process uses "
+        f"KERAS_BACKEND='{backend}'. On {backend} use the backend-neutral tf_svmax.ops, or set "
+        "KERAS_BACKEND=tensorflow before Keras is imported (see the Backends page of the docs)."
+        for name in PACKAGES
+        for _ in range(2)
+    ]
+    assert done.stdout.strip().splitlines() == expected
+
+
+def test_tf_data_input_without_tensorflow_names_the_install_command():
+    done = _python(NO_TENSORFLOW + "import tf_svmax.data", "jax")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "ImportError: tf_svmax.data needs TensorFlow, which is not installed in this "
+        "environment: pip install 'tf_svmax[cpu]' (or 'tf_svmax[gpu]', or your own "
+        "tensorflow>=2.16)."
+    ), done.stderr[-2000:]
+
+
+def test_records_name_the_backend_without_importing_tensorflow():
+    done = _python(
+        NO_TENSORFLOW
+        + "import json, tf_svmax.records as r\n"
+        + "env = r.environment()\n"
+        + "print(json.dumps([env['versions']['keras_backend'], env['machine']['gpus'],"
+        + " sys.modules['tensorflow'] is not None]))",
+        "jax",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == '["jax", [], false]'
