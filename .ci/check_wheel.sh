@@ -2,7 +2,8 @@
 # The package as a user gets it: builds the sdist and the wheel (the wheel from the sdist, so a
 # file missing from the sdist fails here), checks them with twine and by their contents, installs
 # the wheel with its cpu extra into a fresh virtual environment and runs .ci/wheel_smoke.py there
-# (import, one fit step with a tf_svmax loss, .keras save/load, equal predictions).
+# (import, one fit step with a tf_svmax loss, .keras save/load, equal predictions), then with its
+# jax extra into another, without TensorFlow, and runs .ci/backend_smoke.py on KERAS_BACKEND=jax.
 # Everything happens in a temporary directory outside the checkout, which is left untouched.
 #
 #   .ci/check_wheel.sh          # by hand, from anywhere; CI (.ci/run) calls it after the tests
@@ -103,7 +104,7 @@ for field, value in expected.items():
     if metadata[field] != value:
         problems.append(f"METADATA {field} is {metadata[field]!r}, expected {value!r}")
 extras = set(metadata.get_all("Provides-Extra") or [])
-if not {"cpu", "gpu", "docs", "testtools", "test", "bench"} <= extras:
+if not {"cpu", "gpu", "jax", "torch", "docs", "testtools", "test", "bench"} <= extras:
     problems.append(f"METADATA extras are {sorted(extras)}")
 if not (metadata.get_payload() or "").lstrip().startswith("#"):
     problems.append("METADATA has no README (Markdown) as its long description")
@@ -136,5 +137,15 @@ mkdir "$WORK/run"
 cp "$ROOT/.ci/wheel_smoke.py" "$WORK/run/"
 (cd "$WORK/run" && "$WORK/venv/bin/python" -I wheel_smoke.py "$ROOT" "$WORK/run") \
   || die "the installed wheel's smoke test failed (output above)"
+
+step "fresh virtual environment without TensorFlow: pip install $(basename "$WHEEL")[jax]"
+"$PYTHON" -m venv "$WORK/venv_jax"
+"$WORK/venv_jax/bin/python" -m pip install --quiet --disable-pip-version-check "$WHEEL[jax]" \
+  || die "pip install of the wheel with its jax extra failed"
+
+step "the installed wheel on KERAS_BACKEND=jax, TensorFlow absent (python -I, from $WORK/run)"
+cp "$ROOT/.ci/backend_smoke.py" "$WORK/run/"
+(cd "$WORK/run" && KERAS_BACKEND=jax "$WORK/venv_jax/bin/python" -I backend_smoke.py) \
+  || die "the wheel's smoke test on JAX without TensorFlow failed (output above)"
 
 step "OK in $((SECONDS - START)) s (then the temporary directory is removed)"

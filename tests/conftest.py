@@ -15,6 +15,7 @@ BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 # imports TensorFlow or tests a surface that is TensorFlow by nature.
 ALL_BACKENDS = (
     "test_backend_helpers.py",
+    "losses/test_common.py",
     "ops/test_checks.py",
     "ops/test_distances.py",
     "ops/test_ole.py",

@@ -38,7 +38,7 @@ def test_the_core_imports_no_tensorflow_and_runs(backend):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-PACKAGES = ("losses", "metrics", "regularizers", "models", "training")
+PACKAGES = ("metrics", "regularizers", "models", "training")
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
@@ -66,6 +66,29 @@ def test_a_tensorflow_backend_package_refuses_in_one_sentence(backend):
         for _ in range(2)
     ]
     assert done.stdout.strip().splitlines() == expected
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_the_losses_package_imports_and_each_tensorflow_only_loss_refuses_by_name(backend):
+    """tf_svmax.losses imports (its backend-neutral helpers are used on every backend); its
+    losses, not yet on keras.ops, refuse by name, also through ``from ... import``."""
+    done = _python(
+        "import tf_svmax, tf_svmax.losses._common\n"
+        "for get in (lambda: tf_svmax.losses.SVMaxLoss,\n"
+        "            lambda: __import__('tf_svmax.losses', fromlist=['TripletSemiHardLoss'])"
+        ".TripletSemiHardLoss):\n"
+        "    try:\n"
+        "        get()\n"
+        "    except ImportError as error:\n"
+        "        print(error)\n"
+        "print(hasattr(tf_svmax.losses, '__wrapped__'))\n",
+        backend,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    for line, name in zip(lines, ("SVMaxLoss", "TripletSemiHardLoss"), strict=False):
+        assert line.startswith(f"tf_svmax.losses.{name} runs on Keras' TensorFlow backend only")
+    assert lines[2] == "False"  # dunder lookups stay AttributeErrors (hasattr works)
 
 
 def test_tf_data_input_without_tensorflow_names_the_install_command():

@@ -36,10 +36,29 @@ def require_tensorflow_backend(module):
     """Raises ImportError unless Keras runs on TensorFlow: `module` computes with TensorFlow
     tensors, which the JAX and PyTorch backends cannot train through. Returns TensorFlow."""
     if BACKEND != "tensorflow":
-        raise ImportError(
-            f"{module} runs on Keras' TensorFlow backend only; this process uses "
-            f"KERAS_BACKEND={BACKEND!r}. On {BACKEND} use the backend-neutral "
-            f"{', '.join(NEUTRAL)}, or set KERAS_BACKEND=tensorflow before Keras is imported "
-            "(see the Backends page of the docs)."
-        )
+        raise tensorflow_backend_only(module)
     return require_tensorflow(module)
+
+
+def tensorflow_backend_only(module):
+    """The ImportError of `require_tensorflow_backend`, for `module` (or one of its names)."""
+    return ImportError(
+        f"{module} runs on Keras' TensorFlow backend only; this process uses "
+        f"KERAS_BACKEND={BACKEND!r}. On {BACKEND} use the backend-neutral "
+        f"{', '.join(NEUTRAL)}, or set KERAS_BACKEND=tensorflow before Keras is imported "
+        "(see the Backends page of the docs)."
+    )
+
+
+def refusing_getattr(package):
+    """A module ``__getattr__`` for a package that imports on every backend but whose public
+    names are TensorFlow-only for now: each such name raises `tensorflow_backend_only`'s
+    ImportError (so ``from package import Name`` shows it too); dunder and private names stay
+    AttributeErrors."""
+
+    def __getattr__(name):
+        if name.startswith("_"):
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        raise tensorflow_backend_only(f"{package}.{name}")
+
+    return __getattr__

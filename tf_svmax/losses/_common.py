@@ -62,12 +62,14 @@ def masked_max(data, mask, axis=1):
     values are the masked maxima, and at exact ties (a masked-out entry ties with the shifted
     zero) TensorFlow's max gradient is split among the tied entries exactly as in TFA.
     """
+    data = ops.convert_to_tensor(data)
     low = _reduce(ops.min, data, axis)
     return _reduce(ops.max, (data - low) * ops.cast(mask, data.dtype), axis) + low
 
 
 def masked_min(data, mask, axis=1):
     """Min of `data` over `mask` along `axis` (kept); the maximum where it is empty."""
+    data = ops.convert_to_tensor(data)
     high = _reduce(ops.max, data, axis)
     return _reduce(ops.min, (data - high) * ops.cast(mask, data.dtype), axis) + high
 
