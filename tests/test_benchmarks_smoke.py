@@ -231,3 +231,17 @@ def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
 def test_a_refused_value_exits_2(program, flags):
     done = run_program(program, *flags, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
+
+
+def test_backend_speed(tmp_path):
+    """One worker process per Keras backend; every row carries its ratio to the PyTorch peer."""
+    stdout = _run("backend_speed", "--shapes=12x8", "--repeats=2", f"--output={tmp_path}")
+    results = json.loads((tmp_path / "backend_speed.json").read_text())
+    assert set(results["backend_versions"]) == {"tensorflow", "jax", "torch"}
+    for backend, versions in results["backend_versions"].items():
+        assert versions["keras_backend"] == backend
+    measured = {(r["backend"], r["measurement"]) for r in results["results"]}
+    assert ("torch", "torch.linalg.svdvals (autograd)") in measured
+    assert ("jax", "tf_svmax.ops.svmax, jax.jit (newton_schulz)") in measured
+    assert all(r["ratio_to_torch_svdvals"] > 0 for r in results["results"])
+    assert "| 12 x 8 | jax |" in stdout

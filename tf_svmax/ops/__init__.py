@@ -1,4 +1,5 @@
-"""Pure TensorFlow functions: the math behind the losses, regularizers and metrics."""
+"""Pure `keras.ops` functions: the math behind the losses, regularizers and metrics, on Keras'
+TensorFlow, JAX and PyTorch backends."""
 
 from tf_svmax.ops.distances import angular_distance, pairwise_distance
 from tf_svmax.ops.ole import ole_loss
