@@ -99,16 +99,9 @@ LIBRARY_CLASSES = (
     "ProxyAnchorLoss",
     "SpreadOutLoss",
 )
-# The spectral penalties still log the line: their gradients keep boolean tensors of the
-# forward pass (tf_svmax/ops/ole.py, ops/spectral.py), which their own empty-batch `tf.cond`
-# must carry. Each in its own process (TensorFlow logs the line once per process).
-STILL_LOGS = pytest.mark.xfail(
-    strict=True,
-    reason="tf_svmax/ops: boolean intermediates of the gradient inside the empty-batch tf.cond",
-)
-
-
-# The two classes that printed the line each get a process; the other TFA classes share one.
+# The classes that printed the line each get a process (TensorFlow logs it once per process);
+# the other TFA classes share one. OLELoss: a float64 branch beside a float32 one in the
+# empty-batch `tf.cond`; SVMaxLoss: `where` on a boolean, whose gradient kept it.
 @pytest.mark.parametrize(
     "names",
     [
@@ -116,8 +109,8 @@ STILL_LOGS = pytest.mark.xfail(
         ("TripletHardLoss",),
         TFA_CLASSES[2:],
         LIBRARY_CLASSES,
-        pytest.param(("OLELoss",), marks=STILL_LOGS),
-        pytest.param(("SVMaxLoss",), marks=STILL_LOGS),
+        ("OLELoss",),
+        ("SVMaxLoss",),
     ],
     ids=[
         "TripletSemiHardLoss",

@@ -260,6 +260,10 @@ def _ole(labels, x, delta, threshold, float32_shortcut):
         batch_norm, batch_sub = _batch_term(x_scaled, x32_scaled, scaled_threshold, rank_cutoff)
         batch_norm = batch_norm * scale
         value = (class_term - batch_norm) / n  # Eq. 2
+        # What the gradient needs of the two masks, as floats: a boolean kept for the backward
+        # pass inside the empty-batch `tf.cond` makes TensorFlow log "Type inference failed".
+        active_f = ops.cast(active, dtype)
+        finite_f = ops.cast(all_finite, dtype)
 
         def grad(*args, upstream=None):
             # Keras' PyTorch backend passes the cotangent as `upstream=`, the others positionally.
@@ -267,10 +271,10 @@ def _ole(labels, x, delta, threshold, float32_shortcut):
                 (upstream,) = args
             # Eq. 6: per-class U_1c V_1c^T on the class's rows (zero when ||X_c||_* <= delta),
             # minus the batch's U_1 V_1^T.
-            class_subs_active = class_subs * ops.cast(active, dtype)[:, None, None]
+            class_subs_active = class_subs * active_f[:, None, None]
             class_rows = _gather_rows(class_subs_active, coords, k_max)
             g = (class_rows - batch_sub) * (upstream / n)
-            return _guards.nan_unless(all_finite, g)
+            return _guards.nan_unless(finite_f > 0, g)
 
         return _guards.nan_unless(all_finite, value), grad
 
@@ -340,17 +344,12 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
     labels = _same_rows(class_labels(labels), x)
     compute = _compute_dtype()
     # A batch with no rows has no classes and nothing to penalize: 0 (Eq. 2 would be 0/0).
+    # Cast before the row-count `tf.cond`, so both of its branches compute in one dtype: a
+    # float64 branch beside a float32 one made TensorFlow log "Type inference failed".
+    shortcut = _float32_shortcut(_guards.dtype_name(x), compute)
+    x_compute = ops.cast(x, compute)
     value = _checks.zero_unless_rows(
-        x,
-        lambda: ops.cast(
-            _ole(
-                labels,
-                ops.cast(x, compute),
-                delta,
-                threshold,
-                float32_shortcut=_float32_shortcut(_guards.dtype_name(x), compute),
-            ),
-            _guards.dtype_name(x),
-        ),
+        x_compute,
+        lambda: _ole(labels, x_compute, delta, threshold, float32_shortcut=shortcut),
     )
     return ops.cast(value, dtype)

@@ -490,8 +490,11 @@ def _svmax(x, bounded, method):
     rows, cols = static_or_dynamic_shape(x)
     lower, upper = _bounds(ops.cast(rows, dtype), ops.cast(cols, dtype))
     spread = upper - lower  # 0 exactly when min(b, d) = 1
-    defined = spread > 0
-    # Guard the denominator so the unselected branch stays finite (its gradient is multiplied
-    # by zero, and 0 * inf would be NaN).
-    ratio = (upper - s_mu) / ops.where(defined, spread, ops.ones_like(spread))
-    return ops.where(defined, ops.exp(ratio), ops.ones_like(ratio))  # Eq. 4
+    # 1.0 where Eq. 4 is defined, else 0.0. A float mask rather than `where` on a boolean: the
+    # selection is exact either way (x * 1 + 0 = x), but `where`'s gradient keeps its boolean,
+    # which inside the empty-batch `tf.cond` makes TensorFlow log "Type inference failed".
+    defined = ops.cast(spread > 0, dtype)
+    # Guard the denominator (spread + 1 when undefined) so the unselected branch stays finite
+    # (its gradient is multiplied by zero, and 0 * inf would be NaN).
+    ratio = (upper - s_mu) / (spread + (1.0 - defined))
+    return defined * ops.exp(ratio) + (1.0 - defined)  # Eq. 4
