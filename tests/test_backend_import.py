@@ -2,6 +2,7 @@
 TensorFlow (also where TensorFlow is not installed), and everything else refuses in one sentence
 (tf_svmax/_backend.py). Each case is a fresh process: Keras fixes its backend at import."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -70,13 +71,16 @@ def test_a_tensorflow_backend_package_refuses_in_one_sentence(backend):
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_the_losses_package_imports_and_each_tensorflow_only_loss_refuses_by_name(backend):
-    """tf_svmax.losses imports (its backend-neutral helpers are used on every backend); its
-    losses, not yet on keras.ops, refuse by name, also through ``from ... import``."""
+    """tf_svmax.losses imports without TensorFlow (its helpers and the losses already on
+    keras.ops run on every backend); the losses not yet on keras.ops refuse by name, also
+    through ``from ... import``."""
     done = _python(
-        "import tf_svmax, tf_svmax.losses._common\n"
-        "for get in (lambda: tf_svmax.losses.SVMaxLoss,\n"
-        "            lambda: __import__('tf_svmax.losses', fromlist=['TripletSemiHardLoss'])"
-        ".TripletSemiHardLoss):\n"
+        NO_TENSORFLOW + "import tf_svmax, tf_svmax.losses._common\n"
+        "from tf_svmax.losses import FunctionLoss, OLELoss, RegularizedLoss, SVMaxLoss\n"
+        "print(sorted(tf_svmax.losses.__all__))\n"
+        "for get in (lambda: tf_svmax.losses.TripletSemiHardLoss,\n"
+        "            lambda: __import__('tf_svmax.losses', fromlist=['LiftedStructLoss'])"
+        ".LiftedStructLoss):\n"
         "    try:\n"
         "        get()\n"
         "    except ImportError as error:\n"
@@ -86,9 +90,11 @@ def test_the_losses_package_imports_and_each_tensorflow_only_loss_refuses_by_nam
     )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
-    for line, name in zip(lines, ("SVMaxLoss", "TripletSemiHardLoss"), strict=False):
+    ported = {"FunctionLoss", "OLELoss", "RegularizedLoss", "SVMaxLoss"}
+    assert ported <= set(ast.literal_eval(lines[0]))
+    for line, name in zip(lines[1:3], ("TripletSemiHardLoss", "LiftedStructLoss"), strict=True):
         assert line.startswith(f"tf_svmax.losses.{name} runs on Keras' TensorFlow backend only")
-    assert lines[2] == "False"  # dunder lookups stay AttributeErrors (hasattr works)
+    assert lines[3] == "False"  # dunder lookups stay AttributeErrors (hasattr works)
 
 
 def test_tf_data_input_without_tensorflow_names_the_install_command():

@@ -1,12 +1,16 @@
 """Keras 3 losses: SVMax, OLE, LORAC, XML, `RegularizedLoss`, and drop-in replacements for the
 tensorflow-addons metric-learning losses (same names, signatures, values and gradients).
 
-On Keras' JAX and PyTorch backends the package imports (its backend-neutral modules, such as
-`_common`, are used there) but its losses are TensorFlow-only for now: each name refuses in one
-sentence (`tf_svmax._backend`).
+On Keras' JAX and PyTorch backends the package imports with the losses already on `keras.ops`
+(`SVMaxLoss`, `OLELoss`, `RegularizedLoss`, `FunctionLoss`); the others are TensorFlow-only for
+now: each such name refuses in one sentence (`tf_svmax._backend`).
 """
 
 from tf_svmax import _backend
+
+# On keras.ops: these import and run on every backend.
+from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
+from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
 
 if _backend.BACKEND == "tensorflow":
     _backend.require_tensorflow("tf_svmax.losses")
@@ -14,7 +18,6 @@ if _backend.BACKEND == "tensorflow":
     from tf_svmax.losses import _registry
     from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_loss
     from tf_svmax.losses.center import CenterLoss
-    from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
     from tf_svmax.losses.contrastive import ContrastiveLoss, contrastive_loss
     from tf_svmax.losses.lifted import LiftedStructLoss, lifted_struct_loss
     from tf_svmax.losses.lorac import LORACLoss, lorac_loss
@@ -38,7 +41,6 @@ if _backend.BACKEND == "tensorflow":
         pk_npair_loss,
     )
     from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss, proxy_anchor_loss
-    from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
     from tf_svmax.losses.spread_out import SpreadOutLoss, random_negatives, spread_out_loss
     from tf_svmax.losses.triplet import (
         TripletHardLoss,
@@ -138,4 +140,5 @@ if _backend.BACKEND == "tensorflow":
         "triplet_semihard_loss",
     ]
 else:
+    __all__ = ["FunctionLoss", "OLELoss", "RegularizedLoss", "SVMaxLoss"]
     __getattr__ = _backend.refusing_getattr("tf_svmax.losses")

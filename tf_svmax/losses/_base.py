@@ -3,20 +3,43 @@ value per sample, `PerSampleLabelLoss`), and `LossFunctionWrapper`, which makes 
 pure loss function and its keyword arguments."""
 
 import collections
+import types
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from tf_svmax.ops import _checks, replicas
+from tf_svmax.ops import _checks
+
+# Off TensorFlow there is no replica context: the loss sees the batch it is given (under JAX's
+# `keras.distribution.DataParallel` that is already the global batch, sharded by XLA), and
+# Keras scales losses by 1/replicas only under `tf.distribute`.
+_ONE_REPLICA = types.SimpleNamespace(
+    gather_global_batch=lambda enabled, *values: (None, values),
+    scale_to_replicas=lambda value: value,
+)
+
+
+def _replicas():
+    """`tf_svmax.ops.replicas` (the `tf.distribute` global-batch gather, TensorFlow by nature)
+    on the TensorFlow backend, else a single replica that gathers and scales nothing. The one
+    backend-guarded place of the loss base; replicas is imported here, not at module level, so
+    that the losses import without TensorFlow on JAX and PyTorch."""
+    if keras.backend.backend() != "tensorflow":
+        return _ONE_REPLICA
+    from tf_svmax.ops import replicas  # noqa: PLC0415 (TensorFlow backend only, see above)
+
+    return replicas
 
 
 def _batch_weights(sample_weight, y_pred, dtype):
     """`sample_weight` as a scalar or one weight per row of `y_pred` (`[B]` or `[B, 1]`);
     another length is refused (its mean would silently weight some other batch)."""
-    weights = tf.cast(tf.convert_to_tensor(sample_weight), dtype)
-    if weights.shape.rank == 0:
+    weights = ops.cast(ops.convert_to_tensor(sample_weight), dtype)
+    if _checks.static_shape(weights) == ():
         return weights
-    return _checks.same_rows(tf.reshape(weights, [-1]), y_pred, "sample_weight", "y_pred", "weight")
+    return _checks.same_rows(
+        ops.reshape(weights, [-1]), y_pred, "sample_weight", "y_pred", "weight"
+    )
 
 
 BATCH_REDUCTIONS = ("sum_over_batch_size", "sum", "none", None)
@@ -59,13 +82,13 @@ class LabelLoss(keras.losses.Loss):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        with tf.name_scope(self.name):
-            y_pred = tf.cast(tf.convert_to_tensor(y_pred), self.dtype)
+        with keras.name_scope(self.name):
+            y_pred = ops.cast(ops.convert_to_tensor(y_pred), self.dtype)
             weights = None
             if sample_weight is not None:
                 weights = _batch_weights(sample_weight, y_pred, self.dtype)
-            local = _Local(tf.shape(y_pred)[0], weights)
-            context, (y_true, y_pred, weights) = replicas.gather_global_batch(
+            local = _Local(ops.shape(y_pred)[0], weights)
+            context, (y_true, y_pred, weights) = _replicas().gather_global_batch(
                 self.global_batch, y_true, y_pred, weights
             )
             reduce = self._per_sample if self.per_sample else self._batch_level
@@ -75,19 +98,19 @@ class LabelLoss(keras.losses.Loss):
         """`call`'s ``anchor_rows`` argument for this replica's anchors ({} when unsplit)."""
         if context is None or not self.splits_anchors:
             return {}
-        return {"anchor_rows": replicas.own_row_range(context, local.rows)}
+        return {"anchor_rows": _replicas().own_row_range(context, local.rows)}
 
     def _batch_level(self, context, local, y_true, y_pred, weights):
         per_row_none = self.reduction in ("none", None) and (
-            local.weights is not None and local.weights.shape.rank != 0
+            local.weights is not None and _checks.static_shape(local.weights) != ()
         )
-        split, scale = {}, replicas.scale_to_replicas
+        split, scale = {}, _replicas().scale_to_replicas
         if not per_row_none:
             # This replica's anchors only: the replicas' shares add up to the value.
             split = self._anchor_split(context, local)
-            scale = tf.identity if split else scale
+            scale = _unchanged if split else scale
         value = _checks.zero_unless_rows(
-            y_pred, lambda: tf.cast(self.call(y_true, y_pred, **split), self.dtype)
+            y_pred, lambda: ops.cast(self.call(y_true, y_pred, **split), self.dtype)
         )
         if weights is None:
             return scale(value)
@@ -98,8 +121,8 @@ class LabelLoss(keras.losses.Loss):
                 return value * local.weights
             return scale(value * local.weights)
         if self.reduction == "sum":
-            return scale(value * tf.reduce_sum(weights))
-        return scale(value * tf.reduce_mean(weights))
+            return scale(value * ops.sum(weights))
+        return scale(value * ops.mean(weights))
 
     def _per_sample(self, context, local, y_true, y_pred, weights):
         # This replica's anchors only (their values against the global batch).
@@ -107,30 +130,34 @@ class LabelLoss(keras.losses.Loss):
         if split:
             weights = local.weights
         if y_pred.shape[0] == 0:  # statically empty: no rows, no values (as when dynamic)
-            values = tf.zeros([0], self.dtype)
+            values = ops.zeros([0], self.dtype)
         else:
-            values = tf.cast(self.call(y_true, y_pred, **split), self.dtype)
+            values = ops.cast(self.call(y_true, y_pred, **split), self.dtype)
         if weights is not None:
             values = values * weights
         if self.reduction in (None, "none"):
             if context is not None and not split:
-                return replicas.own_rows(context, values, local.rows)
+                return _replicas().own_rows(context, values, local.rows)
             return values
-        total = tf.reduce_sum(values)
+        total = ops.sum(values)
         if split:
             # The replicas' partial sums add up to the global batch's sum and mean.
             if self.reduction == "sum":
                 return total
-            return tf.math.divide_no_nan(total, tf.cast(tf.shape(y_pred)[0], self.dtype))
+            return ops.divide_no_nan(total, ops.cast(ops.shape(y_pred)[0], self.dtype))
         if self.reduction == "sum":
             # The per-replica sums add up (Keras' "sum"); a global sum is on every replica.
-            return total if context is None else replicas.scale_to_replicas(total)
+            return total if context is None else _replicas().scale_to_replicas(total)
         # divide_no_nan: an empty batch (an uneven last batch split over replicas) gives 0.
-        total = tf.math.divide_no_nan(total, tf.cast(tf.size(values), self.dtype))
-        return replicas.scale_to_replicas(total)
+        total = ops.divide_no_nan(total, ops.cast(ops.size(values), self.dtype))
+        return _replicas().scale_to_replicas(total)
 
     def get_config(self):
         return {**super().get_config(), "dtype": self.dtype, "global_batch": self.global_batch}
+
+
+def _unchanged(value):
+    return value
 
 
 class _Local(collections.namedtuple("_Local", ["rows", "weights"])):

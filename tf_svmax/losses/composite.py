@@ -3,13 +3,14 @@
 import re
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax.ops import _checks
 
 
 def _scope_name(name):
-    """A valid TensorFlow name scope from a function's name ("<lambda>" -> "lambda")."""
+    """A valid name scope (TensorFlow's rules, the strictest of the backends) from a
+    function's name ("<lambda>" -> "lambda")."""
     name = re.sub(r"[^A-Za-z0-9_.\-]", "", name).lstrip("_-")
     return name or "function_loss"
 
@@ -84,10 +85,10 @@ class RegularizedLoss(keras.losses.Loss):
         self.regularizers = [as_loss(r, "regularizers") for r in regularizers]
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        with tf.name_scope(self.name):
+        with keras.name_scope(self.name):
             total = self.loss(y_true, y_pred, sample_weight=sample_weight)
             for regularizer in self.regularizers:
-                total = total + tf.cast(
+                total = total + ops.cast(
                     regularizer(y_true, y_pred, sample_weight=sample_weight), total.dtype
                 )
             return total

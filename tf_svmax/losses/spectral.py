@@ -62,6 +62,12 @@ class OLELoss(BatchPenaltyLoss):
       >>> model.compile("sgd", loss={
       ...     "logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       ...     "features": tf_svmax.losses.OLELoss()}, jit_compile=False)
+
+    Backends: the number of classes in a batch is data-dependent, which XLA cannot compile, so
+    OLE never runs under XLA. TensorFlow: `fit` with ``jit_compile=False``. PyTorch: `fit` (Keras
+    runs PyTorch eagerly). JAX: called eagerly (``loss(y, features)``, `jax.grad` of it) only;
+    not in `model.fit`/`evaluate`, as Keras traces every JAX loss (``jax.eval_shape`` to build
+    the compiled loss, even with ``run_eagerly=True``): there it raises a ValueError saying so.
     """
 
     def __init__(self, lambda_=0.25, delta=1.0, threshold=1e-6, name="ole", **kwargs):
@@ -73,6 +79,15 @@ class OLELoss(BatchPenaltyLoss):
     def call(self, y_true, y_pred):
         if y_true is None:
             raise ValueError(_checks.invalid("y_true", "integer class labels", None))
+        if keras.backend.backend() == "jax" and _checks.in_xla_context():
+            # ole_loss refuses too, but its advice (jit_compile=False) does not help on JAX.
+            raise ValueError(
+                "OLELoss cannot run inside a JAX trace (jax.jit, jax.eval_shape), so not in "
+                "model.fit/evaluate on the JAX backend, which traces every loss: the number of "
+                "classes in a batch is data-dependent. On JAX call it eagerly (loss(y, features) "
+                "or jax.grad of it), or train with KERAS_BACKEND=tensorflow (jit_compile=False) "
+                "or torch."
+            )
         return self.lambda_ * ops.ole_loss(
             y_true, y_pred, delta=self.delta, threshold=self.threshold
         )
