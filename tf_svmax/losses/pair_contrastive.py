@@ -84,8 +84,9 @@ def _mean_over_non_zero(total, count):
 def _non_zero(terms):
     # Counted in int64: a float32 sum of ones stops being exact past 2**24 pairs (a batch of
     # 1,024 against a memory of 16,384 rows has that many).
-    # (Keras' `ops.count_nonzero` counts in int32; JAX without 64-bit types has int32 only.)
-    return ops.sum(ops.cast(terms > 0.0, "int64"))
+    # (Keras' `ops.count_nonzero` counts in int32; JAX without 64-bit types has int32 only,
+    # exact up to 2**31 pairs, asked for by name so that JAX warns of no truncation.)
+    return ops.sum(ops.cast(terms > 0.0, "int32" if _checks.jax_without_x64() else "int64"))
 
 
 def _same_rows(first, second):

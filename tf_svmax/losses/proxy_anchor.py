@@ -77,7 +77,8 @@ def _proxy_labels(labels, s):
         _checks.label_vector(labels, "labels"), "labels", "integer class labels"
     )
     labels = _checks.same_rows(labels, s, "labels", "similarities")
-    labels = ops.cast(labels, "int64")  # int32 on JAX without 64-bit types
+    # int32 on JAX without 64-bit types (`label_vector` refused ids outside its range there).
+    labels = ops.cast(labels, "int32" if _checks.jax_without_x64() else "int64")
     if not _is_tracer(labels):
         values = np.asarray(ops.convert_to_numpy(labels))
         if values.size and (values.min() < 0 or values.max() >= classes):
