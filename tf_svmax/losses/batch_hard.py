@@ -12,8 +12,7 @@ It differs from tensorflow-addons' `triplet_hard_loss` (Gram-expansion distances
 import numbers
 
 import keras
-import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import LossFunctionWrapper, PerSampleLabelLoss
@@ -68,22 +67,36 @@ def batch_hard_triplet_loss(
     positives, negatives = _common.anchor_masks(labels, anchor_rows)
 
     # Farthest positive (0 where there is none) and closest negative.
-    farthest_positive = tf.reduce_max(dist * tf.cast(positives, dist.dtype), axis=1)
-    has_negative = tf.reduce_any(negatives, axis=1)
-    closest_negative = tf.reduce_min(
-        tf.where(negatives, dist, tf.constant(np.inf, dist.dtype)), axis=1
-    )
+    farthest_positive = _row_reduce("max", dist * ops.cast(positives, dist.dtype))
+    has_negative = ops.any(negatives, axis=1)
+    closest_negative = _row_reduce("min", ops.where(negatives, dist, float("inf")))
     # +inf for anchors without negatives; replaced before any arithmetic touches it.
-    closest_negative = tf.where(has_negative, closest_negative, tf.zeros_like(closest_negative))
+    closest_negative = ops.where(has_negative, closest_negative, ops.zeros_like(closest_negative))
     diff = farthest_positive - closest_negative
     if margin == "soft":
-        loss = tf.math.softplus(diff)
+        loss = ops.softplus(diff)
     elif margin == "none":
         loss = diff
     else:
-        loss = tf.maximum(diff + margin, 0.0)
-    loss = tf.where(has_negative, loss, tf.zeros_like(loss))
-    return tf.cast(loss, dtype)
+        # `ops.where`, not `ops.maximum`: Keras promotes float64 to float32 there on JAX/PyTorch.
+        shifted = diff + margin
+        loss = ops.where(shifted < 0.0, ops.zeros_like(shifted), shifted)
+    loss = ops.where(has_negative, loss, ops.zeros_like(loss))
+    return ops.cast(loss, dtype)
+
+
+def _row_reduce(kind, data):
+    """``max`` / ``min`` of `data` along axis 1, also for a batch of no anchor rows (a replica
+    without anchors): `tf.reduce_max`/`min` on TensorFlow (Keras' `ops.max` asserts a non-empty
+    tensor there when eager), `ops.max`/`min` with the identity as ``initial`` elsewhere (JAX
+    refuses an empty reduction without it)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
+
+        return (tf.reduce_max if kind == "max" else tf.reduce_min)(data, axis=1)
+    if kind == "max":
+        return ops.max(data, axis=1, initial=float("-inf"))
+    return ops.min(data, axis=1, initial=float("inf"))
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

@@ -8,7 +8,7 @@ against a separate reference set (``anchor_rows``), so `CrossBatchMemory` can wr
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
@@ -36,9 +36,20 @@ def _pair_matrix(x, metric, rows):
     if metric == "euclidean":
         # Exactly 0 with a zero gradient at duplicate rows (sqrt is not differentiable there).
         return distances.pairwise_distance(x, rows=rows)
-    unit = tf.math.l2_normalize(x, axis=1) if metric == "cosine" else x
+    unit = _l2_normalize(x) if metric == "cosine" else x
     queries = unit if rows is None else unit[rows[0] : rows[0] + rows[1]]
-    return tf.matmul(queries, unit, transpose_b=True)
+    return _checks.matmul(queries, unit, transpose_b=True)
+
+
+def _l2_normalize(x):
+    """Rows scaled to unit norm: `tf.math.l2_normalize` on TensorFlow (unchanged numerics),
+    elsewhere its formula with finite gradients at zero rows (not `ops.normalize`, whose
+    gradient at a zero row is NaN on PyTorch, keras-team/keras#23075)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
+
+        return tf.math.l2_normalize(x, axis=1)
+    return distances._l2_normalize_rows(x)
 
 
 def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows):
@@ -50,10 +61,10 @@ def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows):
         positive, negative = pos_margin - matrix, matrix - neg_margin
     else:
         positive, negative = matrix - pos_margin, neg_margin - matrix
-    zero = tf.zeros_like(matrix)
+    zero = ops.zeros_like(matrix)
     return (
-        tf.where(positives, tf.nn.relu(positive), zero),
-        tf.where(negatives, tf.nn.relu(negative), zero),
+        ops.where(positives, ops.relu(positive), zero),
+        ops.where(negatives, ops.relu(negative), zero),
     )
 
 
@@ -66,14 +77,16 @@ def _mean_over_non_zero(total, count):
     for the gradient, which inside the loss's empty-batch `tf.cond` makes TensorFlow log
     ``Type inference failed ...`` (tests/losses/test_clean_log.py). The same values; the
     gradient is the mean's (it differed only where the loss is NaN)."""
-    nan_unless_finite = tf.where(tf.math.is_nan(total), total, tf.zeros_like(total))
-    return _common.safe_mean_over(total, count) + tf.stop_gradient(nan_unless_finite)
+    nan_unless_finite = ops.where(ops.isnan(total), total, ops.zeros_like(total))
+    return _common.safe_mean_over(total, count) + ops.stop_gradient(nan_unless_finite)
 
 
 def _non_zero(terms):
     # Counted in int64: a float32 sum of ones stops being exact past 2**24 pairs (a batch of
     # 1,024 against a memory of 16,384 rows has that many).
-    return tf.math.count_nonzero(terms > 0.0, dtype=tf.int64)
+    # (Keras' `ops.count_nonzero` counts in int32; JAX without 64-bit types has int32 only,
+    # exact up to 2**31 pairs, asked for by name so that JAX warns of no truncation.)
+    return ops.sum(ops.cast(terms > 0.0, "int32" if _checks.jax_without_x64() else "int64"))
 
 
 def _same_rows(first, second):
@@ -174,10 +187,9 @@ def all_pairs_contrastive_loss(
     counted = (
         (positive, negative) if _same_rows(normalizer_rows, anchor_rows) else terms(normalizer_rows)
     )
-    value = _mean_over_non_zero(
-        tf.reduce_sum(positive), _non_zero(counted[0])
-    ) + _mean_over_non_zero(tf.reduce_sum(negative), _non_zero(counted[1]))
-    return tf.cast(value, dtype)
+    positive_part = _mean_over_non_zero(ops.sum(positive), _non_zero(counted[0]))
+    value = positive_part + _mean_over_non_zero(ops.sum(negative), _non_zero(counted[1]))
+    return ops.cast(value, dtype)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

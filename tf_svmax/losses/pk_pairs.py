@@ -12,6 +12,7 @@ import numbers
 import keras
 import numpy as np
 import tensorflow as tf
+from keras import ops
 
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss
@@ -40,23 +41,49 @@ def _check_pk(labels, x, batch_k, expected_k):
             f"{'an even number of classes x ' if expected_k == 4 else ''}{batch_k} rows "
             f"(a multiple of {group}). Received: {rows} rows."
         )
-    multiple = tf.debugging.assert_equal(
-        tf.shape(labels)[0] % group,
-        0,
-        message=f"Invalid value for argument `labels`: the batch must be a multiple of {group} "
+    multiple_message = (
+        f"Invalid value for argument `labels`: the batch must be a multiple of {group} "
         f"rows (P x K with K={batch_k}); a remainder batch is not one (batch with "
-        "drop_remainder=True, or use data.pk_batches).",
+        "drop_remainder=True, or use data.pk_batches)."
     )
+    layout_message = (
+        f"Invalid value for argument `labels`: expected {batch_k} consecutive rows "
+        "per class (a P x K batch)."
+    )
+    if keras.backend.backend() == "tensorflow":
+        return _tf_checked_layout(labels, batch_k, group, multiple_message, layout_message)
+    # JAX and PyTorch: the row count is static (checked above through `x`); the labels are
+    # checked when concrete (eager, PyTorch always), unchecked under `jax.jit` (JAX has no
+    # run-time assertion), as `_checks.integer_floats`.
+    if labels.shape[0] % group:
+        raise ValueError(multiple_message)
+    if not _is_tracer(labels):
+        blocks = np.asarray(ops.convert_to_numpy(labels)).reshape(-1, batch_k)
+        if not (blocks == blocks[:, :1]).all():
+            raise ValueError(layout_message)
+    return labels
+
+
+def _is_tracer(x):
+    if keras.backend.backend() != "jax":
+        return False
+    import jax  # noqa: PLC0415 (the JAX backend is loaded already)
+
+    return isinstance(x, jax.core.Tracer)
+
+
+def _tf_checked_layout(labels, batch_k, group, multiple_message, layout_message):
+    """`labels` after TensorFlow's (graph-time) assertions of the P x K layout."""
+    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
+
+    multiple = tf.debugging.assert_equal(tf.shape(labels)[0] % group, 0, message=multiple_message)
     # The reshape runs only after the multiple check, so a remainder batch gets the message
     # above rather than a raw reshape error.
     with tf.control_dependencies([multiple]):
         blocks = tf.reshape(labels, [-1, batch_k])
     checks = [
         tf.debugging.assert_equal(
-            blocks,
-            tf.tile(blocks[:, :1], [1, batch_k]),
-            message=f"Invalid value for argument `labels`: expected {batch_k} consecutive rows "
-            "per class (a P x K batch).",
+            blocks, tf.tile(blocks[:, :1], [1, batch_k]), message=layout_message
         ),
     ]
     with tf.control_dependencies(checks):
@@ -79,15 +106,23 @@ def pk_contrastive_pairs(labels, embeddings, *, batch_k=4):
       `(first [B/2, D], second [B/2, D], similar [B/2] float)`; `similar` is computed from the
       labels (the originals hard-code the pattern 1, 0, 0, 1).
     """
-    x = tf.convert_to_tensor(embeddings)
+    x = _checks.to_tensor(embeddings, "embeddings")
     labels = _check_pk(labels, x, batch_k, expected_k=4)
-    groups = tf.shape(x)[0] // 8
-    order = tf.reshape(
-        _CONTRASTIVE_ORDER[tf.newaxis, :] + 8 * tf.range(groups)[:, tf.newaxis], [-1, 2]
+    groups = ops.shape(x)[0] // 8
+    order = ops.reshape(
+        ops.convert_to_tensor(_CONTRASTIVE_ORDER.astype(np.int32))[None, :]
+        + 8 * ops.arange(groups, dtype="int32")[:, None],
+        [-1, 2],
     )
-    first, second = tf.gather(x, order[:, 0]), tf.gather(x, order[:, 1])
-    similar = tf.equal(tf.gather(labels, order[:, 0]), tf.gather(labels, order[:, 1]))
-    return first, second, tf.cast(similar, x.dtype)
+    first, second = ops.take(x, order[:, 0], axis=0), ops.take(x, order[:, 1], axis=0)
+    similar = ops.equal(ops.take(labels, order[:, 0]), ops.take(labels, order[:, 1]))
+    return first, second, ops.cast(similar, x.dtype)
+
+
+def _clamp_at_zero(x):
+    """``max(x, 0)`` with `tf.maximum`'s values and gradient; not `ops.maximum`, which Keras
+    computes in float32 for float64 input on JAX/PyTorch."""
+    return ops.where(x < 0.0, ops.zeros_like(x), x)
 
 
 def pk_contrastive_loss(labels, embeddings, *, margin=1.0, batch_k=4):
@@ -100,9 +135,9 @@ def pk_contrastive_loss(labels, embeddings, *, margin=1.0, batch_k=4):
     """
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
     first, second, similar = pk_contrastive_pairs(labels, x, batch_k=batch_k)
-    d = tf.sqrt(tf.reduce_sum(tf.square(first - second), axis=1) + CONTRASTIVE_EPSILON)
-    loss = similar * tf.square(d) + (1.0 - similar) * tf.square(tf.maximum(margin - d, 0.0))
-    return tf.cast(loss, dtype)
+    d = ops.sqrt(ops.sum(ops.square(first - second), axis=1) + CONTRASTIVE_EPSILON)
+    loss = similar * ops.square(d) + (1.0 - similar) * ops.square(_clamp_at_zero(margin - d))
+    return ops.cast(loss, dtype)
 
 
 def _anchor_positive_halves(labels, embeddings, anchor_rows=None):
@@ -112,12 +147,12 @@ def _anchor_positive_halves(labels, embeddings, anchor_rows=None):
     N-pair targets `[own, B/2]`."""
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
     labels = _check_pk(labels, x, 2, expected_k=2)
-    pairs = tf.reshape(x, [-1, 2, tf.shape(x)[1]])
-    anchor_labels = tf.reshape(labels, [-1, 2])[:, 0]
+    pairs = ops.reshape(x, [-1, 2, ops.shape(x)[1]])
+    anchor_labels = ops.reshape(labels, [-1, 2])[:, 0]
     first, last = _own_pairs(anchor_rows)
     own_labels = anchor_labels if anchor_rows is None else anchor_labels[first:last]
-    same = tf.cast(tf.equal(own_labels[:, None], anchor_labels[None, :]), x.dtype)
-    targets = same / tf.reduce_sum(same, axis=1, keepdims=True)
+    same = ops.cast(ops.equal(own_labels[:, None], anchor_labels[None, :]), x.dtype)
+    targets = same / ops.sum(same, axis=1, keepdims=True)
     anchors, positives = pairs[:, 0], pairs[:, 1]
     if anchor_rows is None:
         return anchors, positives, anchors, positives, targets, dtype
@@ -140,10 +175,16 @@ def _l2_term(anchors, positives, l2_reg):
         0.25
         * l2_reg
         * (
-            tf.reduce_mean(tf.reduce_sum(tf.square(anchors), axis=1))
-            + tf.reduce_mean(tf.reduce_sum(tf.square(positives), axis=1))
+            ops.mean(ops.sum(ops.square(anchors), axis=1))
+            + ops.mean(ops.sum(ops.square(positives), axis=1))
         )
     )
+
+
+def _softmax_cross_entropy(targets, logits):
+    """Per-row softmax cross-entropy: `tf.nn.softmax_cross_entropy_with_logits` on TensorFlow
+    (Keras' `categorical_crossentropy` with logits calls it), log-softmax elsewhere."""
+    return ops.categorical_crossentropy(targets, logits, from_logits=True)
 
 
 def pk_npair_loss(labels, embeddings, *, l2_reg=0.002, anchor_rows=None):
@@ -167,9 +208,9 @@ def pk_npair_loss(labels, embeddings, *, l2_reg=0.002, anchor_rows=None):
     anchors, positives, own, _, targets, dtype = _anchor_positive_halves(
         labels, embeddings, anchor_rows
     )
-    logits = tf.matmul(own, positives, transpose_b=True)
-    xent = tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
-    return tf.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
+    logits = _checks.matmul(own, positives, transpose_b=True)
+    xent = _softmax_cross_entropy(targets, logits)
+    return ops.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
 
 
 def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002, anchor_rows=None):
@@ -187,26 +228,24 @@ def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002, anchor_rows
         labels, embeddings, anchor_rows
     )
     t = math.tan(math.radians(alpha)) ** 2
-    off_diagonal = 4.0 * t * tf.matmul(own + own_positives, positives, transpose_b=True)
-    diagonal = 2.0 * (1.0 + t) * tf.reduce_sum(own * own_positives, axis=1)
-    if anchor_rows is None:
-        logits = tf.linalg.set_diag(off_diagonal, diagonal)
-    else:
-        # The own pairs' "diagonal" sits at column first + i of row i.
-        first, _ = _own_pairs(anchor_rows)
-        itself = tf.one_hot(tf.range(tf.shape(own)[0]) + first, tf.shape(positives)[0]) > 0
-        logits = tf.where(itself, diagonal[:, tf.newaxis], off_diagonal)
-    xent = tf.nn.softmax_cross_entropy_with_logits(labels=targets, logits=logits)
-    return tf.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
+    off_diagonal = 4.0 * t * _checks.matmul(own + own_positives, positives, transpose_b=True)
+    diagonal = 2.0 * (1.0 + t) * ops.sum(own * own_positives, axis=1)
+    # The own pairs' "diagonal" sits at column first + i of row i (a selection: the values of
+    # `tf.linalg.set_diag` when all pairs are own).
+    first = 0 if anchor_rows is None else _own_pairs(anchor_rows)[0]
+    itself = ops.one_hot(ops.arange(ops.shape(own)[0]) + first, ops.shape(positives)[0]) > 0
+    logits = ops.where(itself, diagonal[:, None], off_diagonal)
+    xent = _softmax_cross_entropy(targets, logits)
+    return ops.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
 
 
 def _mean_over_anchors(values, embeddings, anchor_rows):
     """The mean over the batch's B / 2 anchors, or (``anchor_rows``) the own anchors' values
     summed and divided by the whole batch's B / 2: the replicas' shares add up to the mean."""
     if anchor_rows is None:
-        return tf.reduce_mean(values)
-    pairs = tf.cast(tf.shape(embeddings)[0] // 2, values.dtype)
-    return tf.math.divide_no_nan(tf.reduce_sum(values), pairs)
+        return ops.mean(values)
+    pairs = ops.cast(ops.shape(embeddings)[0] // 2, values.dtype)
+    return ops.divide_no_nan(ops.sum(values), pairs)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

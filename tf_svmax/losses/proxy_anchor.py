@@ -17,7 +17,7 @@ share of the proxies (columns) over the whole global batch, with no further exch
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
 from tf_svmax.ops import _checks
@@ -26,13 +26,73 @@ from tf_svmax.ops.ole import class_labels
 
 def _log1p_sum_exp(z, mask, axis):
     """``log(1 + sum_{mask} exp(z))`` along `axis`, stable, 0 for an empty mask."""
-    top = tf.reduce_max(tf.where(mask, z, tf.constant(-np.inf, z.dtype)), axis=axis, keepdims=True)
+    top = _max(ops.where(mask, z, float("-inf")), axis=axis)
     # Shift by max(top, 0) so both the 1 and the exponentials stay <= 1; an empty mask has
     # top = -inf, replaced by 0 before any arithmetic.
-    shift = tf.stop_gradient(tf.maximum(tf.where(tf.math.is_finite(top), top, 0.0), 0.0))
-    terms = tf.where(mask, tf.exp(tf.where(mask, z - shift, 0.0)), 0.0)
-    total = tf.exp(-shift) + tf.reduce_sum(terms, axis=axis, keepdims=True)
-    return tf.squeeze(tf.math.log(total) + shift, axis=axis)
+    finite_top = ops.where(ops.isfinite(top), top, ops.zeros_like(top))
+    shift = ops.stop_gradient(ops.where(finite_top < 0.0, ops.zeros_like(top), finite_top))
+    zero = ops.zeros_like(z)
+    terms = ops.where(mask, ops.exp(ops.where(mask, z - shift, zero)), zero)
+    total = ops.exp(-shift) + ops.sum(terms, axis=axis, keepdims=True)
+    return ops.squeeze(ops.log(total) + shift, axis=axis)
+
+
+def _max(data, axis):
+    """``max`` along `axis` (kept), also over an empty axis (a batch of no rows: -inf):
+    `tf.reduce_max` on TensorFlow (Keras' `ops.max` asserts a non-empty tensor there when
+    eager), `ops.max` with ``initial=-inf`` elsewhere (JAX refuses an empty reduction)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
+
+        return tf.reduce_max(data, axis=axis, keepdims=True)
+    return ops.max(data, axis=axis, keepdims=True, initial=float("-inf"))
+
+
+_LABELS_MESSAGE = (
+    "Invalid value for argument `labels`: expected class ids in "
+    "[0, num_classes), num_classes = similarities.shape[1]."
+)
+
+
+def _proxy_labels(labels, s):
+    """``(labels [B] integer, with_positive [C] bool)``: the class ids, checked to be integral,
+    one per row of `s` and in ``[0, C)``, and the proxies with a positive in the batch."""
+    classes = ops.shape(s)[1]
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
+
+        # Integral values only (1.7 is refused, not truncated), range-checked in int64
+        # (2**32 + 1 would wrap to class 1 in int32).
+        labels = _checks.same_rows(class_labels(labels), s, "labels", "similarities")
+        in_range = tf.logical_and(labels >= 0, labels < tf.cast(classes, tf.int64))
+        with tf.control_dependencies(
+            [tf.debugging.assert_equal(tf.reduce_all(in_range), True, message=_LABELS_MESSAGE)]
+        ):
+            with_positive = tf.math.unsorted_segment_sum(tf.ones_like(labels), labels, classes) > 0
+        return labels, with_positive
+    # JAX and PyTorch: integral floats and int32's range (JAX without 64-bit types) are checked
+    # by `_checks`; the class range when the labels are concrete (not under `jax.jit`, which
+    # has no run-time assertion: there an id outside [0, C) has no proxy and no positive).
+    labels = _checks.integer_floats(
+        _checks.label_vector(labels, "labels"), "labels", "integer class labels"
+    )
+    labels = _checks.same_rows(labels, s, "labels", "similarities")
+    # int32 on JAX without 64-bit types (`label_vector` refused ids outside its range there).
+    labels = ops.cast(labels, "int32" if _checks.jax_without_x64() else "int64")
+    if not _is_tracer(labels):
+        values = np.asarray(ops.convert_to_numpy(labels))
+        if values.size and (values.min() < 0 or values.max() >= classes):
+            raise ValueError(_LABELS_MESSAGE)
+    with_positive = ops.any(ops.one_hot(labels, classes, dtype="bool"), axis=0)
+    return labels, with_positive
+
+
+def _is_tracer(x):
+    if keras.backend.backend() != "jax":
+        return False
+    import jax  # noqa: PLC0415 (the JAX backend is loaded already)
+
+    return isinstance(x, jax.core.Tracer)
 
 
 def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1, anchor_rows=None):
@@ -52,46 +112,34 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1, anchor_row
     Returns:
       A scalar of the similarities' dtype (half precision computed in float32).
     """
-    s = tf.convert_to_tensor(similarities)
-    if not s.dtype.is_floating or (s.shape.rank is not None and s.shape.rank != 2):
+    s = _checks.to_tensor(similarities, "similarities")
+    shape = _checks.static_shape(s)
+    name = keras.backend.standardize_dtype(s.dtype)
+    if not keras.backend.is_float_dtype(name) or (shape is not None and len(shape) != 2):
         raise ValueError(
             _checks.invalid(
                 "similarities",
                 "a [batch_size, num_classes] float tensor",
-                f"<tensor {s.dtype.name} {s.shape}>",
+                f"<tensor {name} {s.shape}>",
             )
         )
     dtype = s.dtype
-    s = tf.cast(s, _checks.compute_dtype(dtype))
-    # Integral values only (1.7 is refused, not truncated), range-checked in int64 (2**32 + 1
-    # would wrap to class 1 in int32).
-    labels = _checks.same_rows(class_labels(labels), s, "labels", "similarities")
-    classes = tf.shape(s)[1]
-    in_range = tf.logical_and(labels >= 0, labels < tf.cast(classes, tf.int64))
-    with tf.control_dependencies(
-        [
-            tf.debugging.assert_equal(
-                tf.reduce_all(in_range),
-                True,
-                message="Invalid value for argument `labels`: expected class ids in "
-                "[0, num_classes), num_classes = similarities.shape[1].",
-            )
-        ]
-    ):
-        # P+: the proxies with a positive in the (whole) batch.
-        with_positive = tf.math.unsorted_segment_sum(tf.ones_like(labels), labels, classes) > 0
-    count = tf.reduce_sum(tf.cast(with_positive, s.dtype))
+    s = ops.cast(s, _checks.compute_dtype(dtype))
+    labels, with_positive = _proxy_labels(labels, s)
+    classes = ops.shape(s)[1]
+    count = ops.sum(ops.cast(with_positive, s.dtype))
     if anchor_rows is not None:
-        first, last = _own_proxies(anchor_rows, tf.shape(s)[0], classes)
+        first, last = _own_proxies(anchor_rows, ops.shape(s)[0], classes)
         s, with_positive = s[:, first:last], with_positive[first:last]
-        labels = labels - tf.cast(first, labels.dtype)  # classes outside give all-zero rows
-    positive = tf.cast(tf.one_hot(labels, tf.shape(s)[1]), tf.bool)  # [B, own proxies]
-    negative = tf.logical_not(positive)
+        labels = labels - ops.cast(first, labels.dtype)  # classes outside give all-zero rows
+    positive = ops.cast(ops.one_hot(labels, ops.shape(s)[1]), "bool")  # [B, own proxies]
+    negative = ops.logical_not(positive)
     pos_terms = _log1p_sum_exp(-alpha * (s - delta), positive, axis=0)
     neg_terms = _log1p_sum_exp(alpha * (s + delta), negative, axis=0)
-    pos = tf.reduce_sum(tf.where(with_positive, pos_terms, 0.0)) / tf.maximum(count, 1.0)
-    neg = tf.reduce_sum(neg_terms) / tf.cast(classes, s.dtype)
-    return tf.cast(pos + neg, dtype)
+    at_least_one = ops.where(count < 1.0, ops.ones_like(count), count)
+    pos = ops.sum(ops.where(with_positive, pos_terms, ops.zeros_like(pos_terms))) / at_least_one
+    neg = ops.sum(neg_terms) / ops.cast(classes, s.dtype)
+    return ops.cast(pos + neg, dtype)
 
 
 def _own_proxies(anchor_rows, rows, classes):
@@ -99,11 +147,13 @@ def _own_proxies(anchor_rows, rows, classes):
     (start, count)`` of `rows`, ``floor(start C / B)`` to ``floor((start + count) C / B)``: a
     monotone map of row bounds to proxy bounds, 0 to 0 and B to C."""
     start, count = anchor_rows
+    if all(isinstance(v, int) for v in (start, count, rows, classes)):
+        return start * classes // rows, (start + count) * classes // rows  # exact Python ints
     # In int64: start * C overflows int32 at B = 4,096 rows and C = 2**20 proxies.
-    rows, classes = tf.cast(rows, tf.int64), tf.cast(classes, tf.int64)
+    rows, classes = ops.cast(rows, "int64"), ops.cast(classes, "int64")
 
     def bound(row):
-        return tf.cast(tf.math.floordiv(tf.cast(row, tf.int64) * classes, rows), tf.int32)
+        return ops.cast(ops.floor_divide(ops.cast(row, "int64") * classes, rows), "int32")
 
     return bound(start), bound(start + count)
 

@@ -9,6 +9,7 @@ uniformly among the rows of other classes.
 
 import keras
 import tensorflow as tf
+from keras import ops
 
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss
@@ -20,21 +21,26 @@ def random_negatives(labels, uniform):
 
     Args:
       labels: `[B]` labels.
-      uniform: `[B, B]` uniform(0, 1) draws (the caller owns the randomness).
+      uniform: `[B, B]` uniform(0, 1) draws (the caller owns the randomness, e.g.
+        ``keras.random.uniform([B, B], seed=seed_generator)``: the same draws give the same
+        negatives on every backend).
+
+    Returns:
+      `[B]` int32 row indices.
     """
-    labels = tf.reshape(labels, [-1])
-    other_class = tf.not_equal(labels[:, tf.newaxis], labels[tf.newaxis, :])
+    labels = ops.reshape(ops.convert_to_tensor(labels), [-1])
+    other_class = ops.not_equal(labels[:, None], labels[None, :])
     # The argmax of iid uniforms restricted to a set is uniform over that set. A column of -1
     # keeps argmax defined for an empty batch (an uneven last batch under tf.distribute).
-    scores = tf.concat(
+    scores = ops.concatenate(
         [
-            tf.where(other_class, tf.cast(uniform, tf.float32), -1.0),
-            -tf.ones_like(labels[:, tf.newaxis], tf.float32),
+            ops.where(other_class, ops.cast(uniform, "float32"), -1.0),
+            -ops.ones_like(labels[:, None], "float32"),
         ],
         axis=1,
     )
-    choice = tf.argmax(scores, axis=1, output_type=tf.int32)
-    return tf.where(tf.reduce_any(other_class, axis=1), choice, -1)
+    choice = ops.cast(ops.argmax(scores, axis=1), "int32")
+    return ops.where(ops.any(other_class, axis=1), choice, -1)
 
 
 def spread_out_loss(labels, embeddings, negatives):
@@ -51,15 +57,19 @@ def spread_out_loss(labels, embeddings, negatives):
     """
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
     _common.flat_labels(labels, x, "labels", "embeddings")  # checked only: one label per row
-    negatives = tf.reshape(tf.convert_to_tensor(negatives), [-1])
+    negatives = ops.reshape(ops.convert_to_tensor(negatives), [-1])
     valid = negatives >= 0
-    products = tf.reduce_sum(x * tf.gather(x, tf.maximum(negatives, 0)), axis=1)
-    count = tf.reduce_sum(tf.cast(valid, x.dtype))
-    first = _common.safe_mean_over(tf.reduce_sum(tf.where(valid, products, 0.0)), count)
-    second = _common.safe_mean_over(tf.reduce_sum(tf.where(valid, products**2, 0.0)), count)
-    dim = tf.cast(tf.shape(x)[1], x.dtype)
-    penalty = tf.square(first) + tf.maximum(second - 1.0 / dim, 0.0)
-    return tf.cast(tf.where(count > 0, penalty, tf.zeros_like(penalty)), dtype)
+    rows = ops.take(x, ops.where(valid, negatives, ops.zeros_like(negatives)), axis=0)
+    products = ops.sum(x * rows, axis=1)
+    count = ops.sum(ops.cast(valid, x.dtype))
+    zero = ops.zeros_like(products)
+    first = _common.safe_mean_over(ops.sum(ops.where(valid, products, zero)), count)
+    second = _common.safe_mean_over(ops.sum(ops.where(valid, products**2, zero)), count)
+    dim = ops.cast(ops.shape(x)[1], x.dtype)
+    # `ops.where`, not `ops.maximum`: Keras promotes float64 to float32 there on JAX/PyTorch.
+    excess = second - 1.0 / dim
+    penalty = ops.square(first) + ops.where(excess < 0.0, ops.zeros_like(excess), excess)
+    return ops.cast(ops.where(count > 0, penalty, ops.zeros_like(penalty)), dtype)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
