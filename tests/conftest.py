@@ -16,6 +16,7 @@ BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 ALL_BACKENDS = (
     "test_backend_helpers.py",
     "losses/test_common.py",
+    "losses/test_tfa_functions_backends.py",
     "ops/test_checks.py",
     "ops/test_distances.py",
     "ops/test_ole.py",
