@@ -18,6 +18,7 @@ ALL_BACKENDS = (
     "losses/test_common.py",
     "losses/test_paper_functions_backends.py",
     "losses/test_spectral_losses_backends.py",
+    "losses/test_tfa_functions_backends.py",
     "ops/test_checks.py",
     "ops/test_distances.py",
     "ops/test_ole.py",

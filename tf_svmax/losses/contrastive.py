@@ -1,7 +1,7 @@
 """Contrastive loss on pair distances (Hadsell et al. 2006), tensorflow-addons' semantics."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax.losses._base import LossFunctionWrapper
 from tf_svmax.ops import _checks
@@ -21,13 +21,21 @@ def contrastive_loss(y_true, y_pred, margin=1.0):
     Example:
       >>> contrastive_loss([1, 0], [0.5, 0.3])  # [0.25, 0.49]
     """
-    y_pred = tf.convert_to_tensor(y_pred)
+    y_pred = ops.convert_to_tensor(y_pred)
     # One label per distance (TFA would broadcast [B] against [B, 1] into [B, B] silently, or
     # fail inside Mul).
     y_true = _checks.same_rows(y_true, y_pred, "y_true", "y_pred")
-    y_true = tf.cast(y_true, y_pred.dtype)
-    dissimilar = tf.square(tf.maximum(margin - y_pred, 0.0))
-    return y_true * tf.square(y_pred) + (1.0 - y_true) * dissimilar
+    y_true = ops.cast(y_true, y_pred.dtype)
+    dissimilar = ops.square(_hinge(margin - y_pred))
+    return y_true * ops.square(y_pred) + (1.0 - y_true) * dissimilar
+
+
+def _hinge(x):
+    """``max(x, 0)`` in `x`'s dtype, the gradient passing at 0 (as `tf.maximum`'s): Keras
+    3.15's `ops.maximum` returns float32 for float64 on JAX and PyTorch, so `where` there."""
+    if keras.backend.backend() == "tensorflow":
+        return ops.maximum(x, 0.0)
+    return ops.where(x >= 0.0, x, ops.zeros_like(x))
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -50,8 +58,8 @@ class ContrastiveLoss(LossFunctionWrapper, keras.losses.Loss):
         # `[B]` labels with `[B, 1]` distances (a Dense(1) head) are one label per pair, as
         # TFA's Keras 2 class and `compile` read them (Keras aligns the ranks before the
         # function), not a `[B, B]` broadcast.
-        y_pred = tf.convert_to_tensor(y_pred)
-        y_true = tf.convert_to_tensor(y_true)
-        if y_pred.shape.rank == 2 and y_pred.shape[-1] == 1 and y_true.shape.rank == 1:
-            y_true = tf.expand_dims(y_true, -1)
+        y_pred = ops.convert_to_tensor(y_pred)
+        y_true = ops.convert_to_tensor(y_true)
+        if len(y_pred.shape) == 2 and y_pred.shape[-1] == 1 and len(y_true.shape) == 1:
+            y_true = ops.expand_dims(y_true, -1)
         return super().call(y_true, y_pred)

@@ -2,7 +2,7 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
@@ -58,8 +58,8 @@ def lifted_struct_loss(
     pdist = distances.pairwise_distance(x, squared=squared, rows=window)  # [n, b]
     positives, negatives = _common.anchor_masks(labels, window)
     shift, scaled = _negative_sums(margin, pdist, negatives)  # [n, 1] each
-    row_shift, column_shift = shift, tf.transpose(shift)
-    row_scaled, column_scaled = scaled, tf.transpose(scaled)
+    row_shift, column_shift = shift, ops.transpose(shift)
+    row_scaled, column_scaled = scaled, ops.transpose(scaled)
     if window is not None:
         # Pairs (anchor, j) with j in the window: the anchors' positives all lie there.
         count, start, size = anchor_rows[1], window[0], window[1]
@@ -69,42 +69,43 @@ def lifted_struct_loss(
         row_shift, row_scaled = shift[rows], scaled[rows]
 
     # log(S_i e^{r_i} + S_j e^{r_j}) = M + log(S_i e^{r_i - M} + S_j e^{r_j - M}), M = max(r_i, r_j)
-    pair_shift = tf.maximum(row_shift, column_shift)
-    pair_sum = row_scaled * tf.exp(row_shift - pair_shift) + column_scaled * tf.exp(
+    pair_shift = _maximum(row_shift, column_shift)
+    pair_sum = row_scaled * ops.exp(row_shift - pair_shift) + column_scaled * ops.exp(
         column_shift - pair_shift
     )
     has_negatives = pair_sum > 0.0
     # log(0) only where neither row has a negative; those pairs contribute max(-inf, 0) = 0.
-    log_sum = tf.where(
+    log_sum = ops.where(
         has_negatives,
-        tf.math.log(tf.where(has_negatives, pair_sum, 1.0)),
-        tf.constant(-np.inf, x.dtype),
+        ops.log(ops.where(has_negatives, pair_sum, ops.ones_like(pair_sum))),
+        ops.full_like(pair_sum, -np.inf),
     )
     objective = pair_shift + log_sum + pdist
 
-    hinge = tf.maximum(tf.where(positives, objective, 0.0), 0.0)
-    total = 0.25 * tf.reduce_sum(tf.square(hinge))
+    zero = ops.zeros_like(objective)
+    hinge = _maximum(ops.where(positives, objective, zero), zero)
+    total = 0.25 * ops.sum(ops.square(hinge))
     if normalizer_rows is None:
         num_pairs = _common.positive_pair_count(labels, x.dtype) / 2.0
     else:
         first_rows, _ = _common.anchor_masks(labels, normalizer_rows)
-        num_pairs = tf.cast(tf.math.count_nonzero(first_rows), x.dtype) / 2.0
-    return tf.cast(_common.safe_mean_over(total, num_pairs), dtype)
+        num_pairs = ops.cast(ops.count_nonzero(first_rows), x.dtype) / 2.0
+    return ops.cast(_common.safe_mean_over(total, num_pairs), dtype)
 
 
 def _class_window(labels, anchor_rows):
     """``(start, size)``: the smallest range of rows holding the rows ``anchor_rows = (start,
     count)`` and every row of their classes (``(start, 0)`` for no anchors)."""
     start, count = anchor_rows
-    b = tf.shape(labels)[0]
+    b = ops.shape(labels)[0]
     own_labels = labels[start : start + count]
     # Rows sharing a class with an anchor (the anchors among them): a [count, b] comparison.
-    needed = tf.reduce_any(tf.equal(own_labels[:, tf.newaxis], labels[tf.newaxis, :]), axis=0)
-    index = tf.range(b)
-    first = tf.reduce_min(tf.where(needed, index, b))
-    end = tf.reduce_max(tf.where(needed, index + 1, 0))
+    needed = ops.any(ops.equal(own_labels[:, None], labels[None, :]), axis=0)
+    index = ops.arange(b, dtype="int32")
+    first = ops.min(ops.where(needed, index, b))
+    end = ops.max(ops.where(needed, index + 1, 0))
     has_anchors = count > 0
-    return tf.where(has_anchors, first, start), tf.where(has_anchors, end - first, 0)
+    return ops.where(has_anchors, first, start), ops.where(has_anchors, end - first, 0)
 
 
 def _negative_sums(margin, pdist, negatives):
@@ -113,11 +114,21 @@ def _negative_sums(margin, pdist, negatives):
     diff = margin - pdist
     # The shifts only keep exp() in range; the log-sum-exp is invariant to them, so they carry no
     # gradient (letting it flow breaks at ties between two rows' shifts, as it does in TFA).
-    shift = tf.stop_gradient(_common.masked_max(diff, negatives))  # [n, 1]
+    shift = ops.stop_gradient(_common.masked_max(diff, negatives))  # [n, 1]
     # The exponent is masked before exp: an unselected overflow would still poison the gradient.
-    exponent = tf.where(negatives, diff - shift, 0.0)
-    scaled = tf.reduce_sum(tf.where(negatives, tf.exp(exponent), 0.0), axis=1, keepdims=True)
+    zero = ops.zeros_like(diff)
+    exponent = ops.where(negatives, diff - shift, zero)
+    scaled = ops.sum(ops.where(negatives, ops.exp(exponent), zero), axis=1, keepdims=True)
     return shift, scaled
+
+
+def _maximum(a, b):
+    """Elementwise max in the operands' dtype, the gradient going to `a` at ties (as
+    `tf.maximum`'s): Keras 3.15's `ops.maximum` returns float32 for float64 on JAX and PyTorch,
+    so `where` there."""
+    if keras.backend.backend() == "tensorflow":
+        return ops.maximum(a, b)
+    return ops.where(a >= b, a, b)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

@@ -1,7 +1,7 @@
 """N-pair losses on a similarity matrix (Sohn 2016), tensorflow-addons' semantics."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
@@ -12,21 +12,21 @@ def _softmax_cross_entropy(targets, logits, dtype):
     # -sum(t * log_softmax(z)), the value and gradient (softmax - t, rows of t sum to 1) of
     # tf.nn.softmax_cross_entropy_with_logits, which TFA calls. Not that fused op: in a traced
     # function its shape error preempts the label-row check and names no argument.
-    loss = -tf.reduce_sum(targets * tf.nn.log_softmax(logits, axis=1), axis=1)
-    return tf.cast(tf.reduce_mean(loss), dtype)
+    loss = -ops.sum(targets * ops.log_softmax(logits, axis=1), axis=1)
+    return ops.cast(ops.mean(loss), dtype)
 
 
 def _logits(y_pred):
-    logits = tf.convert_to_tensor(y_pred)
-    if not logits.dtype.is_floating:
+    logits = _checks.to_tensor(y_pred, "y_pred")
+    name = keras.backend.standardize_dtype(logits.dtype)
+    if not keras.backend.is_float_dtype(name):
         raise TypeError(
             _checks.invalid(
-                "y_pred",
-                "a floating-point similarity matrix",
-                f"<tensor of dtype {logits.dtype.name}>",
+                "y_pred", "a floating-point similarity matrix", f"<tensor of dtype {name}>"
             )
         )
-    if logits.shape.rank is not None and logits.shape.rank != 2:
+    shape = _checks.static_shape(logits)
+    if shape is not None and len(shape) != 2:
         raise ValueError(
             _checks.invalid(
                 "y_pred",
@@ -34,7 +34,7 @@ def _logits(y_pred):
                 f"<tensor of shape {logits.shape}>",
             )
         )
-    return tf.cast(logits, _checks.compute_dtype(logits.dtype)), logits.dtype
+    return ops.cast(logits, _checks.compute_dtype(name)), logits.dtype
 
 
 def npairs_loss(y_true, y_pred):
@@ -51,8 +51,8 @@ def npairs_loss(y_true, y_pred):
     """
     logits, dtype = _logits(y_pred)
     labels = _common.flat_labels(y_true, logits)
-    same = tf.cast(tf.equal(labels[:, tf.newaxis], labels[tf.newaxis, :]), logits.dtype)
-    targets = same / tf.reduce_sum(same, axis=1, keepdims=True)  # each row has its own label
+    same = ops.cast(ops.equal(labels[:, None], labels[None, :]), logits.dtype)
+    targets = same / ops.sum(same, axis=1, keepdims=True)  # each row has its own label
     return _softmax_cross_entropy(targets, logits, dtype)
 
 
@@ -68,23 +68,32 @@ def npairs_multilabel_loss(y_true, y_pred):
       A scalar of the dtype of `y_pred`.
     """
     logits, dtype = _logits(y_pred)
-    if isinstance(y_true, tf.SparseTensor):
-        y_true = tf.sparse.to_dense(y_true)
-    y_true = tf.cast(tf.convert_to_tensor(y_true), logits.dtype)
+    # A tf.SparseTensor (TensorFlow) is densified.
+    y_true = ops.cast(ops.convert_to_tensor(y_true, sparse=False), logits.dtype)
     y_true = _checks.same_rows(y_true, logits, "y_true", "y_pred")
-    shared = tf.matmul(y_true, y_true, transpose_b=True)
-    row_sums = tf.reduce_sum(shared, axis=1, keepdims=True)
-    with tf.control_dependencies(
-        [
-            tf.debugging.assert_positive(
-                row_sums,
-                message="Invalid value for argument `y_true`: every sample needs at least one "
-                "label (a row of zeros gives 0/0).",
-            )
-        ]
-    ):
-        targets = shared / row_sums
+    shared = _checks.matmul(y_true, y_true, transpose_b=True)
+    row_sums = ops.sum(shared, axis=1, keepdims=True)
+    targets = shared / _every_sample_labelled(row_sums)
     return _softmax_cross_entropy(targets, logits, dtype)
+
+
+_NO_LABEL = (
+    "Invalid value for argument `y_true`: every sample needs at least one label (a row of "
+    "zeros gives 0/0)."
+)
+
+
+def _every_sample_labelled(row_sums):
+    """`row_sums`, after checking each is positive: in Python where the values are concrete
+    (eager TensorFlow, JAX outside `jit`, PyTorch), else when a TensorFlow graph runs. Under
+    `jax.jit` nothing can be checked: a row of zeros gives NaN there."""
+    if keras.backend.backend() == "tensorflow":
+        return _checks._checked_when_run(
+            row_sums, lambda tf: tf.debugging.assert_positive(row_sums, message=_NO_LABEL)
+        )
+    if not _checks.in_xla_context() and not bool(ops.all(row_sums > 0)):
+        raise ValueError(_NO_LABEL)
+    return row_sums
 
 
 def _per_replica(kwargs):

@@ -14,7 +14,7 @@ Differences from tensorflow-addons 0.23.0 (documented, tested):
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, deserialize_callable
@@ -32,7 +32,7 @@ def _anchor_distances(embeddings, labels, distance_metric, anchor_rows):
     ``anchor_rows = (start, count)`` (all rows when None) against the whole batch."""
     pdist = distances.distance_matrix(embeddings, distance_metric, rows=anchor_rows)
     positives, negatives = _common.anchor_masks(labels, anchor_rows)
-    return tf.cast(pdist, embeddings.dtype), positives, negatives
+    return ops.cast(pdist, embeddings.dtype), positives, negatives
 
 
 def triplet_semihard_loss(
@@ -84,13 +84,13 @@ def triplet_semihard_loss(
         closest_farther, farther_exists = _closest_farther(pdist, negatives)
         # Fallback: the farthest negative of the anchor (its nearest point if it has none).
         farthest_negative = _common.masked_max(pdist, negatives)
-        semi_hard = tf.where(farther_exists, closest_farther, farthest_negative)
+        semi_hard = ops.where(farther_exists, closest_farther, farthest_negative)
         loss_matrix = margin + pdist - semi_hard
-        positives_f = tf.cast(positives, pdist.dtype)
-        return tf.reduce_sum(tf.maximum(loss_matrix * positives_f, 0.0))
+        positives_f = ops.cast(positives, pdist.dtype)
+        return ops.sum(_hinge(loss_matrix * positives_f))
 
     total = _sum_over_anchor_blocks(share, embeddings, anchor_rows)
-    return tf.cast(_common.safe_mean_over(total, count), dtype)
+    return ops.cast(_common.safe_mean_over(total, count), dtype)
 
 
 # Elements (anchor rows x batch) of one block of `_sum_over_anchor_blocks`: its distance rows,
@@ -104,19 +104,51 @@ def _sum_over_anchor_blocks(share, x, anchor_rows):
     rows when None), with its gradient w.r.t. `x`, in one block's memory.
 
     A batch of static size with at most `_ROW_BLOCK_ELEMENTS` distances is one block,
-    differentiated as usual. Otherwise (a larger batch, or one whose size is known only when the
-    step runs, as in Keras' `fit`) the shares are summed block by block without keeping anything
-    for the gradient, and the gradient recomputes each block's share under its own tape (one
-    more forward pass: the price of O(block) instead of O(b^2) autodiff state). Choosing between
-    the two with `tf.cond` fails to differentiate under `tf.distribute` (nested in the base
-    class's empty-batch `cond`, TF's cond gradient cannot resolve the captured gathered batch).
-    Under XLA (static shapes) it is one block.
+    differentiated as usual; so is any batch under XLA (TensorFlow's `jit_compile`, `jax.jit`).
+    Otherwise the shares are summed block by block and each block's share is recomputed for the
+    gradient (one more forward pass: the price of O(block) instead of O(b^2) autodiff state):
+    on TensorFlow with `_tf_blockwise` (also for a batch size known only when the step runs),
+    on PyTorch with `torch.utils.checkpoint` over blocks of static size. Eager JAX sums the
+    blocks without recomputation (Keras' JAX steps are jitted: one block).
     """
     if _checks.in_xla_context():
         return share(x, anchor_rows)
     static_b = x.shape[0]
     if static_b is not None and static_b * static_b <= _ROW_BLOCK_ELEMENTS:
         return share(x, anchor_rows)
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return _tf_blockwise(share, x, anchor_rows)
+    b = int(static_b)
+    start, count = (0, b) if anchor_rows is None else (int(r) for r in anchor_rows)
+    rows = max(1, _ROW_BLOCK_ELEMENTS // max(b, 1))
+    if backend == "torch":
+        from torch.utils import checkpoint  # noqa: PLC0415 (the PyTorch backend only)
+
+        def block(x, first, size):
+            return checkpoint.checkpoint(lambda x: share(x, (first, size)), x, use_reentrant=False)
+    else:
+        # Eager JAX (under jax.jit it is one block, above): blocks bound the forward's
+        # temporaries, not autodiff's residuals (jax.checkpoint would re-trace the block, and
+        # `_closest_farther`'s custom gradient closes over the block's label masks, which JAX
+        # refuses inside such a trace).
+        def block(x, first, size):
+            return share(x, (first, size))
+
+    total = ops.zeros([], x.dtype)
+    for first in range(start, start + count, rows):
+        total = total + block(x, first, min(rows, start + count - first))
+    return total
+
+
+def _tf_blockwise(share, x, anchor_rows):
+    """TensorFlow's `_sum_over_anchor_blocks` for a large or unknown batch size: the shares
+    summed in a `tf.while_loop`, the gradient recomputing each block under its own tape.
+    Choosing between this and one block with `tf.cond` fails to differentiate under
+    `tf.distribute` (nested in the base class's empty-batch `cond`, TF's cond gradient cannot
+    resolve the captured gathered batch)."""
+    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
+
     b = tf.shape(x)[0]
     start, count = (0, b) if anchor_rows is None else anchor_rows
     rows = tf.maximum(1, _ROW_BLOCK_ELEMENTS // tf.maximum(b, 1))
@@ -163,15 +195,60 @@ def _closest_farther(pdist, negatives):
     the chosen distance is the row maximum, the candidates' shifted value 0 ties with the b -
     #candidates masked-out zeros: each candidate gets 1/b of it and the rest reaches ``h_a``
     (split among the row's maxima); with no candidate all of it does (the masked-out zeros are
-    all tied). Tests: tests/losses/test_tfa_parity.py (exact ties included).
+    all tied). The same gradient on every backend (JAX's and PyTorch's own min/max gradients
+    split ties differently; this one is written out). Tests: tests/losses/test_tfa_parity.py
+    (exact ties included), tests/losses/test_tfa_functions_backends.py.
     """
-    count, high, order, first, end, least = _search_rows(pdist, negatives)
-    exists = first < count
+    # Whether a negative is farther: the row's farthest negative is (the same comparisons as
+    # the search's, so the same booleans).
+    keys = ops.where(negatives, pdist, ops.full_like(pdist, -np.inf))
+    farthest = ops.max(keys, axis=1, keepdims=True, initial=-np.inf)  # no rows: no error
+    exists = ops.stop_gradient(farthest) > ops.stop_gradient(pdist)
 
-    def grad(upstream):
-        return _gradient_rows(pdist, upstream, count, high, order, first, end, least)
+    # Everything the gradient needs is computed inside the custom-gradient function from its
+    # argument: JAX refuses a traced value closed over from outside it.
+    @ops.custom_gradient
+    def closest_farther(pdist):
+        count, high, order, first, end, least = _search_rows(pdist, negatives)
 
-    return _with_gradient(pdist, least + high, grad), exists
+        def grad(*args, upstream=None):
+            # TensorFlow and JAX pass the upstream gradient positionally, PyTorch by name.
+            upstream = args[0] if upstream is None else upstream
+            return _gradient_rows(pdist, upstream, count, high, order, first, end, least)
+
+        return least + high, grad
+
+    return closest_farther(pdist), exists
+
+
+def _stable_argsort_rows(x):
+    """Each row's sort order, ties in index order on every backend (`ops.argsort` is not stable
+    on TensorFlow)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
+
+        return tf.argsort(x, axis=1, stable=True)
+    return ops.argsort(x, axis=1)  # jnp.argsort is stable; Keras calls torch's with stable=True
+
+
+def _searchsorted_rows(ordered, values, side):
+    """Row-wise `searchsorted` of `values` `[m, n]` in the sorted rows of `ordered` `[m, b]`
+    (`ops.searchsorted` takes one sorted vector), int32."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
+
+        return tf.searchsorted(ordered, values, side=side)
+    if backend == "jax":
+        import jax  # noqa: PLC0415 (the JAX backend only)
+
+        search = jax.vmap(lambda row, v: jax.numpy.searchsorted(row, v, side=side))
+        return ops.cast(search(ordered, values), "int32")
+    import torch  # noqa: PLC0415 (the PyTorch backend only)
+
+    return torch.searchsorted(
+        ordered.contiguous(), values.contiguous(), right=side == "right", out_int32=True
+    )
 
 
 def _search_rows(pdist, negatives):
@@ -179,61 +256,55 @@ def _search_rows(pdist, negatives):
     least)``: the row's number of negatives and maximum, the sort order of its negatives, the
     first sorted negative farther than each column, the end of its tie group, and its distance
     minus the row maximum (0 where there is none)."""
-    b = tf.shape(pdist)[1]
+    b = ops.shape(pdist)[1]
     # Each row's negatives in increasing order, +inf after them.
-    keys = tf.where(negatives, pdist, tf.constant(np.inf, pdist.dtype))
-    order = tf.argsort(keys, axis=1, stable=True)
-    ordered = tf.gather(keys, order, batch_dims=1)
-    count = tf.reduce_sum(tf.cast(negatives, tf.int32), axis=1, keepdims=True)
+    keys = ops.where(negatives, pdist, ops.full_like(pdist, np.inf))
+    order = ops.cast(_stable_argsort_rows(keys), "int32")
+    ordered = ops.take_along_axis(keys, order, axis=1)
+    count = ops.sum(ops.cast(negatives, "int32"), axis=1, keepdims=True)
     # The first negative strictly farther than the positive.
-    first = tf.searchsorted(ordered, pdist, side="right")
+    first = _searchsorted_rows(ordered, pdist, side="right")
     # TFA compares the candidates shifted by the row maximum, d - h: distances that differ
     # only below h's rounding step tie there, so the tie group is found among the shifted
     # values (sorted too: the shift is monotone), and the value is (d - h) + h as in TFA.
-    high = tf.reduce_max(pdist, axis=1, keepdims=True)
+    high = ops.max(pdist, axis=1, keepdims=True, initial=-np.inf)  # no rows: no error
     shifted = ordered - high
-    least = tf.gather(shifted, tf.minimum(first, b - 1), batch_dims=1)
+    least = ops.take_along_axis(shifted, ops.minimum(first, b - 1), axis=1)
     # Never +inf, even where unused (no candidate).
-    least = tf.where(first < count, least, tf.zeros_like(least))
-    end = tf.searchsorted(shifted, least, side="right")
+    least = ops.where(first < count, least, ops.zeros_like(least))
+    end = _searchsorted_rows(shifted, least, side="right")
     return count, high, order, first, end, least
 
 
 def _gradient_rows(pdist, upstream, count, high, order, first, end, least):
     """Backward of `_closest_farther` on some anchor rows (see its docstring)."""
-    m, b = tf.shape(pdist)[0], tf.shape(pdist)[1]
-    b_f = tf.cast(b, pdist.dtype)
+    m, b = ops.shape(pdist)[0], ops.shape(pdist)[1]
+    b_f = ops.cast(b, pdist.dtype)
     exists = first < count
+    zeros = ops.zeros_like(upstream)
     # At the row maximum (or with no candidate) the shifted min 0 ties with every entry.
-    at_high = tf.logical_or(tf.logical_not(exists), tf.equal(least, 0.0))
-    tied = tf.where(at_high, b_f, tf.cast(end - first, pdist.dtype))
-    per_candidate = tf.where(exists, upstream / tied, tf.zeros_like(upstream))
+    at_high = ops.logical_or(ops.logical_not(exists), ops.equal(least, 0.0))
+    tied = ops.where(at_high, b_f, ops.cast(end - first, pdist.dtype))
+    per_candidate = ops.where(exists, upstream / tied, zeros)
     # Spread over the sorted positions first .. end - 1 (a difference array, then cumsum).
-    rows = tf.range(m)[:, tf.newaxis] * (b + 1)
-    spread = tf.math.unsorted_segment_sum(per_candidate, rows + first, m * (b + 1))
-    spread -= tf.math.unsorted_segment_sum(per_candidate, rows + end, m * (b + 1))
-    spread = tf.cumsum(tf.reshape(spread, [m, b + 1]), axis=1)[:, :b]
+    rows = ops.arange(m, dtype="int32")[:, None] * (b + 1)
+    flat = ops.reshape(per_candidate, [-1])
+
+    def segment_sum(data, ids, segments):
+        return ops.segment_sum(data, ops.reshape(ids, [-1]), num_segments=segments)
+
+    spread = segment_sum(flat, rows + first, m * (b + 1))
+    spread -= segment_sum(flat, rows + end, m * (b + 1))
+    spread = ops.cumsum(ops.reshape(spread, [m, b + 1]), axis=1)[:, :b]
     # Back from sorted positions to columns.
-    columns = tf.range(m)[:, tf.newaxis] * b + order
-    direct = tf.reshape(tf.math.unsorted_segment_sum(spread, columns, m * b), [m, b])
+    columns = ops.arange(m, dtype="int32")[:, None] * b + order
+    direct = ops.reshape(segment_sum(ops.reshape(spread, [-1]), columns, m * b), [m, b])
     # What reaches the row maximum: 1 - (#candidates tied at it) / b of the upstream.
-    candidates = tf.where(exists, tf.cast(count - first, pdist.dtype), tf.zeros_like(least))
-    to_high = tf.where(at_high, upstream * (1.0 - candidates / b_f), tf.zeros_like(upstream))
-    is_high = tf.cast(tf.equal(pdist, high), pdist.dtype)
-    share = tf.reduce_sum(to_high, axis=1, keepdims=True) / tf.reduce_sum(
-        is_high, axis=1, keepdims=True
-    )
+    candidates = ops.where(exists, ops.cast(count - first, pdist.dtype), ops.zeros_like(least))
+    to_high = ops.where(at_high, upstream * (1.0 - candidates / b_f), zeros)
+    is_high = ops.cast(ops.equal(pdist, high), pdist.dtype)
+    share = ops.sum(to_high, axis=1, keepdims=True) / ops.sum(is_high, axis=1, keepdims=True)
     return direct + share * is_high
-
-
-def _with_gradient(x, value, grad):
-    """`value` (computed from `x` without a gradient) with the gradient `grad` w.r.t. `x`."""
-
-    @tf.custom_gradient
-    def attach(x):
-        return tf.identity(value), grad
-
-    return attach(x)
 
 
 def triplet_hard_loss(
@@ -274,14 +345,22 @@ def triplet_hard_loss(
     hard_negatives = _common.masked_min(pdist, negatives)
     hard_positives = _common.masked_max(pdist, positives)
     if soft:
-        per_anchor = tf.math.softplus(hard_positives - hard_negatives)
+        per_anchor = ops.softplus(hard_positives - hard_negatives)
     else:
-        per_anchor = tf.maximum(hard_positives - hard_negatives + margin, 0.0)
+        per_anchor = _hinge(hard_positives - hard_negatives + margin)
     # Mean over the batch's anchors; 0 for an empty batch (an uneven last batch under
     # tf.distribute).
-    total = tf.reduce_sum(per_anchor)
-    anchors = tf.size(labels) if normalizer_rows is None else normalizer_rows[1]
-    return tf.cast(_common.safe_mean_over(total, anchors), dtype)
+    total = ops.sum(per_anchor)
+    anchors = ops.size(labels) if normalizer_rows is None else normalizer_rows[1]
+    return ops.cast(_common.safe_mean_over(total, anchors), dtype)
+
+
+def _hinge(x):
+    """``max(x, 0)`` in `x`'s dtype, the gradient passing at 0 (as `tf.maximum`'s): Keras
+    3.15's `ops.maximum` returns float32 for float64 on JAX and PyTorch, so `where` there."""
+    if keras.backend.backend() == "tensorflow":
+        return ops.maximum(x, 0.0)
+    return ops.where(x >= 0.0, x, ops.zeros_like(x))
 
 
 def _positive_pairs_of(labels, anchor_rows, dtype):
@@ -290,7 +369,7 @@ def _positive_pairs_of(labels, anchor_rows, dtype):
     if anchor_rows is None:
         return _common.positive_pair_count(labels, dtype)
     positives, _ = _common.anchor_masks(labels, anchor_rows)
-    return tf.cast(tf.math.count_nonzero(positives), dtype)
+    return ops.cast(ops.count_nonzero(positives), dtype)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
