@@ -99,6 +99,8 @@ LIBRARY_CLASSES = (
     "ProxyAnchorLoss",
     "SpreadOutLoss",
 )
+
+
 # The classes that printed the line each get a process (TensorFlow logs it once per process);
 # the other TFA classes share one. OLELoss: a float64 branch beside a float32 one in the
 # empty-batch `tf.cond`; SVMaxLoss: `where` on a boolean, whose gradient kept it.
