@@ -77,6 +77,7 @@ def test_the_losses_package_imports_and_each_tensorflow_only_loss_refuses_by_nam
     done = _python(
         NO_TENSORFLOW + "import tf_svmax, tf_svmax.losses._common\n"
         "from tf_svmax.losses import FunctionLoss, OLELoss, RegularizedLoss, SVMaxLoss\n"
+        "from tf_svmax.losses import triplet_semihard_loss, lifted_struct_loss\n"
         "print(sorted(tf_svmax.losses.__all__))\n"
         "for get in (lambda: tf_svmax.losses.TripletSemiHardLoss,\n"
         "            lambda: __import__('tf_svmax.losses', fromlist=['LiftedStructLoss'])"
@@ -90,7 +91,7 @@ def test_the_losses_package_imports_and_each_tensorflow_only_loss_refuses_by_nam
     )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
-    ported = {"FunctionLoss", "OLELoss", "RegularizedLoss", "SVMaxLoss"}
+    ported = {"FunctionLoss", "OLELoss", "RegularizedLoss", "SVMaxLoss", "triplet_semihard_loss"}
     assert ported <= set(ast.literal_eval(lines[0]))
     for line, name in zip(lines[1:3], ("TripletSemiHardLoss", "LiftedStructLoss"), strict=True):
         assert line.startswith(f"tf_svmax.losses.{name} runs on Keras' TensorFlow backend only")

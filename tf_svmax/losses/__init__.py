@@ -8,9 +8,17 @@ now: each such name refuses in one sentence (`tf_svmax._backend`).
 
 from tf_svmax import _backend
 
-# On keras.ops: these import and run on every backend.
+# On keras.ops: these import and run on every backend (the ranking losses as functions; their
+# classes are tested in fit on TensorFlow only so far).
+from tf_svmax.losses.batch_hard import batch_hard_triplet_loss
 from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
+from tf_svmax.losses.contrastive import contrastive_loss
+from tf_svmax.losses.lifted import lifted_struct_loss
+from tf_svmax.losses.npairs import npairs_loss, npairs_multilabel_loss
+from tf_svmax.losses.pair_contrastive import all_pairs_contrastive_loss
+from tf_svmax.losses.proxy_anchor import proxy_anchor_loss
 from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
+from tf_svmax.losses.triplet import triplet_hard_loss, triplet_semihard_loss
 
 if _backend.BACKEND == "tensorflow":
     _backend.require_tensorflow("tf_svmax.losses")
@@ -140,5 +148,19 @@ if _backend.BACKEND == "tensorflow":
         "triplet_semihard_loss",
     ]
 else:
-    __all__ = ["FunctionLoss", "OLELoss", "RegularizedLoss", "SVMaxLoss"]
+    __all__ = [
+        "FunctionLoss",
+        "OLELoss",
+        "RegularizedLoss",
+        "SVMaxLoss",
+        "all_pairs_contrastive_loss",
+        "batch_hard_triplet_loss",
+        "contrastive_loss",
+        "lifted_struct_loss",
+        "npairs_loss",
+        "npairs_multilabel_loss",
+        "proxy_anchor_loss",
+        "triplet_hard_loss",
+        "triplet_semihard_loss",
+    ]
     __getattr__ = _backend.refusing_getattr("tf_svmax.losses")
