@@ -8,8 +8,37 @@ touches a backend tensor.
 
 import keras
 import numpy as np
+import pytest
 
 BACKEND = keras.backend.backend()
+# A float64 parametrization: JAX without jax_enable_x64 computes float64 input in float32, so
+# there the float32 cases cover the backend and a test of its own pins the downcast.
+FLOAT64 = pytest.param(
+    np.float64,
+    marks=pytest.mark.skipif(
+        BACKEND == "jax", reason="JAX without jax_enable_x64 computes float64 in float32"
+    ),
+)
+# The float32 tolerance of values and gradients against the float64 references (issue 41).
+RTOL32 = 1e-5
+
+
+def assert_close(got, expected, rtol):
+    """Relative agreement, entries far below the largest compared at the largest one's scale
+    (float32 sums that cancel round relative to their terms, not to their result)."""
+    expected = np.asarray(expected, np.float64)
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
+
+
+def numpy_gradient(f, x, step=1e-6):
+    """Central finite differences of the float64 NumPy function `f` at `x` (a reference)."""
+    x = np.asarray(x, np.float64)
+    grad = np.zeros_like(x)
+    for index in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[index] = step
+        grad[index] = (f(x + e) - f(x - e)) / (2 * step)
+    return grad
 
 
 def to_numpy(x):

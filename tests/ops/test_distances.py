@@ -20,23 +20,6 @@ from tests import backends
 from tests import reference_ranking as rr
 from tf_svmax.ops import distances
 
-FLOAT64 = pytest.param(
-    np.float64,
-    marks=pytest.mark.skipif(
-        backends.BACKEND == "jax",
-        reason="JAX without jax_enable_x64 computes float64 in float32 (pinned separately)",
-    ),
-)
-# The float32 tolerance of values and gradients against the float64 references (issue 41).
-RTOL32 = 1e-5
-
-
-def _assert_close(got, expected, rtol):
-    """Relative agreement, entries far below the largest compared at the largest one's scale
-    (float32 sums that cancel round relative to their terms, not to their result)."""
-    expected = np.asarray(expected, np.float64)
-    np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
-
 
 def _weighted_sum(fn, weights):
     """``x -> sum(W * fn(x))``, the scalar whose gradient is compared."""
@@ -60,7 +43,7 @@ def _numpy_gradient(x, weights, metric):
     return ((weights + weights.T)[:, :, None] * local).sum(axis=1)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, FLOAT64])
+@pytest.mark.parametrize("dtype", [np.float32, backends.FLOAT64])
 @pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "cityblock"])
 @pytest.mark.parametrize("block_elements", [None, 7])
 def test_cdist_values_and_gradients_match_explicit_differences(
@@ -79,8 +62,8 @@ def test_cdist_values_and_gradients_match_explicit_differences(
     )
     assert d.dtype == grad.dtype == dtype
     if dtype == np.float32:
-        _assert_close(d, rr.cdist(reference, metric), RTOL32)
-        _assert_close(grad, _numpy_gradient(reference, weights, metric), RTOL32)
+        backends.assert_close(d, rr.cdist(reference, metric), backends.RTOL32)
+        backends.assert_close(grad, _numpy_gradient(reference, weights, metric), backends.RTOL32)
         return
     # The Gram expansion leaves ~1e-15 of the squared distance at zero distances: sqrt(1e-12 +
     # 1e-15) differs from the originals' 1e-6 by ~1e-9 there (cdist's exactness note).
@@ -106,7 +89,7 @@ def test_cdist_under_the_backends_compiler_and_graph(rng):
         eager = backends.to_numpy(distances.cdist(x, x, metric))
         for wrap in (backends.compiled, backends.graph):
             got = backends.to_numpy(wrap(_cdist_of_itself(metric))(x))
-            _assert_close(got, eager, RTOL32)
+            backends.assert_close(got, eager, backends.RTOL32)
 
 
 def _cdist_of_itself(metric):
@@ -128,7 +111,7 @@ def _tfa_l2_gradient(x, weights, squared):
     return ((weights + weights.T)[:, :, None] * local).sum(axis=1)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, FLOAT64])
+@pytest.mark.parametrize("dtype", [np.float32, backends.FLOAT64])
 @pytest.mark.parametrize("squared", [False, True])
 def test_pairwise_distance_values_and_gradients(rng, squared, dtype):
     # Rows well apart: TFA's float32 Gram expansion cancels for near-duplicates (it matches TFA
@@ -141,10 +124,10 @@ def test_pairwise_distance_values_and_gradients(rng, squared, dtype):
     )
     got = backends.to_numpy(distances.pairwise_distance(x, squared=squared))
     assert np.all(np.diag(got) == 0.0)
-    rtol = RTOL32 if dtype == np.float32 else 1e-10
-    _assert_close(got, _tfa_l2(reference, squared), rtol)
-    _assert_close(value, (weights * _tfa_l2(reference, squared)).sum(), rtol)
-    _assert_close(grad, _tfa_l2_gradient(reference, weights, squared), rtol)
+    rtol = backends.RTOL32 if dtype == np.float32 else 1e-10
+    backends.assert_close(got, _tfa_l2(reference, squared), rtol)
+    backends.assert_close(value, (weights * _tfa_l2(reference, squared)).sum(), rtol)
+    backends.assert_close(grad, _tfa_l2_gradient(reference, weights, squared), rtol)
 
 
 def _angular(x):
@@ -165,7 +148,7 @@ def _angular_gradient(x, weights):
     return np.where(norms**2 > 1e-12, projected / np.maximum(norms, 1e-300), 1e6 * grad_unit)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, FLOAT64])
+@pytest.mark.parametrize("dtype", [np.float32, backends.FLOAT64])
 def test_angular_distance_values_and_gradients_with_a_zero_row(rng, dtype):
     """A zero row: distance 1 to every other row and finite gradients on every backend
     (`keras.ops.normalize` gives NaN there on PyTorch, keras-team/keras#23075)."""
@@ -177,10 +160,10 @@ def test_angular_distance_values_and_gradients_with_a_zero_row(rng, dtype):
     got = backends.to_numpy(distances.angular_distance(x))
     assert np.isfinite(grad).all()
     # float64: the zero row's gradient is 1e6 times its upstream sum, which cancels.
-    rtol = RTOL32 if dtype == np.float32 else 1e-8
-    _assert_close(got, _angular(reference)[0], rtol)
+    rtol = backends.RTOL32 if dtype == np.float32 else 1e-8
+    backends.assert_close(got, _angular(reference)[0], rtol)
     np.testing.assert_array_equal(np.delete(got[6], 6), 1.0)
-    _assert_close(grad, _angular_gradient(reference, weights), rtol)
+    backends.assert_close(grad, _angular_gradient(reference, weights), rtol)
 
 
 @pytest.mark.parametrize("squared", [False, True])
@@ -222,7 +205,7 @@ def _scipy_table(x):
     }
 
 
-@pytest.mark.parametrize("dtype", [np.float32, FLOAT64])
+@pytest.mark.parametrize("dtype", [np.float32, backends.FLOAT64])
 @pytest.mark.parametrize("metric", distances.METRICS)
 def test_every_metric_spelling_has_its_one_meaning(rng, metric, dtype):
     x = rng.standard_normal((9, 5)).astype(dtype)
@@ -232,8 +215,8 @@ def test_every_metric_spelling_has_its_one_meaning(rng, metric, dtype):
     assert got.dtype == dtype
     assert distances.check_metric(metric) == metric
     if dtype == np.float32:
-        _assert_close(got, expected, RTOL32)
-        _assert_close(rows, expected[2:7], RTOL32)
+        backends.assert_close(got, expected, backends.RTOL32)
+        backends.assert_close(rows, expected[2:7], backends.RTOL32)
         return
     # "euclidean" at zero distance: the Gram expansion's ~1e-15 beside the 1e-12 moves the 1e-6
     # by ~1e-9 (cdist's exactness note; test_cdist_values_and_gradients_... allows 1e-8 too).
@@ -251,7 +234,7 @@ def test_half_precision_is_computed_in_float32_and_returned_in_its_dtype(rng, dt
         got = distances.distance_matrix(x_half, metric)
         assert keras.backend.standardize_dtype(got.dtype) == dtype
         # One rounding to the half type of the float32 result (2^-8 for bfloat16).
-        _assert_close(backends.to_numpy(ops.cast(got, "float32")), exact[metric], 2**-7)
+        backends.assert_close(backends.to_numpy(ops.cast(got, "float32")), exact[metric], 2**-7)
 
 
 def test_float64_input_on_jax_without_x64_is_float32_and_says_so(rng):
@@ -264,7 +247,7 @@ def test_float64_input_on_jax_without_x64_is_float32_and_says_so(rng):
     with pytest.warns(RuntimeWarning, match="float64 input .* computed in float32"):
         got = backends.to_numpy(distances.pairwise_distance(x))
     assert got.dtype == np.float32
-    _assert_close(got, _tfa_l2(x, False), RTOL32)
+    backends.assert_close(got, _tfa_l2(x, False), backends.RTOL32)
 
 
 def test_the_two_families_differ_where_their_definitions_do(rng):

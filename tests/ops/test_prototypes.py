@@ -15,22 +15,6 @@ from tests import backends
 from tf_svmax.ops import cross_batch_embeddings, prototype_histograms
 from tf_svmax.ops.prototypes import fit_prototypes
 
-FLOAT64 = pytest.param(
-    np.float64,
-    marks=pytest.mark.skipif(
-        backends.BACKEND == "jax",
-        reason="JAX without jax_enable_x64 computes float64 in float32 (float32 cases cover it)",
-    ),
-)
-# The float32 tolerance of values and gradients against the float64 references (issue 41).
-RTOL32 = 1e-5
-
-
-def _assert_close(got, expected, rtol):
-    """Relative agreement, entries far below the largest compared at the largest one's scale."""
-    expected = np.asarray(expected, np.float64)
-    np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol * np.abs(expected).max())
-
 
 def _softmax(a, axis):
     e = np.exp(a - a.max(axis=axis, keepdims=True))
@@ -54,7 +38,7 @@ def _histogram_gradients(x, v, weights, epsilon):
     )
 
 
-@pytest.mark.parametrize("dtype", [np.float32, FLOAT64])
+@pytest.mark.parametrize("dtype", [np.float32, backends.FLOAT64])
 def test_histograms_are_eq_2_4_and_sum_to_one(rng, dtype):
     x = rng.standard_normal((4, 9, 6)).astype(dtype)
     v = (0.3 * rng.standard_normal((5, 6))).astype(dtype)  # scores of order 1-10 at eps = 10
@@ -62,9 +46,9 @@ def test_histograms_are_eq_2_4_and_sum_to_one(rng, dtype):
     x64, v64 = x.astype(np.float64), v.astype(np.float64)
     got = backends.to_numpy(prototype_histograms(x, v, epsilon=10.0))
     assert got.dtype == dtype
-    rtol = RTOL32 if dtype == np.float32 else 1e-12
-    _assert_close(got, _histograms(x64, v64, 10.0), rtol)
-    _assert_close(got.sum(axis=1), np.ones(4), rtol)
+    rtol = backends.RTOL32 if dtype == np.float32 else 1e-12
+    backends.assert_close(got, _histograms(x64, v64, 10.0), rtol)
+    backends.assert_close(got.sum(axis=1), np.ones(4), rtol)
     assert (got >= 0).all()
 
     def total(x, v):
@@ -73,7 +57,7 @@ def test_histograms_are_eq_2_4_and_sum_to_one(rng, dtype):
 
     _, grads = backends.value_and_grad(total, x, v)
     for got_grad, want in zip(grads, _histogram_gradients(x64, v64, weights, 10.0), strict=True):
-        _assert_close(got_grad, want, RTOL32 if dtype == np.float32 else 1e-10)
+        backends.assert_close(got_grad, want, backends.RTOL32 if dtype == np.float32 else 1e-10)
 
 
 def _ridge(z, y, ridge):
@@ -98,7 +82,7 @@ def _central_difference(fn, x, h=1e-6):
     return grad
 
 
-@pytest.mark.parametrize("dtype", [np.float32, FLOAT64])
+@pytest.mark.parametrize("dtype", [np.float32, backends.FLOAT64])
 @pytest.mark.parametrize("rows, m", [(40, 8), (12, 64)])  # m x m form, then b x b form
 def test_cross_predictions_use_scipys_ridge_fit_on_the_fit_rows_only(rng, rows, m, dtype):
     z = _softmax(rng.standard_normal((rows, m)), axis=1).astype(dtype)
@@ -110,14 +94,14 @@ def test_cross_predictions_use_scipys_ridge_fit_on_the_fit_rows_only(rng, rows, 
     if dtype == np.float64:
         np.testing.assert_allclose(got, _cross_reference(z, y, mask), rtol=1e-8, atol=1e-10)
     else:
-        _assert_close(got, _cross_reference(z64, y64, mask), RTOL32)
+        backends.assert_close(got, _cross_reference(z64, y64, mask), backends.RTOL32)
     # The rows not fitted do not influence the fit.
     y2 = y.copy()
     y2[~mask] = rng.standard_normal(y2[~mask].shape)
-    _assert_close(backends.to_numpy(cross_batch_embeddings(z, y2, mask)), got, 1e-6)
+    backends.assert_close(backends.to_numpy(cross_batch_embeddings(z, y2, mask)), got, 1e-6)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, FLOAT64])
+@pytest.mark.parametrize("dtype", [np.float32, backends.FLOAT64])
 def test_cross_prediction_gradients_are_the_reference_fits(rng, dtype):
     rows, m = 10, 4
     z = _softmax(rng.standard_normal((rows, m)), axis=1)
@@ -135,7 +119,7 @@ def test_cross_prediction_gradients_are_the_reference_fits(rng, dtype):
         _central_difference(lambda y: (weights * _cross_reference(z, y, mask)).sum(), y),
     )
     for got, want in zip(grads, expected, strict=True):
-        _assert_close(got, want, RTOL32 if dtype == np.float32 else 1e-7)
+        backends.assert_close(got, want, backends.RTOL32 if dtype == np.float32 else 1e-7)
 
 
 def test_the_closed_forms_under_the_backends_compiler_and_graph(rng):
@@ -145,7 +129,7 @@ def test_the_closed_forms_under_the_backends_compiler_and_graph(rng):
     want = _cross_reference(z.astype(np.float64), y.astype(np.float64), mask)
     for wrap in (backends.compiled, backends.graph):
         got = wrap(lambda z, y: cross_batch_embeddings(z, y, mask))(z, y)
-        _assert_close(backends.to_numpy(got), want, RTOL32)
+        backends.assert_close(backends.to_numpy(got), want, backends.RTOL32)
 
 
 @pytest.mark.skipif(
@@ -173,7 +157,9 @@ def test_fit_prototypes_is_the_weighted_ridge_fit(rng):
     w = (np.arange(10) % 2).astype(np.float32)
     got = backends.to_numpy(fit_prototypes(z, y, w))  # b = 10 < m = 16: the b x b form
     keep = w > 0
-    _assert_close(got, _ridge(z[keep].astype(float), y[keep].astype(float), 0.05), RTOL32)
+    backends.assert_close(
+        got, _ridge(z[keep].astype(float), y[keep].astype(float), 0.05), backends.RTOL32
+    )
 
 
 def test_bad_arguments_are_named(rng):
@@ -255,7 +241,7 @@ def test_half_precision_histograms_are_computed_in_float32(rng, dtype):
     exact = _histograms(
         *(backends.to_numpy(ops.cast(t, "float32")).astype(np.float64) for t in (x, v)), 10.0
     )
-    _assert_close(backends.to_numpy(got), exact, RTOL32)
+    backends.assert_close(backends.to_numpy(got), exact, backends.RTOL32)
 
 
 def test_ridge_accepts_numpy_floats_and_refuses_non_positive_ones(rng):
