@@ -39,24 +39,30 @@ def main():
     inputs = keras.Input((8,))
     embeddings = keras.layers.UnitNormalization()(keras.layers.Dense(4)(inputs))
     model = keras.Model(inputs, embeddings)
-    model.compile(optimizer="sgd", loss=lambda y_true, y_pred: tf_svmax.ops.svmax(y_pred))
-    history = model.fit(x, np.zeros(12), batch_size=12, epochs=1, verbose=0)
+    svmax_loss = tf_svmax.losses.SVMaxLoss(lambda_=0.1)
+    model.compile(
+        optimizer="sgd",
+        loss=tf_svmax.losses.RegularizedLoss(
+            tf_svmax.losses.FunctionLoss(tf_svmax.losses.triplet_semihard_loss), [svmax_loss]
+        ),
+    )
+    history = model.fit(x, np.repeat(np.arange(3), 4), batch_size=12, epochs=1, verbose=0)
     loss = history.history["loss"][0]
-    if not 1.0 <= loss <= np.e:  # the bounded penalty of unit rows lies in [1, e] (Eq. 4)
-        fail(f"the fitted SVMax penalty {loss} is outside [1, e]")
+    if not np.isfinite(loss) or loss < 0.1:  # semi-hard >= 0, SVMax term in [0.1, 0.1 e]
+        fail(f"the fitted semi-hard + SVMax loss {loss} is not finite or below the SVMax term")
 
     try:
-        import tf_svmax.losses  # noqa: F401
+        from tf_svmax.losses import TripletSemiHardLoss  # noqa: F401
     except ImportError as error:
         if "TensorFlow backend only" not in str(error):
-            fail(f"tf_svmax.losses refused with another message: {error}")
+            fail(f"TripletSemiHardLoss refused with another message: {error}")
     else:
-        fail("tf_svmax.losses imported on the JAX backend")
+        fail("TripletSemiHardLoss (TensorFlow-only so far) imported on the JAX backend")
     if any(name.split(".")[0] == "tensorflow" for name in sys.modules):
         fail("TensorFlow was imported")
     print(
         f"backend smoke: OK (keras {keras.__version__} on jax {jax.__version__}, no TensorFlow; "
-        f"singular values as NumPy's, SVMax penalty {loss:.4f} after one fit step)"
+        f"singular values as NumPy's, semi-hard + SVMax loss {loss:.4f} after one fit step)"
     )
 
 
