@@ -15,7 +15,7 @@ import pytest
 from keras import ops
 
 from tests import reference_ranking as ref
-from tests.backends import BACKEND, compiled, to_numpy, value_and_grad
+from tests.backends import BACKEND, compiled, numpy_gradient, to_numpy, value_and_grad
 from tf_svmax.losses.batch_hard import batch_hard_triplet_loss
 from tf_svmax.losses.pair_contrastive import all_pairs_contrastive_loss
 from tf_svmax.losses.pk_pairs import (
@@ -31,18 +31,6 @@ RTOL = 1e-5
 GOLDEN = Path(__file__).resolve().parent / "golden" / "pml_contrastive.npz"
 
 
-def numeric_grad(f, x, h=1e-6):
-    """Central differences of the float64 reference `f` at `x`."""
-    x = np.asarray(x, np.float64)
-    grad = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[index] += h
-        down[index] -= h
-        grad[index] = (f(up) - f(down)) / (2 * h)
-    return grad
-
-
 def check(fn, reference, x, *, grad=True):
     """`fn` (float32 tensor -> scalar) against the float64 `reference` (array -> float):
     value within 1e-5 relative, gradient within 1e-5 of its largest entry; also compiled."""
@@ -54,7 +42,7 @@ def check(fn, reference, x, *, grad=True):
     assert float(jitted) == pytest.approx(want, rel=RTOL, abs=RTOL)
     assert np.all(np.isfinite(got_grad))
     if grad:
-        want_grad = numeric_grad(reference, x)
+        want_grad = numpy_gradient(reference, x)
         scale = max(np.abs(want_grad).max(), 1e-3)
         np.testing.assert_allclose(got_grad, want_grad, rtol=0, atol=RTOL * scale)
     return float(value)

@@ -205,17 +205,6 @@ def ref_contrastive_sum(labels, d, margin=1.0):
     )
 
 
-def _numeric_grad(ref, x, h=1e-6):
-    x = np.asarray(x, np.float64)
-    grad = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[idx] += h
-        down[idx] -= h
-        grad[idx] = (ref(up) - ref(down)) / (2 * h)
-    return grad
-
-
 def _embeddings(rng, n=12, dim=5, normalize=True):
     x = rng.normal(size=(n, dim))
     if normalize:
@@ -270,7 +259,7 @@ def test_embedding_losses_match_numpy_on_generic_inputs(name, rng):
     value, (grad,) = backends.value_and_grad(lambda e: fn(LABELS, e), x)
     key = name.split("/")[0]
     _check(key, value, ref(LABELS, x), atol=1e-6)
-    _check(key + " grad", grad, _numeric_grad(lambda e: ref(LABELS, e), x), atol=1e-6)
+    _check(key + " grad", grad, backends.numpy_gradient(lambda e: ref(LABELS, e), x), atol=1e-6)
 
 
 def test_npairs_losses_match_numpy(rng):
@@ -278,7 +267,7 @@ def test_npairs_losses_match_numpy(rng):
     labels = np.array([0, 1, 0, 2, 1, 3, 2, 0], "int64")
     value, (grad,) = backends.value_and_grad(lambda z: npairs.npairs_loss(labels, z), logits)
     _check("npairs_loss", value, ref_npairs(labels, logits), atol=1e-6)
-    expected = _numeric_grad(lambda z: ref_npairs(labels, z), logits)
+    expected = backends.numpy_gradient(lambda z: ref_npairs(labels, z), logits)
     _check("npairs_loss grad", grad, expected, atol=1e-6)
 
     multi = (rng.random((8, 5)) < 0.4).astype("float32")
@@ -287,7 +276,7 @@ def test_npairs_losses_match_numpy(rng):
         lambda z: npairs.npairs_multilabel_loss(multi, z), logits
     )
     _check("npairs_multilabel_loss", value, ref_npairs_multilabel(multi, logits), atol=1e-6)
-    expected = _numeric_grad(lambda z: ref_npairs_multilabel(multi, z), logits)
+    expected = backends.numpy_gradient(lambda z: ref_npairs_multilabel(multi, z), logits)
     _check("npairs_multilabel_loss grad", grad, expected, atol=1e-6)
 
 
@@ -307,7 +296,9 @@ def test_contrastive_matches_numpy(rng):
         lambda v: _scalar(lambda y, e: contrastive.contrastive_loss(y, e, 1.0))(labels, v), d
     )
     _check(
-        "contrastive_loss grad", grad, _numeric_grad(lambda v: ref_contrastive_sum(labels, v), d)
+        "contrastive_loss grad",
+        grad,
+        backends.numpy_gradient(lambda v: ref_contrastive_sum(labels, v), d),
     )
 
 
@@ -391,7 +382,12 @@ def test_semihard_in_anchor_blocks_matches_numpy(rng, monkeypatch):
     x = _embeddings(rng)
     value, (grad,) = backends.value_and_grad(lambda e: fn(LABELS, e), x)
     _check("semihard blocks", value, ref(LABELS, x), atol=1e-6)
-    _check("semihard blocks grad", grad, _numeric_grad(lambda e: ref(LABELS, e), x), atol=1e-6)
+    _check(
+        "semihard blocks grad",
+        grad,
+        backends.numpy_gradient(lambda e: ref(LABELS, e), x),
+        atol=1e-6,
+    )
 
 
 def test_print_max_relative_errors():

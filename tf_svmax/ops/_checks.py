@@ -302,7 +302,7 @@ def in_xla_context():
         from tensorflow.python.ops import control_flow_util  # noqa: PLC0415 (private, optional)
     except ImportError:  # pragma: no cover - depends on the TensorFlow build
         return False
-    import tensorflow as tf  # noqa: PLC0415 (module-level import removed; ported on i41-spectral)
+    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
 
     graph = tf.compat.v1.get_default_graph()
     return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
