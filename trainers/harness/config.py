@@ -38,8 +38,8 @@ def verbose_option():
     """The trainers' `verbose` field."""
     return option(
         1,
-        "0 silent, 1 progress bar (one line per interval when not a terminal), 2 one line per "
-        "interval.",
+        "0 silent, 1 progress bar on a terminal (elsewhere as 2), 2 plain lines: progress "
+        "(step, rate, loss, time left) every 15 s and one line per evaluation interval.",
         choices=(0, 1, 2),
         identity=False,
     )

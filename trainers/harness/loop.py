@@ -14,6 +14,8 @@ over as a `Job`; `run_job` does the rest, the same way for every trainer:
 - the NaN guard: a non-finite loss (checked every step) or non-finite weights (checked before
   each evaluation) stop training before anything non-finite is evaluated or saved; the run
   ends ``diverged`` with the last good checkpoint kept;
+- progress: Keras' bar on a terminal, elsewhere plain lines every few seconds with the step,
+  the rate, the loss and the time left (`trainers.harness.progress`);
 - TensorBoard, and the final record (``status``, ``message``, ``wall_seconds`` over attempts).
 
 Under MultiWorkerMirroredStrategy (which Keras 3's `fit` cannot run on) the steps run in
@@ -42,7 +44,7 @@ import tensorflow as tf
 
 from tf_svmax import data, records
 from tf_svmax.ops import _checks  # the library's validators
-from trainers.harness import custom_fit
+from trainers.harness import custom_fit, progress
 from trainers.harness.checkpoints import restore_newest_readable
 from trainers.harness.distribute import description as strategy_description
 from trainers.harness.distribute import (
@@ -320,9 +322,10 @@ class _Cadence(keras.callbacks.Callback):
 
 
 def fit_verbosity(verbose, stream=None):
-    """Keras' `verbose` for `fit`: the progress bar (1) only on a terminal; to a file or a CI
-    log (where the bar's carriage returns pile up into megabytes) one line per interval (2).
-    The library's rule (`evaluate_retrieval` follows it too)."""
+    """The resolved ``--verbose``: the progress bar (1) only on a terminal; to a file or a CI
+    log (where the bar's carriage returns pile up into megabytes) plain lines (2, which
+    `trainers.harness.progress.fit_progress` turns into its `ProgressLog`). The library's rule
+    (`evaluate_retrieval` follows it too)."""
     return _checks.progress_verbosity(verbose, "--verbose", stream)
 
 
@@ -448,6 +451,7 @@ def _run(job, config_dict, run, started, chief=True):
             _say(job, f"untrained: {summary(results)}")
         if start_step < config.train_steps:
             dataset = replica_batches(strategy, lambda: job.batches(start_step), job.global_batch)
+            keras_verbose, progress_callbacks = progress.fit_progress(config.verbose, job.name)
             settings = dict(
                 epochs=config.train_steps // config.eval_every,
                 initial_epoch=start_step // config.eval_every,
@@ -456,8 +460,9 @@ def _run(job, config_dict, run, started, chief=True):
                     cadence,
                     keras.callbacks.TensorBoard(paths["tensorboard"]),
                     *job.callbacks,
+                    *progress_callbacks,  # last: its interval line shows the test_* metrics
                 ],
-                verbose=fit_verbosity(config.verbose),
+                verbose=keras_verbose,
             )
             if is_multi_worker(strategy):
                 custom_fit.fit(model, dataset, **settings)

@@ -98,6 +98,22 @@ def test_cadence_trace_and_extra_state_resume(tmp_path):
     assert float(fresh.numpy()) == 3.0  # restored from the checkpoint, not re-counted
 
 
+def test_a_log_file_gets_plain_progress_lines_naming_the_interval(tmp_path, capsys):
+    """--verbose=1 with stdout not a terminal (pytest's capture): the harness's own plain lines
+    for every trainer, with each interval's evaluation, instead of Keras' "Epoch 1/2"."""
+    config = ToyConfig(output_dir=str(tmp_path), verbose=1)
+    results = run_job(_job(config, tf.Variable(0.0)), ToyConfig, started=0.0)
+    assert results["status"] == "completed"
+    out = capsys.readouterr().out
+    assert "\r" not in out and "\x1b" not in out and "Epoch" not in out
+    assert "[toy] training to step 6 in 2 evaluation intervals of 3 steps" in out
+    ends = re.findall(
+        r"\[toy\] interval (\d)/2 done at step (\d)/6 in \S+ · loss \S+ · test_mse (\S+)", out
+    )
+    mse = [f"{e['mse']:.4g}" for e in results["evaluations"][1:]]
+    assert [(i, s, m) for i, s, m in ends] == [("1", "3", mse[0]), ("2", "6", mse[1])]
+
+
 def test_summary_shows_the_listed_metrics_and_every_number_of_an_older_record():
     last = {"step": 6, "epoch": 2, "mse": 0.5, "rows": 64, "kl": None, "tag": "x"}
     assert summary({"evaluations": [last], "metric_keys": ["mse", "kl"]}) == (
@@ -128,7 +144,7 @@ class _Terminal(io.StringIO):
 
 def test_progress_bar_only_on_a_terminal():
     assert fit_verbosity(1, _Terminal()) == 1
-    assert fit_verbosity(1, io.StringIO()) == 2  # a log file gets one line per interval
+    assert fit_verbosity(1, io.StringIO()) == 2  # a log file gets plain lines
     assert fit_verbosity(0, io.StringIO()) == 0 and fit_verbosity(2, _Terminal()) == 2
 
 
