@@ -48,6 +48,48 @@ def test_help_prints_no_tensorflow_start_up_lines(program):
     assert "--helpfull" in done.stdout or "flags" in done.stdout.lower()
 
 
+# Every trainer and grid (issue 44), with one flag value it refuses and the flag's name.
+REFUSED = {
+    **{
+        program: ("--seed=-1", "`--seed`")
+        for program in PROGRAMS
+        if program.startswith("train_") or program == "pretrain_glyphs"
+    },
+    **{
+        program: ("--seeds=-1", "--seeds")
+        for program in PROGRAMS
+        if program.startswith("reproduce_")
+    },
+}
+
+
+def test_every_trainer_has_a_refused_flag():
+    assert len(REFUSED) >= 10 and {"reproduce_circle", "train_gan_mog"} <= set(REFUSED)
+
+
+@pytest.mark.parametrize("program", sorted(REFUSED))
+def test_a_refused_flag_prints_no_tensorflow_start_up_lines(program):
+    flag, name = REFUSED[program]
+    done = _run(program, flag, "--output_dir=/tmp/never")
+    assert done.returncode == 2, done.stderr[-2000:]
+    printed = done.stdout + done.stderr
+    assert not [word for word in START_UP if word in printed], printed[:2000]
+    assert done.stdout == "" and name in done.stderr and "-1" in done.stderr
+
+
+def test_the_users_tf_cpp_min_log_level_wins():
+    """A user who sets TF_CPP_MIN_LOG_LEVEL=0 asked for TensorFlow's start-up lines: shown."""
+    done = subprocess.run(
+        [sys.executable, "-m", "trainers.train_gan_mog", "--help"],
+        cwd=ROOT,
+        env=os.environ | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "0"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "oneDNN" in done.stderr, done.stderr[-2000:]
+
+
 def test_a_refusal_prints_only_the_refusal():
     done = _run("train_retrieval", "--seed=-1", "--output_dir=/tmp/never")
     assert done.returncode == 2

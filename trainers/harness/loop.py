@@ -508,6 +508,8 @@ def _run(job, config_dict, run, started, chief=True):
     else:
         status, message = "completed", ""
         if chief:
+            # Saving and the final plots take tens of seconds on a CPU: the log says why it waits.
+            _say(job, "training done; saving the model and drawing the plots")
             job.save(config.output_dir)
     results.update(job.summarize(results))
     _record_end(results, status, message, started, run)
