@@ -5,13 +5,16 @@ proof is in test_distribute.py); here, on the default strategy, `fit` is the ind
 reference it must equal.
 """
 
+import io
+import re
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tf_svmax import losses, metrics
-from trainers.harness import custom_fit
+from trainers.harness import custom_fit, progress
 
 
 class _Recorder(keras.callbacks.Callback):
@@ -74,6 +77,29 @@ def test_the_loop_takes_the_steps_and_calls_the_hooks_of_keras_fit(stop_at):
     assert history is ours.history and history.history.keys() == reference.history.history.keys()
     # The weights moved: equal trainings, not two idle models.
     assert np.abs(ours.get_weights()[0] - _model().get_weights()[0]).max() > 1e-2
+
+
+def test_the_progress_lines_are_those_of_keras_fit():
+    """The harness's plain progress lines (`trainers.harness.progress`) read the same under
+    this loop as under `fit`, on a fake clock of one second per step; a resumed run."""
+
+    def progress_of(train):
+        seconds = [0.0]
+        out = io.StringIO()
+
+        class Tick(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                seconds[0] += 1.0
+
+        log = progress.ProgressLog("toy", every_seconds=2, stream=out, clock=lambda: seconds[0])
+        train(callbacks=[Tick(), log], epochs=4, initial_epoch=1, steps_per_epoch=3, verbose=0)
+        return out.getvalue()
+
+    expected = progress_of(lambda **kw: _model().fit(_dataset(), shuffle=False, **kw))
+    got = progress_of(lambda **kw: custom_fit.fit(_model(), _dataset(), **kw))
+    assert got == expected
+    assert re.findall(r"\] step (\d+)/12", got) == ["5", "8", "11"]
+    assert len(re.findall(r"done at step", got)) == 3
 
 
 class _TwoPlayers(keras.Model):
