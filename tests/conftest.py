@@ -15,11 +15,11 @@ BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 # imports TensorFlow or tests a surface that is TensorFlow by nature.
 ALL_BACKENDS = (
     "test_backend_helpers.py",
+    "test_checks.py",
     "losses/test_common.py",
     "losses/test_paper_functions_backends.py",
     "losses/test_spectral_losses_backends.py",
     "losses/test_tfa_functions_backends.py",
-    "ops/test_checks.py",
     "ops/test_distances.py",
     "ops/test_ole.py",
     "ops/test_prototypes.py",

@@ -20,7 +20,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("data", "losses", "metrics", "models", "ops", "records", "regularizers", "training")
+MODULES = (
+    "checks",
+    "data",
+    "losses",
+    "metrics",
+    "models",
+    "ops",
+    "records",
+    "regularizers",
+    "training",
+)
 CHROMIUM = "/usr/bin/chromium"
 INSTALL_CHROMIUM = (
     "headless Chromium is needed at /usr/bin/chromium: "

@@ -3,8 +3,8 @@ Keras 3.
 
 On Keras' TensorFlow backend every subpackage is imported here (and its Keras objects
 registered, so ``.keras`` files load without ``custom_objects``). On JAX and PyTorch only the
-backend-neutral core is (`tf_svmax.ops`), and no TensorFlow: the other subpackages refuse with one
-sentence when imported (`tf_svmax._backend`).
+backend-neutral core is (`tf_svmax.ops`, `tf_svmax.checks`), and no TensorFlow: the other
+subpackages refuse with one sentence when imported (`tf_svmax._backend`).
 """
 
 __version__ = "0.1.0"
@@ -14,6 +14,7 @@ from tf_svmax import _backend  # noqa: E402
 if _backend.BACKEND == "tensorflow":
     _backend.require_tensorflow("tf_svmax")
     from tf_svmax import (  # noqa: E402
+        checks,
         data,
         losses,
         metrics,
@@ -25,6 +26,7 @@ if _backend.BACKEND == "tensorflow":
     )
 
     __all__ = [
+        "checks",
         "data",
         "losses",
         "metrics",
@@ -36,7 +38,7 @@ if _backend.BACKEND == "tensorflow":
         "__version__",
     ]
 else:
-    from tf_svmax import ops  # noqa: E402
+    from tf_svmax import checks, ops  # noqa: E402
 
     __all__ = ["ops", "__version__"]
 

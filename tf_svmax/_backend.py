@@ -5,9 +5,14 @@ Keras fixes its backend at its first import (``KERAS_BACKEND``, else ``~/.keras/
 The backend-neutral core runs on TensorFlow, JAX and PyTorch; what is TensorFlow by nature
 (tf.data input, tf.distribute gathers, TensorFlow train steps and checkpoints) and what is not yet
 ported say so here instead of failing deep inside a stack.
+
+Also the library's per-backend probes and dispatch, asked while computing: whether a trace will be
+compiled by XLA (`in_xla_context`), whether JAX runs without 64-bit types (`jax_without_x64`),
+and a matrix product in its operands' dtype on every backend (`matmul`).
 """
 
 import keras
+from keras import ops
 
 BACKEND = keras.backend.backend()
 # The backend-neutral modules today; docs/guide/backends.md has the table.
@@ -62,3 +67,59 @@ def refusing_getattr(package):
         raise tensorflow_backend_only(f"{package}.{name}")
 
     return __getattr__
+
+
+def jax_without_x64():
+    """True on the JAX backend while `jax_enable_x64` is off (its default)."""
+    if keras.backend.backend() != "jax":
+        return False
+    import jax  # noqa: PLC0415 (the JAX backend is loaded already)
+
+    return not jax.config.jax_enable_x64
+
+
+def in_xla_context():
+    """True while tracing a function that XLA will compile, per Keras backend.
+
+    TensorFlow: inside a `tf.function(jit_compile=True)` (TensorFlow has no public API for this;
+    the private helper is used when present, and its absence is reported as "not under XLA", so
+    the library takes its default path). JAX: inside any `jax.jit` trace, since all JAX
+    compilation is XLA (Keras compiles JAX train steps by default); eager `jax.grad` is not.
+    PyTorch: never (Keras does not compile PyTorch with XLA).
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax  # noqa: PLC0415 (the JAX backend only)
+
+        # A new array is an abstract tracer exactly when a jit trace is being staged (also
+        # under grad or vmap inside it); eagerly, jax.grad included, it is a concrete array.
+        return isinstance(jax.numpy.zeros(()), jax.core.Tracer)
+    if backend != "tensorflow":
+        return False
+    try:
+        from tensorflow.python.ops import control_flow_util  # noqa: PLC0415 (private, optional)
+    except ImportError:  # pragma: no cover - depends on the TensorFlow build
+        return False
+    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
+
+    graph = tf.compat.v1.get_default_graph()
+    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+def matmul(a, b, *, transpose_a=False, transpose_b=False):
+    """``op(a) op(b)`` of two rank-2 tensors, in their dtype on every backend.
+
+    Not `keras.ops.matmul`: on JAX and PyTorch Keras' type promotion (`result_type`) returns
+    float32 for float64 operands, so the `@` operator (the backend's own product) is used
+    there. On TensorFlow the transposes go to `tf.linalg.matmul`'s flags, as the TensorFlow
+    code this library started from (and TFA) wrote them: a materialized transpose rounds
+    differently in the last bit (eagerly, and in gradients), which flips ``max(., 0)`` masks
+    of duplicate rows. TensorFlow is imported here, not at module level.
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
+
+        return tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    a = ops.transpose(a) if transpose_a else a
+    b = ops.transpose(b) if transpose_b else b
+    return a @ b

@@ -240,9 +240,9 @@ def test_half_precision_is_computed_in_float32_and_returned_in_its_dtype(rng, dt
 def test_float64_input_on_jax_without_x64_is_float32_and_says_so(rng):
     if backends.BACKEND != "jax":
         pytest.skip("only JAX has no float64 by default")
-    from tf_svmax.ops import _checks  # noqa: PLC0415
+    from tf_svmax import checks  # noqa: PLC0415
 
-    _checks._WARNED.discard("jax-float64")
+    checks._WARNED.discard("jax-float64")
     x = rng.standard_normal((6, 3))
     with pytest.warns(RuntimeWarning, match="float64 input .* computed in float32"):
         got = backends.to_numpy(distances.pairwise_distance(x))

@@ -309,10 +309,10 @@ def test_xla_compilation_is_refused_with_the_fix_in_the_message(rng):
 def test_jax_without_x64_says_the_loss_is_computed_in_float32(rng):
     import jax
 
-    from tf_svmax.ops import _checks
+    from tf_svmax import checks
 
     assert not jax.config.jax_enable_x64
-    _checks._WARNED.discard("ole-float32")
+    checks._WARNED.discard("ole-float32")
     x = rng.standard_normal((8, 4))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -16,8 +16,8 @@ from keras import ops
 
 from tests import backends
 from tests import reference_spectral as ref
+from tf_svmax import _backend, checks
 from tf_svmax import ops as svmax_ops
-from tf_svmax.ops import _checks
 
 B = backends.BACKEND
 SHAPES = [(144, 128), (72, 128), (9, 4), (4, 9), (6, 6)]
@@ -493,7 +493,7 @@ def test_in_xla_context_means_compiled_by_xla_on_this_backend(rng):
     seen = []
 
     def fn(x):
-        seen.append(_checks.in_xla_context())
+        seen.append(_backend.in_xla_context())
         return ops.sum(x)
 
     x = rng.standard_normal(3).astype(np.float32)
@@ -505,7 +505,7 @@ def test_in_xla_context_means_compiled_by_xla_on_this_backend(rng):
 
 @pytest.mark.skipif(B == "torch", reason="Keras does not compile PyTorch with XLA")
 def test_xla_warns_for_slow_paths(rng):
-    _checks._WARNED.clear()
+    checks._WARNED.clear()
     x = ref.unit_rows(rng, 12, 4)
     with pytest.warns(RuntimeWarning, match="XLA"):
         backends.compiled(lambda x: svmax_ops.singular_values(x))(x)

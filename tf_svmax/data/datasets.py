@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
@@ -344,5 +344,5 @@ READERS = {
 def read_dataset(name, data_dir, **kwargs):
     """Dispatches to the reader of `name` (one of `READERS`)."""
     if name not in READERS:
-        raise ValueError(_checks.invalid("name", f"one of {sorted(READERS)}", name))
+        raise ValueError(checks.invalid("name", f"one of {sorted(READERS)}", name))
     return READERS[name](data_dir, **kwargs)

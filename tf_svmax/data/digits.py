@@ -4,8 +4,8 @@ closed-set split of all 10 digits (the stand-in for MNIST in the SVMax paper's c
 
 import numpy as np
 
+from tf_svmax import checks
 from tf_svmax.data.subsets import split_per_class
-from tf_svmax.ops import _checks
 
 
 def _digits():
@@ -38,7 +38,7 @@ def load_digits_closed_set(*, test_fraction=0.2, seed=0, image_size=None):
     `image_size`, bilinearly resized to `image_size x image_size` (28 gives MNIST's shape).
     """
     if image_size is not None:
-        image_size = _checks.check_positive_int(image_size, "image_size")
+        image_size = checks.check_positive_int(image_size, "image_size")
     images, labels = _digits()
     train, test = split_per_class(labels, test_fraction=test_fraction, seed=seed)
     if image_size is not None and image_size != images.shape[1]:

@@ -33,7 +33,7 @@ import zlib
 
 import numpy as np
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 # Bumped whenever the generator's output changes for the same arguments (part of the cache key).
 GENERATOR_VERSION = 1
@@ -345,15 +345,15 @@ def check_render_settings(seed, images_per_class, image_size, cache_dir):
     """``(seed, images_per_class, image_size)`` of a rendered glyph set, validated (seed >= 0,
     images_per_class >= 2, image_size >= 16), and `cache_dir` checked (a folder path, None or
     False); a ValueError names the argument otherwise. Shared by every glyph source."""
-    seed = _checks.check_non_negative_int(seed, "seed")
-    images_per_class = _checks.check_positive_int(images_per_class, "images_per_class")
+    seed = checks.check_non_negative_int(seed, "seed")
+    images_per_class = checks.check_positive_int(images_per_class, "images_per_class")
     if images_per_class < 2:
-        raise ValueError(_checks.invalid("images_per_class", "an int >= 2", images_per_class))
-    image_size = _checks.check_positive_int(image_size, "image_size")
+        raise ValueError(checks.invalid("images_per_class", "an int >= 2", images_per_class))
+    image_size = checks.check_positive_int(image_size, "image_size")
     if image_size < 16:
-        raise ValueError(_checks.invalid("image_size", "an int >= 16", image_size))
+        raise ValueError(checks.invalid("image_size", "an int >= 16", image_size))
     if not (cache_dir is None or cache_dir is False or isinstance(cache_dir, (str, os.PathLike))):
-        raise ValueError(_checks.invalid("cache_dir", "a folder path, None or False", cache_dir))
+        raise ValueError(checks.invalid("cache_dir", "a folder path, None or False", cache_dir))
     return seed, images_per_class, image_size
 
 
@@ -382,7 +382,7 @@ def load_glyphs_open_set(*, seed=0, images_per_class=32, image_size=32, cache_di
         if os.path.exists(directory) and not os.path.isdir(directory):
             # Checked before the generation (seconds), which would otherwise fail only at the end.
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "cache_dir", "a folder (or a path to create one); it is a file", directory
                 )
             )

@@ -38,8 +38,8 @@ import unicodedata
 
 import numpy as np
 
+from tf_svmax import checks
 from tf_svmax.data import glyphs
-from tf_svmax.ops import _checks
 
 # Bumped whenever the generator's output changes for the same arguments (part of the cache key).
 GENERATOR_VERSION = 1
@@ -133,7 +133,7 @@ def block_name(character):
     for name, first, last in BLOCKS:
         if first <= code <= last:
             return name
-    raise ValueError(_checks.invalid("character", "a character of BLOCKS", character))
+    raise ValueError(checks.invalid("character", "a character of BLOCKS", character))
 
 
 def _fonts_fingerprint():
@@ -440,10 +440,10 @@ def load_glyph_pretraining(
     seed, images_per_class, image_size = glyphs.check_render_settings(
         seed, images_per_class, image_size, cache_dir
     )
-    held_out_per_class = _checks.check_non_negative_int(held_out_per_class, "held_out_per_class")
+    held_out_per_class = checks.check_non_negative_int(held_out_per_class, "held_out_per_class")
     if held_out_per_class >= images_per_class:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "held_out_per_class",
                 f"an int >= 0 and < images_per_class ({images_per_class})",
                 held_out_per_class,
@@ -456,7 +456,7 @@ def load_glyph_pretraining(
         if os.path.exists(directory) and not os.path.isdir(directory):
             # Checked before the generation (tens of seconds), which would fail only at its end.
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "cache_dir", "a folder (or a path to create one); it is a file", directory
                 )
             )

@@ -9,16 +9,16 @@ notebook's active default draws them at random (`random_mode_weights`).
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 
 def _check(num_modes, radius, std):
-    num_modes = _checks.check_positive_int(num_modes, "num_modes")
-    radius = _checks.check_non_negative_number(radius, "radius")
-    std = _checks.check_non_negative_number(std, "std")
+    num_modes = checks.check_positive_int(num_modes, "num_modes")
+    radius = checks.check_non_negative_number(radius, "radius")
+    std = checks.check_non_negative_number(std, "std")
     if radius == 0 or std == 0:
         name, value = ("radius", radius) if radius == 0 else ("std", std)
-        raise ValueError(_checks.invalid(name, "a float > 0", value))
+        raise ValueError(checks.invalid(name, "a float > 0", value))
     return num_modes, radius, std
 
 
@@ -30,7 +30,7 @@ def check_weights(weights, num_modes):
     expected = f"{num_modes} non-negative finite numbers (one per mode) with a positive sum"
     if w.shape != (num_modes,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
         shown = w.tolist() if w.size <= 16 else f"an array of shape {w.shape}"
-        raise ValueError(_checks.invalid("weights", expected, shown))
+        raise ValueError(checks.invalid("weights", expected, shown))
     return w / w.sum()
 
 
@@ -38,8 +38,8 @@ def random_mode_weights(num_modes=8, *, seed=0):
     """Mode weights with the law of the unrolled-GAN notebook's `random_distribution()`: one
     U(0, 1) draw per mode, normalised to sum 1 (float64). The notebook never seeds its draw;
     here `seed` fixes it."""
-    num_modes = _checks.check_positive_int(num_modes, "num_modes")
-    seed = _checks.check_non_negative_int(seed, "seed")
+    num_modes = checks.check_positive_int(num_modes, "num_modes")
+    seed = checks.check_non_negative_int(seed, "seed")
     u = np.random.default_rng([seed, num_modes]).uniform(size=num_modes)
     return u / u.sum()
 
@@ -54,7 +54,7 @@ def gaussian_ring(num_modes=8, radius=2.0):
 def sample_gaussian_ring(num_points, *, seed=0, num_modes=8, radius=2.0, std=0.02, weights=None):
     """``(points, modes)``: `[num_points, 2]` float32 draws of the mixture (modes uniform, or
     drawn with probabilities `weights`) and the `[num_points]` int64 mode each came from."""
-    num_points = _checks.check_positive_int(num_points, "num_points")
+    num_points = checks.check_positive_int(num_points, "num_points")
     num_modes, radius, std = _check(num_modes, radius, std)
     weights = check_weights(weights, num_modes)
     rng = np.random.default_rng(seed)
@@ -71,7 +71,7 @@ def gaussian_ring_batch(batch_size, seed, *, num_modes=8, radius=2.0, std=0.02, 
     probabilities `weights`) from a stateless `seed` (a `[2]` int tensor): the same seed gives
     the same batch, so a pipeline indexed by step resumes exactly. Usable inside `tf.data` and
     `tf.function`."""
-    batch_size = _checks.check_positive_int(batch_size, "batch_size")
+    batch_size = checks.check_positive_int(batch_size, "batch_size")
     num_modes, radius, std = _check(num_modes, radius, std)
     weights = check_weights(weights, num_modes)
     centres = tf.constant(gaussian_ring(num_modes, radius), tf.float32)

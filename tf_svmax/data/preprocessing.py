@@ -19,12 +19,12 @@ are rounded to the nearest integer (at most 0.5 grey levels from the uncached pi
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 
 def default_resize_size(input_size):
     """The pre-crop size for a backbone input: 256 for 224 (the originals), same ratio else."""
-    return int(round(_checks.check_positive_int(input_size, "input_size") * 256 / 224))
+    return int(round(checks.check_positive_int(input_size, "input_size") * 256 / 224))
 
 
 def decode_image(path):
@@ -38,7 +38,7 @@ def unreadable_images(paths, *, limit=5):
     each as ``(path, reason)``. A corrupt file stops a `tf.data` pipeline with the decoder's
     message ("jpeg::Uncompress failed") and no file name; this finds the file (one eager
     decode per path: run it after such a failure, not before every run)."""
-    limit = _checks.check_positive_int(limit, "limit")
+    limit = checks.check_positive_int(limit, "limit")
     bad = []
     for path in paths:
         path = path.decode() if isinstance(path, bytes) else str(path)
@@ -52,13 +52,13 @@ def unreadable_images(paths, *, limit=5):
 
 
 def _sizes(input_size, resize_size):
-    input_size = _checks.check_positive_int(input_size, "input_size")
+    input_size = checks.check_positive_int(input_size, "input_size")
     if resize_size is None:
         resize_size = default_resize_size(input_size)
-    resize_size = _checks.check_positive_int(resize_size, "resize_size")
+    resize_size = checks.check_positive_int(resize_size, "resize_size")
     if resize_size < input_size:
         raise ValueError(
-            _checks.invalid("resize_size", f"an int >= input_size ({input_size})", resize_size)
+            checks.invalid("resize_size", f"an int >= input_size ({input_size})", resize_size)
         )
     return input_size, resize_size
 
@@ -66,7 +66,7 @@ def _sizes(input_size, resize_size):
 def random_crop_and_flip(image, *, input_size=224):
     """The random part of `train_transform`: an `input_size` square crop at a uniformly random
     offset, then a horizontal flip with probability 1/2."""
-    input_size = _checks.check_positive_int(input_size, "input_size")
+    input_size = checks.check_positive_int(input_size, "input_size")
     image = tf.image.random_crop(image, [input_size, input_size, 3])
     return tf.image.random_flip_left_right(image)
 
@@ -141,7 +141,7 @@ def decoded_image_cache(
 def cached_image_loader(*, input_size=224):
     """A `row -> image` function for `pk_batches(decoded_image_cache(...), map_fn=...)`: the
     float32 row, randomly cropped and flipped as `train_transform` does."""
-    input_size = _checks.check_positive_int(input_size, "input_size")
+    input_size = checks.check_positive_int(input_size, "input_size")
 
     def load(row):
         # uint8 -> float32: the dtype and range `train_transform` returns.
@@ -155,6 +155,6 @@ def image_dataset(paths, labels, *, input_size=224, resize_size=None, batch_size
     load = image_loader(training=False, input_size=input_size, resize_size=resize_size)
     data = tf.data.Dataset.from_tensor_slices((paths, labels))
     data = data.map(lambda p, y: (load(p), y), num_parallel_calls=tf.data.AUTOTUNE)
-    return data.batch(_checks.check_positive_int(batch_size, "batch_size")).prefetch(
+    return data.batch(checks.check_positive_int(batch_size, "batch_size")).prefetch(
         tf.data.AUTOTUNE
     )

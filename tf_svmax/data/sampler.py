@@ -11,7 +11,7 @@ run; without a seed the batches differ from run to run.
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 
 def pk_index_batches(labels, *, batch_p, batch_k, seed=None):
@@ -27,14 +27,14 @@ def pk_index_batches(labels, *, batch_p, batch_k, seed=None):
       ValueError: bad P or K, or fewer than P classes.
     """
     batch_p, batch_k = (
-        _checks.check_positive_int(batch_p, "batch_p"),
-        _checks.check_positive_int(batch_k, "batch_k"),
+        checks.check_positive_int(batch_p, "batch_p"),
+        checks.check_positive_int(batch_k, "batch_k"),
     )
     labels = np.asarray(labels).reshape(-1)
     classes, inverse = np.unique(labels, return_inverse=True)
     if len(classes) < batch_p:
         raise ValueError(
-            _checks.invalid("batch_p", f"at most the number of classes ({len(classes)})", batch_p)
+            checks.invalid("batch_p", f"at most the number of classes ({len(classes)})", batch_p)
         )
     # Members of each class as a ragged table: class c owns order[starts[c]:starts[c]+counts[c]].
     order = np.argsort(inverse, kind="stable")
@@ -46,7 +46,7 @@ def pk_index_batches(labels, *, batch_p, batch_k, seed=None):
         tf.constant(starts, tf.int64),
     )
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise ValueError(_checks.invalid("seed", "an int or None", seed))
+        raise ValueError(checks.invalid("seed", "an int or None", seed))
     # tf.data needs concrete seeds; without one, draw a fresh seed per call (run-to-run random).
     base_seed = int(seed) if seed is not None else int(np.random.default_rng().integers(2**31))
 
@@ -109,7 +109,7 @@ def pk_batches(
     labels_t = tf.constant(labels)
     batches = pk_index_batches(labels, batch_p=batch_p, batch_k=batch_k, seed=seed)
     if start_batch:
-        batches = batches.skip(_checks.check_positive_int(start_batch, "start_batch"))
+        batches = batches.skip(checks.check_positive_int(start_batch, "start_batch"))
     if map_fn is None:
         batches = batches.map(
             lambda idx: (tf.gather(features_t, idx), tf.gather(labels_t, idx)),

@@ -6,7 +6,7 @@ dissertation Sec. 5.4.2). Every function takes `[N]` labels and returns sorted i
 
 import numpy as np
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 
 def _classes(labels):
@@ -15,19 +15,19 @@ def _classes(labels):
         # No class to take members from: a subset of nothing is an upstream mistake (an empty
         # split or a filter that kept nothing), refused by name rather than returned empty.
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "labels", "a non-empty array of integer class labels", f"<shape {labels.shape}>"
             )
         )
     if labels.dtype.kind not in "iu":
-        raise ValueError(_checks.invalid("labels", "integer class labels", labels.dtype))
+        raise ValueError(checks.invalid("labels", "integer class labels", labels.dtype))
     return labels, np.unique(labels)
 
 
 def _check_fraction(fraction, arg):
-    value = _checks.check_non_negative_number(fraction, arg)
+    value = checks.check_non_negative_number(fraction, arg)
     if not 0 < value < 1:
-        raise ValueError(_checks.invalid(arg, "a float in (0, 1)", fraction))
+        raise ValueError(checks.invalid(arg, "a float in (0, 1)", fraction))
     return value
 
 
@@ -39,13 +39,13 @@ def split_per_class(labels, *, test_fraction, seed=0):
     """
     labels, classes = _classes(labels)
     fraction = _check_fraction(test_fraction, "test_fraction")
-    rng = np.random.default_rng(_checks.check_non_negative_int(seed, "seed"))
+    rng = np.random.default_rng(checks.check_non_negative_int(seed, "seed"))
     train, test = [], []
     for c in classes:
         members = rng.permutation(np.flatnonzero(labels == c))
         if len(members) < 2:
             raise ValueError(
-                _checks.invalid("labels", "at least 2 members per class", f"class {c}: 1")
+                checks.invalid("labels", "at least 2 members per class", f"class {c}: 1")
             )
         n_test = min(max(1, round(fraction * len(members))), len(members) - 1)
         test.append(members[:n_test])
@@ -56,8 +56,8 @@ def split_per_class(labels, *, test_fraction, seed=0):
 def cap_per_class(labels, *, images_per_class, seed=0):
     """Indices of at most `images_per_class` members of each class (a seeded random choice)."""
     labels, classes = _classes(labels)
-    cap = _checks.check_positive_int(images_per_class, "images_per_class")
-    rng = np.random.default_rng(_checks.check_non_negative_int(seed, "seed"))
+    cap = checks.check_positive_int(images_per_class, "images_per_class")
+    rng = np.random.default_rng(checks.check_non_negative_int(seed, "seed"))
     kept = [rng.permutation(np.flatnonzero(labels == c))[:cap] for c in classes]
     return np.sort(np.concatenate(kept))
 
@@ -66,11 +66,11 @@ def long_tail_fractions(num_classes, *, imbalance_ratio, seed=0):
     """The share of its members each class keeps in a long-tailed subset: the class at rank r
     of a seeded permutation keeps ``imbalance_ratio ** (-r / (num_classes - 1))``, an
     exponential profile from 1 (head) down to ``1 / imbalance_ratio`` (tail)."""
-    num_classes = _checks.check_positive_int(num_classes, "num_classes")
-    ratio = _checks.check_non_negative_number(imbalance_ratio, "imbalance_ratio")
+    num_classes = checks.check_positive_int(num_classes, "num_classes")
+    ratio = checks.check_non_negative_number(imbalance_ratio, "imbalance_ratio")
     if ratio < 1:
-        raise ValueError(_checks.invalid("imbalance_ratio", "a float >= 1", imbalance_ratio))
-    rank = np.random.default_rng(_checks.check_non_negative_int(seed, "seed")).permutation(
+        raise ValueError(checks.invalid("imbalance_ratio", "a float >= 1", imbalance_ratio))
+    rank = np.random.default_rng(checks.check_non_negative_int(seed, "seed")).permutation(
         num_classes
     )
     return ratio ** (-rank / max(num_classes - 1, 1))
@@ -83,12 +83,12 @@ def long_tailed_subset(labels, fractions, *, min_per_class=1, seed=0):
     fractions = np.asarray(fractions, dtype=np.float64).reshape(-1)
     if fractions.shape != classes.shape or not np.all((fractions > 0) & (fractions <= 1)):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "fractions", f"{len(classes)} values in (0, 1], one per class", fractions
             )
         )
-    floor = _checks.check_positive_int(min_per_class, "min_per_class")
-    rng = np.random.default_rng(_checks.check_non_negative_int(seed, "seed"))
+    floor = checks.check_positive_int(min_per_class, "min_per_class")
+    rng = np.random.default_rng(checks.check_non_negative_int(seed, "seed"))
     kept = []
     for c, share in zip(classes, fractions, strict=True):
         members = rng.permutation(np.flatnonzero(labels == c))

@@ -8,7 +8,7 @@ import types
 import keras
 from keras import ops
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 # Off TensorFlow there is no replica context: the loss sees the batch it is given (under JAX's
 # `keras.distribution.DataParallel` that is already the global batch, sharded by XLA), and
@@ -35,11 +35,9 @@ def _batch_weights(sample_weight, y_pred, dtype):
     """`sample_weight` as a scalar or one weight per row of `y_pred` (`[B]` or `[B, 1]`);
     another length is refused (its mean would silently weight some other batch)."""
     weights = ops.cast(ops.convert_to_tensor(sample_weight), dtype)
-    if _checks.static_shape(weights) == ():
+    if checks.static_shape(weights) == ():
         return weights
-    return _checks.same_rows(
-        ops.reshape(weights, [-1]), y_pred, "sample_weight", "y_pred", "weight"
-    )
+    return checks.same_rows(ops.reshape(weights, [-1]), y_pred, "sample_weight", "y_pred", "weight")
 
 
 BATCH_REDUCTIONS = ("sum_over_batch_size", "sum", "none", None)
@@ -72,12 +70,12 @@ class LabelLoss(keras.losses.Loss):
     splits_anchors = False
 
     def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
-        self.global_batch = _checks.check_bool(global_batch, "global_batch")
+        self.global_batch = checks.check_bool(global_batch, "global_batch")
         reductions = PER_SAMPLE_REDUCTIONS if self.per_sample else BATCH_REDUCTIONS
         if reduction not in reductions:
             kind = "" if self.per_sample else " (a batch-level loss)"
             raise ValueError(
-                _checks.invalid("reduction", f"one of {list(reductions)}{kind}", reduction)
+                checks.invalid("reduction", f"one of {list(reductions)}{kind}", reduction)
             )
         super().__init__(name=name, reduction=reduction, dtype=dtype)
 
@@ -102,14 +100,14 @@ class LabelLoss(keras.losses.Loss):
 
     def _batch_level(self, context, local, y_true, y_pred, weights):
         per_row_none = self.reduction in ("none", None) and (
-            local.weights is not None and _checks.static_shape(local.weights) != ()
+            local.weights is not None and checks.static_shape(local.weights) != ()
         )
         split, scale = {}, _replicas().scale_to_replicas
         if not per_row_none:
             # This replica's anchors only: the replicas' shares add up to the value.
             split = self._anchor_split(context, local)
             scale = _unchanged if split else scale
-        value = _checks.zero_unless_rows(
+        value = checks.zero_unless_rows(
             y_pred, lambda: ops.cast(self.call(y_true, y_pred, **split), self.dtype)
         )
         if weights is None:

@@ -4,7 +4,7 @@ TensorFlow, JAX and PyTorch)."""
 import keras
 from keras import ops
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 
 def flat_labels(labels, embeddings, arg="y_true", embeddings_arg="y_pred"):
@@ -13,18 +13,18 @@ def flat_labels(labels, embeddings, arg="y_true", embeddings_arg="y_pred"):
     Labels are compared for equality in their own dtype (never cast to float, which would
     merge large integer ids).
     """
-    labels = _checks.label_vector(labels, arg)
+    labels = checks.label_vector(labels, arg)
     name = keras.backend.standardize_dtype(labels.dtype)
     if not (
         name.startswith(("int", "uint")) or name == "bool" or keras.backend.is_float_dtype(name)
     ):
-        raise TypeError(_checks.invalid(arg, "numeric class labels", f"<tensor of dtype {name}>"))
-    return _checks.same_rows(labels, embeddings, arg, embeddings_arg, unit="label")
+        raise TypeError(checks.invalid(arg, "numeric class labels", f"<tensor of dtype {name}>"))
+    return checks.same_rows(labels, embeddings, arg, embeddings_arg, unit="label")
 
 
 def embeddings_matrix(y_pred, arg="y_pred"):
     """`(embeddings, input_dtype)` with half precision promoted to float32, like TFA."""
-    return _checks.float_matrix(y_pred, arg)
+    return checks.float_matrix(y_pred, arg)
 
 
 def label_masks(labels):

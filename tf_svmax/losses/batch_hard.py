@@ -14,9 +14,10 @@ import numbers
 import keras
 from keras import ops
 
+from tf_svmax import checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import LossFunctionWrapper, PerSampleLabelLoss
-from tf_svmax.ops import _checks, distances
+from tf_svmax.ops import distances
 
 MARGIN_MODES = ("soft", "none")
 
@@ -24,12 +25,12 @@ MARGIN_MODES = ("soft", "none")
 def _check_margin(margin):
     if isinstance(margin, str):
         if margin not in MARGIN_MODES:
-            raise ValueError(_checks.invalid("margin", "a float >= 0, 'soft' or 'none'", margin))
+            raise ValueError(checks.invalid("margin", "a float >= 0, 'soft' or 'none'", margin))
         return margin
     if isinstance(margin, bool) or not isinstance(margin, numbers.Real):
-        raise ValueError(_checks.invalid("margin", "a float >= 0, 'soft' or 'none'", margin))
+        raise ValueError(checks.invalid("margin", "a float >= 0, 'soft' or 'none'", margin))
     # NaN compares False with everything, so `margin < 0` alone would let it through.
-    return _checks.check_non_negative_number(margin, "margin")
+    return checks.check_non_negative_number(margin, "margin")
 
 
 def batch_hard_triplet_loss(

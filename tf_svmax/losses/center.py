@@ -13,7 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax.ops import _checks, replicas
+from tf_svmax import checks
+from tf_svmax.ops import replicas
 from tf_svmax.ops.ole import class_labels
 
 
@@ -60,11 +61,11 @@ class CenterLoss(keras.losses.Loss):
         **kwargs,
     ):
         super().__init__(name=name, **kwargs)
-        self.global_batch = _checks.check_bool(global_batch, "global_batch")
-        self.num_classes = _checks.check_positive_int(num_classes, "num_classes")
-        self.embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")
-        self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
-        self.alpha = _checks.check_rate(alpha, "alpha")
+        self.global_batch = checks.check_bool(global_batch, "global_batch")
+        self.num_classes = checks.check_positive_int(num_classes, "num_classes")
+        self.embedding_dim = checks.check_positive_int(embedding_dim, "embedding_dim")
+        self.lambda_ = checks.check_non_negative_number(lambda_, "lambda_")
+        self.alpha = checks.check_rate(alpha, "alpha")
         self.seed = seed
         if centers is None:
             centers = np.random.default_rng(seed).standard_normal(
@@ -73,7 +74,7 @@ class CenterLoss(keras.losses.Loss):
         centers = np.asarray(centers, dtype=np.float32)
         if centers.shape != (self.num_classes, self.embedding_dim):
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "centers",
                     f"shape ({self.num_classes}, {self.embedding_dim})",
                     f"<array of shape {centers.shape}>",
@@ -118,14 +119,14 @@ class CenterLoss(keras.losses.Loss):
             )
         with tf.name_scope(self.name):
             x = tf.cast(tf.convert_to_tensor(y_pred), tf.float32)
-            x, _ = _checks.float_matrix(x, "y_pred", min_rows=0)
-            labels = _checks.same_rows(self._labels(y_true), x, "y_true", "y_pred")
+            x, _ = checks.float_matrix(x, "y_pred", min_rows=0)
+            labels = checks.same_rows(self._labels(y_true), x, "y_true", "y_pred")
             _, (x, labels, sample_weight) = replicas.gather_global_batch(
                 self.global_batch, x, labels, sample_weight
             )
             if x.shape[-1] is not None and x.shape[-1] != self.embedding_dim:
                 raise ValueError(
-                    _checks.invalid(
+                    checks.invalid(
                         "y_pred",
                         f"[batch_size, {self.embedding_dim}] features (embedding_dim)",
                         f"<tensor of shape {x.shape}>",

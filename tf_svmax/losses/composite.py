@@ -5,7 +5,7 @@ import re
 import keras
 from keras import ops
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 
 def _scope_name(name):
@@ -28,7 +28,7 @@ class FunctionLoss(keras.losses.Loss):
         elif isinstance(fn, dict):
             fn = keras.saving.deserialize_keras_object(fn)
         if not callable(fn):
-            raise ValueError(_checks.invalid("fn", "a loss function fn(y_true, y_pred)", fn))
+            raise ValueError(checks.invalid("fn", "a loss function fn(y_true, y_pred)", fn))
         super().__init__(name=name or _scope_name(getattr(fn, "__name__", "")), **kwargs)
         self.fn = fn
 
@@ -47,7 +47,7 @@ def as_loss(obj, arg):
         return obj
     if isinstance(obj, keras.regularizers.Regularizer):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 arg,
                 "a loss fn(y_true, y_pred); a keras Regularizer takes one "
                 "tensor (use tf_svmax.losses.SVMaxLoss instead of SVMaxRegularizer)",
@@ -56,7 +56,7 @@ def as_loss(obj, arg):
         )
     if callable(obj):
         return FunctionLoss(obj)
-    raise ValueError(_checks.invalid(arg, "a Keras loss (instance, name or function)", obj))
+    raise ValueError(checks.invalid(arg, "a Keras loss (instance, name or function)", obj))
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

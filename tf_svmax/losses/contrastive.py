@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
+from tf_svmax import checks
 from tf_svmax.losses._base import LossFunctionWrapper
-from tf_svmax.ops import _checks
 
 
 def contrastive_loss(y_true, y_pred, margin=1.0):
@@ -24,7 +24,7 @@ def contrastive_loss(y_true, y_pred, margin=1.0):
     y_pred = ops.convert_to_tensor(y_pred)
     # One label per distance (TFA would broadcast [B] against [B, 1] into [B, B] silently, or
     # fail inside Mul).
-    y_true = _checks.same_rows(y_true, y_pred, "y_true", "y_pred")
+    y_true = checks.same_rows(y_true, y_pred, "y_true", "y_pred")
     y_true = ops.cast(y_true, y_pred.dtype)
     dissimilar = ops.square(_hinge(margin - y_pred))
     return y_true * ops.square(y_pred) + (1.0 - y_true) * dissimilar
@@ -51,7 +51,7 @@ class ContrastiveLoss(LossFunctionWrapper, keras.losses.Loss):
     def __init__(
         self, margin=1.0, reduction="sum_over_batch_size", name="contrastive_loss", **kwargs
     ):
-        fn_kwargs = {"margin": _checks.check_finite_number(margin, "margin")}
+        fn_kwargs = {"margin": checks.check_finite_number(margin, "margin")}
         super().__init__(contrastive_loss, fn_kwargs, name=name, reduction=reduction, **kwargs)
 
     def call(self, y_true, y_pred):

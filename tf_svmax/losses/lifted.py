@@ -4,9 +4,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from tf_svmax import checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
-from tf_svmax.ops import _checks, distances
+from tf_svmax.ops import distances
 
 
 def lifted_struct_loss(
@@ -146,7 +147,7 @@ class LiftedStructLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
     def __init__(self, margin=1.0, squared=False, name="lifted_struct_loss", **kwargs):
         fn_kwargs = dict(
-            margin=_checks.check_finite_number(margin, "margin"),
-            squared=_checks.check_bool(squared, "squared"),
+            margin=checks.check_finite_number(margin, "margin"),
+            squared=checks.check_bool(squared, "squared"),
         )
         super().__init__(lifted_struct_loss, fn_kwargs, name=name, **kwargs)

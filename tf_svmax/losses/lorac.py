@@ -28,7 +28,7 @@ import math
 import keras
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 PRIORS = ("laplace", "gaussian", "margin")
 # The entries of `LORACLoss`'s ``y_pred`` (the arguments of `lorac_loss`).
@@ -46,7 +46,7 @@ def _check_y_pred(y_pred):
     else:
         received = f"<{type(y_pred).__name__}>"
     raise ValueError(
-        _checks.invalid("y_pred", f"a mapping with the keys {list(INPUT_KEYS)}", received)
+        checks.invalid("y_pred", f"a mapping with the keys {list(INPUT_KEYS)}", received)
     )
 
 
@@ -62,7 +62,7 @@ def batched_nuclear_norm(matrices):
     10-bit mantissa is too coarse for one)."""
     matrices = tf.convert_to_tensor(matrices)
     # Half precision is promoted for the SVD and the norms cast back (the library's convention).
-    compute = _checks.compute_dtype(matrices.dtype)
+    compute = checks.compute_dtype(matrices.dtype)
     norms = tf.reduce_sum(tf.linalg.svd(tf.cast(matrices, compute), compute_uv=False), axis=-1)
     return tf.cast(norms, matrices.dtype)
 
@@ -75,11 +75,11 @@ def _check_shapes(q, k, negatives):
     for arg, x in tensors.items():
         if x.shape.rank != expected[arg].count(",") + 1:
             raise ValueError(
-                _checks.invalid(arg, f"a tensor of shape {expected[arg]}", f"<shape {x.shape}>")
+                checks.invalid(arg, f"a tensor of shape {expected[arg]}", f"<shape {x.shape}>")
             )
     if q.shape[1] == 0:  # M = 1: no view to average over (the mean of nothing is NaN)
         raise ValueError(
-            _checks.invalid("queries", "at least one query view (M - 1 >= 1)", f"<shape {q.shape}>")
+            checks.invalid("queries", "at least one query view (M - 1 >= 1)", f"<shape {q.shape}>")
         )
     known = None  # the first (argument, C) known statically
     for arg, x in tensors.items():
@@ -90,7 +90,7 @@ def _check_shapes(q, k, negatives):
             known = (arg, size)
         elif size != known[1]:
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     arg, f"C = {known[1]} columns, as `{known[0]}`", f"<shape {x.shape}>"
                 )
             )
@@ -99,14 +99,14 @@ def _check_shapes(q, k, negatives):
 def _check_settings(temperature, beta, prior, center, constant):
     """The validated ``(temperature, beta, prior, center, constant)`` as Python floats (and the
     prior's name); a ValueError names the argument otherwise."""
-    temperature = _checks.check_positive_number(temperature, "temperature")
-    beta = _checks.check_positive_number(beta, "beta", allow_inf=True)
-    prior = _checks.check_choice(prior, "prior", PRIORS)
+    temperature = checks.check_positive_number(temperature, "temperature")
+    beta = checks.check_positive_number(beta, "beta", allow_inf=True)
+    prior = checks.check_choice(prior, "prior", PRIORS)
     # c0 and c are values of ||Q||_* (the Gaussian's centre, the margin prior's stand-in for the
     # norm; seed 003 Sec. 6: sqrt(5) and 3, "a similar value of ||Q||_* at convergence"), so
     # finite and >= 0; a negative c would be a bonus, not a margin (c = -1e9 gave a zero loss).
-    center = _checks.check_non_negative_number(center, "center")
-    constant = _checks.check_non_negative_number(constant, "constant")
+    center = checks.check_non_negative_number(center, "center")
+    constant = checks.check_non_negative_number(constant, "constant")
     return temperature, beta, prior, center, constant
 
 
@@ -141,12 +141,12 @@ def lorac_loss(
         temperature, beta, prior, center, constant
     )
     q = tf.convert_to_tensor(queries)
-    dtype = _checks.compute_dtype(q.dtype)
+    dtype = checks.compute_dtype(q.dtype)
     q = _unit_rows(tf.cast(q, dtype))
     k = _unit_rows(tf.stop_gradient(tf.cast(positive_keys, dtype)))
     negatives = _unit_rows(tf.stop_gradient(tf.cast(negative_keys, dtype)))
     _check_shapes(q, k, negatives)
-    k = _checks.same_rows(k, q, "positive_keys", "queries")
+    k = checks.same_rows(k, q, "positive_keys", "queries")
     views = tf.shape(q)[1]
     m = tf.cast(views + 1, dtype)
     positive = tf.einsum("nvc,nc->nv", q, k) / temperature  # [N, M-1]
@@ -214,7 +214,7 @@ class LORACLoss(keras.losses.Loss):
         if sample_weight is not None:
             # One weight per instance or a scalar: Keras would broadcast a [1] weight and fail
             # with a bare shape error on another length.
-            sample_weight = _checks.same_rows(
+            sample_weight = checks.same_rows(
                 sample_weight, y_pred["queries"], "sample_weight", "y_pred['queries']"
             )
         return super().__call__(tf.zeros([0]), y_pred, sample_weight)

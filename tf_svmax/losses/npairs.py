@@ -3,9 +3,9 @@
 import keras
 from keras import ops
 
+from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
-from tf_svmax.ops import _checks
 
 
 def _softmax_cross_entropy(targets, logits, dtype):
@@ -17,24 +17,24 @@ def _softmax_cross_entropy(targets, logits, dtype):
 
 
 def _logits(y_pred):
-    logits = _checks.to_tensor(y_pred, "y_pred")
+    logits = checks.to_tensor(y_pred, "y_pred")
     name = keras.backend.standardize_dtype(logits.dtype)
     if not keras.backend.is_float_dtype(name):
         raise TypeError(
-            _checks.invalid(
+            checks.invalid(
                 "y_pred", "a floating-point similarity matrix", f"<tensor of dtype {name}>"
             )
         )
-    shape = _checks.static_shape(logits)
+    shape = checks.static_shape(logits)
     if shape is not None and len(shape) != 2:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "y_pred",
                 "a [batch_size, batch_size] similarity matrix",
                 f"<tensor of shape {logits.shape}>",
             )
         )
-    return ops.cast(logits, _checks.compute_dtype(name)), logits.dtype
+    return ops.cast(logits, checks.compute_dtype(name)), logits.dtype
 
 
 def npairs_loss(y_true, y_pred):
@@ -70,8 +70,8 @@ def npairs_multilabel_loss(y_true, y_pred):
     logits, dtype = _logits(y_pred)
     # A tf.SparseTensor (TensorFlow) is densified.
     y_true = ops.cast(ops.convert_to_tensor(y_true, sparse=False), logits.dtype)
-    y_true = _checks.same_rows(y_true, logits, "y_true", "y_pred")
-    shared = _checks.matmul(y_true, y_true, transpose_b=True)
+    y_true = checks.same_rows(y_true, logits, "y_true", "y_pred")
+    shared = _backend.matmul(y_true, y_true, transpose_b=True)
     row_sums = ops.sum(shared, axis=1, keepdims=True)
     targets = shared / _every_sample_labelled(row_sums)
     return _softmax_cross_entropy(targets, logits, dtype)
@@ -88,10 +88,10 @@ def _every_sample_labelled(row_sums):
     (eager TensorFlow, JAX outside `jit`, PyTorch), else when a TensorFlow graph runs. Under
     `jax.jit` nothing can be checked: a row of zeros gives NaN there."""
     if keras.backend.backend() == "tensorflow":
-        return _checks._checked_when_run(
+        return checks.checked_when_run(
             row_sums, lambda tf: tf.debugging.assert_positive(row_sums, message=_NO_LABEL)
         )
-    if not _checks.in_xla_context() and not bool(ops.all(row_sums > 0)):
+    if not _backend.in_xla_context() and not bool(ops.all(row_sums > 0)):
         raise ValueError(_NO_LABEL)
     return row_sums
 
@@ -102,7 +102,7 @@ def _per_replica(kwargs):
     (`global_batch=False`). For a global-batch N-pair loss on embeddings use `PKNpairLoss`."""
     if kwargs.get("global_batch", False):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "global_batch",
                 "False (an N-pair loss takes a per-replica similarity matrix; use PKNpairLoss "
                 "on embeddings for a global batch)",

@@ -10,9 +10,10 @@ against a separate reference set (``anchor_rows``), so `CrossBatchMemory` can wr
 import keras
 from keras import ops
 
+from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
-from tf_svmax.ops import _checks, distances
+from tf_svmax.ops import distances
 
 # "cosine": cosine similarity (rows L2-normalized here; pytorch-metric-learning's
 # `CosineSimilarity`); "dot": the plain dot product (its
@@ -27,7 +28,7 @@ SIMILARITIES = ("cosine", "dot")
 
 
 def _check_metric(metric):
-    return _checks.check_choice(metric, "metric", METRICS)
+    return checks.check_choice(metric, "metric", METRICS)
 
 
 def _pair_matrix(x, metric, rows):
@@ -38,7 +39,7 @@ def _pair_matrix(x, metric, rows):
         return distances.pairwise_distance(x, rows=rows)
     unit = _l2_normalize(x) if metric == "cosine" else x
     queries = unit if rows is None else unit[rows[0] : rows[0] + rows[1]]
-    return _checks.matmul(queries, unit, transpose_b=True)
+    return _backend.matmul(queries, unit, transpose_b=True)
 
 
 def _l2_normalize(x):
@@ -86,7 +87,7 @@ def _non_zero(terms):
     # 1,024 against a memory of 16,384 rows has that many).
     # (Keras' `ops.count_nonzero` counts in int32; JAX without 64-bit types has int32 only,
     # exact up to 2**31 pairs, asked for by name so that JAX warns of no truncation.)
-    return ops.sum(ops.cast(terms > 0.0, "int32" if _checks.jax_without_x64() else "int64"))
+    return ops.sum(ops.cast(terms > 0.0, "int32" if _backend.jax_without_x64() else "int64"))
 
 
 def _same_rows(first, second):
@@ -173,8 +174,8 @@ def all_pairs_contrastive_loss(
       (positives ``1 - 0.6`` twice: mean 0.4; negatives ``0.8 - 0.5`` twice, the pairs of
       similarity 0 past the margin: mean 0.3.)
     """
-    pos_margin = _checks.check_finite_number(pos_margin, "pos_margin")
-    neg_margin = _checks.check_finite_number(neg_margin, "neg_margin")
+    pos_margin = checks.check_finite_number(pos_margin, "pos_margin")
+    neg_margin = checks.check_finite_number(neg_margin, "neg_margin")
     metric = _check_metric(metric)
     x, dtype = _common.embeddings_matrix(y_pred)
     labels = _common.flat_labels(y_true, x)
@@ -219,8 +220,8 @@ class AllPairsContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
         **kwargs,
     ):
         fn_kwargs = dict(
-            pos_margin=_checks.check_finite_number(pos_margin, "pos_margin"),
-            neg_margin=_checks.check_finite_number(neg_margin, "neg_margin"),
+            pos_margin=checks.check_finite_number(pos_margin, "pos_margin"),
+            neg_margin=checks.check_finite_number(neg_margin, "neg_margin"),
             metric=_check_metric(metric),
         )
         super().__init__(all_pairs_contrastive_loss, fn_kwargs, name=name, **kwargs)

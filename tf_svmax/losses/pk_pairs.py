@@ -14,9 +14,9 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss
-from tf_svmax.ops import _checks
 
 # Added under the square root of the pair distance, as in the original contrastive loss (its
 # README: avoids NaN gradients at zero distance). Note 10e-6 = 1e-5.
@@ -30,7 +30,7 @@ def _check_pk(labels, x, batch_k, expected_k):
     """Validates a P x K layout; returns labels `[B]`."""
     if batch_k != expected_k:
         raise ValueError(
-            _checks.invalid("batch_k", f"{expected_k} (the originals' pair layout)", batch_k)
+            checks.invalid("batch_k", f"{expected_k} (the originals' pair layout)", batch_k)
         )
     labels = _common.flat_labels(labels, x, "labels", "embeddings")
     group = 2 * batch_k if expected_k == 4 else batch_k
@@ -54,7 +54,7 @@ def _check_pk(labels, x, batch_k, expected_k):
         return _tf_checked_layout(labels, batch_k, group, multiple_message, layout_message)
     # JAX and PyTorch: the row count is static (checked above through `x`); the labels are
     # checked when concrete (eager, PyTorch always), unchecked under `jax.jit` (JAX has no
-    # run-time assertion), as `_checks.integer_floats`.
+    # run-time assertion), as `checks.integer_floats`.
     if labels.shape[0] % group:
         raise ValueError(multiple_message)
     if not _is_tracer(labels):
@@ -81,12 +81,12 @@ def _tf_checked_layout(labels, batch_k, group, multiple_message, layout_message)
     # above rather than a raw reshape error.
     with tf.control_dependencies([multiple]):
         blocks = tf.reshape(labels, [-1, batch_k])
-    checks = [
+    assertions = [
         tf.debugging.assert_equal(
             blocks, tf.tile(blocks[:, :1], [1, batch_k]), message=layout_message
         ),
     ]
-    with tf.control_dependencies(checks):
+    with tf.control_dependencies(assertions):
         return tf.identity(labels)
 
 
@@ -106,7 +106,7 @@ def pk_contrastive_pairs(labels, embeddings, *, batch_k=4):
       `(first [B/2, D], second [B/2, D], similar [B/2] float)`; `similar` is computed from the
       labels (the originals hard-code the pattern 1, 0, 0, 1).
     """
-    x = _checks.to_tensor(embeddings, "embeddings")
+    x = checks.to_tensor(embeddings, "embeddings")
     labels = _check_pk(labels, x, batch_k, expected_k=4)
     groups = ops.shape(x)[0] // 8
     order = ops.reshape(
@@ -208,7 +208,7 @@ def pk_npair_loss(labels, embeddings, *, l2_reg=0.002, anchor_rows=None):
     anchors, positives, own, _, targets, dtype = _anchor_positive_halves(
         labels, embeddings, anchor_rows
     )
-    logits = _checks.matmul(own, positives, transpose_b=True)
+    logits = _backend.matmul(own, positives, transpose_b=True)
     xent = _softmax_cross_entropy(targets, logits)
     return ops.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
 
@@ -228,7 +228,7 @@ def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002, anchor_rows
         labels, embeddings, anchor_rows
     )
     t = math.tan(math.radians(alpha)) ** 2
-    off_diagonal = 4.0 * t * _checks.matmul(own + own_positives, positives, transpose_b=True)
+    off_diagonal = 4.0 * t * _backend.matmul(own + own_positives, positives, transpose_b=True)
     diagonal = 2.0 * (1.0 + t) * ops.sum(own * own_positives, axis=1)
     # The own pairs' "diagonal" sits at column first + i of row i (a selection: the values of
     # `tf.linalg.set_diag` when all pairs are own).
@@ -262,9 +262,9 @@ class PKContrastiveLoss(BatchPenaltyLoss):
 
     def __init__(self, margin=1.0, batch_k=4, name="pk_contrastive", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.margin = _checks.check_non_negative_number(margin, "margin")
+        self.margin = checks.check_non_negative_number(margin, "margin")
         if batch_k != 4:
-            raise ValueError(_checks.invalid("batch_k", "4 (the originals' pair layout)", batch_k))
+            raise ValueError(checks.invalid("batch_k", "4 (the originals' pair layout)", batch_k))
         self.batch_k = batch_k
 
     def call(self, y_true, y_pred):
@@ -287,7 +287,7 @@ class PKNpairLoss(BatchPenaltyLoss):
 
     def __init__(self, l2_reg=0.002, name="pk_npair", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.l2_reg = _checks.check_non_negative_number(l2_reg, "l2_reg")
+        self.l2_reg = checks.check_non_negative_number(l2_reg, "l2_reg")
 
     def call(self, y_true, y_pred, anchor_rows=None):
         values = pk_npair_loss(y_true, y_pred, l2_reg=self.l2_reg, anchor_rows=anchor_rows)
@@ -309,9 +309,9 @@ class PKAngularLoss(BatchPenaltyLoss):
     def __init__(self, alpha=45.0, l2_reg=0.002, name="pk_angular", **kwargs):
         super().__init__(name=name, **kwargs)
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < 90:
-            raise ValueError(_checks.invalid("alpha", "an angle in degrees in (0, 90)", alpha))
+            raise ValueError(checks.invalid("alpha", "an angle in degrees in (0, 90)", alpha))
         self.alpha = float(alpha)
-        self.l2_reg = _checks.check_non_negative_number(l2_reg, "l2_reg")
+        self.l2_reg = checks.check_non_negative_number(l2_reg, "l2_reg")
 
     def call(self, y_true, y_pred, anchor_rows=None):
         values = pk_angular_loss(

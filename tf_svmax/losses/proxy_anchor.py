@@ -19,8 +19,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from tf_svmax import _backend, checks
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
-from tf_svmax.ops import _checks
 from tf_svmax.ops.ole import class_labels
 
 
@@ -63,7 +63,7 @@ def _proxy_labels(labels, s):
 
         # Integral values only (1.7 is refused, not truncated), range-checked in int64
         # (2**32 + 1 would wrap to class 1 in int32).
-        labels = _checks.same_rows(class_labels(labels), s, "labels", "similarities")
+        labels = checks.same_rows(class_labels(labels), s, "labels", "similarities")
         in_range = tf.logical_and(labels >= 0, labels < tf.cast(classes, tf.int64))
         with tf.control_dependencies(
             [tf.debugging.assert_equal(tf.reduce_all(in_range), True, message=_LABELS_MESSAGE)]
@@ -71,14 +71,14 @@ def _proxy_labels(labels, s):
             with_positive = tf.math.unsorted_segment_sum(tf.ones_like(labels), labels, classes) > 0
         return labels, with_positive
     # JAX and PyTorch: integral floats and int32's range (JAX without 64-bit types) are checked
-    # by `_checks`; the class range when the labels are concrete (not under `jax.jit`, which
+    # by `tf_svmax.checks`; the class range when the labels are concrete (not under `jax.jit`, which
     # has no run-time assertion: there an id outside [0, C) has no proxy and no positive).
-    labels = _checks.integer_floats(
-        _checks.label_vector(labels, "labels"), "labels", "integer class labels"
+    labels = checks.integer_floats(
+        checks.label_vector(labels, "labels"), "labels", "integer class labels"
     )
-    labels = _checks.same_rows(labels, s, "labels", "similarities")
+    labels = checks.same_rows(labels, s, "labels", "similarities")
     # int32 on JAX without 64-bit types (`label_vector` refused ids outside its range there).
-    labels = ops.cast(labels, "int32" if _checks.jax_without_x64() else "int64")
+    labels = ops.cast(labels, "int32" if _backend.jax_without_x64() else "int64")
     if not _is_tracer(labels):
         values = np.asarray(ops.convert_to_numpy(labels))
         if values.size and (values.min() < 0 or values.max() >= classes):
@@ -112,19 +112,19 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1, anchor_row
     Returns:
       A scalar of the similarities' dtype (half precision computed in float32).
     """
-    s = _checks.to_tensor(similarities, "similarities")
-    shape = _checks.static_shape(s)
+    s = checks.to_tensor(similarities, "similarities")
+    shape = checks.static_shape(s)
     name = keras.backend.standardize_dtype(s.dtype)
     if not keras.backend.is_float_dtype(name) or (shape is not None and len(shape) != 2):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "similarities",
                 "a [batch_size, num_classes] float tensor",
                 f"<tensor {name} {s.shape}>",
             )
         )
     dtype = s.dtype
-    s = ops.cast(s, _checks.compute_dtype(dtype))
+    s = ops.cast(s, checks.compute_dtype(dtype))
     labels, with_positive = _proxy_labels(labels, s)
     classes = ops.shape(s)[1]
     count = ops.sum(ops.cast(with_positive, s.dtype))
@@ -171,7 +171,7 @@ class ProxyAnchorLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
     def __init__(self, alpha=32.0, delta=0.1, name="proxy_anchor", **kwargs):
         fn_kwargs = dict(
-            alpha=_checks.check_non_negative_number(alpha, "alpha"),
-            delta=_checks.check_non_negative_number(delta, "delta"),
+            alpha=checks.check_non_negative_number(alpha, "alpha"),
+            delta=checks.check_non_negative_number(delta, "delta"),
         )
         super().__init__(proxy_anchor_loss, fn_kwargs, name=name, **kwargs)

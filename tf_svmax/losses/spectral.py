@@ -2,9 +2,8 @@
 
 import keras
 
-from tf_svmax import ops
+from tf_svmax import _backend, checks, ops
 from tf_svmax.losses._base import BatchPenaltyLoss
-from tf_svmax.ops import _checks
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -28,9 +27,9 @@ class SVMaxLoss(BatchPenaltyLoss):
 
     def __init__(self, lambda_=1.0, bounded=True, method="auto", name="svmax", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
-        self.bounded = _checks.check_bool(bounded, "bounded")
-        self.method = _checks.check_choice(method, "method", ops.METHODS)
+        self.lambda_ = checks.check_non_negative_number(lambda_, "lambda_")
+        self.bounded = checks.check_bool(bounded, "bounded")
+        self.method = checks.check_choice(method, "method", ops.METHODS)
 
     def call(self, y_true, y_pred):
         return self.lambda_ * ops.svmax(y_pred, bounded=self.bounded, method=self.method)
@@ -72,14 +71,14 @@ class OLELoss(BatchPenaltyLoss):
 
     def __init__(self, lambda_=0.25, delta=1.0, threshold=1e-6, name="ole", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
-        self.delta = _checks.check_non_negative_number(delta, "delta")
-        self.threshold = _checks.check_non_negative_number(threshold, "threshold")
+        self.lambda_ = checks.check_non_negative_number(lambda_, "lambda_")
+        self.delta = checks.check_non_negative_number(delta, "delta")
+        self.threshold = checks.check_non_negative_number(threshold, "threshold")
 
     def call(self, y_true, y_pred):
         if y_true is None:
-            raise ValueError(_checks.invalid("y_true", "integer class labels", None))
-        if keras.backend.backend() == "jax" and _checks.in_xla_context():
+            raise ValueError(checks.invalid("y_true", "integer class labels", None))
+        if keras.backend.backend() == "jax" and _backend.in_xla_context():
             # ole_loss refuses too, but its advice (jit_compile=False) does not help on JAX.
             raise ValueError(
                 "OLELoss cannot run inside a JAX trace (jax.jit, jax.eval_shape), so not in "

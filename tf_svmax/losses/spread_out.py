@@ -11,9 +11,9 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from tf_svmax import checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss
-from tf_svmax.ops import _checks
 
 
 def random_negatives(labels, uniform):
@@ -86,7 +86,7 @@ class SpreadOutLoss(BatchPenaltyLoss):
 
     def __init__(self, alpha=1.0, seed=None, name="spread_out", **kwargs):
         super().__init__(name=name, **kwargs)
-        self.alpha = _checks.check_non_negative_number(alpha, "alpha")
+        self.alpha = checks.check_non_negative_number(alpha, "alpha")
         self.seed = seed
         self._seed_generator = keras.random.SeedGenerator(seed)
 

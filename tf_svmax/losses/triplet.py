@@ -16,9 +16,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, deserialize_callable
-from tf_svmax.ops import _checks, distances
+from tf_svmax.ops import distances
 
 
 def _inputs(y_true, y_pred):
@@ -111,7 +112,7 @@ def _sum_over_anchor_blocks(share, x, anchor_rows):
     on PyTorch with `torch.utils.checkpoint` over blocks of static size. Eager JAX sums the
     blocks without recomputation (Keras' JAX steps are jitted: one block).
     """
-    if _checks.in_xla_context():
+    if _backend.in_xla_context():
         return share(x, anchor_rows)
     static_b = x.shape[0]
     if static_b is not None and static_b * static_b <= _ROW_BLOCK_ELEMENTS:
@@ -384,7 +385,7 @@ class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
     def __init__(self, margin=1.0, distance_metric="L2", name="triplet_semihard_loss", **kwargs):
         fn_kwargs = dict(
-            margin=_checks.check_finite_number(margin, "margin"),
+            margin=checks.check_finite_number(margin, "margin"),
             distance_metric=distances.check_metric(
                 deserialize_callable(distance_metric), allow_callable=True
             ),
@@ -402,8 +403,8 @@ class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
         self, margin=1.0, soft=False, distance_metric="L2", name="triplet_hard_loss", **kwargs
     ):
         fn_kwargs = dict(
-            margin=_checks.check_finite_number(margin, "margin"),
-            soft=_checks.check_bool(soft, "soft"),
+            margin=checks.check_finite_number(margin, "margin"),
+            soft=checks.check_bool(soft, "soft"),
             distance_metric=distances.check_metric(
                 deserialize_callable(distance_metric), allow_callable=True
             ),

@@ -27,12 +27,13 @@ import weakref
 import keras
 import tensorflow as tf
 
+from tf_svmax import _backend, checks
 from tf_svmax.losses._common import flat_labels
 from tf_svmax.losses.batch_hard import BatchHardTripletLoss
 from tf_svmax.losses.lifted import LiftedStructLoss
 from tf_svmax.losses.pair_contrastive import AllPairsContrastiveLoss
 from tf_svmax.losses.triplet import TripletHardLoss, TripletSemiHardLoss
-from tf_svmax.ops import _checks, replicas
+from tf_svmax.ops import replicas
 from tf_svmax.training.momentum import ring_slots
 
 # The losses whose mining takes anchors against a separate reference set (`anchor_rows`), with
@@ -69,12 +70,12 @@ class CrossBatchMemoryBank(keras.layers.Layer):
     """
 
     def __init__(self, size, **kwargs):
-        if _checks.check_bool(kwargs.pop("trainable", False), "trainable"):
+        if checks.check_bool(kwargs.pop("trainable", False), "trainable"):
             raise ValueError(
-                _checks.invalid("trainable", "False (the memory is written by the loss)", True)
+                checks.invalid("trainable", "False (the memory is written by the loss)", True)
             )
         super().__init__(trainable=False, **kwargs)
-        self.size = _checks.check_positive_int(size, "size")
+        self.size = checks.check_positive_int(size, "size")
         # Python-side, read when the loss is traced: the `training` flag of the latest forward
         # pass (None: never called in a model, as when the loss is called directly).
         self.last_training = None
@@ -86,7 +87,7 @@ class CrossBatchMemoryBank(keras.layers.Layer):
         dim = input_shape[-1]
         if dim is None:
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "input_shape", "embeddings of a known width", f"<shape {input_shape}>"
                 )
             )
@@ -184,7 +185,7 @@ def _check_loss(loss):
     if not isinstance(loss, SUPPORTED_LOSSES):
         names = ", ".join(cls.__name__ for cls in SUPPORTED_LOSSES)
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "loss",
                 f"a loss whose mining takes a separate reference set (one of {names})",
                 f"<{type(loss).__name__}>",
@@ -192,7 +193,7 @@ def _check_loss(loss):
         )
     if not loss.global_batch:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "loss.global_batch",
                 "True (the memory holds the global batch's rows, the same on every replica)",
                 False,
@@ -203,7 +204,7 @@ def _check_loss(loss):
         "sum_over_batch_size",
     ):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "loss.reduction", "'sum' or 'sum_over_batch_size' (one value)", loss.reduction
             )
         )
@@ -218,12 +219,12 @@ def _integer_labels(y_true, y_pred):
     labels = flat_labels(y_true, y_pred)
     if labels.dtype in (tf.bool, tf.uint64):
         raise TypeError(
-            _checks.invalid("y_true", _LABELS_EXPECTED, f"<tensor of dtype {labels.dtype.name}>")
+            checks.invalid("y_true", _LABELS_EXPECTED, f"<tensor of dtype {labels.dtype.name}>")
         )
     # Float labels (Keras hands a MirroredStrategy's fit float64 copies of integer arrays) must
     # hold integers: the cast below would merge 0.1 and 0.9 into class 0 (the wrapped loss
     # alone compares floats exactly, so they would be two classes there).
-    labels = _checks.integer_floats(labels, "y_true", _LABELS_EXPECTED)
+    labels = checks.integer_floats(labels, "y_true", _LABELS_EXPECTED)
     # int64 holds every other integer dtype exactly (labels above 2**24 stay distinct), and
     # integer floats: exact for float64 below 2**53.
     return tf.cast(labels, tf.int64)
@@ -294,13 +295,13 @@ class CrossBatchMemory(keras.losses.Loss):
 
     def __init__(self, loss, memory_size, *, start_step=0, memory=None, name="cross_batch_memory"):
         self.loss = _check_loss(loss)
-        self.memory_size = _checks.check_positive_int(memory_size, "memory_size")
-        self.start_step = _checks.check_non_negative_int(start_step, "start_step")
+        self.memory_size = checks.check_positive_int(memory_size, "memory_size")
+        self.start_step = checks.check_non_negative_int(start_step, "start_step")
         if memory is None:
             memory = CrossBatchMemoryBank(self.memory_size)
         elif not isinstance(memory, CrossBatchMemoryBank) or memory.size != self.memory_size:
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "memory",
                     f"a CrossBatchMemoryBank of size {self.memory_size} (memory_size)",
                     memory,
@@ -316,11 +317,11 @@ class CrossBatchMemory(keras.losses.Loss):
     def __call__(self, y_true, y_pred, sample_weight=None):
         if sample_weight is not None:
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "sample_weight", "None (the memory's rows have no weights)", "<weights>"
                 )
             )
-        if _checks.in_xla_context():
+        if _backend.in_xla_context():
             raise ValueError(
                 "CrossBatchMemory cannot run under XLA (jit_compile=True): the memory's filled "
                 "rows are a data-dependent number. Compile the model with jit_compile=False."
@@ -364,7 +365,7 @@ class CrossBatchMemory(keras.losses.Loss):
             memory.build(y_pred.shape)
         if y_pred.shape[-1] is not None and y_pred.shape[-1] != memory.dim:
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "y_pred",
                     f"embeddings of width {memory.dim} (the memory's)",
                     f"<tensor of shape {y_pred.shape}>",

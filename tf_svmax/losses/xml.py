@@ -14,9 +14,10 @@ The model's output is the embedding with the histograms appended: ``concat([embe
 import keras
 import tensorflow as tf
 
+from tf_svmax import checks
 from tf_svmax.losses._base import BatchPenaltyLoss, PerSampleLabelLoss
 from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss
-from tf_svmax.ops import _checks, prototypes
+from tf_svmax.ops import prototypes
 
 
 def class_halves(labels):
@@ -57,7 +58,7 @@ def _ranking_loss(loss):
         resolved, (XMLLoss, ProxyAnchorLoss)
     ):
         return resolved
-    raise ValueError(_checks.invalid("loss", _RANKING_LOSS, loss))
+    raise ValueError(checks.invalid("loss", _RANKING_LOSS, loss))
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -83,10 +84,10 @@ class XMLLoss(BatchPenaltyLoss):
     ):
         super().__init__(name=name, **kwargs)
         self.loss = _ranking_loss(loss)
-        self.num_prototypes = _checks.check_positive_int(num_prototypes, "num_prototypes")
-        self.lambda_ = _checks.check_fraction(lambda_, "lambda_")
-        self.ridge = _checks.check_non_negative_number(ridge, "ridge")
-        self.normalize = _checks.check_bool(normalize, "normalize")
+        self.num_prototypes = checks.check_positive_int(num_prototypes, "num_prototypes")
+        self.lambda_ = checks.check_fraction(lambda_, "lambda_")
+        self.ridge = checks.check_non_negative_number(ridge, "ridge")
+        self.normalize = checks.check_bool(normalize, "normalize")
 
     def call(self, y_true, y_pred):
         m = self.num_prototypes
@@ -108,7 +109,7 @@ class XMLLoss(BatchPenaltyLoss):
         cross = 0.0
         for part in (first, ~first):
             rows = tf.boolean_mask(predicted, part)
-            cross += _checks.zero_unless_rows(
+            cross += checks.zero_unless_rows(
                 rows,
                 lambda rows=rows, part=part: _batch_value(
                     self.loss, tf.boolean_mask(labels, part), rows

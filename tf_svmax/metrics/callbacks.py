@@ -4,8 +4,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_svmax import checks
 from tf_svmax.metrics import retrieval
-from tf_svmax.ops import _checks
 
 
 class RetrievalEvaluation(keras.callbacks.Callback):
@@ -54,11 +54,11 @@ class RetrievalEvaluation(keras.callbacks.Callback):
                 f"Received: every_n_epochs={every_n_epochs}, every_n_steps={every_n_steps}"
             )
         if every_n_steps is None:
-            every_n_epochs = _checks.check_positive_int(
+            every_n_epochs = checks.check_positive_int(
                 1 if every_n_epochs is None else every_n_epochs, "every_n_epochs"
             )
         else:
-            every_n_steps = _checks.check_positive_int(every_n_steps, "every_n_steps")
+            every_n_steps = checks.check_positive_int(every_n_steps, "every_n_steps")
         if isinstance(data, tf.data.Dataset):
             if labels is not None:
                 raise ValueError(
@@ -73,7 +73,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         self.data, self.labels = data, labels
         self.every_n_epochs, self.every_n_steps = every_n_epochs, every_n_steps
         self.prefix, self.log_dir = str(prefix), log_dir
-        self.batch_size = _checks.check_positive_int(batch_size, "batch_size")
+        self.batch_size = checks.check_positive_int(batch_size, "batch_size")
         self.verbose = verbose
         self.evaluate_kwargs = evaluate_kwargs
         self.history = []
@@ -109,7 +109,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
             end; pass it when the callback is not in the `fit` call).
         """
         if epoch is not None:
-            self._epoch = _checks.check_non_negative_int(epoch, "epoch")
+            self._epoch = checks.check_non_negative_int(epoch, "epoch")
         embeddings, labels = self.embed()
         results = retrieval.evaluate_retrieval(embeddings, labels, **self.evaluate_kwargs)
         if step is None:

@@ -8,19 +8,19 @@ LORAC seed 003 Sec. 5)."""
 import numpy as np
 from sklearn.neighbors import NearestNeighbors
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 
 def _labels_and_predictions(labels, predictions, labels_arg="labels"):
-    """Both as `_checks.class_labels` arrays: as many predictions as labels (at least one), of
+    """Both as `checks.class_labels` arrays: as many predictions as labels (at least one), of
     the labels' kind (a string id never equals a number: every prediction would count wrong)."""
-    labels = _checks.class_labels(labels, labels_arg)
-    predictions = _checks.class_labels(predictions, "predictions")
+    labels = checks.class_labels(labels, labels_arg)
+    predictions = checks.class_labels(predictions, "predictions")
     if not len(labels):
-        raise ValueError(_checks.invalid(labels_arg, "at least one label", "<empty array>"))
+        raise ValueError(checks.invalid(labels_arg, "at least one label", "<empty array>"))
     if labels.shape != predictions.shape:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "predictions", f"{len(labels)} predictions, one per label", predictions.shape
             )
         )
@@ -29,13 +29,13 @@ def _labels_and_predictions(labels, predictions, labels_arg="labels"):
 
 
 def _same_kind(reference, reference_arg, other, other_arg):
-    kind = _checks.label_kind(reference)
-    if _checks.label_kind(other) != kind:
+    kind = checks.label_kind(reference)
+    if checks.label_kind(other) != kind:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 other_arg,
                 f"class ids of the {reference_arg}' kind ({kind})",
-                f"<{_checks.label_kind(other)} ids>",
+                f"<{checks.label_kind(other)} ids>",
             )
         )
 
@@ -79,15 +79,15 @@ def neighbour_agreement_of_errors(
     Returns ``(share, number_of_errors)``.
     """
     test_labels, predictions = _labels_and_predictions(test_labels, predictions, "test_labels")
-    train = _checks.finite_matrix(train_embeddings, "train_embeddings")
-    train_labels = _checks.class_labels(train_labels, "train_labels")
+    train = checks.finite_matrix(train_embeddings, "train_embeddings")
+    train_labels = checks.class_labels(train_labels, "train_labels")
     _one_label_per_row(train, train_labels, "train_embeddings", "train_labels")
     # The nearest training label is compared with the prediction: of one kind, or never equal.
     _same_kind(predictions, "predictions", train_labels, "train_labels")
-    test = _checks.finite_matrix(test_embeddings, "test_embeddings")
+    test = checks.finite_matrix(test_embeddings, "test_embeddings")
     if len(test) != len(test_labels):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "test_embeddings",
                 f"one row per test label ({len(test_labels)})",
                 f"<shape {test.shape}>",
@@ -105,7 +105,7 @@ def neighbour_agreement_of_errors(
 def _one_label_per_row(features, labels, features_arg, labels_arg):
     if len(labels) != len(features):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 labels_arg,
                 f"one label per row of `{features_arg}` ({len(features)})",
                 f"<{len(labels)} labels>",
@@ -116,7 +116,7 @@ def _one_label_per_row(features, labels, features_arg, labels_arg):
 def _same_columns(test, train, test_arg, train_arg):
     if test.shape[1] != train.shape[1]:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 test_arg, f"{train.shape[1]} columns, as `{train_arg}`", f"<shape {test.shape}>"
             )
         )
@@ -125,10 +125,10 @@ def _same_columns(test, train, test_arg, train_arg):
 def _probe_inputs(train_features, train_labels, test_features, test_labels):
     """The four checked: finite feature matrices with one label per row, the same columns, and
     labels of one kind (a string id never equals a number)."""
-    train = _checks.finite_matrix(train_features, "train_features")
-    test = _checks.finite_matrix(test_features, "test_features")
-    train_labels = _checks.class_labels(train_labels, "train_labels")
-    test_labels = _checks.class_labels(test_labels, "test_labels")
+    train = checks.finite_matrix(train_features, "train_features")
+    test = checks.finite_matrix(test_features, "test_features")
+    train_labels = checks.class_labels(train_labels, "train_labels")
+    test_labels = checks.class_labels(test_labels, "test_labels")
     _one_label_per_row(train, train_labels, "train_features", "train_labels")
     _one_label_per_row(test, test_labels, "test_features", "test_labels")
     _same_columns(test, train, "test_features", "train_features")
@@ -157,9 +157,9 @@ def linear_probe_accuracy(train_features, train_labels, test_features, test_labe
     train, train_labels, test, test_labels = _probe_inputs(
         train_features, train_labels, test_features, test_labels
     )
-    seed = _checks.check_non_negative_int(seed, "seed")
+    seed = checks.check_non_negative_int(seed, "seed")
     if len(np.unique(train_labels)) < 2:
-        raise ValueError(_checks.invalid("train_labels", "at least two classes", "<one class>"))
+        raise ValueError(checks.invalid("train_labels", "at least two classes", "<one class>"))
     probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, random_state=seed))
     probe.fit(train, train_labels)
     return float(probe.score(test, test_labels))
@@ -185,9 +185,9 @@ def knn_accuracy(train_features, train_labels, test_features, test_labels, *, k)
     train, train_labels, test, test_labels = _probe_inputs(
         train_features, train_labels, test_features, test_labels
     )
-    k = _checks.check_positive_int(k, "k")
+    k = checks.check_positive_int(k, "k")
     if k > len(train):
-        raise ValueError(_checks.invalid("k", f"at most the {len(train)} training rows", k))
+        raise ValueError(checks.invalid("k", f"at most the {len(train)} training rows", k))
     knn = KNeighborsClassifier(n_neighbors=k, metric="cosine")
     knn.fit(train, train_labels)
     return float(knn.score(test, test_labels))

@@ -55,7 +55,7 @@ import time
 
 import numpy as np
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 INITS = ("k-means++", "k-means++-sklearn", "random")
 DRAWS = ("pooled", "sklearn")
@@ -99,22 +99,22 @@ class NeighborLists:
         self.radii = np.asarray(radii)
         n = len(self.radii)
         nnz = len(self.indices) if self.indices.ndim == 1 else -1
-        checks = (
+        expectations = (
             ("radii", self.radii, "a 1-D float32 or float64 array without NaN", "f", n),
             ("indptr", self.indptr, f"{n + 1} non-decreasing ints from 0 to {nnz}", "iu", n + 1),
             ("indices", self.indices, f"a 1-D int array of values in [0, {n})", "iu", nnz),
             ("squared_distances", self.squared_distances, f"{nnz} float32/64 values", "f", nnz),
         )
-        for arg, array, expected, kinds, length in checks:
+        for arg, array, expected, kinds, length in expectations:
             if array.ndim != 1 or array.dtype.kind not in kinds or len(array) != length:
                 received = f"<{array.dtype} array of shape {array.shape}>"
-                raise ValueError(_checks.invalid(arg, expected, received))
+                raise ValueError(checks.invalid(arg, expected, received))
         if np.isnan(self.radii).any():
-            raise ValueError(_checks.invalid("radii", checks[0][2], "<array with NaN>"))
+            raise ValueError(checks.invalid("radii", expectations[0][2], "<array with NaN>"))
         if self.indptr[0] != 0 or self.indptr[-1] != nnz or np.any(np.diff(self.indptr) < 0):
-            raise ValueError(_checks.invalid("indptr", checks[1][2], "<other values>"))
+            raise ValueError(checks.invalid("indptr", expectations[1][2], "<other values>"))
         if nnz and (self.indices.min() < 0 or self.indices.max() >= n):
-            raise ValueError(_checks.invalid("indices", checks[2][2], "<values out of range>"))
+            raise ValueError(checks.invalid("indices", expectations[2][2], "<values out of range>"))
 
     @property
     def num_rows(self):
@@ -162,7 +162,7 @@ def kmeans_plusplus(
     if neighbors is not None:
         if not isinstance(neighbors, NeighborLists) or neighbors.num_rows != n:
             raise ValueError(
-                _checks.invalid("neighbors", f"None or a NeighborLists of {n} rows", neighbors)
+                checks.invalid("neighbors", f"None or a NeighborLists of {n} rows", neighbors)
             )
         if rescaled:
             # Its distances are in the units of the unscaled data (and may have overflowed or
@@ -170,9 +170,9 @@ def kmeans_plusplus(
             neighbors = None
     if n_local_trials is None:
         n_local_trials = 2 + int(np.log(n_clusters))
-    n_local_trials = _checks.check_positive_int(n_local_trials, "n_local_trials")
+    n_local_trials = checks.check_positive_int(n_local_trials, "n_local_trials")
     if draws not in DRAWS:
-        raise ValueError(_checks.invalid("draws", '"pooled" or "sklearn"', draws))
+        raise ValueError(checks.invalid("draws", '"pooled" or "sklearn"', draws))
     rng = np.random.RandomState(seed)
     data = _Data(x)
     indices = np.empty(n_clusters, np.int64)
@@ -199,15 +199,15 @@ def _check_data(x, n_clusters, seed):
     x = np.asarray(x)
     if x.ndim != 2 or x.dtype not in (np.float32, np.float64):
         raise ValueError(
-            _checks.invalid("x", "a 2-D float32 or float64 array", f"{x.dtype} {x.shape}")
+            checks.invalid("x", "a 2-D float32 or float64 array", f"{x.dtype} {x.shape}")
         )
     # A NaN row would be drawn as a centre (NaN compares false against every distance), and an
     # inf makes every distance to it inf: refused, there is no right answer to give.
-    x = _checks.finite_matrix(x, "x", dtype=x.dtype)
-    n_clusters = _checks.check_positive_int(n_clusters, "n_clusters")
+    x = checks.finite_matrix(x, "x", dtype=x.dtype)
+    n_clusters = checks.check_positive_int(n_clusters, "n_clusters")
     if n_clusters > len(x):
         raise ValueError(
-            _checks.invalid("n_clusters", f"at most {len(x)} (the rows of x)", n_clusters)
+            checks.invalid("n_clusters", f"at most {len(x)} (the rows of x)", n_clusters)
         )
     scaled = _rescaled(x)
     return scaled, n_clusters, _check_seed(seed), scaled is not x
@@ -220,15 +220,15 @@ def _check_seed(seed):
         or not isinstance(seed, (int, np.integer))
         or not 0 <= seed < 2**32
     ):
-        raise ValueError(_checks.invalid("seed", "an int in [0, 2**32 - 1]", seed))
+        raise ValueError(checks.invalid("seed", "an int in [0, 2**32 - 1]", seed))
     return int(seed)
 
 
 def check_settings(seed, init, max_iter):
     """`(seed, init, max_iter)` of `kmeans`, checked (callers check them before long work)."""
     if init not in INITS:
-        raise ValueError(_checks.invalid("init", " or ".join(f'"{i}"' for i in INITS), init))
-    return _check_seed(seed), init, _checks.check_positive_int(max_iter, "max_iter")
+        raise ValueError(checks.invalid("init", " or ".join(f'"{i}"' for i in INITS), init))
+    return _check_seed(seed), init, checks.check_positive_int(max_iter, "max_iter")
 
 
 # Data whose largest magnitude is within 2**+-_SAFE_EXPONENT are used as they are. Beyond it
@@ -589,7 +589,7 @@ def kmeans(x, n_clusters, *, seed=0, init="k-means++", max_iter=300, neighbors=N
     x, n_clusters, seed, rescaled = _check_data(x, n_clusters, seed)
     if rescaled and neighbors is not None:
         if not isinstance(neighbors, NeighborLists):
-            raise ValueError(_checks.invalid("neighbors", "None or a NeighborLists", neighbors))
+            raise ValueError(checks.invalid("neighbors", "None or a NeighborLists", neighbors))
         # In the unscaled data's units: see `kmeans_plusplus`.
         neighbors = None
     started = time.perf_counter()

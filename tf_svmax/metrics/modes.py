@@ -10,8 +10,8 @@ represented, ln(num_modes): one mode).
 
 import numpy as np
 
+from tf_svmax import checks
 from tf_svmax.data.mixtures import check_weights
-from tf_svmax.ops import _checks
 
 
 def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01, weights=None):
@@ -35,19 +35,17 @@ def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01, weights=N
       log; NaN when no point is high quality, inf when a mode of weight 0 holds points),
       ``mode_counts`` (high-quality points per mode).
     """
-    x = _checks.finite_matrix(points, "points")
+    x = checks.finite_matrix(points, "points")
     # A NaN centre is nearest to no point (an extra mode never covered, KL NaN); an inf one is
     # a mode no point can reach (7 of 8 covered): neither is a mode of a mixture, refused.
-    c = _checks.finite_matrix(centres, "centres")
+    c = checks.finite_matrix(centres, "centres")
     if c.shape[1] != x.shape[1]:
-        raise ValueError(
-            _checks.invalid("centres", f"a non-empty [m, {x.shape[1]}] array", c.shape)
-        )
-    std = _checks.check_non_negative_number(std, "std")
-    sigmas = _checks.check_non_negative_number(sigmas, "sigmas")
-    min_share = _checks.check_fraction(min_share, "min_share")
+        raise ValueError(checks.invalid("centres", f"a non-empty [m, {x.shape[1]}] array", c.shape))
+    std = checks.check_non_negative_number(std, "std")
+    sigmas = checks.check_non_negative_number(sigmas, "sigmas")
+    min_share = checks.check_fraction(min_share, "min_share")
     if std == 0:
-        raise ValueError(_checks.invalid("std", "a float > 0", std))
+        raise ValueError(checks.invalid("std", "a float > 0", std))
     target = check_weights(weights, len(c))
     if target is None:
         target = np.full(len(c), 1.0 / len(c))

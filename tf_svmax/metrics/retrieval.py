@@ -32,8 +32,8 @@ import time
 
 import numpy as np
 
+from tf_svmax import checks
 from tf_svmax.metrics import kmeans
-from tf_svmax.ops import _checks
 
 # Columns read to bound each query's R-th nearest distance for MAP@R. More columns make the
 # bound tighter (fewer candidates to sort) at the cost of a larger partial sort.
@@ -55,11 +55,11 @@ _PROGRESS_SECONDS = 10.0
 
 
 def _check_inputs(embeddings, labels):
-    x = _checks.finite_matrix(embeddings, "embeddings", dtype=np.float32, min_rows=2)
-    # Class ids (`_checks.class_labels`): no NaN (np.unique would merge every NaN into one
+    x = checks.finite_matrix(embeddings, "embeddings", dtype=np.float32, min_rows=2)
+    # Class ids (`checks.class_labels`): no NaN (np.unique would merge every NaN into one
     # class), no None (np.unique cannot order it), no list mixing 1 and "1" (NumPy would turn
     # both into "1", one class).
-    y = _checks.class_labels(labels, "labels")
+    y = checks.class_labels(labels, "labels")
     if len(y) != len(x):
         raise ValueError(
             f"Invalid value for argument `labels`. Expected one label per embedding "
@@ -67,7 +67,7 @@ def _check_inputs(embeddings, labels):
         )
     if not np.all(np.isfinite(np.einsum("ij,ij->i", x, x))):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "embeddings", "squared norms that fit in float32 (< 3.4e38)", "<huge values>"
             )
         )
@@ -79,10 +79,10 @@ def _check_ks(ks):
     truncated)."""
     values = list(np.atleast_1d(ks)) if np.size(ks) else []
     if not values:
-        raise ValueError(_checks.invalid("ks", "a non-empty list of ints >= 1", ks))
+        raise ValueError(checks.invalid("ks", "a non-empty list of ints >= 1", ks))
     for k in values:
         if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(_checks.invalid("ks", "a non-empty list of ints >= 1", ks))
+            raise ValueError(checks.invalid("ks", "a non-empty list of ints >= 1", ks))
     return sorted({int(k) for k in values})
 
 
@@ -92,10 +92,10 @@ def nearest_neighbors(embeddings, k, *, block_size=1024):
     Ties go to the smaller index. Each block of rows is fully sorted (O(n log n) per row): use it
     to inspect neighbours; the metrics below do not need sorted lists.
     """
-    x = _checks.finite_matrix(embeddings, "embeddings", dtype=np.float32, min_rows=2)
+    x = checks.finite_matrix(embeddings, "embeddings", dtype=np.float32, min_rows=2)
     n = len(x)
-    k = min(_checks.check_positive_int(k, "k"), n - 1)
-    block_size = _checks.check_positive_int(block_size, "block_size")
+    k = min(checks.check_positive_int(k, "k"), n - 1)
+    block_size = checks.check_positive_int(block_size, "block_size")
     squared = np.einsum("ij,ij->i", x, x)
     out = np.empty((n, k), dtype=np.int64)
     for start in range(0, n, block_size):
@@ -112,9 +112,9 @@ def neighbor_lists(embeddings, *, size=_LIST_SIZE, block_size=1024):
     that) and a radius below which every other point is listed. `evaluate_retrieval` builds
     these in its scan for its NMI; this builds them alone (one scan, blocks of `block_size`).
     """
-    x = _checks.finite_matrix(embeddings, "embeddings", dtype=np.float32, min_rows=2)
-    size = _checks.check_positive_int(size, "size")
-    block_size = _checks.check_positive_int(block_size, "block_size")
+    x = checks.finite_matrix(embeddings, "embeddings", dtype=np.float32, min_rows=2)
+    size = checks.check_positive_int(size, "size")
+    block_size = checks.check_positive_int(block_size, "block_size")
     return _scan(x, None, need_map=False, block_size=block_size, list_size=size, keep_lists=True)[2]
 
 
@@ -416,10 +416,10 @@ def _checked_scan(
     embeddings, labels, block_size, *, need_map, verbose=0, list_size=_LIST_SIZE, keep_lists=False
 ):
     """Checks the inputs, then one `_scan` (`verbose`, resolved by
-    `_checks.progress_verbosity`: 1 a progress bar, 2 plain lines):
+    `checks.progress_verbosity`: 1 a progress bar, 2 plain lines):
     ``(x, y, classes, ranks, average precisions, neighbour lists or None)``."""
     x, y = _check_inputs(embeddings, labels)
-    block_size = _checks.check_positive_int(block_size, "block_size")
+    block_size = checks.check_positive_int(block_size, "block_size")
     classes = _ClassIndex(y)
     progress = None
     if verbose == 1:
@@ -564,13 +564,13 @@ def evaluate_retrieval(
         ("compute_map_at_r", compute_map_at_r),
         ("compute_spectrum", compute_spectrum),
     ):
-        _checks.check_bool(value, arg)
-    verbose = _checks.progress_verbosity(verbose)
+        checks.check_bool(value, arg)
+    verbose = checks.progress_verbosity(verbose)
     # Checked now, not after the scan (minutes at scale) that comes before k-means.
     seed, kmeans_init, kmeans_max_iter = kmeans.check_settings(seed, kmeans_init, kmeans_max_iter)
     # The scan computes every pairwise distance: it keeps each point's nearest ones for the
     # k-means++ seeding, which then need not compute most of them again (the same seeds).
-    neighbor_list_size = _checks.check_non_negative_int(neighbor_list_size, "neighbor_list_size")
+    neighbor_list_size = checks.check_non_negative_int(neighbor_list_size, "neighbor_list_size")
     x, y, classes, rank, ap, lists = _checked_scan(
         embeddings,
         labels,
@@ -626,11 +626,11 @@ def split_retrieval_results(results):
     """
     expected = "a mapping of metric names (str) to values, as evaluate_retrieval returns"
     if not isinstance(results, collections.abc.Mapping):
-        raise TypeError(_checks.invalid("results", expected, f"<{type(results).__name__}>"))
+        raise TypeError(checks.invalid("results", expected, f"<{type(results).__name__}>"))
     key = next((k for k in results if not isinstance(k, str)), None)
     if key is not None:
         raise TypeError(
-            _checks.invalid(
+            checks.invalid(
                 "results", expected, f"<mapping with the {type(key).__name__} key {key!r}>"
             )
         )

@@ -3,8 +3,8 @@
 import keras
 import tensorflow as tf
 
-from tf_svmax import ops
-from tf_svmax.ops import _checks, replicas
+from tf_svmax import checks, ops
+from tf_svmax.ops import replicas
 
 
 class _RunningBatchMean(keras.metrics.Metric):
@@ -18,7 +18,7 @@ class _RunningBatchMean(keras.metrics.Metric):
 
     def __init__(self, name, dtype=None, global_batch=True):
         super().__init__(name=name, dtype=dtype)
-        self.global_batch = _checks.check_bool(global_batch, "global_batch")
+        self.global_batch = checks.check_bool(global_batch, "global_batch")
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", name="count")
 
@@ -28,7 +28,7 @@ class _RunningBatchMean(keras.metrics.Metric):
         # Under a strategy every replica adds the same global value and count: the sum-on-read
         # total and count are both N times one device's, so their ratio is one device's.
         _, (y_pred,) = replicas.gather_global_batch(self.global_batch, y_pred)
-        value = _checks.zero_unless_rows(
+        value = checks.zero_unless_rows(
             y_pred, lambda: tf.cast(self.batch_value(y_pred), self.dtype)
         )
         has_rows = tf.cast(tf.shape(y_pred)[0] > 0, self.dtype)
@@ -57,7 +57,7 @@ class MeanSingularValue(_RunningBatchMean):
     def __init__(self, name="mean_singular_value", dtype=None, method="auto", global_batch=True):
         super().__init__(name=name, dtype=dtype, global_batch=global_batch)
         if method not in ops.METHODS:
-            raise ValueError(_checks.invalid("method", f"one of {ops.METHODS}", method))
+            raise ValueError(checks.invalid("method", f"one of {ops.METHODS}", method))
         self.method = method
 
     def batch_value(self, y_pred):
@@ -81,14 +81,14 @@ class SingularValueBound(_RunningBatchMean):
 
     def __init__(self, bound="upper", name=None, dtype=None, global_batch=True):
         if bound not in ("lower", "upper"):
-            raise ValueError(_checks.invalid("bound", "'lower' or 'upper'", bound))
+            raise ValueError(checks.invalid("bound", "'lower' or 'upper'", bound))
         super().__init__(
             name=name or f"svmax_{bound}_bound", dtype=dtype, global_batch=global_batch
         )
         self.bound = bound
 
     def batch_value(self, y_pred):
-        y_pred, _ = _checks.float_matrix(y_pred, "y_pred")
+        y_pred, _ = checks.float_matrix(y_pred, "y_pred")
         shape = tf.shape(y_pred)
         lower, upper = ops.svmax_bounds(shape[0], shape[1])
         return lower if self.bound == "lower" else upper

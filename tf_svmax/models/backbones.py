@@ -15,7 +15,7 @@ import os
 import keras
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 # name -> (keras.applications constructor, preprocess module, default input size)
 APPLICATIONS = {
@@ -48,7 +48,7 @@ def default_input_size(backbone):
 
 def _check_backbone(backbone):
     if backbone not in BACKBONES:
-        raise ValueError(_checks.invalid("backbone", f"one of {list(BACKBONES)}", backbone))
+        raise ValueError(checks.invalid("backbone", f"one of {list(BACKBONES)}", backbone))
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -58,7 +58,7 @@ class ApplicationPreprocessing(keras.layers.Layer):
     def __init__(self, module, **kwargs):
         super().__init__(**kwargs)
         if module not in {m for _, m, _ in APPLICATIONS.values()}:
-            raise ValueError(_checks.invalid("module", "a keras.applications module", module))
+            raise ValueError(checks.invalid("module", "a keras.applications module", module))
         self.module = module
 
     def call(self, images):
@@ -114,7 +114,7 @@ def _small_backbone(backbone, inputs, weights):
     (a `build_backbone` file) unless None."""
     if weights in ("imagenet",):
         raise ValueError(
-            _checks.invalid("weights", f"None or a .weights.h5 file for {backbone}", weights)
+            checks.invalid("weights", f"None or a .weights.h5 file for {backbone}", weights)
         )
     if backbone == "small_resnet":
         feature_map_ = _small_resnet_map(inputs)
@@ -131,7 +131,7 @@ def _mnist_toy(backbone, inputs, weights):
     map and the `[B, 128]` dense features computed from it flattened (Keras' H, W, C order)."""
     if weights not in (None, "none"):
         raise ValueError(
-            _checks.invalid("weights", f"None ({backbone} starts from random weights)", weights)
+            checks.invalid("weights", f"None ({backbone} starts from random weights)", weights)
         )
     feature_map_ = keras.layers.Conv2D(32, 3, activation="relu", padding="valid")(inputs)
     flat = keras.layers.Flatten()(feature_map_)
@@ -210,7 +210,7 @@ def build_backbone(backbone, *, input_shape, weights=None):
       weights: None (random) or a path to a ``.weights.h5`` file of this backbone.
     """
     if backbone not in SMALL_BACKBONES:
-        raise ValueError(_checks.invalid("backbone", f"one of {list(SMALL_BACKBONES)}", backbone))
+        raise ValueError(checks.invalid("backbone", f"one of {list(SMALL_BACKBONES)}", backbone))
     inputs = keras.Input(tuple(input_shape), name="images")
     _, pooled = _small_backbone(backbone, inputs, weights)
     return keras.Model(inputs, pooled, name=backbone)
@@ -222,7 +222,7 @@ def _application(backbone, inputs, weights, pooling):
     input_shape = tuple(inputs.shape[1:])
     if input_shape[-1] != 3 or min(input_shape[:2]) < 32:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "input_shape", f"RGB images of at least 32 x 32 for {backbone}", input_shape
             )
         )
@@ -265,7 +265,7 @@ def pooled_feature_map(embedding_model):
     ]
     if len(pools) != 1:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "embedding_model",
                 f"a model of build_embedding_model with a backbone of {list(SMALL_BACKBONES)}",
                 embedding_model.name,
@@ -292,7 +292,7 @@ def build_embedding_model(backbone, *, input_shape, embedding_dim=128, weights=N
         backbone (another backbone's file); the message names the file.
     """
     _check_backbone(backbone)
-    embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")
+    embedding_dim = checks.check_positive_int(embedding_dim, "embedding_dim")
     inputs = keras.Input(tuple(input_shape), name="images")
     if backbone in SMALL_BACKBONES:
         features = _small_backbone(backbone, inputs, weights)[1]

@@ -3,7 +3,8 @@
 import keras
 import tensorflow as tf
 
-from tf_svmax.ops import _checks, prototypes
+from tf_svmax import checks
+from tf_svmax.ops import prototypes
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -17,7 +18,7 @@ class CosineProxies(keras.layers.Layer):
     def __init__(self, num_classes, **kwargs):
         super().__init__(**kwargs)
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(_checks.invalid("num_classes", "an int >= 1", num_classes))
+            raise ValueError(checks.invalid("num_classes", "an int >= 1", num_classes))
         self.num_classes = num_classes
 
     def build(self, input_shape):
@@ -47,12 +48,12 @@ class PrototypeHistograms(keras.layers.Layer):
 
     def __init__(self, num_prototypes, epsilon=10.0, **kwargs):
         super().__init__(**kwargs)
-        self.num_prototypes = _checks.check_positive_int(num_prototypes, "num_prototypes")
-        self.epsilon = _checks.check_non_negative_number(epsilon, "epsilon")
+        self.num_prototypes = checks.check_positive_int(num_prototypes, "num_prototypes")
+        self.epsilon = checks.check_non_negative_number(epsilon, "epsilon")
 
     def build(self, input_shape):
         if len(input_shape) != 4:
-            raise ValueError(_checks.invalid("input_shape", "a [B, H, W, d] map", input_shape))
+            raise ValueError(checks.invalid("input_shape", "a [B, H, W, d] map", input_shape))
         self.prototypes = self.add_weight(
             shape=(self.num_prototypes, input_shape[-1]),
             initializer="glorot_normal",

@@ -11,8 +11,8 @@ the single-head softmax network the dissertation compares against.
 
 import keras
 
+from tf_svmax import checks
 from tf_svmax.models.backbones import feature_map
-from tf_svmax.ops import _checks
 
 
 def build_two_head_model(
@@ -31,9 +31,9 @@ def build_two_head_model(
     Outputs: ``logits`` `[B, num_classes]`; ``features`` `[B, C]`, the pooled map ``x`` (the
     pre-logit features that OLÉ regularizes); ``embedding`` `[B, embedding_dim]`, unit rows.
     """
-    num_classes = _checks.check_positive_int(num_classes, "num_classes")
-    embedding_dim = _checks.check_positive_int(embedding_dim, "embedding_dim")
-    embedding_head = _checks.check_bool(embedding_head, "embedding_head")
+    num_classes = checks.check_positive_int(num_classes, "num_classes")
+    embedding_dim = checks.check_positive_int(embedding_dim, "embedding_dim")
+    embedding_head = checks.check_bool(embedding_head, "embedding_head")
     inputs = keras.Input(tuple(input_shape), name="images")
     h = feature_map(backbone, inputs, weights=weights)
     pooled = keras.layers.GlobalAveragePooling2D(name="features")(h)

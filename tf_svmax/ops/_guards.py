@@ -1,5 +1,5 @@
 """Shape, dtype and non-finite guards shared by the SVD-based ops (`spectral`, `ole`; the input
-matrix is validated by `_checks.float_matrix`): orientation to a tall matrix, a NaN result for a
+matrix is validated by `checks.float_matrix`): orientation to a tall matrix, a NaN result for a
 non-finite input, and an exact power-of-two rescale for extreme magnitudes. `keras.ops` only, so
 they run on every Keras backend."""
 

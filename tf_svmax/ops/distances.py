@@ -8,7 +8,7 @@ squared distance is not positive (the diagonal, duplicates). The square root is 
 
 from keras import ops
 
-from tf_svmax.ops import _checks
+from tf_svmax import _backend, checks
 
 # Added under the square root where the squared distance is <= 0; the result is then masked to
 # zero, so this only keeps the derivative of sqrt finite (sqrt'(0) = inf, and inf * 0 = NaN).
@@ -32,7 +32,7 @@ def pairwise_distance(feature, squared=False, *, rows=None):
     Example:
       >>> pairwise_distance([[0.0, 0.0], [3.0, 4.0]])  # [[0, 5], [5, 0]]
     """
-    x, dtype = _checks.float_matrix(feature, "feature")  # half precision computed in float32
+    x, dtype = checks.float_matrix(feature, "feature")  # half precision computed in float32
     queries, start, count = _row_range(x, rows)
     # Row norms as a column plus column norms as a row, minus twice the Gram matrix. The same
     # sequence of operations as tensorflow-addons, so that the rounding, and hence the gradient
@@ -41,7 +41,7 @@ def pairwise_distance(feature, squared=False, *, rows=None):
     d2 = ops.add(
         ops.sum(ops.square(queries), axis=1, keepdims=True),
         ops.sum(ops.square(x_t), axis=0, keepdims=True),
-    ) - 2.0 * _checks.matmul(queries, x_t)
+    ) - 2.0 * _backend.matmul(queries, x_t)
     # Rounding can make the expansion slightly negative; a distance is never negative.
     d2 = _at_least(d2, 0.0)
     zero = d2 <= 0.0
@@ -60,7 +60,7 @@ def _at_least(x, floor):
 
     Not `keras.ops.maximum`: on JAX and PyTorch Keras' type promotion (`result_type`) turns a
     float64 result into float32 (as JAX does without 64-bit types), so a float64 input would
-    lose its precision at the clamp (the same holds for `keras.ops.matmul`: `_checks.matmul`).
+    lose its precision at the clamp (the same holds for `keras.ops.matmul`: `_backend.matmul`).
     """
     return ops.where(x < floor, floor, x)
 
@@ -90,11 +90,11 @@ def angular_distance(feature, *, rows=None):
     Returns:
       `[n, n]` (or `[count, n]`) tensor of the dtype of `feature`.
     """
-    x, dtype = _checks.float_matrix(feature, "feature")  # half precision computed in float32
+    x, dtype = checks.float_matrix(feature, "feature")  # half precision computed in float32
     unit = _l2_normalize_rows(x)
     queries, _, _ = _row_range(unit, rows)
     # Rounding can push 1 - cos slightly below zero for (near-)identical rows.
-    distances = _at_least(1.0 - _checks.matmul(queries, unit, transpose_b=True), 0.0)
+    distances = _at_least(1.0 - _backend.matmul(queries, unit, transpose_b=True), 0.0)
     return ops.cast(distances, dtype)
 
 
@@ -137,7 +137,7 @@ def check_metric(metric, arg="distance_metric", *, allow_callable=False):
     if isinstance(metric, str) and metric in METRICS:
         return metric
     expected = f"one of {list(METRICS)}" + (" or a callable" if allow_callable else "")
-    raise ValueError(_checks.invalid(arg, expected, metric))
+    raise ValueError(checks.invalid(arg, expected, metric))
 
 
 def distance_matrix(embeddings, distance_metric, *, rows=None):
@@ -157,7 +157,7 @@ def distance_matrix(embeddings, distance_metric, *, rows=None):
         return pairwise_distance(embeddings, squared=True, rows=rows)
     if distance_metric == "angular":
         return angular_distance(embeddings, rows=rows)
-    x, dtype = _checks.float_matrix(embeddings, "feature")  # half precision computed in float32
+    x, dtype = checks.float_matrix(embeddings, "feature")  # half precision computed in float32
     queries, _, _ = _row_range(x, rows)
     return ops.cast(cdist(queries, x, distance_metric), dtype)
 
@@ -184,10 +184,10 @@ def cdist(a, b, metric="euclidean"):
     Returns:
       `[n, m]` tensor of `a`'s dtype.
     """
-    _checks.check_choice(metric, "metric", CDIST_METRICS)
+    checks.check_choice(metric, "metric", CDIST_METRICS)
     a, b = ops.convert_to_tensor(a), ops.convert_to_tensor(b)
     if metric == "cosine":
-        return 1.0 - _checks.matmul(a, b, transpose_b=True)
+        return 1.0 - _backend.matmul(a, b, transpose_b=True)
     if metric == "cityblock":
         return _cityblock(a, b)
     squared = _squared_distances(a, b)
@@ -212,14 +212,14 @@ def _squared_distances(a, b):
     there the explicit differences are summed in row blocks (`_explicit_squared`), as the
     originals did, in O(n m) memory.
     """
-    if _checks.jax_without_x64():
+    if _backend.jax_without_x64():
         return _explicit_squared(a, b)
     # float64: exact products of float32 coordinates (see above).
     a64, b64 = ops.cast(a, "float64"), ops.cast(b, "float64")
     squared = (
         ops.sum(ops.square(a64), axis=1, keepdims=True)
         + ops.expand_dims(ops.sum(ops.square(b64), axis=1), 0)
-        - 2.0 * _checks.matmul(a64, b64, transpose_b=True)
+        - 2.0 * _backend.matmul(a64, b64, transpose_b=True)
     )
     # The expansion can round below zero; a squared distance is never negative.
     return ops.cast(_at_least(squared, 0.0), a.dtype)

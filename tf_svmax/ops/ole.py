@@ -34,7 +34,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from tf_svmax.ops import _checks, _guards
+from tf_svmax import _backend, checks
+from tf_svmax.ops import _guards
 
 _NON_INTEGRAL = (
     "Invalid value for argument `{}`: expected integer class labels, received non-integral floats."
@@ -53,7 +54,7 @@ def class_labels(labels, arg="labels"):
     labels = np.asarray(ops.convert_to_numpy(labels) if ops.is_tensor(labels) else labels)
     if labels.ndim > 2 or (labels.ndim == 2 and labels.shape[1] != 1):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 arg, "class labels of shape [N] or [N, 1]", f"<tensor of shape {labels.shape}>"
             )
         )
@@ -66,14 +67,14 @@ def class_labels(labels, arg="labels"):
             raise ValueError(_NON_INTEGRAL.format(arg))
         return labels.astype(np.int64)
     raise TypeError(
-        _checks.invalid(arg, "integer class labels", f"<tensor of dtype {labels.dtype.name}>")
+        checks.invalid(arg, "integer class labels", f"<tensor of dtype {labels.dtype.name}>")
     )
 
 
 def _tf_class_labels(labels, arg):
     import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
 
-    labels = _checks.label_vector(labels, arg)
+    labels = checks.label_vector(labels, arg)
     if labels.dtype.is_integer:
         return tf.cast(labels, tf.int64)
     if labels.dtype.is_floating:
@@ -83,14 +84,14 @@ def _tf_class_labels(labels, arg):
         ):
             return tf.cast(labels, tf.int64)
     raise TypeError(
-        _checks.invalid(arg, "integer class labels", f"<tensor of dtype {labels.dtype.name}>")
+        checks.invalid(arg, "integer class labels", f"<tensor of dtype {labels.dtype.name}>")
     )
 
 
 def _same_rows(labels, x):
-    """`labels`, checked to hold one label per row of `x` (`_checks.same_rows`' message)."""
+    """`labels`, checked to hold one label per row of `x` (`checks.same_rows`' message)."""
     if keras.backend.backend() == "tensorflow":
-        return _checks.same_rows(labels, x, "labels", "embeddings", unit="label")
+        return checks.same_rows(labels, x, "labels", "embeddings", unit="label")
     if len(labels) != x.shape[0]:
         raise ValueError(
             "Invalid value for argument `labels`. Expected one label per row of `embeddings` "
@@ -116,7 +117,7 @@ def nuclear_norms_and_subgradients(matrices, threshold, rank_cutoff=False):
     dtype = _guards.dtype_name(matrices)
     # Half precision is promoted for the SVD and the results cast back (the convention; no
     # backend has a float16/bfloat16 SVD kernel).
-    matrices = ops.cast(matrices, _checks.compute_dtype(dtype))
+    matrices = ops.cast(matrices, checks.compute_dtype(dtype))
     # A one-sided SVD resolves singular values down to ~eps * s_1; a Gram matrix only to
     # ~sqrt(eps) * s_1, which for large features (s_1 > ~60 in float64) reaches the threshold.
     # full_matrices=False: the thin factors (Keras' default is the full ones).
@@ -296,7 +297,7 @@ def _compute_dtype():
     """float64 where the backend has it; float32 on JAX without x64, said once."""
     if _guards.float64_available():
         return "float64"
-    _checks.warn_once(
+    checks.warn_once(
         "ole-float32",
         "tf_svmax: ole_loss computes in float64, which JAX has only with jax_enable_x64; "
         "computing in float32, where singular values below ~1e-7 * s_1 are rounding noise "
@@ -330,10 +331,10 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
       >>> x = keras.random.normal([8, 16])
       >>> ole_loss([0, 0, 1, 1, 2, 2, 3, 3], x)
     """
-    delta = _checks.check_non_negative_number(delta, "delta")
-    threshold = _checks.check_non_negative_number(threshold, "threshold")
-    x, dtype = _checks.float_matrix(embeddings, "embeddings", min_rows=0)
-    if _checks.in_xla_context():
+    delta = checks.check_non_negative_number(delta, "delta")
+    threshold = checks.check_non_negative_number(threshold, "threshold")
+    x, dtype = checks.float_matrix(embeddings, "embeddings", min_rows=0)
+    if _backend.in_xla_context():
         # The set of classes in a batch has a data-dependent size (unique, bincount), which
         # XLA cannot compile; fail at trace time with the fix rather than deep inside XLA.
         raise ValueError(
@@ -348,7 +349,7 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
     # float64 branch beside a float32 one made TensorFlow log "Type inference failed".
     shortcut = _float32_shortcut(_guards.dtype_name(x), compute)
     x_compute = ops.cast(x, compute)
-    value = _checks.zero_unless_rows(
+    value = checks.zero_unless_rows(
         x_compute,
         lambda: _ole(labels, x_compute, delta, threshold, float32_shortcut=shortcut),
     )

@@ -17,16 +17,16 @@ Here rows are samples: `histograms` is `[B, m]` (Z^T) and `embeddings` `[B, e]` 
 import keras
 from keras import ops
 
-from tf_svmax.ops import _checks
+from tf_svmax import _backend, checks
 
 
 def _floating(x, arg):
     """`x` as a tensor, a TypeError naming `arg` unless floating (as the spectral ops)."""
-    x = _checks.to_tensor(x, arg)
+    x = checks.to_tensor(x, arg)
     dtype = keras.backend.standardize_dtype(x.dtype)
     if not keras.backend.is_float_dtype(dtype):
         raise TypeError(
-            _checks.invalid(arg, "a floating-point tensor", f"<tensor of dtype {dtype}>")
+            checks.invalid(arg, "a floating-point tensor", f"<tensor of dtype {dtype}>")
         )
     return x
 
@@ -47,15 +47,15 @@ def prototype_histograms(features, prototypes, *, epsilon=10.0):
     Returns:
       `[B, m]`: each row is non-negative and sums to 1.
     """
-    epsilon = _checks.check_non_negative_number(epsilon, "epsilon")
+    epsilon = checks.check_non_negative_number(epsilon, "epsilon")
     x = _floating(features, "features")
-    dtype = _checks.compute_dtype(x.dtype)
+    dtype = checks.compute_dtype(x.dtype)
     x = ops.cast(x, dtype)
     v = ops.cast(_floating(prototypes, "prototypes"), dtype)
-    x_shape, v_shape = _checks.static_shape(x), _checks.static_shape(v)
+    x_shape, v_shape = checks.static_shape(x), checks.static_shape(v)
     if x_shape is None or len(x_shape) != 3 or x_shape[1] == 0:  # the mean of nothing is NaN
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "features", "a [B, n, d] tensor with n >= 1", f"<shape {_shape_text(x_shape)}>"
             )
         )
@@ -68,7 +68,7 @@ def prototype_histograms(features, prototypes, *, epsilon=10.0):
         and v_shape[-1] not in (None, d)
     ):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "prototypes",
                 f"a [m, d] tensor with m >= 1 and d = {d} (as `features` {x_shape})",
                 f"<shape {_shape_text(v_shape)}>",
@@ -78,7 +78,7 @@ def prototype_histograms(features, prototypes, *, epsilon=10.0):
     # [d, m] product: on TensorFlow the same rounding as the original's tf.einsum, values and
     # gradients (Keras' einsum materializes the transpose, which rounds otherwise).
     batch, locations, dim = ops.shape(x)
-    flat_scores = _checks.matmul(ops.reshape(x, [-1, dim]), v, transpose_b=True)
+    flat_scores = _backend.matmul(ops.reshape(x, [-1, dim]), v, transpose_b=True)
     scores = epsilon * ops.reshape(flat_scores, [batch, locations, ops.shape(v)[0]])
     return _mean_over_locations(ops.softmax(scores, axis=-1))
 
@@ -101,14 +101,14 @@ def fit_prototypes(histograms, embeddings, weights, *, ridge=0.05):
     )
     z = histograms * ops.expand_dims(weights, 1)
     y = embeddings * ops.expand_dims(weights, 1)
-    b, m = _checks.static_shape(z)
+    b, m = checks.static_shape(z)
     if b is not None and m is not None and b < m:
         # b x b form: Z^T (Z Z^T + ridge I)^{-1} Y (the push-through identity).
-        gram = _checks.matmul(z, z, transpose_b=True) + ridge * ops.eye(b, dtype=z.dtype)
-        return _checks.matmul(z, ops.solve(gram, y), transpose_a=True)
+        gram = _backend.matmul(z, z, transpose_b=True) + ridge * ops.eye(b, dtype=z.dtype)
+        return _backend.matmul(z, ops.solve(gram, y), transpose_a=True)
     # m x m form (Eq. 2.8): (Z^T Z + ridge I)^{-1} Z^T Y.
-    gram = _checks.matmul(z, z, transpose_a=True) + ridge * ops.eye(ops.shape(z)[1], dtype=z.dtype)
-    return ops.solve(gram, _checks.matmul(z, y, transpose_a=True))
+    gram = _backend.matmul(z, z, transpose_a=True) + ridge * ops.eye(ops.shape(z)[1], dtype=z.dtype)
+    return ops.solve(gram, _backend.matmul(z, y, transpose_a=True))
 
 
 def cross_batch_embeddings(histograms, embeddings, fit_mask, *, ridge=0.05):
@@ -125,17 +125,17 @@ def cross_batch_embeddings(histograms, embeddings, fit_mask, *, ridge=0.05):
       `[B, e]`: predictions ``z_i V`` for every row; those of the `fit_mask` rows are the fit's
       own (in-sample) values, the others are the cross-batch predictions.
     """
-    ridge = _checks.check_positive_number(ridge, "ridge")  # 0: Z^T Z may be singular
-    z, _ = _checks.float_matrix(histograms, "histograms", min_rows=0)
+    ridge = checks.check_positive_number(ridge, "ridge")  # 0: Z^T Z may be singular
+    z, _ = checks.float_matrix(histograms, "histograms", min_rows=0)
     y = ops.cast(_floating(embeddings, "embeddings"), z.dtype)
-    y_shape = _checks.static_shape(y)
+    y_shape = checks.static_shape(y)
     if y_shape is None or len(y_shape) != 2:
         raise ValueError(
-            _checks.invalid("embeddings", "a [B, e] tensor", f"<shape {_shape_text(y_shape)}>")
+            checks.invalid("embeddings", "a [B, e] tensor", f"<shape {_shape_text(y_shape)}>")
         )
-    y = _checks.same_rows(y, z, "embeddings", "histograms")
-    mask = _checks.to_tensor(fit_mask, "fit_mask")
-    mask_dtype, mask_shape = keras.backend.standardize_dtype(mask.dtype), _checks.static_shape(mask)
+    y = checks.same_rows(y, z, "embeddings", "histograms")
+    mask = checks.to_tensor(fit_mask, "fit_mask")
+    mask_dtype, mask_shape = keras.backend.standardize_dtype(mask.dtype), checks.static_shape(mask)
     if (
         mask_dtype != "bool"
         or mask_shape is None
@@ -143,12 +143,12 @@ def cross_batch_embeddings(histograms, embeddings, fit_mask, *, ridge=0.05):
         or mask_shape[1:] not in ((), (1,))
     ):
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "fit_mask",
                 "a [B] (or [B, 1]) bool tensor",
                 f"<{mask_dtype} {_shape_text(mask_shape)}>",
             )
         )
-    mask = _checks.same_rows(ops.reshape(mask, [-1]), z, "fit_mask", "histograms")
+    mask = checks.same_rows(ops.reshape(mask, [-1]), z, "fit_mask", "histograms")
     prototypes = fit_prototypes(z, y, ops.cast(mask, z.dtype), ridge=ridge)
-    return _checks.matmul(z, prototypes)
+    return _backend.matmul(z, prototypes)

@@ -47,7 +47,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from tf_svmax.ops import _checks
+from tf_svmax import _backend, checks
 from tf_svmax.ops._guards import (
     at_least,
     dtype_name,
@@ -139,13 +139,13 @@ _FACTORS = {"gram": gram_factors, "svd": svd_factors}
 
 
 def _resolve_method(method, want_vector):
-    _checks.check_choice(method, "method", METHODS)
-    xla = _checks.in_xla_context()
+    checks.check_choice(method, "method", METHODS)
+    xla = _backend.in_xla_context()
     if method == "auto":
         if not xla:
             return "gram"
         if want_vector:
-            _checks.warn_once(
+            checks.warn_once(
                 "xla-vector",
                 "tf_svmax: singular_values() under XLA (jit_compile=True, or jax.jit) uses XLA's "
                 "compiled eigensolver, ~10x slower than without XLA on a CPU. nuclear_norm(), "
@@ -155,7 +155,7 @@ def _resolve_method(method, want_vector):
         return "newton_schulz"
     if method == "newton_schulz" and want_vector:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "method",
                 "'auto', 'gram' or 'svd' for individual singular values "
                 "('newton_schulz' yields only their sum)",
@@ -163,7 +163,7 @@ def _resolve_method(method, want_vector):
             )
         )
     if method == "svd" and xla:
-        _checks.warn_once(
+        checks.warn_once(
             "xla-svd",
             "tf_svmax: method='svd' under XLA (jit_compile=True, or jax.jit) compiles the SVD to "
             "XLA's Jacobi SVD, which is hundreds of times slower than without XLA on a CPU. "
@@ -318,7 +318,7 @@ def singular_values(x, *, method="auto"):
     Example:
       >>> s = singular_values(keras.ops.convert_to_tensor([[3.0, 0.0], [0.0, 4.0]]))  # [4., 3.]
     """
-    x, dtype = _checks.float_matrix(x, "x")
+    x, dtype = checks.float_matrix(x, "x")
     method = _resolve_method(method, want_vector=True)
     return ops.cast(_singular_values(x, method), dtype)
 
@@ -336,9 +336,9 @@ def nuclear_norm(x, *, method="auto"):
     Example:
       >>> nuclear_norm(keras.ops.eye(3))  # 3.0
     """
-    x, dtype = _checks.float_matrix(x, "x", min_rows=0)
+    x, dtype = checks.float_matrix(x, "x", min_rows=0)
     method = _resolve_method(method, want_vector=False)
-    return ops.cast(_checks.zero_unless_rows(x, lambda: _nuclear_norm(x, method)), dtype)
+    return ops.cast(checks.zero_unless_rows(x, lambda: _nuclear_norm(x, method)), dtype)
 
 
 def mean_singular_value(x, *, method="auto"):
@@ -358,10 +358,10 @@ def mean_singular_value(x, *, method="auto"):
     Example:
       >>> mean_singular_value(keras.ops.eye(4))  # 1.0
     """
-    x, dtype = _checks.float_matrix(x, "x", min_rows=0)
+    x, dtype = checks.float_matrix(x, "x", min_rows=0)
     method = _resolve_method(method, want_vector=False)
     return ops.cast(
-        _checks.zero_unless_rows(x, lambda: _nuclear_norm(x, method) / _min_dim(x)), dtype
+        checks.zero_unless_rows(x, lambda: _nuclear_norm(x, method) / _min_dim(x)), dtype
     )
 
 
@@ -400,24 +400,24 @@ def svmax_bounds(batch_size, dim, dtype="float32"):
     if _is_static_int(batch_size) and _is_static_int(dim):
         for arg, value in (("batch_size", batch_size), ("dim", dim)):
             if value < 1:
-                raise ValueError(_checks.invalid(arg, "an int >= 1", value))
+                raise ValueError(checks.invalid(arg, "an int >= 1", value))
         b, d = float(batch_size), float(dim)
         k = min(b, d)
         return float(np.sqrt(b) / k), float(np.sqrt(b * d / max(b, d)) * np.sqrt(b) / k)
     name = keras.backend.standardize_dtype(dtype)
     if "float" not in name:
-        raise TypeError(_checks.invalid("dtype", "a floating-point dtype", name))
+        raise TypeError(checks.invalid("dtype", "a floating-point dtype", name))
     tensors = []
     for arg, value in (("batch_size", batch_size), ("dim", dim)):
         if isinstance(value, bool) or not (_is_static_int(value) or _is_integer_tensor(value)):
-            raise TypeError(_checks.invalid(arg, "an int or an integer scalar tensor", value))
+            raise TypeError(checks.invalid(arg, "an int or an integer scalar tensor", value))
         if _is_static_int(value):
             if value < 1:
-                raise ValueError(_checks.invalid(arg, "an int >= 1", value))
+                raise ValueError(checks.invalid(arg, "an int >= 1", value))
             continue
         if len(value.shape) != 0:
             raise ValueError(
-                _checks.invalid(arg, "a scalar", f"<tensor of shape {tuple(value.shape)}>")
+                checks.invalid(arg, "a scalar", f"<tensor of shape {tuple(value.shape)}>")
             )
         tensors.append((arg, value))
     return _checked_bounds(batch_size, dim, tensors, name)
@@ -435,11 +435,11 @@ def _checked_bounds(batch_size, dim, tensors, dtype):
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
 
-        checks = [tf.debugging.assert_positive(v, message=message.format(a)) for a, v in tensors]
-        with tf.control_dependencies(checks):
+        asserts = [tf.debugging.assert_positive(v, message=message.format(a)) for a, v in tensors]
+        with tf.control_dependencies(asserts):
             return _bounds(ops.cast(batch_size, dtype), ops.cast(dim, dtype))
     for arg, value in tensors:
-        if not _checks.in_xla_context() and int(ops.convert_to_numpy(value)) < 1:
+        if not _backend.in_xla_context() and int(ops.convert_to_numpy(value)) < 1:
             raise ValueError(message.format(arg))
     return _bounds(ops.cast(batch_size, dtype), ops.cast(dim, dtype))
 
@@ -475,10 +475,10 @@ def svmax(embeddings, *, bounded=True, method="auto"):
     Raises:
       ValueError: `embeddings` is not rank 2, or `bounded`/`method` is invalid.
     """
-    bounded = _checks.check_bool(bounded, "bounded")
-    x, dtype = _checks.float_matrix(embeddings, "embeddings", min_rows=0)
+    bounded = checks.check_bool(bounded, "bounded")
+    x, dtype = checks.float_matrix(embeddings, "embeddings", min_rows=0)
     method = _resolve_method(method, want_vector=False)
-    return ops.cast(_checks.zero_unless_rows(x, lambda: _svmax(x, bounded, method)), dtype)
+    return ops.cast(checks.zero_unless_rows(x, lambda: _svmax(x, bounded, method)), dtype)
 
 
 def _svmax(x, bounded, method):

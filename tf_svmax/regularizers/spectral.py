@@ -3,8 +3,8 @@
 import keras
 import tensorflow as tf
 
-from tf_svmax import ops
-from tf_svmax.ops import _checks, replicas
+from tf_svmax import checks, ops
+from tf_svmax.ops import replicas
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -39,19 +39,19 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
     """
 
     def __init__(self, lambda_=1.0, bounded=True, method="auto", global_batch=True):
-        self.global_batch = _checks.check_bool(global_batch, "global_batch")
-        self.lambda_ = _checks.check_non_negative_number(lambda_, "lambda_")
-        self.bounded = _checks.check_bool(bounded, "bounded")
-        self.method = _checks.check_choice(method, "method", ops.METHODS)
+        self.global_batch = checks.check_bool(global_batch, "global_batch")
+        self.lambda_ = checks.check_non_negative_number(lambda_, "lambda_")
+        self.bounded = checks.check_bool(bounded, "bounded")
+        self.method = checks.check_choice(method, "method", ops.METHODS)
 
     def __call__(self, x):
         # Returned in the compute dtype (float32 for float16/bfloat16 activations): Keras adds
         # activity losses to float32 totals and fails on a float16 value under mixed precision.
         x = tf.convert_to_tensor(x)
-        x = tf.cast(x, _checks.compute_dtype(x.dtype))
+        x = tf.cast(x, checks.compute_dtype(x.dtype))
         local_x = x
         context, (x,) = replicas.gather_global_batch(self.global_batch, x)
-        value = _checks.zero_unless_rows(
+        value = checks.zero_unless_rows(
             x, lambda: self.lambda_ * ops.svmax(x, bounded=self.bounded, method=self.method)
         )
         if context is None:

@@ -17,8 +17,8 @@
 import keras
 import tensorflow as tf
 
+from tf_svmax import checks
 from tf_svmax.losses.lorac import batched_nuclear_norm
-from tf_svmax.ops import _checks
 from tf_svmax.training.momentum import MomentumEncoder, NegativeQueue
 
 # What `train_step` returns (and the trackers' names), in this order.
@@ -82,27 +82,27 @@ class ContrastiveModel(keras.Model):
     ):
         super().__init__(**kwargs)
         self.encoder = _check_encoder(encoder)
-        self.views = _checks.check_positive_int(views, "views")
+        self.views = checks.check_positive_int(views, "views")
         if self.views < 2:
-            raise ValueError(_checks.invalid("views", "an int >= 2 (a query and the key)", views))
+            raise ValueError(checks.invalid("views", "an int >= 2 (a query and the key)", views))
         for arg, fn in (("loss_fn", loss_fn), ("prior_loss_fn", prior_loss_fn)):
             if not callable(fn) and not (arg == "prior_loss_fn" and fn is None):
                 optional = " or None" if arg == "prior_loss_fn" else ""
                 raise ValueError(
-                    _checks.invalid(arg, f"a callable loss(y_true, y_pred){optional}", fn)
+                    checks.invalid(arg, f"a callable loss(y_true, y_pred){optional}", fn)
                 )
         self.loss_fn, self.prior_loss_fn = loss_fn, prior_loss_fn
-        self.prior_start = _checks.check_non_negative_int(prior_start, "prior_start")
+        self.prior_start = checks.check_non_negative_int(prior_start, "prior_start")
         if prior_loss_fn is None and self.prior_start:
             raise ValueError(
-                _checks.invalid("prior_start", "0 when `prior_loss_fn` is None", prior_start)
+                checks.invalid("prior_start", "0 when `prior_loss_fn` is None", prior_start)
             )
-        momentum = _checks.check_fraction(key_momentum, "key_momentum")
+        momentum = checks.check_fraction(key_momentum, "key_momentum")
         self.key_encoder = MomentumEncoder(encoder, momentum=momentum)
         self.queue = NegativeQueue(
-            _checks.check_positive_int(queue_size, "queue_size"),
+            checks.check_positive_int(queue_size, "queue_size"),
             int(_output_shape(encoder)[-1]),
-            seed=_checks.check_non_negative_int(seed, "seed"),
+            seed=checks.check_non_negative_int(seed, "seed"),
         )
         self.trackers = [keras.metrics.Mean(name=name) for name in METRIC_NAMES]
 
@@ -119,7 +119,7 @@ class ContrastiveModel(keras.Model):
             views.shape.rank < 3 or views.shape[1] not in (None, self.views)
         ):
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "batch",
                     f"a [N, {self.views}, ...] tensor of {self.views} views per image",
                     f"<tensor of shape {views.shape}>",
@@ -195,7 +195,7 @@ def _check_encoder(encoder):
     shape = _output_shape(encoder)
     if shape is None or len(shape) != 2 or shape[-1] is None:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "encoder", "a built keras.Model with one [batch, C] output (C known)", encoder
             )
         )

@@ -9,7 +9,7 @@ through; `adam_update` is the same step as a function of ``(params, grads, m, v,
 
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 
 def adam_update(params, grads, m, v, t, *, learning_rate, beta_1, beta_2, epsilon):
@@ -57,10 +57,10 @@ class FunctionalAdam(tf.Module):
     def __init__(self, variables, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-7, name=None):
         super().__init__(name=name or "functional_adam")
         self.hyper = dict(
-            learning_rate=_checks.check_positive_number(learning_rate, "learning_rate"),
+            learning_rate=checks.check_positive_number(learning_rate, "learning_rate"),
             beta_1=_unit_interval(beta_1, "beta_1"),
             beta_2=_unit_interval(beta_2, "beta_2"),
-            epsilon=_checks.check_positive_number(epsilon, "epsilon"),
+            epsilon=checks.check_positive_number(epsilon, "epsilon"),
         )
         variables = list(variables)
         # Which variable each moment belongs to: `apply` refuses any other list (the same
@@ -106,7 +106,7 @@ class FunctionalAdam(tf.Module):
         self._check_variables(variables)
         if len(grads) != len(variables):
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "grads",
                     f"one gradient (or None) per variable ({len(variables)})",
                     f"<{len(grads)} gradients>",
@@ -115,7 +115,7 @@ class FunctionalAdam(tf.Module):
         present = [i for i, g in enumerate(grads) if g is not None]
         if not present:
             raise ValueError(
-                _checks.invalid("grads", "a gradient for at least one variable", "<all None>")
+                checks.invalid("grads", "a gradient for at least one variable", "<all None>")
             )
         m, v, t = self.state()
         params, m, v, t = self.update(
@@ -145,7 +145,7 @@ class FunctionalAdam(tf.Module):
         else:
             received = f"<{len(received)} variables: {received}>"
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 "variables",
                 f"the variables this optimizer was built for, in their order ({built})",
                 received,
@@ -161,7 +161,7 @@ def _label(variable):
 
 def _unit_interval(value, arg):
     """A float in [0, 1) (an exponential decay rate)."""
-    value = _checks.check_finite_number(value, arg)
+    value = checks.check_finite_number(value, arg)
     if not 0.0 <= value < 1.0:
-        raise ValueError(_checks.invalid(arg, "a float in [0, 1)", value))
+        raise ValueError(checks.invalid(arg, "a float in [0, 1)", value))
     return value

@@ -13,7 +13,7 @@ is in variables, so they are checkpointed with the model, resume exactly and run
 import keras
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -37,7 +37,7 @@ class MomentumEncoder(keras.layers.Layer):
 
     def __init__(self, encoder, momentum=0.999, **kwargs):
         super().__init__(**kwargs)
-        self.momentum = _checks.check_fraction(momentum, "momentum")
+        self.momentum = checks.check_fraction(momentum, "momentum")
         self.key_encoder = keras.models.clone_model(encoder)
         self.key_encoder.set_weights(encoder.get_weights())
 
@@ -66,7 +66,7 @@ class MomentumEncoder(keras.layers.Layer):
                 f"{[tuple(w.shape) for w in queries]}>"
             )
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "encoder",
                     f"the query encoder this copy was made from (weights of shapes {expected})",
                     received,
@@ -116,14 +116,14 @@ class NegativeQueue(keras.layers.Layer):
     def __init__(self, size, dim, seed=0, **kwargs):
         # `get_config` (hence a `.keras` file) carries ``trainable=False``; passing it again as
         # well would make `from_config` fail. The queue is only ever written by `enqueue`.
-        if _checks.check_bool(kwargs.pop("trainable", False), "trainable"):
+        if checks.check_bool(kwargs.pop("trainable", False), "trainable"):
             raise ValueError(
-                _checks.invalid("trainable", "False (the queue is written by `enqueue`)", True)
+                checks.invalid("trainable", "False (the queue is written by `enqueue`)", True)
             )
         super().__init__(trainable=False, **kwargs)
-        self.size = _checks.check_positive_int(size, "size")
-        self.dim = _checks.check_positive_int(dim, "dim")
-        self.seed = _checks.check_non_negative_int(seed, "seed")
+        self.size = checks.check_positive_int(size, "size")
+        self.dim = checks.check_positive_int(dim, "dim")
+        self.seed = checks.check_non_negative_int(seed, "seed")
         initial = tf.math.l2_normalize(
             tf.random.stateless_normal([self.size, self.dim], [self.seed, 0]), axis=1
         )
@@ -149,7 +149,7 @@ class NegativeQueue(keras.layers.Layer):
             shape.rank != 2 or shape[1] not in (None, self.dim) or (shape[0] or 0) > self.size
         ):
             raise ValueError(
-                _checks.invalid(
+                checks.invalid(
                     "keys",
                     f"a [b, {self.dim}] tensor with b <= {self.size}",
                     f"<tensor of shape {shape}>",

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tf_svmax.ops import _checks
+from tf_svmax import checks
 
 # SVMax paper Sec. 4.1: the rate decays to 1e-7 at the last step.
 END_LEARNING_RATE = 1e-7
@@ -24,11 +24,11 @@ class ConstantThenPolynomialDecay(keras.optimizers.schedules.LearningRateSchedul
     """
 
     def __init__(self, learning_rate, total_steps, end_learning_rate=END_LEARNING_RATE):
-        self.learning_rate = _checks.check_non_negative_number(learning_rate, "learning_rate")
+        self.learning_rate = checks.check_non_negative_number(learning_rate, "learning_rate")
         if self.learning_rate == 0:
-            raise ValueError(_checks.invalid("learning_rate", "a float > 0", learning_rate))
-        self.total_steps = _checks.check_positive_int(total_steps, "total_steps")
-        self.end_learning_rate = _checks.check_non_negative_number(
+            raise ValueError(checks.invalid("learning_rate", "a float > 0", learning_rate))
+        self.total_steps = checks.check_positive_int(total_steps, "total_steps")
+        self.end_learning_rate = checks.check_non_negative_number(
             end_learning_rate, "end_learning_rate"
         )
 

@@ -22,7 +22,7 @@ import typing
 
 from absl import flags
 
-from tf_svmax.ops import _checks  # the library's one validator per kind of argument
+from tf_svmax import checks  # the library's one validator per kind of argument
 
 REQUIRED = dataclasses.MISSING
 
@@ -124,12 +124,12 @@ def config_from_flags(config_class, flag_values=flags.FLAGS, **overrides):
 
 
 # Validators for `option(check=...)`, one per kind of value, on the library's validators.
-positive_int = _checks.check_positive_int
-non_negative_int = _checks.check_non_negative_int
-non_negative_number = _checks.check_non_negative_number
-positive_number = _checks.check_positive_number
-rate = _checks.check_rate
-fraction = _checks.check_fraction
+positive_int = checks.check_positive_int
+non_negative_int = checks.check_non_negative_int
+non_negative_number = checks.check_non_negative_number
+positive_number = checks.check_positive_number
+rate = checks.check_rate
+fraction = checks.check_fraction
 
 
 def writable_folder(value, name):
@@ -137,19 +137,19 @@ def writable_folder(value, name):
     nearest existing ancestor is a folder where a trial folder can be made and removed; that
     catches /dev/null, a file, /proc and read-only places before any work)."""
     if not isinstance(value, str) or not value:
-        raise ValueError(_checks.invalid(name, "a folder path", value))
+        raise ValueError(checks.invalid(name, "a folder path", value))
     existing = os.path.abspath(value)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         raise ValueError(
-            _checks.invalid(name, f"a folder path ({existing} is a file, not a folder)", value)
+            checks.invalid(name, f"a folder path ({existing} is a file, not a folder)", value)
         )
     try:
         tempfile.TemporaryDirectory(dir=existing, prefix=".write-check-").cleanup()
     except OSError as error:
         raise ValueError(
-            _checks.invalid(
+            checks.invalid(
                 name, f"a folder this process can write ({existing}: {error.strerror})", value
             )
         ) from None
@@ -158,7 +158,7 @@ def writable_folder(value, name):
 
 def number_at_least(low, *, integer=False):
     """A validator of finite floats >= `low` (with `integer`, of ints >= `low`)."""
-    kind = _checks.check_non_negative_int if integer else _checks.check_non_negative_number
+    kind = checks.check_non_negative_int if integer else checks.check_non_negative_number
     expected = f"an int >= {low}" if integer else f"a float >= {low:g}"
 
     def check(value, name):
@@ -167,7 +167,7 @@ def number_at_least(low, *, integer=False):
         except ValueError:
             number = None  # not a number, or below 0: say the bound this value must meet
         if number is None or number < low:
-            raise ValueError(_checks.invalid(name, expected, value)) from None
+            raise ValueError(checks.invalid(name, expected, value)) from None
         return number
 
     return check
@@ -175,8 +175,8 @@ def number_at_least(low, *, integer=False):
 
 def open_fraction(value, name):
     """A float in (0, 1)."""
-    if not 0 < _checks.check_non_negative_number(value, name) < 1:
-        raise ValueError(_checks.invalid(name, "a float in (0, 1)", value))
+    if not 0 < checks.check_non_negative_number(value, name) < 1:
+        raise ValueError(checks.invalid(name, "a float in (0, 1)", value))
     return float(value)
 
 
@@ -190,15 +190,15 @@ def validate(config):
         if value is None:
             if field.default is None:
                 continue
-            raise FlagValueError(_checks.invalid(name, "a value", None))
+            raise FlagValueError(checks.invalid(name, "a value", None))
         choices, check = meta.get("choices"), meta.get("check")
         items = value if _base_type(field.type) is tuple else (value,)
         try:
             if not items and (choices is not None or check is not None):
-                raise ValueError(_checks.invalid(name, "at least one value", value))
+                raise ValueError(checks.invalid(name, "at least one value", value))
             for item in items:
                 if choices is not None and item not in choices:
-                    raise ValueError(_checks.invalid(name, f"one of {list(choices)}", item))
+                    raise ValueError(checks.invalid(name, f"one of {list(choices)}", item))
                 if check is not None:
                     check(item, name)
         except ValueError as error:

@@ -42,8 +42,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_svmax import data, records
-from tf_svmax.ops import _checks  # the library's validators
+from tf_svmax import (
+    checks,  # the library's validators
+    data,
+    records,
+)
 from trainers.harness import custom_fit, progress
 from trainers.harness.checkpoints import restore_newest_readable
 from trainers.harness.distribute import description as strategy_description
@@ -326,7 +329,7 @@ def fit_verbosity(verbose, stream=None):
     log (where the bar's carriage returns pile up into megabytes) plain lines (2, which
     `trainers.harness.progress.fit_progress` turns into its `ProgressLog`). The library's rule
     (`evaluate_retrieval` follows it too)."""
-    return _checks.progress_verbosity(verbose, "--verbose", stream)
+    return checks.progress_verbosity(verbose, "--verbose", stream)
 
 
 def _wall_seconds(results, started):

@@ -24,7 +24,7 @@ import time
 import keras
 import numpy as np
 
-from tf_svmax.ops import _checks  # the library's validators
+from tf_svmax import checks  # the library's validators
 
 # A line at least this often: a person watching a log (or a CI log's idle timeout) sees the run
 # move, and a run of hours still writes only a few hundred lines per hour.
@@ -97,7 +97,7 @@ class ProgressLog(IntervalNote):
             or not isinstance(every_seconds, (int, float))
             or not 0 < every_seconds < float("inf")
         ):
-            raise ValueError(_checks.invalid("every_seconds", "a finite number > 0", every_seconds))
+            raise ValueError(checks.invalid("every_seconds", "a finite number > 0", every_seconds))
         self.every_seconds = float(every_seconds)
         self.clock = clock
 
@@ -163,7 +163,7 @@ def fit_progress(verbose, name, stream=None, every_seconds=EVERY_SECONDS):
     lines to `stream` (default sys.stdout).
     """
     stream = sys.stdout if stream is None else stream
-    verbose = _checks.progress_verbosity(verbose, "--verbose", stream)
+    verbose = checks.progress_verbosity(verbose, "--verbose", stream)
     if verbose == 1:
         return 1, [IntervalNote(name, stream=stream)]
     if verbose == 2:

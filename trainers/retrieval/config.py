@@ -10,9 +10,8 @@ classes with Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bo
 
 import dataclasses
 
-from tf_svmax import data, models
+from tf_svmax import checks, data, models
 from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
-from tf_svmax.ops import _checks
 from trainers.harness.config import (
     ConfigError,
     ImageDataConfig,
@@ -67,8 +66,8 @@ LR_SCHEDULES = ("paper", "constant")
 def _momentum(value, name):
     """A momentum in [0, 1): at 1 or above the velocity never decays (the steps grow without
     bound)."""
-    if not _checks.check_non_negative_number(value, name) < 1:
-        raise ValueError(_checks.invalid(name, "a float in [0, 1)", value))
+    if not checks.check_non_negative_number(value, name) < 1:
+        raise ValueError(checks.invalid(name, "a float in [0, 1)", value))
     return float(value)
 
 
@@ -337,7 +336,7 @@ def _batch_shape(c, num_train_classes):
         )
     if batch_p < 2:  # P capped at too few training classes (the flag itself is checked)
         raise ConfigError(
-            _checks.invalid(
+            checks.invalid(
                 "--batch_p",
                 f"an int >= 2 (negatives need 2 of the {num_train_classes} training classes)",
                 batch_p,

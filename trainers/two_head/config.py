@@ -13,9 +13,8 @@ import dataclasses
 
 import numpy as np
 
-from tf_svmax import data, models
+from tf_svmax import checks, data, models
 from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
-from tf_svmax.ops import _checks
 from trainers.harness.config import (
     ConfigError,
     ImageDataConfig,
@@ -193,7 +192,7 @@ def resolve(config):
         )
     if c.batch_p < 2 and c.mode in ("semi_hard", "hard"):
         raise ConfigError(
-            _checks.invalid("--batch_p", f"an int >= 2 with --mode={c.mode} (negatives)", c.batch_p)
+            checks.invalid("--batch_p", f"an int >= 2 with --mode={c.mode} (negatives)", c.batch_p)
         )
     return dataclasses.replace(
         c,

@@ -1,23 +1,62 @@
-"""Argument validation and dtype handling shared by the ops.
+"""The library's validators, public so that the library and the trainers check arguments by the
+same names and with the same messages.
 
 Errors follow one pattern, naming the argument, the expectation and the value:
 ``Invalid value for argument `x`. Expected ... Received: x=...``.
+
+Three kinds of check live here:
+
+- Python arguments (numbers, ints, bools, choices, a progress verbosity), each returning the value
+  in its canonical Python type;
+- NumPy arrays and class labels (`finite_matrix`, `class_labels`, `label_kind`), for the metrics
+  that compute in NumPy;
+- backend tensors (`float_matrix`, `label_vector`, `same_rows`, `integer_floats`, `to_tensor`),
+  checked statically where the shape is known and at run time in a TensorFlow graph, with the
+  dtype and shape helpers they rest on.
+
+Backend-neutral: only Keras and NumPy are imported (TensorFlow only inside the functions that run
+on its backend). Which backend runs, and whether XLA compiles, is asked of `tf_svmax._backend`.
 """
 
 import numbers
+import sys
 import warnings
 
 import keras
 import numpy as np
 from keras import ops
 
-# Half-precision inputs are promoted to float32 for the linear algebra (DESIGN convention 7):
-# float16 has a 10-bit mantissa and a maximum of 65504, which is too coarse for an
-# eigendecomposition.
-_HALF_DTYPES = ("float16", "bfloat16")
-# What int64 labels must fit in on JAX without 64-bit types (`jax_enable_x64` off), where
-# converting them to a tensor wraps larger values modulo 2^32 without a word.
-_INT32_RANGE = (-(2**31), 2**31 - 1)
+from tf_svmax import _backend
+
+__all__ = [
+    "check_bool",
+    "check_choice",
+    "check_finite_number",
+    "check_fraction",
+    "check_non_negative_int",
+    "check_non_negative_number",
+    "check_positive_int",
+    "check_positive_number",
+    "check_rate",
+    "checked_when_run",
+    "class_labels",
+    "compute_dtype",
+    "finite_matrix",
+    "float_matrix",
+    "integer_floats",
+    "invalid",
+    "label_kind",
+    "label_vector",
+    "progress_verbosity",
+    "same_rows",
+    "static_shape",
+    "to_tensor",
+    "warn_once",
+    "zero_unless_rows",
+]
+
+
+# Python arguments.
 
 
 def invalid(arg, expected, received):
@@ -92,336 +131,31 @@ def check_non_negative_int(value, arg):
 
 
 def check_bool(value, arg):
+    """Returns `value` as a Python bool, raising ValueError unless it is a bool (Python or
+    NumPy; not an int, so that 0 and 1 are refused)."""
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(invalid(arg, "a bool", value))
     return bool(value)
 
 
-def compute_dtype(dtype):
-    """The dtype the spectral math runs in for inputs of `dtype` (half -> float32), as Keras'
-    dtype name (any backend's dtype object or name is accepted)."""
-    dtype = keras.backend.standardize_dtype(dtype)
-    if dtype in _HALF_DTYPES:
-        return "float32"
-    return dtype
-
-
-def static_shape(x):
-    """The shape of tensor `x` known before it runs: a tuple of ints (None for a dimension
-    known only when a TensorFlow graph runs), or None when even the rank is unknown (a
-    TensorFlow graph traced without it). JAX traces with concrete shapes and PyTorch runs
-    eagerly, so there every dimension is an int."""
-    shape = x.shape
-    if getattr(shape, "rank", 0) is None:  # a tf.TensorShape of unknown rank
-        return None
-    return tuple(None if d is None else int(d) for d in shape)
-
-
-def _dtype_name(x):
-    return keras.backend.standardize_dtype(x.dtype)
-
-
-def jax_without_x64():
-    """True on the JAX backend while `jax_enable_x64` is off (its default)."""
-    if keras.backend.backend() != "jax":
-        return False
-    import jax  # noqa: PLC0415 (the JAX backend is loaded already)
-
-    return not jax.config.jax_enable_x64
-
-
-def _narrowing_checked(x, arg, exact):
-    """`x` unchanged, after refusing what JAX without 64-bit types would change silently when
-    converting it: integers outside int32 (wrapped modulo 2^32, so the class 2^40 would become
-    class 0) always, and float64 values that float32 cannot hold exactly where `exact` (class
-    ids: 16777217.0 would merge with 16777216.0); other float64 input (embeddings) is computed
-    in float32 with a one-time warning. JAX arrays are already narrowed, nothing is checked."""
-    import jax  # noqa: PLC0415 (only called on the JAX backend)
-
-    if isinstance(x, jax.Array):  # tracers too: converted before this function saw them
-        return x
-    try:
-        array = np.asarray(x)
-    except (TypeError, ValueError):  # not array-like: convert_to_tensor reports it
-        return x
-    if array.dtype.kind in "iu" and array.dtype.itemsize == 8 and array.size:
-        low, high = _INT32_RANGE
-        outside = (array < low) | (array > high)
-        if outside.any():
-            index = tuple(int(i) for i in np.argwhere(outside)[0])
-            raise ValueError(
-                invalid(
-                    arg,
-                    "integers in int32's range [-2**31, 2**31 - 1] on the JAX backend, which "
-                    "wraps larger int64 values unless 64-bit types are enabled "
-                    "(jax.config.update('jax_enable_x64', True))",
-                    f"<{array.dtype} array with {array[index].item()!r} at {index}>",
-                )
-            )
-    if array.dtype == np.float64 and array.size:
-        if exact and not np.array_equal(array.astype(np.float32), array, equal_nan=True):
-            raise ValueError(
-                invalid(
-                    arg,
-                    "values float32 holds exactly on the JAX backend, which computes float64 "
-                    "in float32 unless 64-bit types are enabled "
-                    "(jax.config.update('jax_enable_x64', True))",
-                    f"<float64 array of shape {array.shape}>",
-                )
-            )
-        if not exact:
-            warn_once(
-                "jax-float64",
-                f"float64 input (`{arg}`) is computed in float32 on the JAX backend, which has "
-                "no 64-bit types unless jax.config.update('jax_enable_x64', True) is set.",
-            )
-    return x
-
-
-def to_tensor(x, arg, *, exact=False):
-    """`x` as a tensor of the backend (`keras.ops.convert_to_tensor`); on JAX without 64-bit
-    types, a ValueError naming `arg` instead of a silent narrowing (`_narrowing_checked`:
-    integers outside int32 always, float64 values float32 cannot hold where `exact`)."""
-    if jax_without_x64():
-        x = _narrowing_checked(x, arg, exact)
-    return ops.convert_to_tensor(x)
-
-
-def _checked_when_run(x, assertion, shape=None):
-    """`x` once `assertion(tf)` (a `tf.debugging` assertion built from the `tensorflow`
-    module) has passed, with static `shape` set when given.
-
-    The one place a check waits for run time: only TensorFlow traces functions whose shapes are
-    unknown until they run (`tf.function` with None dimensions or an unknown rank). JAX traces
-    with concrete shapes and PyTorch runs eagerly, so every check there happened in Python
-    before this; a symbolic Keras tensor on those backends has no run time to check at and is
-    returned as it is. TensorFlow is imported here, not at module level, so that the JAX and
-    PyTorch backends never import it.
-    """
-    if keras.backend.backend() != "tensorflow":
-        return x
-    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
-
-    with tf.control_dependencies([assertion(tf)]):
-        x = tf.identity(x)
-    if shape is not None:
-        x.set_shape(shape)
-    return x
-
-
-def matmul(a, b, *, transpose_a=False, transpose_b=False):
-    """``op(a) op(b)`` of two rank-2 tensors, in their dtype on every backend.
-
-    Not `keras.ops.matmul`: on JAX and PyTorch Keras' type promotion (`result_type`) returns
-    float32 for float64 operands, so the `@` operator (the backend's own product) is used
-    there. On TensorFlow the transposes go to `tf.linalg.matmul`'s flags, as the TensorFlow
-    code this library started from (and TFA) wrote them: a materialized transpose rounds
-    differently in the last bit (eagerly, and in gradients), which flips ``max(., 0)`` masks
-    of duplicate rows. TensorFlow is imported here, not at module level.
-    """
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
-
-        return tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-    a = ops.transpose(a) if transpose_a else a
-    b = ops.transpose(b) if transpose_b else b
-    return a @ b
-
-
-def label_vector(labels, arg):
-    """`labels` as a tensor flattened to `[N]`; a ValueError naming `arg` unless its shape is
-    `[N]` or `[N, 1]` (one label per row), or (JAX without 64-bit types) unless the values
-    survive the conversion (`to_tensor`). The dtype is left to the caller."""
-    labels = to_tensor(labels, arg, exact=True)
-    shape = static_shape(labels)
-    if shape is not None and (
-        len(shape) > 2 or (len(shape) == 2 and shape[1] is not None and shape[1] != 1)
+def progress_verbosity(verbose, arg="verbose", stream=None):
+    """`verbose` (0: silent, 1: a progress bar, 2: one plain line per stage or interval) checked,
+    with 1 turned into 2 when `stream` (default: sys.stdout) is not a terminal: the bar redraws
+    itself with carriage returns and ANSI colour codes, which pile up in a log file or a CI log
+    as one endless line. (The trainers' `fit_verbosity` uses it for `fit`.)"""
+    if (
+        isinstance(verbose, (bool, np.bool_))
+        or not isinstance(verbose, (int, np.integer))
+        or verbose not in (0, 1, 2)
     ):
-        raise ValueError(
-            invalid(arg, "class labels of shape [N] or [N, 1]", f"<tensor of shape {shape}>")
-        )
-    return ops.reshape(labels, [-1])
+        raise ValueError(invalid(arg, "0, 1 or 2", verbose))
+    stream = sys.stdout if stream is None else stream
+    if verbose == 1 and not (hasattr(stream, "isatty") and stream.isatty()):
+        return 2
+    return int(verbose)
 
 
-def float_matrix(x, arg, min_rows=1):
-    """Converts `x` to a rank-2 floating tensor, validating what can be validated statically.
-
-    Returns `(x_compute, input_dtype)` where `x_compute` is in the compute dtype (float32 for
-    half-precision inputs, else the input's own float dtype) and `input_dtype` is the input
-    tensor's own dtype object.
-    """
-    x = to_tensor(x, arg)
-    name = _dtype_name(x)
-    if not keras.backend.is_float_dtype(name):
-        raise TypeError(invalid(arg, "a floating-point tensor", f"<tensor of dtype {name}>"))
-    shape = static_shape(x)
-    if shape is not None and len(shape) != 2:
-        raise ValueError(
-            invalid(arg, "a rank-2 tensor of shape [batch_size, dim]", f"<tensor of shape {shape}>")
-        )
-    if shape is None:
-        # Unknown rank at trace time (TensorFlow only): check when the graph runs, and give the
-        # graph the static rank the code below relies on (loop shapes, transposes).
-        x = _checked_when_run(
-            x,
-            lambda tf: tf.debugging.assert_rank(
-                x, 2, message=invalid(arg, "a rank-2 tensor", "<tensor of another rank>")
-            ),
-            shape=[None, None],  # static rank only; the assert does the run-time check
-        )
-        shape = (None, None)
-    rows, cols = shape
-    if rows is not None and rows < min_rows:
-        raise ValueError(invalid(arg, f"at least {min_rows} row(s)", f"<tensor of shape {shape}>"))
-    if cols is not None and cols < 1:
-        raise ValueError(invalid(arg, "at least 1 column", f"<tensor of shape {shape}>"))
-    return ops.cast(x, compute_dtype(name)), x.dtype
-
-
-def in_xla_context():
-    """True while tracing a function that XLA will compile, per Keras backend.
-
-    TensorFlow: inside a `tf.function(jit_compile=True)` (TensorFlow has no public API for this;
-    the private helper is used when present, and its absence is reported as "not under XLA", so
-    the library takes its default path). JAX: inside any `jax.jit` trace, since all JAX
-    compilation is XLA (Keras compiles JAX train steps by default); eager `jax.grad` is not.
-    PyTorch: never (Keras does not compile PyTorch with XLA).
-    """
-    import keras  # noqa: PLC0415 (kept inside so this function is the whole change here)
-
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax  # noqa: PLC0415 (the JAX backend only)
-
-        # A new array is an abstract tracer exactly when a jit trace is being staged (also
-        # under grad or vmap inside it); eagerly, jax.grad included, it is a concrete array.
-        return isinstance(jax.numpy.zeros(()), jax.core.Tracer)
-    if backend != "tensorflow":
-        return False
-    try:
-        from tensorflow.python.ops import control_flow_util  # noqa: PLC0415 (private, optional)
-    except ImportError:  # pragma: no cover - depends on the TensorFlow build
-        return False
-    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
-
-    graph = tf.compat.v1.get_default_graph()
-    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
-
-
-_WARNED = set()
-
-
-def warn_once(key, message):
-    """Emits `message` as a RuntimeWarning once per process for each `key`."""
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def same_rows(first, second, first_arg, second_arg, unit="row"):
-    """`first`, checked to have one `unit` (row, label, weight) per row of `second`: a
-    ValueError naming `first_arg` when both row counts are known statically (always on JAX and
-    PyTorch), otherwise (a TensorFlow graph) a run-time assertion with the same message (an
-    InvalidArgumentError). Rank-0 tensors are not checked. The library's one row-count check."""
-    first, second = to_tensor(first, first_arg), ops.convert_to_tensor(second)
-    first_shape, second_shape = static_shape(first), static_shape(second)
-    if first_shape == () or second_shape == ():
-        return first
-    message = (
-        f"Invalid value for argument `{first_arg}`. Expected one {unit} per row of `{second_arg}`"
-    )
-    # Rank None (unknown) leaves the row count to the run-time check.
-    rows = first_shape[0] if first_shape else None
-    expected = second_shape[0] if second_shape else None
-    if rows is not None and expected is not None:
-        if rows != expected:
-            raise ValueError(f"{message} ({expected}). Received: {rows} {unit}s.")
-        return first
-    return _checked_when_run(
-        first,
-        lambda tf: tf.debugging.assert_equal(
-            tf.shape(first)[0], tf.shape(second)[0], message=message
-        ),
-    )
-
-
-def integer_floats(values, arg, expected):
-    """`values` unchanged when it is not a float tensor or every entry is a finite integer
-    (0.0, -3.0); otherwise a ValueError naming `arg`, `expected` and the first offending
-    entry with its index (eagerly), or a run-time assertion with the same message (an
-    InvalidArgumentError in a traced TensorFlow function). For labels that are cast to
-    integers, where 0.1 and 0.9 would silently become one class.
-
-    Under `jax.jit` the values are not known while tracing and JAX has no run-time assertion:
-    there they are returned unchecked (check them before the step, or eagerly)."""
-    values = to_tensor(values, arg, exact=True)
-    if not keras.backend.is_float_dtype(_dtype_name(values)):
-        return values
-    if keras.backend.backend() == "tensorflow":
-        return _tf_integer_floats(values, arg, expected)
-    if keras.backend.backend() == "jax":
-        import jax  # noqa: PLC0415 (the JAX backend is loaded already)
-
-        if isinstance(values, jax.core.Tracer):
-            return values
-    flat = np.asarray(keras.ops.convert_to_numpy(values)).reshape(-1)
-    bad = ~(np.isfinite(flat) & (flat == np.round(flat)))
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        prefix = invalid(arg, expected, "")[: -len("''")]
-        raise ValueError(
-            f"{prefix}<{_dtype_name(values)} tensor with {flat[first]!s} at index {first}>"
-        )
-    return values
-
-
-def _tf_integer_floats(values, arg, expected):
-    """`integer_floats` on TensorFlow: the message formatted by TensorFlow in both modes, so
-    that the eager ValueError and a traced function's InvalidArgumentError read the same.
-    TensorFlow is imported here, not at module level."""
-    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
-
-    flat = tf.reshape(values, [-1])
-    bad = tf.logical_not(tf.math.is_finite(flat) & tf.equal(flat, tf.round(flat)))
-    # The first offending entry, padded so that an empty or valid tensor still indexes something
-    # (the message is built either way, and only shown when an entry is bad).
-    first = tf.argmax(tf.concat([tf.cast(bad, tf.int32), [1]], axis=0), output_type=tf.int32)
-    example = tf.concat([flat, tf.zeros([1], flat.dtype)], axis=0)[first]
-    # Formatted by TensorFlow in both modes, so the eager and the traced messages are the same.
-    prefix = invalid(arg, expected, "")[: -len("''")]
-    message = tf.strings.format(
-        prefix.replace("{", "{{").replace("}", "}}")
-        + f"<{values.dtype.name} tensor with {{}} at index {{}}>",
-        (example, first),
-    )
-    any_bad = tf.reduce_any(bad)
-    if tf.executing_eagerly():
-        if bool(any_bad):
-            raise ValueError(message.numpy().decode())
-        return values
-    check = tf.debugging.Assert(tf.logical_not(any_bad), [message])
-    with tf.control_dependencies([check]):
-        return tf.identity(values)
-
-
-def zero_unless_rows(x, fn):
-    """``fn()`` when `x` has at least one row, else a zero scalar of `x`'s dtype.
-
-    An empty batch (e.g. a replica's share of an uneven last batch with the per-replica
-    opt-out) has nothing to penalize or measure. The zero is ``0 * sum(x)`` so the
-    result stays connected to `x` (a zero gradient, not `None`). Decided in Python when the
-    row count is static (always on JAX and PyTorch), else (a TensorFlow graph) with
-    `keras.ops.cond`, there `tf.cond`: only the taken branch runs, `fn` never sees the empty
-    matrix.
-    """
-    rows = static_shape(x)[0]
-
-    def zero():
-        return ops.sum(x) * ops.zeros([], x.dtype)
-
-    if rows is not None:
-        return fn() if rows > 0 else zero()
-    return ops.cond(ops.shape(x)[0] > 0, fn, zero)
+# NumPy arrays and class labels.
 
 
 def finite_matrix(x, arg, *, dtype=np.float64, min_rows=1):
@@ -517,20 +251,283 @@ def label_kind(labels):
     return {"U": "str", "S": "bytes"}.get(labels.dtype.kind, "number")
 
 
-def progress_verbosity(verbose, arg="verbose", stream=None):
-    """`verbose` (0: silent, 1: a progress bar, 2: one plain line per stage or interval) checked,
-    with 1 turned into 2 when `stream` (default: sys.stdout) is not a terminal: the bar redraws
-    itself with carriage returns and ANSI colour codes, which pile up in a log file or a CI log
-    as one endless line. (The trainers' `fit_verbosity` uses it for `fit`.)"""
-    import sys  # noqa: PLC0415 (appended below the module's imports, which stay as they are)
+# Backend tensors.
 
-    if (
-        isinstance(verbose, (bool, np.bool_))
-        or not isinstance(verbose, (int, np.integer))
-        or verbose not in (0, 1, 2)
+# Half-precision inputs are promoted to float32 for the linear algebra (DESIGN convention 7):
+# float16 has a 10-bit mantissa and a maximum of 65504, which is too coarse for an
+# eigendecomposition.
+_HALF_DTYPES = ("float16", "bfloat16")
+
+
+# What int64 labels must fit in on JAX without 64-bit types (`jax_enable_x64` off), where
+# converting them to a tensor wraps larger values modulo 2^32 without a word.
+_INT32_RANGE = (-(2**31), 2**31 - 1)
+
+
+def compute_dtype(dtype):
+    """The dtype the spectral math runs in for inputs of `dtype` (half -> float32), as Keras'
+    dtype name (any backend's dtype object or name is accepted)."""
+    dtype = keras.backend.standardize_dtype(dtype)
+    if dtype in _HALF_DTYPES:
+        return "float32"
+    return dtype
+
+
+def static_shape(x):
+    """The shape of tensor `x` known before it runs: a tuple of ints (None for a dimension
+    known only when a TensorFlow graph runs), or None when even the rank is unknown (a
+    TensorFlow graph traced without it). JAX traces with concrete shapes and PyTorch runs
+    eagerly, so there every dimension is an int."""
+    shape = x.shape
+    if getattr(shape, "rank", 0) is None:  # a tf.TensorShape of unknown rank
+        return None
+    return tuple(None if d is None else int(d) for d in shape)
+
+
+def _dtype_name(x):
+    return keras.backend.standardize_dtype(x.dtype)
+
+
+def _narrowing_checked(x, arg, exact):
+    """`x` unchanged, after refusing what JAX without 64-bit types would change silently when
+    converting it: integers outside int32 (wrapped modulo 2^32, so the class 2^40 would become
+    class 0) always, and float64 values that float32 cannot hold exactly where `exact` (class
+    ids: 16777217.0 would merge with 16777216.0); other float64 input (embeddings) is computed
+    in float32 with a one-time warning. JAX arrays are already narrowed, nothing is checked."""
+    import jax  # noqa: PLC0415 (only called on the JAX backend)
+
+    if isinstance(x, jax.Array):  # tracers too: converted before this function saw them
+        return x
+    try:
+        array = np.asarray(x)
+    except (TypeError, ValueError):  # not array-like: convert_to_tensor reports it
+        return x
+    if array.dtype.kind in "iu" and array.dtype.itemsize == 8 and array.size:
+        low, high = _INT32_RANGE
+        outside = (array < low) | (array > high)
+        if outside.any():
+            index = tuple(int(i) for i in np.argwhere(outside)[0])
+            raise ValueError(
+                invalid(
+                    arg,
+                    "integers in int32's range [-2**31, 2**31 - 1] on the JAX backend, which "
+                    "wraps larger int64 values unless 64-bit types are enabled "
+                    "(jax.config.update('jax_enable_x64', True))",
+                    f"<{array.dtype} array with {array[index].item()!r} at {index}>",
+                )
+            )
+    if array.dtype == np.float64 and array.size:
+        if exact and not np.array_equal(array.astype(np.float32), array, equal_nan=True):
+            raise ValueError(
+                invalid(
+                    arg,
+                    "values float32 holds exactly on the JAX backend, which computes float64 "
+                    "in float32 unless 64-bit types are enabled "
+                    "(jax.config.update('jax_enable_x64', True))",
+                    f"<float64 array of shape {array.shape}>",
+                )
+            )
+        if not exact:
+            warn_once(
+                "jax-float64",
+                f"float64 input (`{arg}`) is computed in float32 on the JAX backend, which has "
+                "no 64-bit types unless jax.config.update('jax_enable_x64', True) is set.",
+            )
+    return x
+
+
+def to_tensor(x, arg, *, exact=False):
+    """`x` as a tensor of the backend (`keras.ops.convert_to_tensor`); on JAX without 64-bit
+    types, a ValueError naming `arg` instead of a silent narrowing (`_narrowing_checked`:
+    integers outside int32 always, float64 values float32 cannot hold where `exact`)."""
+    if _backend.jax_without_x64():
+        x = _narrowing_checked(x, arg, exact)
+    return ops.convert_to_tensor(x)
+
+
+def checked_when_run(x, assertion, shape=None):
+    """`x` once `assertion(tf)` (a `tf.debugging` assertion built from the `tensorflow`
+    module) has passed, with static `shape` set when given.
+
+    The one place a check waits for run time: only TensorFlow traces functions whose shapes are
+    unknown until they run (`tf.function` with None dimensions or an unknown rank). JAX traces
+    with concrete shapes and PyTorch runs eagerly, so every check there happened in Python
+    before this; a symbolic Keras tensor on those backends has no run time to check at and is
+    returned as it is. TensorFlow is imported here, not at module level, so that the JAX and
+    PyTorch backends never import it.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return x
+    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
+
+    with tf.control_dependencies([assertion(tf)]):
+        x = tf.identity(x)
+    if shape is not None:
+        x.set_shape(shape)
+    return x
+
+
+def label_vector(labels, arg):
+    """`labels` as a tensor flattened to `[N]`; a ValueError naming `arg` unless its shape is
+    `[N]` or `[N, 1]` (one label per row), or (JAX without 64-bit types) unless the values
+    survive the conversion (`to_tensor`). The dtype is left to the caller."""
+    labels = to_tensor(labels, arg, exact=True)
+    shape = static_shape(labels)
+    if shape is not None and (
+        len(shape) > 2 or (len(shape) == 2 and shape[1] is not None and shape[1] != 1)
     ):
-        raise ValueError(invalid(arg, "0, 1 or 2", verbose))
-    stream = sys.stdout if stream is None else stream
-    if verbose == 1 and not (hasattr(stream, "isatty") and stream.isatty()):
-        return 2
-    return int(verbose)
+        raise ValueError(
+            invalid(arg, "class labels of shape [N] or [N, 1]", f"<tensor of shape {shape}>")
+        )
+    return ops.reshape(labels, [-1])
+
+
+def float_matrix(x, arg, min_rows=1):
+    """Converts `x` to a rank-2 floating tensor, validating what can be validated statically.
+
+    Returns `(x_compute, input_dtype)` where `x_compute` is in the compute dtype (float32 for
+    half-precision inputs, else the input's own float dtype) and `input_dtype` is the input
+    tensor's own dtype object.
+    """
+    x = to_tensor(x, arg)
+    name = _dtype_name(x)
+    if not keras.backend.is_float_dtype(name):
+        raise TypeError(invalid(arg, "a floating-point tensor", f"<tensor of dtype {name}>"))
+    shape = static_shape(x)
+    if shape is not None and len(shape) != 2:
+        raise ValueError(
+            invalid(arg, "a rank-2 tensor of shape [batch_size, dim]", f"<tensor of shape {shape}>")
+        )
+    if shape is None:
+        # Unknown rank at trace time (TensorFlow only): check when the graph runs, and give the
+        # graph the static rank the code below relies on (loop shapes, transposes).
+        x = checked_when_run(
+            x,
+            lambda tf: tf.debugging.assert_rank(
+                x, 2, message=invalid(arg, "a rank-2 tensor", "<tensor of another rank>")
+            ),
+            shape=[None, None],  # static rank only; the assert does the run-time check
+        )
+        shape = (None, None)
+    rows, cols = shape
+    if rows is not None and rows < min_rows:
+        raise ValueError(invalid(arg, f"at least {min_rows} row(s)", f"<tensor of shape {shape}>"))
+    if cols is not None and cols < 1:
+        raise ValueError(invalid(arg, "at least 1 column", f"<tensor of shape {shape}>"))
+    return ops.cast(x, compute_dtype(name)), x.dtype
+
+
+_WARNED = set()
+
+
+def warn_once(key, message):
+    """Emits `message` as a RuntimeWarning once per process for each `key`."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def same_rows(first, second, first_arg, second_arg, unit="row"):
+    """`first`, checked to have one `unit` (row, label, weight) per row of `second`: a
+    ValueError naming `first_arg` when both row counts are known statically (always on JAX and
+    PyTorch), otherwise (a TensorFlow graph) a run-time assertion with the same message (an
+    InvalidArgumentError). Rank-0 tensors are not checked. The library's one row-count check."""
+    first, second = to_tensor(first, first_arg), ops.convert_to_tensor(second)
+    first_shape, second_shape = static_shape(first), static_shape(second)
+    if first_shape == () or second_shape == ():
+        return first
+    message = (
+        f"Invalid value for argument `{first_arg}`. Expected one {unit} per row of `{second_arg}`"
+    )
+    # Rank None (unknown) leaves the row count to the run-time check.
+    rows = first_shape[0] if first_shape else None
+    expected = second_shape[0] if second_shape else None
+    if rows is not None and expected is not None:
+        if rows != expected:
+            raise ValueError(f"{message} ({expected}). Received: {rows} {unit}s.")
+        return first
+    return checked_when_run(
+        first,
+        lambda tf: tf.debugging.assert_equal(
+            tf.shape(first)[0], tf.shape(second)[0], message=message
+        ),
+    )
+
+
+def integer_floats(values, arg, expected):
+    """`values` unchanged when it is not a float tensor or every entry is a finite integer
+    (0.0, -3.0); otherwise a ValueError naming `arg`, `expected` and the first offending
+    entry with its index (eagerly), or a run-time assertion with the same message (an
+    InvalidArgumentError in a traced TensorFlow function). For labels that are cast to
+    integers, where 0.1 and 0.9 would silently become one class.
+
+    Under `jax.jit` the values are not known while tracing and JAX has no run-time assertion:
+    there they are returned unchecked (check them before the step, or eagerly)."""
+    values = to_tensor(values, arg, exact=True)
+    if not keras.backend.is_float_dtype(_dtype_name(values)):
+        return values
+    if keras.backend.backend() == "tensorflow":
+        return _tf_integer_floats(values, arg, expected)
+    if keras.backend.backend() == "jax":
+        import jax  # noqa: PLC0415 (the JAX backend is loaded already)
+
+        if isinstance(values, jax.core.Tracer):
+            return values
+    flat = np.asarray(keras.ops.convert_to_numpy(values)).reshape(-1)
+    bad = ~(np.isfinite(flat) & (flat == np.round(flat)))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        prefix = invalid(arg, expected, "")[: -len("''")]
+        raise ValueError(
+            f"{prefix}<{_dtype_name(values)} tensor with {flat[first]!s} at index {first}>"
+        )
+    return values
+
+
+def _tf_integer_floats(values, arg, expected):
+    """`integer_floats` on TensorFlow: the message formatted by TensorFlow in both modes, so
+    that the eager ValueError and a traced function's InvalidArgumentError read the same.
+    TensorFlow is imported here, not at module level."""
+    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
+
+    flat = tf.reshape(values, [-1])
+    bad = tf.logical_not(tf.math.is_finite(flat) & tf.equal(flat, tf.round(flat)))
+    # The first offending entry, padded so that an empty or valid tensor still indexes something
+    # (the message is built either way, and only shown when an entry is bad).
+    first = tf.argmax(tf.concat([tf.cast(bad, tf.int32), [1]], axis=0), output_type=tf.int32)
+    example = tf.concat([flat, tf.zeros([1], flat.dtype)], axis=0)[first]
+    # Formatted by TensorFlow in both modes, so the eager and the traced messages are the same.
+    prefix = invalid(arg, expected, "")[: -len("''")]
+    message = tf.strings.format(
+        prefix.replace("{", "{{").replace("}", "}}")
+        + f"<{values.dtype.name} tensor with {{}} at index {{}}>",
+        (example, first),
+    )
+    any_bad = tf.reduce_any(bad)
+    if tf.executing_eagerly():
+        if bool(any_bad):
+            raise ValueError(message.numpy().decode())
+        return values
+    check = tf.debugging.Assert(tf.logical_not(any_bad), [message])
+    with tf.control_dependencies([check]):
+        return tf.identity(values)
+
+
+def zero_unless_rows(x, fn):
+    """``fn()`` when `x` has at least one row, else a zero scalar of `x`'s dtype.
+
+    An empty batch (e.g. a replica's share of an uneven last batch with the per-replica
+    opt-out) has nothing to penalize or measure. The zero is ``0 * sum(x)`` so the
+    result stays connected to `x` (a zero gradient, not `None`). Decided in Python when the
+    row count is static (always on JAX and PyTorch), else (a TensorFlow graph) with
+    `keras.ops.cond`, there `tf.cond`: only the taken branch runs, `fn` never sees the empty
+    matrix.
+    """
+    rows = static_shape(x)[0]
+
+    def zero():
+        return ops.sum(x) * ops.zeros([], x.dtype)
+
+    if rows is not None:
+        return fn() if rows > 0 else zero()
+    return ops.cond(ops.shape(x)[0] > 0, fn, zero)
