@@ -296,3 +296,16 @@ def test_custom_objects_claims_state_that_tf_svmax_must_be_imported():
             if "import tf_svmax" not in text[match.start() : match.end() + 80]:
                 unconditional.append(f"{page.relative_to(ROOT)}: ...{text[match.start() :][:90]}")
     assert not unconditional, unconditional
+
+
+@pytest.mark.parametrize("page", GUIDE, ids=lambda p: p.name)
+def test_each_guide_page_opens_with_its_purpose_and_an_example(page):
+    """Before its first section: a title, a few sentences saying what the page is for, and a
+    code block (a runnable example)."""
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# "), f"{page.name} starts with its title"
+    opening = text.split("\n## ")[0]
+    assert "```" in opening, f"{page.name}: an example before the first section"
+    purpose = opening.split("```")[0].split("\n", 1)[1]
+    words = len(purpose.split())
+    assert 10 <= words <= 80, f"{page.name}: {words} words before the example (a few sentences)"
