@@ -1,9 +1,17 @@
 """The Python examples of the README and of every documentation page run as written, each on its
-own in a fresh process; the README stays a short landing page whose links resolve."""
+own in a fresh process, and print what they show (a value stated in a comment beside a `print`
+is the value it prints); the README stays a short landing page whose links resolve, and the
+README, getting-started and guide pages keep their paragraphs short enough to skim."""
 
+import ast
+import io
+import math
+import os
 import re
 import subprocess
 import sys
+import tokenize
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -31,10 +39,78 @@ def block_containing(text):
     return next(b for b in BLOCKS if text in b)
 
 
-def run(program, cwd):
+def run(program, cwd, env=None):
     return subprocess.run(
-        [sys.executable, "-c", program], cwd=cwd, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", program],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=None if env is None else {**os.environ, **env},
     )
+
+
+# A comment beside a top-level `print(...)` states what it prints: words as printed, numbers to
+# the digits written, "about" (or "~") before the numbers that are only approximate.
+# An explanation may follow the expected output after ": ", " (" or "; ".
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?", re.I)
+TOKEN = re.compile(NUMBER.pattern + r"|about|~|[A-Za-z_][\w.]*", re.I)
+# Tolerances: a number written with n decimals matches a printed value within half a unit of its
+# last digit (it is the printed value, rounded); after "about", within 10 % or one unit of
+# its last digit, whichever is larger (values that move a little between CPUs, or training).
+ABOUT = 0.10
+
+
+def expected_outputs(block):
+    """(line, expected text) of every top-level print with a comment, in the order they run."""
+    comments = {
+        token.start[0]: token.string.lstrip("#").strip()
+        for token in tokenize.generate_tokens(io.StringIO(block).readline)
+        if token.type == tokenize.COMMENT
+    }
+    prints = []
+    for node in ast.parse(block).body:
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "print":
+            comment = comments.get(node.end_lineno)
+            prints.append((node.end_lineno, comment))
+    return prints
+
+
+def expected_part(comment):
+    return re.split(r": | \(|; ", comment, maxsplit=1)[0].strip()
+
+
+def last_digit(number):
+    """The value of one unit in the last written digit: 0.01 for "0.63", 1e-5 for "1e-5"."""
+    return 10.0 ** Decimal(number).as_tuple().exponent
+
+
+def matches(expected, printed):
+    """Whether a printed line shows the expected text (see the tolerances above)."""
+    want = TOKEN.findall(expected)
+    got = [t for t in TOKEN.findall(printed) if t.lower() not in ("about", "~")]
+    about, pairs = False, []
+    for token in want:
+        if token.lower() in ("about", "~"):
+            about = True  # for every number after it
+            continue
+        pairs.append((token, about))
+    if len(pairs) != len(got):
+        return False
+    for (token, approximate), shown in zip(pairs, got, strict=True):
+        if not NUMBER.fullmatch(token):
+            if token != shown:
+                return False
+            continue
+        if not NUMBER.fullmatch(shown):
+            return False
+        unit = last_digit(token)
+        target, value = float(token), float(shown)
+        limit = max(ABOUT * abs(target), unit) if approximate else 0.5 * unit * (1 + 1e-9)
+        if not math.isclose(value, target, abs_tol=limit, rel_tol=0.0):
+            return False
+    return True
 
 
 def test_the_readme_has_its_three_examples_and_the_site_shows_them_too():
@@ -48,10 +124,112 @@ def test_the_readme_has_its_three_examples_and_the_site_shows_them_too():
     assert len(BLOCKS) >= 8
 
 
+# Examples that show code rather than a result: the TFA-era loader needs the user's own file.
+PRINTS_NOTHING = ("load_tfa_era_h5",)
+
+
+def check_printed(block, stdout):
+    """Each example prints what it shows; a commented print's line matches its comment. The
+    examples keep one line per top-level print (no print in a loop), so the n-th print is the
+    n-th line."""
+    name = EXAMPLES[block]
+    lines = stdout.splitlines()
+    if not any(marker in block for marker in PRINTS_NOTHING):
+        assert lines, f"{name} prints nothing:\n{block}"
+    prints = expected_outputs(block)
+    assert len(lines) == len(prints), f"{name}: {len(prints)} prints, output:\n{stdout}"
+    for (line, comment), printed in zip(prints, lines, strict=True):
+        if comment is not None:
+            want = expected_part(comment)
+            assert matches(want, printed), f"{name}, line {line}: printed {printed!r}, # {want}"
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[EXAMPLES[b] for b in BLOCKS])
-def test_each_python_example_runs_alone(block, tmp_path):
+def test_each_python_example_runs_alone_and_prints_what_it_says(block, tmp_path):
     done = run(block, cwd=tmp_path)  # a user's own folder, not the checkout
     assert done.returncode == 0, f"{EXAMPLES[block]}:\n{block}\n{done.stderr[-2000:]}"
+    check_printed(block, done.stdout)
+
+
+BACKENDS_PAGE = ROOT / "docs" / "guide" / "backends.md"
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("index", range(len(python_blocks(BACKENDS_PAGE))))
+def test_the_backends_page_examples_run_on_jax_and_torch(backend, index, tmp_path):
+    block = python_blocks(BACKENDS_PAGE)[index]
+    done = run(block, cwd=tmp_path, env={"KERAS_BACKEND": backend})
+    assert done.returncode == 0, f"{backend}:\n{block}\n{done.stderr[-2000:]}"
+    check_printed(block, done.stdout)
+    assert backend in done.stdout or "keras.backend.backend()" not in block
+
+
+def test_expected_output_comments_are_parsed_with_their_tolerance():
+    assert matches("0.09375 1.06066", "(0.09375, 1.0606601717798212)")
+    assert not matches("0.09375 1.06066", "(0.09375, 1.0607)")
+    assert matches("about 0.63", "0.6712") and not matches("about 0.63", "0.70")
+    assert matches("about 0.005", "0.0059") and not matches("about 0.005", "0.0061")
+    assert matches("True", "True") and not matches("True", "False")
+    assert matches("LORAC about 5.4", "LORAC 5.1") and not matches("XML about 5.4", "LORAC 5.4")
+    assert matches("1 about 2.0 3.0", "1 2.1 2.9") and not matches("1.0 about 2", "1.1 2")
+    assert not matches("8", "8 8"), "every printed value is stated"
+    assert expected_part("16: the rows filled (one batch)") == "16"
+    assert expected_outputs("x = 1\nprint(x)  # 1\nprint(\n  x,\n)  # about 1\nprint(2)\n") == [
+        (2, "1"),
+        (5, "about 1"),
+        (6, None),
+    ]
+
+
+# Paragraphs a reader can skim: no paragraph or list item of these pages over 150 words, counted
+# as a reader sees them (code blocks, tables and headings are not prose; inline code counts as
+# the words it shows).
+GUIDE = sorted((ROOT / "docs" / "guide").glob("*.md"))
+SKIMMED = [README, ROOT / "docs" / "getting-started.md", *GUIDE]
+MAX_WORDS = 150
+
+
+def prose_paragraphs(text):
+    """(first line, word count) of each paragraph and list item, skipping fenced code blocks,
+    tables, headings, images and admonition markers."""
+    found, current, start, fenced = [], [], 0, False
+
+    def close():
+        if current:
+            found.append((start, len(" ".join(current).split())))
+        current.clear()
+
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            close()
+            fenced = not fenced
+            continue
+        if fenced or not stripped or stripped.startswith(("|", "#", "![", "!!!", "--8<--")):
+            close()
+            continue
+        if re.match(r"\s*(?:[-*+]|\d+[.)])\s", line):
+            close()  # a list item is a paragraph of its own
+        if not current:
+            start = number
+        current.append(re.sub(r"^(?:[-*+]|\d+[.)])\s+", "", stripped))  # the marker is no word
+    close()
+    return found
+
+
+def test_paragraph_counting_skips_code_and_tables_and_splits_list_items():
+    text = "one two\nthree\n\n```python\na b c d\n```\n| a | b |\n- x y\n- z\n  w\n"
+    assert prose_paragraphs(text) == [(1, 3), (8, 2), (9, 2)]
+
+
+@pytest.mark.parametrize("page", SKIMMED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_paragraph_is_over_150_words(page):
+    long = [
+        f"line {line}: {words} words"
+        for line, words in prose_paragraphs(page.read_text(encoding="utf-8"))
+        if words > MAX_WORDS
+    ]
+    assert not long, f"{page.relative_to(ROOT)}: split these (<= {MAX_WORDS} words): {long}"
 
 
 def test_the_readme_is_a_landing_page():
@@ -118,3 +296,16 @@ def test_custom_objects_claims_state_that_tf_svmax_must_be_imported():
             if "import tf_svmax" not in text[match.start() : match.end() + 80]:
                 unconditional.append(f"{page.relative_to(ROOT)}: ...{text[match.start() :][:90]}")
     assert not unconditional, unconditional
+
+
+@pytest.mark.parametrize("page", GUIDE, ids=lambda p: p.name)
+def test_each_guide_page_opens_with_its_purpose_and_an_example(page):
+    """Before its first section: a title, a few sentences saying what the page is for, and a
+    code block (a runnable example)."""
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# "), f"{page.name} starts with its title"
+    opening = text.split("\n## ")[0]
+    assert "```" in opening, f"{page.name}: an example before the first section"
+    purpose = opening.split("```")[0].split("\n", 1)[1]
+    words = len(purpose.split())
+    assert 10 <= words <= 80, f"{page.name}: {words} words before the example (a few sentences)"
