@@ -1,5 +1,6 @@
-"""The retrieval experiment's configuration: its flags (`RetrievalConfig`), the papers'
-settings per loss, and `resolve`, which checks a config and fills in every default.
+"""The retrieval experiment's configuration: its flags (`RetrievalConfig`) and `resolve`, which
+checks a config and fills in every default (per loss from its record in
+`trainers.retrieval.ranking`).
 
 SVMax paper Sec. 4.1 (dissertation Sec. 3.4.1): an embedding network trained on P x K batches
 with a ranking loss and optionally a regularizer, SGD with momentum 0.9, the learning rate fixed
