@@ -125,16 +125,18 @@ def frame_steps(train_steps, frames):
 
 
 class FrameRecorder(keras.callbacks.Callback):
-    """Saves the model's embedding of `images` at the given steps (step 0 before training)."""
+    """Saves the model's embedding of `images` at the given steps (step 0 before training),
+    and their `labels` (``labels.npy``) beside them."""
 
-    def __init__(self, images, steps, folder):
+    def __init__(self, images, labels, steps, folder):
         super().__init__()
-        self.images, self.steps, self.folder = images, set(steps), folder
+        self.images, self.labels, self.steps, self.folder = images, labels, set(steps), folder
 
     def _save(self, step):
         path = os.path.join(self.folder, f"step_{step:06d}.npy")
         if step in self.steps and not os.path.exists(path):
             os.makedirs(self.folder, exist_ok=True)
+            np.save(os.path.join(self.folder, "labels.npy"), self.labels)
             np.save(path, self.model.predict(self.images, batch_size=256, verbose=0))
 
     def on_train_begin(self, logs=None):
@@ -209,7 +211,8 @@ def original_config(base, epochs, num_train):
     )
 
 
-def run_one(runs, base, regularizer, seed, frame_images, steps, svmax_lambda, prefix=""):
+def planned_run(base, regularizer, seed, frame_images, steps, svmax_lambda, prefix=""):
+    """One run of the grid, recording the frames of the same test images as every other."""
     name = f"{prefix}{regularizer}_seed{seed}"
     config = dataclasses.replace(
         base,
@@ -222,10 +225,14 @@ def run_one(runs, base, regularizer, seed, frame_images, steps, svmax_lambda, pr
     test_images, test_labels = retrieval.EMBEDDED[config.dataset]()["test"]
     rng = np.random.default_rng(0)  # the same test images in every run
     subset = np.sort(rng.choice(len(test_images), min(frame_images, len(test_images)), False))
-    recorder = FrameRecorder(test_images[subset], steps, folder)
-    results = runs(regularizer, retrieval.train_retrieval, config, callbacks=[recorder])
-    np.save(os.path.join(folder, "labels.npy"), test_labels[subset])
-    return results
+    recorder = FrameRecorder(test_images[subset], test_labels[subset], steps, folder)
+    return grid.Planned(
+        regularizer,
+        retrieval.train_retrieval,
+        retrieval.resolve,
+        config,
+        dict(callbacks=[recorder]),
+    )
 
 
 def summary(results):
@@ -446,13 +453,14 @@ def reproduce(grid_config):
             f"--dataset must be an embedded set {list(retrieval.EMBEDDED)} (the frames are "
             f"read from memory); received {base.dataset!r}"
         )
-    for regularizer in REGULARIZERS:  # refuse impossible flags before any training
-        retrieval.resolve(dataclasses.replace(base, regularizer=regularizer))
     seeds = g.seeds
-    runs = grid.Runs(PROGRAM, len(REGULARIZERS) * len(seeds))
-    for regularizer in REGULARIZERS:
-        for seed in seeds:
-            run_one(runs, base, regularizer, seed, frame_images, recorded, g.svmax_lambda, prefix)
+    planned = [
+        planned_run(base, regularizer, seed, frame_images, recorded, g.svmax_lambda, prefix)
+        for regularizer in REGULARIZERS
+        for seed in seeds
+    ]
+    runs = grid.Runs(PROGRAM, planned)  # refuses every run before any trains
+    runs.train()
     cells = runs.cells
     summaries = {r: [summary(x) for x in runs] for r, runs in cells.items()}
     timeline = {r: over_time(runs, recorded, steps_per_epoch) for r, runs in cells.items()}

@@ -129,10 +129,11 @@ def run_name(config):
     )
 
 
-def run(runs, base, overrides, seed):
+def planned_run(base, overrides, seed):
+    """One run of the grid: `base` with `overrides` and `seed`, in the folder `run_name`."""
     config = dataclasses.replace(base, seed=seed, **overrides)
     config = dataclasses.replace(config, output_dir=os.path.join(base.output_dir, run_name(config)))
-    return runs(run_name(config), gan_mog.train_gan_mog, config)
+    return grid.Planned(run_name(config), gan_mog.train_gan_mog, gan_mog.resolve, config)
 
 
 def mixture_text(mixture, config):
@@ -234,12 +235,13 @@ def reproduce(config):
         for lam in config.sweep_lambdas
         for act in config.sweep_activations
     ]
-    for overrides in [o for _, o in fig3] + settings:  # refuse impossible flags before any training
-        gan_mog.resolve(dataclasses.replace(base, **overrides))
     seeds, sweep_seeds = config.seeds, config.sweep_seeds
-    runs = grid.Runs(PROGRAM, len(fig3) * len(seeds) + len(settings) * len(sweep_seeds))
-    rows = [(label, [run(runs, base, o, s) for s in seeds]) for label, o in fig3]
-    sweep = [(o, [run(runs, base, o, s) for s in sweep_seeds]) for o in settings]
+    planned = [planned_run(base, o, s) for _, o in fig3 for s in seeds]
+    planned += [planned_run(base, o, s) for o in settings for s in sweep_seeds]
+    runs = grid.Runs(PROGRAM, planned)  # refuses every run before any trains
+    results = iter(runs.train())
+    rows = [(label, [next(results) for _ in seeds]) for label, _ in fig3]
+    sweep = [(o, [next(results) for _ in sweep_seeds]) for o in settings]
     first = rows[0][1][0]
     c = first["config"]
     lines = [

@@ -244,18 +244,28 @@ def record(results):
 
 def reproduce(config):
     lambdas = (0.0, config.xml_lambda)
-    for seed in config.seeds:  # refuse impossible configurations before any training
-        for method in config.methods:
-            contrastive.resolve(contrastive_config(config, method, seed))
-        for lam in lambdas:
-            retrieval.resolve(xml_config(config, lam, seed))
-    runs = grid.Runs(PROGRAM, len(config.seeds) * (len(config.methods) + len(lambdas)))
+    planned = []
     for seed in config.seeds:
-        for method in config.methods:
-            cell = ("contrastive", method)
-            runs(cell, contrastive.train_contrastive, contrastive_config(config, method, seed))
-        for lam in lambdas:
-            runs(("xml", lam), retrieval.train_retrieval, xml_config(config, lam, seed))
+        planned += [
+            grid.Planned(
+                ("contrastive", method),
+                contrastive.train_contrastive,
+                contrastive.resolve,
+                contrastive_config(config, method, seed),
+            )
+            for method in config.methods
+        ]
+        planned += [
+            grid.Planned(
+                ("xml", lam),
+                retrieval.train_retrieval,
+                retrieval.resolve,
+                xml_config(config, lam, seed),
+            )
+            for lam in lambdas
+        ]
+    runs = grid.Runs(PROGRAM, planned)  # refuses every run before any trains
+    runs.train()
     contrastive_runs = {m: runs.cells[("contrastive", m)] for m in config.methods}
     xml_runs = {lam: runs.cells[("xml", lam)] for lam in lambdas}
     table = markdown(contrastive_runs, xml_runs, config.seeds, config.xml_lambda)

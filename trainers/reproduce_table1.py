@@ -43,6 +43,7 @@ import hashlib  # noqa: E402
 import json  # noqa: E402
 from typing import ClassVar  # noqa: E402
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from trainers import retrieval  # noqa: E402
@@ -63,11 +64,8 @@ METHODS = {
     "svmax": (("SVMax", "svmax", None),),
 }
 TRIPLET_SVMAX = (("SVMax λ = 1", "svmax", 1.0), ("SVMax λ = 0.1", "svmax", 0.1))
-# Table 1's losses: the trainer's, except Proxy-Anchor and the XBM paper's all-pairs contrastive
-# loss (not in the paper's table).
-TABLE_LOSSES = tuple(
-    loss for loss in retrieval.LOSSES if loss not in ("proxy_anchor", "contrastive_pairs")
-)
+# Table 1's losses: the trainer's that the paper's table has (`retrieval.RankingLoss.in_table1`).
+TABLE_LOSSES = tuple(loss.name for loss in retrieval.RANKING_LOSSES if loss.in_table1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,43 +115,60 @@ def run_name(loss, regularizer, lam, lr, seed):
     return f"{loss}_{regularizer}{'' if lam is None else f'_l{lam:g}'}_lr{lr:g}_seed{seed}"
 
 
-def run_all(config, base):
-    """Trains the grid. Returns ``{"untrained": {seed: evaluation}, "runs": [results],
-    (loss, row label, lr): [(status, final evaluation or None, trace) per seed]}`` and the
-    `grid.Runs`."""
-    out = {"untrained": {}}
-    rows = {loss: rows_for(loss, config.methods) for loss in config.losses}
-    runs = grid.Runs(
-        PROGRAM, sum(map(len, rows.values())) * len(config.learning_rates) * len(config.seeds)
-    )
+def plan(config, base):
+    """The grid's runs, seed by seed: every loss, method row and learning rate of a seed."""
+    planned = []
     for seed in config.seeds:
-        # Every run of a seed builds the same seeded network, so one step-0 evaluation per seed
-        # serves its runs (on CUB or SOP an evaluation costs minutes).
-        seeded = dataclasses.replace(base, seed=seed, evaluate_untrained=False)
-        untrained = retrieval.evaluate_untrained(dataclasses.replace(seeded, loss=config.losses[0]))
-        out["untrained"][seed] = untrained
-        print(
-            f"[{PROGRAM}] seed {seed}: untrained network R@1 {untrained['recall_at_1']:.4f}",
-            flush=True,
-        )
         for loss in config.losses:
-            for label, regularizer, lam in rows[loss]:
+            for label, regularizer, lam in rows_for(loss, config.methods):
                 for lr in config.learning_rates:
                     name = run_name(loss, regularizer, lam, lr, seed)
                     run_config = dataclasses.replace(
-                        seeded,
+                        base,
+                        seed=seed,
+                        evaluate_untrained=False,
                         loss=loss,
                         regularizer=regularizer,
                         svmax_lambda=lam,
                         learning_rate=lr,
                         output_dir=os.path.join(base.output_dir, name),
                     )
-                    results = runs((loss, label, lr), retrieval.train_retrieval, run_config)
-                    evaluations = results["evaluations"]
-                    last = evaluations[-1] if evaluations and evaluations[-1]["step"] else None
-                    out.setdefault((loss, label, lr), []).append(
-                        (results["status"], last, results["trace"])
+                    planned.append(
+                        grid.Planned(
+                            (loss, label, lr),
+                            retrieval.train_retrieval,
+                            retrieval.resolve,
+                            run_config,
+                        )
                     )
+    return planned
+
+
+def run_all(config, base):
+    """Refuses the grid's impossible runs, then trains it. Returns ``{"untrained": {seed:
+    evaluation}, "runs": [results], (loss, row label, lr): [(status, final evaluation or None,
+    trace) per seed]}`` and the `grid.Runs`."""
+    runs = grid.Runs(PROGRAM, plan(config, base))  # refuses every run before any trains
+    out = {"untrained": {}}
+    for seed in config.seeds:
+        # Every run of a seed builds the same seeded network, so one step-0 evaluation per seed
+        # serves its runs (on CUB or SOP an evaluation costs minutes).
+        seeded = dataclasses.replace(
+            base, seed=seed, evaluate_untrained=False, loss=config.losses[0]
+        )
+        keras.backend.clear_session()
+        untrained = retrieval.evaluate_untrained(seeded)
+        out["untrained"][seed] = untrained
+        print(
+            f"[{PROGRAM}] seed {seed}: untrained network R@1 {untrained['recall_at_1']:.4f}",
+            flush=True,
+        )
+    runs.train()
+    for key, cell in runs.cells.items():
+        for results in cell:
+            evaluations = results["evaluations"]
+            last = evaluations[-1] if evaluations and evaluations[-1]["step"] else None
+            out.setdefault(key, []).append((results["status"], last, results["trace"]))
     out["runs"] = runs.all
     return out, runs
 
@@ -490,9 +505,6 @@ def reproduce(config):
     base = dataclasses.replace(
         base, train_steps=train_steps, eval_every=base.eval_every or train_steps, verbose=0
     )
-    for loss in config.losses:  # refuse impossible flags before any training
-        for lr in config.learning_rates:
-            retrieval.resolve(dataclasses.replace(base, loss=loss, learning_rate=lr))
     results, runs = run_all(config, base)
     losses, methods, learning_rates = config.losses, config.methods, config.learning_rates
     table = header(results["runs"], config.seeds) + "\n"

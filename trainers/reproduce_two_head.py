@@ -203,18 +203,25 @@ def reproduce(config):
         "long_tailed": {"imbalance_ratio": trainer.imbalance_ratio},
         "scarce": {"train_images_per_class": config.scarce_images_per_class},
     }
-    for setting in config.settings:  # refuse impossible flags before any training
-        for mode in config.modes:
-            two_head.resolve(dataclasses.replace(base, mode=mode, **overrides[setting]))
-    runs = grid.Runs(PROGRAM, len(config.settings) * len(config.modes) * len(config.seeds))
-    for setting in config.settings:
-        for mode in config.modes:
-            for seed in config.seeds:
-                run_dir = os.path.join(config.output_dir, f"{setting}_{mode}_seed{seed}")
-                run_config = dataclasses.replace(
-                    base, mode=mode, seed=seed, output_dir=run_dir, **overrides[setting]
-                )
-                runs((setting, mode), two_head.train_two_head, run_config)
+    planned = [
+        grid.Planned(
+            (setting, mode),
+            two_head.train_two_head,
+            two_head.resolve,
+            dataclasses.replace(
+                base,
+                mode=mode,
+                seed=seed,
+                output_dir=os.path.join(config.output_dir, f"{setting}_{mode}_seed{seed}"),
+                **overrides[setting],
+            ),
+        )
+        for setting in config.settings
+        for mode in config.modes
+        for seed in config.seeds
+    ]
+    runs = grid.Runs(PROGRAM, planned)  # refuses every run before any trains
+    runs.train()
     results = runs.cells
     table = header(results, config.seeds) + "\n"
     table += markdown(results, config.settings, config.modes) + "\n"

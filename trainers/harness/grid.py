@@ -2,7 +2,9 @@
 
 A `reproduce_*` program declares its own options as a frozen `GridConfig` subclass (the
 grid's output_dir, seeds and table, plus its rows and settings), borrows the flags of the
-trainer it runs, and hands `main` the function that refuses, trains and writes:
+trainer it runs, and hands `main` the function that plans, trains and writes. Its runs are
+one list of `Planned` runs: `Runs` refuses the whole list before the first run trains, then
+`Runs.train` trains it:
 
     @dataclasses.dataclass(frozen=True)
     class Grid(grid.GridConfig):
@@ -12,9 +14,12 @@ trainer it runs, and hands `main` the function that refuses, trains and writes:
 
     def reproduce(config):
         base = harness_flags.config_from_flags(two_head.TwoHeadConfig)
-        ...                          # raise ConfigError for a combination no run can train
-        runs = grid.Runs(PROGRAM, total)
-        for ...: runs((setting, mode), two_head.train_two_head, run_config)
+        planned = [
+            grid.Planned((setting, mode), two_head.train_two_head, two_head.resolve, run_config)
+            for ...
+        ]
+        runs = grid.Runs(PROGRAM, planned)  # ConfigError: a run its trainer refuses
+        runs.train()
         grid.write(config, PROGRAM, text, record, figures)
 
     grid.main(Grid, reproduce, PROGRAM, trainer=two_head.TwoHeadConfig, only=("dataset",))
@@ -34,7 +39,8 @@ import dataclasses
 import os
 import sys
 import time
-from typing import ClassVar
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, ClassVar
 
 import keras
 import numpy as np
@@ -81,7 +87,8 @@ def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowe
     """Defines the flags of `config_class` (and of `trainer`'s config fields named in
     ``borrowed["only"]``, with `define_flags`' defaults and help_overrides), parses `argv`,
     validates the grid config and runs ``reproduce(config)``; exits with the shared codes.
-    `reproduce` raises `RunRefused` (e.g. `ConfigError`) for what it refuses, before any run."""
+    `reproduce` raises `RunRefused` (e.g. `ConfigError`) for what it refuses, before any run
+    (`Runs` refuses its planned runs so)."""
     cli.define_program_flags(
         config_class,
         help_overrides={"table": f"Markdown output (default: <output_dir>/{config_class.TABLE})."},
@@ -111,19 +118,42 @@ def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowe
     harness_flags.run(run, argv)
 
 
-class Runs:
-    """Trains a grid's runs one at a time (a fresh Keras session each), printing progress, and
-    keeps their results: all in order (``runs.all``) and per table cell (``runs.cells[key]``,
-    one entry per seed in the order trained)."""
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """One run of a grid: the table cell it fills (`key`), its trainer's ``train(config,
+    **kwargs)`` and ``resolve(config)`` (which raises `ConfigError` for a config the trainer
+    refuses), its config (its own ``output_dir``) and any other arguments of `train`."""
 
-    def __init__(self, program, total):
-        self.program, self.total = program, total
+    key: Hashable
+    train: Callable
+    resolve: Callable
+    config: Any
+    kwargs: Mapping = dataclasses.field(default_factory=dict)
+
+
+class Runs:
+    """A grid's planned runs: refused in full when made (each `Planned.resolve`, before any
+    run trains), then trained one at a time by `train` (a fresh Keras session each), printing
+    progress and keeping their results: all in order (``runs.all``) and per table cell
+    (``runs.cells[key]``, one entry per seed in the order trained)."""
+
+    def __init__(self, program, planned):
+        self.program, self.planned = program, tuple(planned)
+        for run in self.planned:
+            run.resolve(run.config)  # ConfigError: the grid is refused, nothing has run
+        self.total = len(self.planned)
         self.all, self.cells = [], {}
         self.started = time.perf_counter()
 
-    def __call__(self, key, train, config, **kwargs):
-        """``train(config, **kwargs)`` (a trainer: a finished run in ``config.output_dir`` is
-        reported unchanged), its results appended to cell `key` and returned."""
+    def train(self):
+        """Trains every planned run in order; returns their results in that order."""
+        return [self._train(run) for run in self.planned]
+
+    def _train(self, run):
+        """``run.train(run.config, **run.kwargs)`` (a trainer: a finished run in its
+        ``output_dir`` is reported unchanged), its results appended to cell ``run.key`` and
+        returned."""
+        key, train, config, kwargs = run.key, run.train, run.config, run.kwargs
         name = os.path.basename(os.path.normpath(config.output_dir))
         print(f"[{self.program}] {len(self.all) + 1}/{self.total} {name}", flush=True)
         keras.backend.clear_session()

@@ -2,6 +2,8 @@
 data, model, in that order), the loaders of image files, and the P x K batches with their labels
 given to every output of the model."""
 
+import contextlib
+
 import keras
 import tensorflow as tf
 
@@ -19,32 +21,30 @@ def file_loaders(input_size):
     )
 
 
-def start(config, load, build_model):
-    """``(config, split, model, strategy)``: the distribution strategy (made before any
-    TensorFlow op runs), the seed, ``load(config) -> (config, split)`` and the model
-    ``build_model(config, split)`` in the strategy's scope — in that order, so the same config
-    always starts from the same weights.
-
-    `load` returns the config the run trains with: `config` itself once resolved, or, where a
-    default depends on the data (retrieval's P capped at the training classes), the config
-    resolved then. Fields read here before `load` (strategy, cpu_devices, cluster_timeout,
-    seed) are ones resolving never changes.
-
-    Raises:
-      ConfigError: the global batch P x K does not split evenly over the replicas, the
-        workers of a multi-worker cluster hold different configs (`check_same_config`), a
-        --weights file that does not fit the backbone, or `load`'s.
-    """
+def start(config):
+    """The run's distribution strategy, made before any TensorFlow op runs, then the seed. A
+    trainer reads its split after it and builds its model in `model_scope`, in that order, so
+    the same config always starts from the same weights. The fields read here (strategy,
+    cpu_devices, cluster_timeout, seed) are ones resolving never changes."""
     strategy = make_strategy(config.strategy, config.cpu_devices, config.cluster_timeout)
     keras.utils.set_random_seed(config.seed)
-    config, split = load(config)
-    # Under multi_worker: every worker holds the chief's resolved config, or all refuse
-    # (before any variable is made: the chief's initial values are broadcast to the others).
+    return strategy
+
+
+@contextlib.contextmanager
+def model_scope(strategy, config):
+    """Where a trainer builds its model from its resolved `config`: the strategy's scope.
+
+    Raises:
+      ConfigError: the workers of a multi-worker cluster hold different configs
+        (`check_same_config`: every worker holds the chief's, or all refuse, before any
+        variable is made), the global batch P x K does not split evenly over the replicas, or
+        (building) a --weights file that does not fit the backbone.
+    """
     check_same_config(strategy, config)
     check_even_split(strategy, config.batch_p * config.batch_k)
     with strategy.scope(), weights_refusals(config):  # --weights of another backbone
-        model = build_model(config, split)
-    return config, split, model, strategy
+        yield
 
 
 def pk_batches(

@@ -1,6 +1,7 @@
 """The retrieval experiment behind `trainers/train_retrieval.py`, callable without flags.
 
-- `config`: `RetrievalConfig` (the flags), the papers' settings, `check` and `resolve`;
+- `ranking`: the ranking losses, one `RankingLoss` record each (class, the papers' settings);
+- `config`: `RetrievalConfig` (the flags), `check` and `resolve`;
 - `inputs`: the split and what the P x K sampler draws from;
 - `model`: the training model, the loss and the optimizer;
 - `train`: `train_retrieval` (config → data → model → loss → the harness's loop);
@@ -29,15 +30,19 @@ from trainers.retrieval.model import (
     head_output,
 )
 from trainers.retrieval.plots import plot_run, run_title
+from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, RankingLoss
 from trainers.retrieval.train import evaluate_untrained, setup, train_retrieval
 
 __all__ = [
     "DATASETS",
     "EMBEDDED",
     "LOSSES",
+    "RANKING",
+    "RANKING_LOSSES",
     "REGULARIZERS",
     "XBM_LOSSES",
     "ConfigError",
+    "RankingLoss",
     "RetrievalConfig",
     "build_loss",
     "build_optimizer",

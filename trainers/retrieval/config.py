@@ -1,5 +1,6 @@
-"""The retrieval experiment's configuration: its flags (`RetrievalConfig`), the papers'
-settings per loss, and `resolve`, which checks a config and fills in every default.
+"""The retrieval experiment's configuration: its flags (`RetrievalConfig`) and `resolve`, which
+checks a config and fills in every default (per loss from its record in
+`trainers.retrieval.ranking`).
 
 SVMax paper Sec. 4.1 (dissertation Sec. 3.4.1): an embedding network trained on P x K batches
 with a ranking loss and optionally a regularizer, SGD with momentum 0.9, the learning rate fixed
@@ -31,19 +32,11 @@ from trainers.harness.flags import (
     positive_int,
     positive_number,
 )
+from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, number, per_loss
 
-LOSSES = (
-    "contrastive",
-    "triplet_hard",
-    "triplet_semihard",
-    "npair",
-    "angular",
-    "lifted",
-    "contrastive_pairs",
-    "proxy_anchor",
-)
+LOSSES = tuple(RANKING)
 # The --loss values whose mining takes a separate reference set (`losses.CrossBatchMemory`).
-XBM_LOSSES = ("triplet_hard", "triplet_semihard", "lifted", "contrastive_pairs")
+XBM_LOSSES = tuple(loss.name for loss in RANKING_LOSSES if loss.cross_batch_memory)
 REGULARIZERS = ("none", "svmax", "svmax_unbounded", "spread_out")
 DATASETS = ("glyphs", "digits", "digits_closed", "cub200", "cars196", "sop", "folder")
 
@@ -71,41 +64,6 @@ def _momentum(value, name):
     return float(value)
 
 
-# The paper's P x K per loss (b = 144) and SVMax lambda (Sec. 4.1).
-PAPER_BATCH = {
-    "contrastive": (36, 4),
-    "triplet_hard": (24, 6),
-    "triplet_semihard": (24, 6),
-    "lifted": (24, 6),
-    # Not in the SVMax paper: the all-pairs contrastive loss of the XBM paper (cosine,
-    # positives 1 - s, negatives past 0.5), which pairs with --xbm_size; b = 144 as above.
-    "contrastive_pairs": (24, 6),
-    "npair": (72, 2),
-    "angular": (72, 2),
-    # Dissertation Table 3.3 (ResNet50): b = 256. The Proxy-Anchor original samples batches at
-    # random; any P x K batch serves the same loss.
-    "proxy_anchor": (64, 4),
-}
-PAPER_LAMBDA = {
-    "contrastive": 1.0,
-    "npair": 1.0,
-    "angular": 2.0,
-    "triplet_hard": 0.1,
-    "triplet_semihard": 0.1,
-    "lifted": 1.0,
-    "contrastive_pairs": 1.0,  # not in the paper: the contrastive loss's
-    "proxy_anchor": 1e-4,  # dissertation Sec. 3.4.1: "a single lambda = 1e-4" for Proxy-Anchor
-}
-# Proxy-Anchor's margin is its delta (0.1; its scale alpha stays at the original's 32).
-PAPER_MARGIN = {
-    "contrastive": 1.0,
-    "triplet_hard": 0.2,
-    "triplet_semihard": 0.2,
-    "lifted": 1.0,
-    "contrastive_pairs": 0.5,  # the XBM paper's negative margin on cosine similarity
-    "proxy_anchor": 0.1,
-}
-PROXY_ANCHOR_ALPHA = 32.0
 # K = 5,000 for CUB-200 and CARS196, 20,000 for SOP; the embedded sets' defaults take minutes.
 DEFAULT_STEPS = {
     "glyphs": 3000,
@@ -152,8 +110,7 @@ class RetrievalConfig(ImageDataConfig):
     )
     loss: str = option(
         "contrastive",
-        "Ranking loss. proxy_anchor adds one learnable proxy per training class (alpha 32); it "
-        "trains with this trainer's SGD schedule, not the Proxy-Anchor original's AdamW recipe.",
+        " ".join(["Ranking loss."] + [loss.help for loss in RANKING_LOSSES if loss.help]),
         choices=LOSSES,
     )
     regularizer: str = option(
@@ -164,8 +121,7 @@ class RetrievalConfig(ImageDataConfig):
     )
     svmax_lambda: float | None = option(
         None,
-        "SVMax weight (paper: 1 contrastive and N-pair, 0.1 triplet, 2 angular, 1e-4 "
-        "Proxy-Anchor; 1 lifted).",
+        f"SVMax weight (default per --loss: {per_loss('svmax_lambda', number)}).",
         check=non_negative_number,
     )
     spread_out_alpha: float = option(
@@ -190,8 +146,8 @@ class RetrievalConfig(ImageDataConfig):
         "Cross-batch memory (XBM, Wang et al. CVPR 2020) rows M: the ranking loss mines the "
         "batch's anchors against the batch plus the last M training embeddings (global batch, "
         "no gradient into them), normalized over the batch's anchors. 0: off. Losses "
-        "triplet_hard, triplet_semihard, lifted, contrastive_pairs. A size whose memory "
-        "cannot fit in this machine's memory is refused.",
+        f"{', '.join(XBM_LOSSES)}. A size whose memory cannot fit in this machine's memory is "
+        "refused.",
         check=non_negative_int,
     )
     xbm_start_step: int = option(
@@ -202,8 +158,10 @@ class RetrievalConfig(ImageDataConfig):
     )
     margin: float | None = option(
         None,
-        "Margin (paper: 1.0 contrastive, 0.2 triplet, delta 0.1 Proxy-Anchor; 1.0 lifted; "
-        "contrastive_pairs: the negatives' cosine margin, 0.5 as in the XBM paper).",
+        f"Margin (default per --loss: {per_loss('margin', number)}; none for "
+        f"{', '.join(x.label for x in RANKING_LOSSES if x.margin is None)}; "
+        + "; ".join(f"{x.label}: {x.margin_help}" for x in RANKING_LOSSES if x.margin_help)
+        + ").",
         check=non_negative_number,
     )
     learning_rate: float = option(
@@ -232,13 +190,13 @@ class RetrievalConfig(ImageDataConfig):
     )
     batch_p: int | None = option(
         None,
-        "Classes per batch P (paper: 36 contrastive, 24 triplet, 72 N-pair/angular, 64 "
-        "Proxy-Anchor; capped at the training classes when unset).",
+        f"Classes per batch P (default per --loss: {per_loss('batch_p')}; capped at the "
+        "training classes when unset).",
         check=number_at_least(2, integer=True),  # negatives need 2 classes
     )
     batch_k: int | None = option(
         None,
-        "Images per class K (paper: 4 contrastive and Proxy-Anchor, 6 triplet, 2 N-pair/angular).",
+        f"Images per class K (default per --loss: {per_loss('batch_k')}).",
         check=number_at_least(2, integer=True),  # positives per class
     )
     trace_every: int | None = option(
@@ -306,8 +264,8 @@ def _resolved_fields(c, num_train_classes):
         batch_p=batch_p,
         batch_k=batch_k,
         **cadence,
-        svmax_lambda=PAPER_LAMBDA[c.loss] if c.svmax_lambda is None else c.svmax_lambda,
-        margin=PAPER_MARGIN.get(c.loss) if c.margin is None else c.margin,
+        svmax_lambda=RANKING[c.loss].svmax_lambda if c.svmax_lambda is None else c.svmax_lambda,
+        margin=RANKING[c.loss].margin if c.margin is None else c.margin,
         input_size=image_input_size(c, EMBEDDED),
         recall_ks=tuple(int(k) for k in c.recall_ks),
     )
@@ -316,22 +274,22 @@ def _resolved_fields(c, num_train_classes):
 def _batch_shape(c, num_train_classes):
     """``(P, K)``: the flags', else the paper's for the loss (P capped at the training classes
     when known), checked against the loss and the classes."""
-    paper_p, paper_k = PAPER_BATCH[c.loss]
+    loss = RANKING[c.loss]
+    paper_p, paper_k = loss.batch_p, loss.batch_k
     batch_k = paper_k if c.batch_k is None else c.batch_k
     batch_p = paper_p if c.batch_p is None else c.batch_p
     if c.batch_p is None and num_train_classes is not None and batch_p > num_train_classes:
         batch_p = num_train_classes  # e.g. digits: 5 training classes
-        if c.loss == "contrastive":
+        if loss.pairs_classes:
             batch_p -= batch_p % 2
-    required_k = {"contrastive": 4, "npair": 2, "angular": 2}.get(c.loss)
-    if required_k is not None and batch_k != required_k:
+    if loss.required_k is not None and batch_k != loss.required_k:
         raise ConfigError(
             f"--loss={c.loss} pairs the rows of each class as the original does and needs "
-            f"--batch_k={required_k}; received --batch_k={batch_k}."
+            f"--batch_k={loss.required_k}; received --batch_k={batch_k}."
         )
-    if c.loss == "contrastive" and batch_p % 2:
+    if loss.pairs_classes and batch_p % 2:
         raise ConfigError(
-            f"--loss=contrastive pairs the classes two by two as the original does and needs "
+            f"--loss={c.loss} pairs the classes two by two as the original does and needs "
             f"an even --batch_p; received --batch_p={batch_p}."
         )
     if batch_p < 2:  # P capped at too few training classes (the flag itself is checked)
@@ -355,7 +313,7 @@ def _check_xbm(c, batch):
         if c.xbm_start_step:
             raise ConfigError("--xbm_start_step needs --xbm_size > 0 (the memory is off).")
         return
-    if c.loss not in XBM_LOSSES:
+    if not RANKING[c.loss].cross_batch_memory:
         raise ConfigError(
             f"--xbm_size needs a loss that mines anchors against a reference set "
             f"({', '.join(XBM_LOSSES)}); received --loss={c.loss}."
@@ -382,10 +340,10 @@ def _check_xml(c, batch_p):
         if c.xml_prototypes is not None:
             raise ConfigError("--xml_prototypes needs --xml_lambda > 0 (XML is off).")
         return
-    if c.loss == "proxy_anchor":
+    if RANKING[c.loss].on_proxies:
         raise ConfigError(
-            "--xml_lambda needs a loss on the embeddings alone; --loss=proxy_anchor scores "
-            "them against its class proxies."
+            f"--xml_lambda needs a loss on the embeddings alone; --loss={c.loss} scores them "
+            f"against its class proxies."
         )
     if c.backbone not in models.SMALL_BACKBONES:
         raise ConfigError(
@@ -394,7 +352,7 @@ def _check_xml(c, batch_p):
         )
     # Each half of the batch (disjoint classes) is a batch of the loss on its own: at least 2
     # classes (negatives), and the contrastive loss pairs the classes two by two.
-    step = 4 if c.loss == "contrastive" else 2
+    step = 4 if RANKING[c.loss].pairs_classes else 2
     if batch_p % step or batch_p < 4:
         raise ConfigError(
             f"--xml_lambda splits the batch's classes into two halves, each a --loss={c.loss} "

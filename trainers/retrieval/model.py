@@ -6,7 +6,7 @@ import keras
 
 from tf_svmax import losses, models
 from tf_svmax.training import ConstantThenPolynomialDecay
-from trainers.retrieval.config import PROXY_ANCHOR_ALPHA
+from trainers.retrieval.ranking import RANKING
 
 
 def build_optimizer(config):
@@ -27,7 +27,7 @@ def head_output(config):
     (the embedding model alone)."""
     if config.xml_lambda:
         return "xml"
-    return "proxies" if config.loss == "proxy_anchor" else None
+    return "proxies" if RANKING[config.loss].on_proxies else None
 
 
 def build_loss(config, memory=None):
@@ -53,7 +53,7 @@ def build_loss(config, memory=None):
             _ranking_loss(config), config.xml_prototypes, lambda_=config.xml_lambda
         )
     else:
-        head_loss = losses.ProxyAnchorLoss(alpha=PROXY_ANCHOR_ALPHA, delta=config.margin)
+        head_loss = _ranking_loss(config)
     out = {head: head_loss}
     if regularizers:
         (out["embedding"],) = regularizers  # one regularizer per run
@@ -61,16 +61,10 @@ def build_loss(config, memory=None):
 
 
 def _ranking_loss(config):
-    margin = config.margin
-    return {
-        "contrastive": lambda: losses.PKContrastiveLoss(margin=margin),
-        "triplet_hard": lambda: losses.BatchHardTripletLoss(margin=margin),
-        "triplet_semihard": lambda: losses.TripletSemiHardLoss(margin=margin),
-        "npair": losses.PKNpairLoss,
-        "angular": losses.PKAngularLoss,
-        "lifted": lambda: losses.LiftedStructLoss(margin=margin),
-        "contrastive_pairs": lambda: losses.AllPairsContrastiveLoss(neg_margin=margin),
-    }[config.loss]()
+    """The --loss's `tf_svmax.losses` class (its `ranking.RankingLoss` record) with --margin."""
+    loss = RANKING[config.loss]
+    margin = {} if loss.margin_argument is None else {loss.margin_argument: config.margin}
+    return getattr(losses, loss.constructor)(**dict(loss.arguments), **margin)
 
 
 def _regularizers(config):
@@ -83,12 +77,12 @@ def _regularizers(config):
 
 
 def build_training_model(config, embedding_model, num_classes, memory=None):
-    """The model `fit` trains: the embedding model itself; for ``proxy_anchor`` the
-    embedding model with a `CosineProxies` head (outputs ``{"embedding", "proxies"}``); with
-    XML, ``{"embedding", "xml"}``, the latter the embeddings with the `PrototypeHistograms` of
-    the backbone's last convolutional map appended; with --xbm_size, the embedding model
-    followed by the cross-batch memory layer `memory` (an identity that holds the memory's
-    state, checkpointed with the run)."""
+    """The model `fit` trains: the embedding model itself; for a loss on proxies
+    (``proxy_anchor``) the embedding model with a `CosineProxies` head (outputs
+    ``{"embedding", "proxies"}``); with XML, ``{"embedding", "xml"}``, the latter the
+    embeddings with the `PrototypeHistograms` of the backbone's last convolutional map
+    appended; with --xbm_size, the embedding model followed by the cross-batch memory layer
+    `memory` (an identity that holds the memory's state, checkpointed with the run)."""
     if config.xbm_size:
         return keras.Model(
             embedding_model.input, memory(embedding_model.output), name="xbm_training_model"
@@ -103,7 +97,7 @@ def build_training_model(config, embedding_model, num_classes, memory=None):
             {"embedding": embedding_model.output, "xml": joined},
             name="xml_training_model",
         )
-    if config.loss != "proxy_anchor":
+    if not RANKING[config.loss].on_proxies:
         return embedding_model
     embeddings = embedding_model.output
     similarities = models.CosineProxies(num_classes, name="proxies")(embeddings)

@@ -48,26 +48,22 @@ def train_retrieval(config, *, callbacks=()):
 
 def setup(config):
     """``(config, (train, test, input_shape, loaders), embedding_model, strategy)``: the flags
-    checked before any data is read, then (`image_data.start`) the strategy, the seed, the split
-    with the config resolved once with its training-class count, and the embedding model — in
-    that order, so the same config always gives the same initial weights."""
+    checked before any data is read, then the strategy and the seed (`image_data.start`), the
+    split, the config resolved once with its training-class count, and the embedding model —
+    in that order, so the same config always gives the same initial weights."""
     check(config)  # refuse bad flags before reading any data
-    return image_data.start(config, _load, _build_embedding_model)
-
-
-def _load(config):
+    strategy = image_data.start(config)
     train, test = read_split(config)
     config = resolve(config, num_train_classes=len(np.unique(train[1])))
-    return config, with_loaders(config, train, test)
-
-
-def _build_embedding_model(config, split):
-    return models.build_embedding_model(
-        config.backbone,
-        input_shape=split[2],
-        embedding_dim=config.embedding_dim,
-        weights=config.weights,
-    )
+    split = with_loaders(config, train, test)
+    with image_data.model_scope(strategy, config):
+        embedding_model = models.build_embedding_model(
+            config.backbone,
+            input_shape=split[2],
+            embedding_dim=config.embedding_dim,
+            weights=config.weights,
+        )
+    return config, split, embedding_model, strategy
 
 
 def _job(config, split, embedding_model, callbacks, evaluated):

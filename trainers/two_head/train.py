@@ -87,9 +87,14 @@ def train_two_head(config, *, callbacks=()):
 
 def setup(config):
     """``(config, split, model, strategy)``: the config resolved once, before any data is read
-    (bad flags refused first), then (`image_data.start`) the strategy, the seed, the split and
-    the model — in that order, so the same config always gives the same initial weights."""
-    return image_data.start(resolve(config), lambda c: (c, load_split(c)), build_model)
+    (bad flags refused first), then the strategy and the seed (`image_data.start`), the split
+    and the model — in that order, so the same config always gives the same initial weights."""
+    config = resolve(config)
+    strategy = image_data.start(config)
+    split = load_split(config)
+    with image_data.model_scope(strategy, config):
+        model = build_model(config, split)
+    return config, split, model, strategy
 
 
 def _data_record(config, split):

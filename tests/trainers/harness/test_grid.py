@@ -12,6 +12,7 @@ import pytest
 
 from trainers import gan_mog
 from trainers.harness import grid
+from trainers.harness.config import ConfigError
 from trainers.harness.loop import RunFailed
 from trainers.harness.run_dir import RunRefused
 
@@ -118,17 +119,20 @@ def _gan(output_dir, seed):
     )
 
 
+def _planned(config, train=gan_mog.train_gan_mog):
+    return grid.Planned("vanilla", train, gan_mog.resolve, config)
+
+
 def test_runs_collect_per_cell_and_a_finished_run_is_reused_not_retrained(tmp_path, capsys):
-    runs = grid.Runs("toy", 2)
-    for seed in (0, 1):
-        runs("vanilla", gan_mog.train_gan_mog, _gan(tmp_path / f"s{seed}", seed))
+    runs = grid.Runs("toy", [_planned(_gan(tmp_path / f"s{seed}", seed)) for seed in (0, 1)])
+    assert runs.train() == runs.all
     assert [r["config"]["seed"] for r in runs.cells["vanilla"]] == [0, 1]
     assert runs.all == runs.cells["vanilla"]
     assert "[toy] 2/2 s1" in capsys.readouterr().out
     record = tmp_path / "s1" / "results.json"
     written = record.stat().st_mtime_ns
-    again = grid.Runs("toy", 1)
-    reused = again("vanilla", gan_mog.train_gan_mog, _gan(tmp_path / "s1", 1))
+    again = grid.Runs("toy", [_planned(_gan(tmp_path / "s1", 1))])
+    (reused,) = again.train()
     assert record.stat().st_mtime_ns == written  # not retrained, not re-recorded
     assert reused == json.loads(record.read_text())
     assert reused["wall_seconds"] == runs.cells["vanilla"][1]["wall_seconds"]
@@ -142,9 +146,26 @@ def test_a_run_its_folder_refuses_mid_grid_is_a_failure_not_a_refusal(tmp_path):
     def refused(config):
         raise RunRefused(f"{config.output_dir} is in use by another run")
 
-    runs = grid.Runs("toy", 1)
+    runs = grid.Runs("toy", [_planned(_gan(tmp_path / "s0", 0), train=refused)])
     with pytest.raises(RunFailed, match="s0: .* is in use by another run"):
-        runs("vanilla", refused, _gan(tmp_path / "s0", 0))
+        runs.train()
+
+
+def test_a_grid_is_refused_in_full_before_its_first_run(tmp_path):
+    # The last planned run is one the trainer refuses: the grid is refused when planned, and
+    # not one run, the first ones included, has trained or made its folder.
+    trained = []
+
+    def train(config):
+        trained.append(config.seed)
+        return gan_mog.train_gan_mog(config)
+
+    planned = [_planned(_gan(tmp_path / f"s{seed}", seed), train=train) for seed in (0, 1)]
+    bad = dataclasses.replace(_gan(tmp_path / "s2", 2), eval_every=3)  # 2 steps, every 3
+    planned.append(_planned(bad, train=train))
+    with pytest.raises(ConfigError, match="--eval_every"):
+        grid.Runs("toy", planned)
+    assert trained == [] and not any(tmp_path.iterdir())
 
 
 def test_write_puts_table_figures_and_json_side_by_side(tmp_path, capsys):

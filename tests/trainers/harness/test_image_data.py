@@ -30,36 +30,40 @@ def test_file_loaders_load_training_and_evaluation_images_at_the_given_side(tmp_
     np.testing.assert_array_equal(evaluation(tf.constant(path)).numpy(), reference.numpy())
 
 
-def test_start_builds_with_the_config_load_returns_and_the_same_config_the_same_weights():
-    seen = []
+def _start(config):
+    """A trainer's start: the strategy and seed, the config resolved with its data (P = 4),
+    the model built in `model_scope`."""
+    strategy = image_data.start(config)
+    config = types.SimpleNamespace(**{**vars(config), "batch_p": 4})
+    with image_data.model_scope(strategy, config):
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+        in_scope = tf.distribute.get_strategy()
+    return config, model, strategy, in_scope
 
-    def load(config):
-        resolved = types.SimpleNamespace(**{**vars(config), "batch_p": 4})
-        return resolved, {"input_shape": (5,)}
 
-    def build(config, split):
-        seen.append(config.batch_p)
-        return keras.Sequential([keras.Input(split["input_shape"]), keras.layers.Dense(3)])
-
-    runs = [image_data.start(_config(), load, build) for _ in range(2)]
-    (config, split, model, strategy), (_, _, again, _) = runs
-    assert config.batch_p == 4 and seen == [4, 4] and split == {"input_shape": (5,)}
+def test_start_seeds_and_the_same_config_builds_the_same_weights_in_the_strategys_scope():
+    runs = [_start(_config()) for _ in range(2)]
+    (config, model, strategy, in_scope), (_, again, _, _) = runs
+    assert config.batch_p == 4 and in_scope is strategy
     assert strategy is tf.distribute.get_strategy()
     for w, v in zip(model.weights, again.weights, strict=True):  # seeded before building
         np.testing.assert_array_equal(w.numpy(), v.numpy())
-    other = image_data.start(_config(seed=4), load, build)[2]
+    other = _start(_config(seed=4))[1]
     assert not np.array_equal(other.weights[0].numpy(), model.weights[0].numpy())
 
 
-def test_start_refuses_a_batch_the_replicas_cannot_share(monkeypatch):
+def test_model_scope_refuses_a_batch_the_replicas_cannot_share(monkeypatch):
     class TwoReplicas:
         num_replicas_in_sync = 2
 
     monkeypatch.setattr(image_data, "make_strategy", lambda *args: TwoReplicas())
+    config = _config(batch_p=3, batch_k=1)
+    strategy = image_data.start(config)
     with pytest.raises(
         ConfigError, match=r"global batch \(3 = --batch_p x --batch_k\).*2 replicas"
     ):
-        image_data.start(_config(batch_p=3, batch_k=1), lambda c: (c, None), None)
+        with image_data.model_scope(strategy, config):
+            pytest.fail("the scope is entered")
 
 
 def test_pk_batches_give_every_output_the_labels_of_the_plain_sampler():

@@ -1,0 +1,78 @@
+"""The retrieval trainer's loss records (`trainers.retrieval.ranking`): each --loss builds the
+library loss the papers' settings name, and the flags, checks and Table 1 read the records."""
+
+import dataclasses
+
+import pytest
+
+from tf_svmax import losses
+from tf_svmax.losses.xbm import SUPPORTED_LOSSES
+from trainers import retrieval
+from trainers.retrieval.ranking import RankingLoss, number
+
+# What each --loss trains with, written out by hand from the papers (SVMax Sec. 4.1; the XBM
+# paper's all-pairs contrastive loss; dissertation Sec. 3.4.1 for Proxy-Anchor): the class and
+# the configuration it must carry with the flags left unset.
+EXPECTED = {
+    "contrastive": (losses.PKContrastiveLoss, {"margin": 1.0}),
+    "triplet_hard": (losses.BatchHardTripletLoss, {"margin": 0.2}),
+    "triplet_semihard": (losses.TripletSemiHardLoss, {"margin": 0.2}),
+    "npair": (losses.PKNpairLoss, {}),
+    "angular": (losses.PKAngularLoss, {}),
+    "lifted": (losses.LiftedStructLoss, {"margin": 1.0}),
+    "contrastive_pairs": (losses.AllPairsContrastiveLoss, {"neg_margin": 0.5}),
+    "proxy_anchor": (losses.ProxyAnchorLoss, {"delta": 0.1, "alpha": 32.0}),
+}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_each_loss_builds_its_library_class_with_the_papers_margin(name):
+    config = retrieval.resolve(retrieval.RetrievalConfig(output_dir="x", loss=name))
+    built = retrieval.build_loss(dataclasses.replace(config, regularizer="none"))
+    if isinstance(built, dict):  # a loss on the proxies: the head's
+        built = built[retrieval.head_output(config)]
+    cls, expected = EXPECTED[name]
+    assert type(built) is cls
+    got = built.get_config()
+    assert {k: got[k] for k in expected} == expected
+    # --margin reaches the argument the record names.
+    margins = [k for k in expected if k in ("margin", "neg_margin", "delta")]
+    if margins:
+        other = retrieval.build_loss(dataclasses.replace(config, regularizer="none", margin=0.7))
+        other = other[retrieval.head_output(config)] if isinstance(other, dict) else other
+        assert other.get_config()[margins[0]] == 0.7
+
+
+def test_the_tables_of_losses_are_read_from_the_records():
+    assert retrieval.LOSSES == tuple(EXPECTED)
+    # The memory applies to the losses whose class `CrossBatchMemory` accepts.
+    assert retrieval.XBM_LOSSES == tuple(
+        name for name, (cls, _) in EXPECTED.items() if issubclass(cls, SUPPORTED_LOSSES)
+    )
+    in_table1 = {x.name for x in retrieval.RANKING_LOSSES if x.in_table1}
+    paper = {"contrastive", "triplet_hard", "triplet_semihard", "npair", "angular", "lifted"}
+    assert paper <= in_table1 and not in_table1 & {"contrastive_pairs", "proxy_anchor"}
+
+
+def test_a_record_with_a_margin_names_the_argument_it_sets():
+    with pytest.raises(ValueError, match="margin and margin_argument"):
+        RankingLoss(
+            "x", label="x", constructor="X", batch_p=2, batch_k=2, svmax_lambda=1.0, margin=0.1
+        )
+    with pytest.raises(ValueError, match="margin and margin_argument"):
+        RankingLoss(
+            "x",
+            label="x",
+            constructor="X",
+            batch_p=2,
+            batch_k=2,
+            svmax_lambda=1.0,
+            margin_argument="margin",
+        )
+
+
+@pytest.mark.parametrize(
+    "value, text", [(1.0, "1"), (0.2, "0.2"), (1e-4, "1e-4"), (2.5e-5, "2.5e-5"), (0.0, "0")]
+)
+def test_help_numbers(value, text):
+    assert number(value) == text
