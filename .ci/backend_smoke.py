@@ -4,7 +4,7 @@ runs this in a fresh virtual environment holding ``tf_svmax[jax]`` only, with ``
 
 Checks that TensorFlow is absent and never imported, that the backend-neutral core gives NumPy's
 singular values and a finite SVMax gradient under jax.jit, that one `fit` step of a small model
-whose loss is the SVMax penalty (`tf_svmax.ops.svmax`) runs, and that a TensorFlow-only package
+whose loss is TripletSemiHardLoss + SVMaxLoss runs, and that a TensorFlow-only loss (CenterLoss)
 refuses in one sentence. Exits non-zero with a message on the first failure.
 """
 
@@ -42,9 +42,7 @@ def main():
     svmax_loss = tf_svmax.losses.SVMaxLoss(lambda_=0.1)
     model.compile(
         optimizer="sgd",
-        loss=tf_svmax.losses.RegularizedLoss(
-            tf_svmax.losses.FunctionLoss(tf_svmax.losses.triplet_semihard_loss), [svmax_loss]
-        ),
+        loss=tf_svmax.losses.RegularizedLoss(tf_svmax.losses.TripletSemiHardLoss(), [svmax_loss]),
     )
     history = model.fit(x, np.repeat(np.arange(3), 4), batch_size=12, epochs=1, verbose=0)
     loss = history.history["loss"][0]
@@ -52,12 +50,12 @@ def main():
         fail(f"the fitted semi-hard + SVMax loss {loss} is not finite or below the SVMax term")
 
     try:
-        from tf_svmax.losses import TripletSemiHardLoss  # noqa: F401
+        from tf_svmax.losses import CenterLoss  # noqa: F401
     except ImportError as error:
         if "TensorFlow backend only" not in str(error):
-            fail(f"TripletSemiHardLoss refused with another message: {error}")
+            fail(f"CenterLoss refused with another message: {error}")
     else:
-        fail("TripletSemiHardLoss (TensorFlow-only so far) imported on the JAX backend")
+        fail("CenterLoss (TensorFlow-only so far) imported on the JAX backend")
     if any(name.split(".")[0] == "tensorflow" for name in sys.modules):
         fail("TensorFlow was imported")
     print(

@@ -17,6 +17,7 @@ ALL_BACKENDS = (
     "test_backend_helpers.py",
     "test_checks.py",
     "losses/test_common.py",
+    "losses/test_loss_classes_backends.py",
     "losses/test_paper_functions_backends.py",
     "losses/test_spectral_losses_backends.py",
     "losses/test_tfa_functions_backends.py",

@@ -71,17 +71,18 @@ def test_a_tensorflow_backend_package_refuses_in_one_sentence(backend):
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_the_losses_package_imports_and_each_tensorflow_only_loss_refuses_by_name(backend):
-    """tf_svmax.losses imports without TensorFlow (its helpers and the losses already on
-    keras.ops run on every backend); the losses not yet on keras.ops refuse by name, also
-    through ``from ... import``."""
+    """tf_svmax.losses imports without TensorFlow, with the stateless loss classes and functions
+    (on keras.ops: every backend); the losses still TensorFlow-only (LORAC, XML, center loss,
+    cross-batch memory) refuse by name, also through ``from ... import``."""
     done = _python(
         NO_TENSORFLOW + "import tf_svmax, tf_svmax.losses._common\n"
         "from tf_svmax.losses import FunctionLoss, OLELoss, RegularizedLoss, SVMaxLoss\n"
-        "from tf_svmax.losses import triplet_semihard_loss, lifted_struct_loss\n"
+        "from tf_svmax.losses import TripletSemiHardLoss, LiftedStructLoss, PKNpairLoss\n"
+        "from tf_svmax.losses import triplet_semihard_loss, lifted_struct_loss, get\n"
         "print(sorted(tf_svmax.losses.__all__))\n"
-        "for get in (lambda: tf_svmax.losses.TripletSemiHardLoss,\n"
-        "            lambda: __import__('tf_svmax.losses', fromlist=['LiftedStructLoss'])"
-        ".LiftedStructLoss):\n"
+        "for get in (lambda: tf_svmax.losses.CenterLoss,\n"
+        "            lambda: __import__('tf_svmax.losses', fromlist=['LORACLoss'])"
+        ".LORACLoss):\n"
         "    try:\n"
         "        get()\n"
         "    except ImportError as error:\n"
@@ -91,9 +92,23 @@ def test_the_losses_package_imports_and_each_tensorflow_only_loss_refuses_by_nam
     )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
-    ported = {"FunctionLoss", "OLELoss", "RegularizedLoss", "SVMaxLoss", "triplet_semihard_loss"}
-    assert ported <= set(ast.literal_eval(lines[0]))
-    for line, name in zip(lines[1:3], ("TripletSemiHardLoss", "LiftedStructLoss"), strict=True):
+    ported = {
+        "FunctionLoss",
+        "OLELoss",
+        "RegularizedLoss",
+        "SVMaxLoss",
+        "TripletSemiHardLoss",
+        "LiftedStructLoss",
+        "PKNpairLoss",
+        "ProxyAnchorLoss",
+        "SpreadOutLoss",
+        "get",
+        "triplet_semihard_loss",
+    }
+    exported = set(ast.literal_eval(lines[0]))
+    assert ported <= exported
+    assert not exported & {"CenterLoss", "LORACLoss", "XMLLoss", "CrossBatchMemory"}
+    for line, name in zip(lines[1:3], ("CenterLoss", "LORACLoss"), strict=True):
         assert line.startswith(f"tf_svmax.losses.{name} runs on Keras' TensorFlow backend only")
     assert lines[3] == "False"  # dunder lookups stay AttributeErrors (hasattr works)
 

@@ -1,166 +1,150 @@
 """Keras 3 losses: SVMax, OLE, LORAC, XML, `RegularizedLoss`, and drop-in replacements for the
 tensorflow-addons metric-learning losses (same names, signatures, values and gradients).
 
-On Keras' JAX and PyTorch backends the package imports with the losses already on `keras.ops`
-(`SVMaxLoss`, `OLELoss`, `RegularizedLoss`, `FunctionLoss`); the others are TensorFlow-only for
-now: each such name refuses in one sentence (`tf_svmax._backend`).
+On Keras' JAX and PyTorch backends the package imports without TensorFlow, with every stateless
+loss class and function on `keras.ops`: SVMax, OLE, `RegularizedLoss`, `FunctionLoss`, the
+tensorflow-addons losses, batch-hard, all-pairs contrastive, Proxy-Anchor, the P x K pair losses,
+and the spread-out functions. `SpreadOutLoss` draws fresh negatives from a seed state, which a JAX
+train step does not carry out of the step: it runs on TensorFlow and PyTorch and refuses to be
+constructed on JAX. LORAC, XML, the center loss and the cross-batch memory are TensorFlow-only for
+now: off TensorFlow each of those names refuses in one sentence (`tf_svmax._backend`).
+
+String names (``"tf_svmax>TripletSemiHardLoss"`` in `compile`, `get`) work on every backend
+(`tf_svmax.losses._registry` says how).
 """
 
 from tf_svmax import _backend
-
-# On keras.ops: these import and run on every backend (the ranking losses as functions; their
-# classes are tested in fit on TensorFlow only so far).
-from tf_svmax.losses.batch_hard import batch_hard_triplet_loss
+from tf_svmax.losses import _registry
+from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_loss
 from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
-from tf_svmax.losses.contrastive import contrastive_loss
-from tf_svmax.losses.lifted import lifted_struct_loss
-from tf_svmax.losses.npairs import npairs_loss, npairs_multilabel_loss
-from tf_svmax.losses.pair_contrastive import all_pairs_contrastive_loss
-from tf_svmax.losses.proxy_anchor import proxy_anchor_loss
+from tf_svmax.losses.contrastive import ContrastiveLoss, contrastive_loss
+from tf_svmax.losses.lifted import LiftedStructLoss, lifted_struct_loss
+from tf_svmax.losses.npairs import (
+    NpairsLoss,
+    NpairsMultilabelLoss,
+    npairs_loss,
+    npairs_multilabel_loss,
+)
+from tf_svmax.losses.pair_contrastive import AllPairsContrastiveLoss, all_pairs_contrastive_loss
+from tf_svmax.losses.pk_pairs import (
+    PKAngularLoss,
+    PKContrastiveLoss,
+    PKNpairLoss,
+    pk_angular_loss,
+    pk_contrastive_loss,
+    pk_contrastive_pairs,
+    pk_npair_loss,
+)
+from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss, proxy_anchor_loss
 from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
-from tf_svmax.losses.triplet import triplet_hard_loss, triplet_semihard_loss
+from tf_svmax.losses.spread_out import SpreadOutLoss, random_negatives, spread_out_loss
+from tf_svmax.losses.triplet import (
+    TripletHardLoss,
+    TripletSemiHardLoss,
+    triplet_hard_loss,
+    triplet_semihard_loss,
+)
+
+# Losses constructible without arguments, hence nameable by a string in `compile`.
+_CLASSES = (
+    AllPairsContrastiveLoss,
+    BatchHardTripletLoss,
+    ContrastiveLoss,
+    PKAngularLoss,
+    PKContrastiveLoss,
+    PKNpairLoss,
+    ProxyAnchorLoss,
+    SpreadOutLoss,
+    LiftedStructLoss,
+    NpairsLoss,
+    NpairsMultilabelLoss,
+    OLELoss,
+    SVMaxLoss,
+    TripletHardLoss,
+    TripletSemiHardLoss,
+)
+# tensorflow-addons' loss functions, nameable as "tf_svmax>triplet_semihard_loss" like TFA's
+# "Addons>triplet_semihard_loss".
+_FUNCTIONS = (
+    contrastive_loss,
+    lifted_struct_loss,
+    npairs_loss,
+    npairs_multilabel_loss,
+    triplet_hard_loss,
+    triplet_semihard_loss,
+)
+
+__all__ = [
+    "get",
+    "AllPairsContrastiveLoss",
+    "all_pairs_contrastive_loss",
+    "BatchHardTripletLoss",
+    "PKAngularLoss",
+    "PKContrastiveLoss",
+    "PKNpairLoss",
+    "ProxyAnchorLoss",
+    "SpreadOutLoss",
+    "batch_hard_triplet_loss",
+    "pk_angular_loss",
+    "pk_contrastive_loss",
+    "pk_contrastive_pairs",
+    "pk_npair_loss",
+    "proxy_anchor_loss",
+    "random_negatives",
+    "spread_out_loss",
+    "ContrastiveLoss",
+    "FunctionLoss",
+    "LiftedStructLoss",
+    "NpairsLoss",
+    "NpairsMultilabelLoss",
+    "OLELoss",
+    "RegularizedLoss",
+    "SVMaxLoss",
+    "TripletHardLoss",
+    "TripletSemiHardLoss",
+    "contrastive_loss",
+    "lifted_struct_loss",
+    "npairs_loss",
+    "npairs_multilabel_loss",
+    "triplet_hard_loss",
+    "triplet_semihard_loss",
+]
 
 if _backend.BACKEND == "tensorflow":
     _backend.require_tensorflow("tf_svmax.losses")
 
-    from tf_svmax.losses import _registry
-    from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_loss
     from tf_svmax.losses.center import CenterLoss
-    from tf_svmax.losses.contrastive import ContrastiveLoss, contrastive_loss
-    from tf_svmax.losses.lifted import LiftedStructLoss, lifted_struct_loss
     from tf_svmax.losses.lorac import LORACLoss, lorac_loss
-    from tf_svmax.losses.npairs import (
-        NpairsLoss,
-        NpairsMultilabelLoss,
-        npairs_loss,
-        npairs_multilabel_loss,
-    )
-    from tf_svmax.losses.pair_contrastive import (
-        AllPairsContrastiveLoss,
-        all_pairs_contrastive_loss,
-    )
-    from tf_svmax.losses.pk_pairs import (
-        PKAngularLoss,
-        PKContrastiveLoss,
-        PKNpairLoss,
-        pk_angular_loss,
-        pk_contrastive_loss,
-        pk_contrastive_pairs,
-        pk_npair_loss,
-    )
-    from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss, proxy_anchor_loss
-    from tf_svmax.losses.spread_out import SpreadOutLoss, random_negatives, spread_out_loss
-    from tf_svmax.losses.triplet import (
-        TripletHardLoss,
-        TripletSemiHardLoss,
-        triplet_hard_loss,
-        triplet_semihard_loss,
-    )
     from tf_svmax.losses.xbm import CrossBatchMemory, CrossBatchMemoryBank
     from tf_svmax.losses.xml import XMLLoss
 
-    # Losses constructible without arguments, hence nameable by a string in `compile`.
-    _CLASSES = (
-        AllPairsContrastiveLoss,
-        BatchHardTripletLoss,
-        ContrastiveLoss,
-        PKAngularLoss,
-        PKContrastiveLoss,
-        PKNpairLoss,
-        ProxyAnchorLoss,
-        SpreadOutLoss,
-        LiftedStructLoss,
-        NpairsLoss,
-        NpairsMultilabelLoss,
-        OLELoss,
-        SVMaxLoss,
-        TripletHardLoss,
-        TripletSemiHardLoss,
-    )
-    # tensorflow-addons' loss functions, nameable as "tf_svmax>triplet_semihard_loss" like TFA's
-    # "Addons>triplet_semihard_loss".
-    _FUNCTIONS = (
-        contrastive_loss,
-        lifted_struct_loss,
-        npairs_loss,
-        npairs_multilabel_loss,
-        triplet_hard_loss,
-        triplet_semihard_loss,
-    )
-    _registry.install(_CLASSES, _FUNCTIONS)
-    # The names tensorflow-addons' files store for its metric-learning losses ("Addons>...").
-    _registry.install_tfa_names(
-        (
-            ContrastiveLoss,
-            LiftedStructLoss,
-            NpairsLoss,
-            NpairsMultilabelLoss,
-            TripletHardLoss,
-            TripletSemiHardLoss,
-        ),
-        _FUNCTIONS,
-    )
-
-    def get(identifier):
-        """A loss from ``"tf_svmax>ClassName"`` (an instance with default arguments),
-        ``"tf_svmax>function_name"`` (the function) or any Keras loss identifier."""
-        return _registry.get(identifier, _CLASSES, _FUNCTIONS)
-
-    __all__ = [
-        "get",
-        "AllPairsContrastiveLoss",
-        "all_pairs_contrastive_loss",
-        "BatchHardTripletLoss",
+    __all__ += [
         "LORACLoss",
         "lorac_loss",
         "XMLLoss",
         "CrossBatchMemory",
         "CrossBatchMemoryBank",
         "CenterLoss",
-        "PKAngularLoss",
-        "PKContrastiveLoss",
-        "PKNpairLoss",
-        "ProxyAnchorLoss",
-        "SpreadOutLoss",
-        "batch_hard_triplet_loss",
-        "pk_angular_loss",
-        "pk_contrastive_loss",
-        "pk_contrastive_pairs",
-        "pk_npair_loss",
-        "proxy_anchor_loss",
-        "random_negatives",
-        "spread_out_loss",
-        "ContrastiveLoss",
-        "FunctionLoss",
-        "LiftedStructLoss",
-        "NpairsLoss",
-        "NpairsMultilabelLoss",
-        "OLELoss",
-        "RegularizedLoss",
-        "SVMaxLoss",
-        "TripletHardLoss",
-        "TripletSemiHardLoss",
-        "contrastive_loss",
-        "lifted_struct_loss",
-        "npairs_loss",
-        "npairs_multilabel_loss",
-        "triplet_hard_loss",
-        "triplet_semihard_loss",
     ]
 else:
-    __all__ = [
-        "FunctionLoss",
-        "OLELoss",
-        "RegularizedLoss",
-        "SVMaxLoss",
-        "all_pairs_contrastive_loss",
-        "batch_hard_triplet_loss",
-        "contrastive_loss",
-        "lifted_struct_loss",
-        "npairs_loss",
-        "npairs_multilabel_loss",
-        "proxy_anchor_loss",
-        "triplet_hard_loss",
-        "triplet_semihard_loss",
-    ]
     __getattr__ = _backend.refusing_getattr("tf_svmax.losses")
+
+_registry.install(_CLASSES, _FUNCTIONS)
+# The names tensorflow-addons' files store for its metric-learning losses ("Addons>...").
+_registry.install_tfa_names(
+    (
+        ContrastiveLoss,
+        LiftedStructLoss,
+        NpairsLoss,
+        NpairsMultilabelLoss,
+        TripletHardLoss,
+        TripletSemiHardLoss,
+    ),
+    _FUNCTIONS,
+)
+
+
+def get(identifier):
+    """A loss from ``"tf_svmax>ClassName"`` (an instance with default arguments),
+    ``"tf_svmax>function_name"`` (the function) or any Keras loss identifier."""
+    return _registry.get(identifier, _CLASSES, _FUNCTIONS)

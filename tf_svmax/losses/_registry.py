@@ -1,11 +1,16 @@
 """String names for the losses: ``"tf_svmax>TripletSemiHardLoss"`` in `model.compile`.
 
-Keras 3's `keras.losses.get` (which `compile` calls) resolves strings only from its own table of
-built-in losses and has no public hook for packages. The registered names of our losses
-(``"tf_svmax>ClassName"``, the names `.keras` files use) are added to that table; the table is
-reached through `keras.losses.get`'s module globals, so nothing imports `keras.src`. If a future
-Keras moves the table, string lookup in `compile` is skipped (a RuntimeWarning says so) and
-`tf_svmax.losses.get` keeps working.
+Keras 3.15's `keras.losses.get` (which `compile` calls through `compile_utils.get_loss`)
+resolves a *string* only from its own module-level table of built-in losses
+(``ALL_OBJECTS_DICT.get(identifier)``); unlike a dict identifier, which goes through
+`keras.saving.deserialize_keras_object` and so consults `keras.saving.get_custom_objects()`, a
+string never looks at the public registrations (`register_keras_serializable`,
+`get_custom_objects`, `custom_object_scope`: all checked, all refused with "Could not interpret
+loss identifier"). So the names of our losses (``"tf_svmax>ClassName"``, the names `.keras` files
+use, registered publicly as well) are also added to that table, reached through
+`keras.losses.get`'s module globals so that nothing imports `keras.src`; the table is the same on
+every backend. If a future Keras moves the table, string lookup in `compile` is skipped (a
+RuntimeWarning says so) and `tf_svmax.losses.get` and loading saved files keep working.
 """
 
 import warnings

@@ -11,7 +11,6 @@ import numbers
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from tf_svmax import _backend, checks
@@ -268,7 +267,7 @@ class PKContrastiveLoss(BatchPenaltyLoss):
         self.batch_k = batch_k
 
     def call(self, y_true, y_pred):
-        return tf.reduce_mean(pk_contrastive_loss(y_true, y_pred, margin=self.margin))
+        return ops.mean(pk_contrastive_loss(y_true, y_pred, margin=self.margin))
 
     def get_config(self):
         return {**super().get_config(), "margin": self.margin, "batch_k": self.batch_k}

@@ -8,7 +8,6 @@ uniformly among the rows of other classes.
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from tf_svmax import checks
@@ -79,22 +78,36 @@ class SpreadOutLoss(BatchPenaltyLoss):
     Label-aware, so it composes with any ranking loss:
     ``RegularizedLoss(PKContrastiveLoss(), [SpreadOutLoss(alpha=1.0)])``.
 
+    TensorFlow and PyTorch only: on JAX the seed state would not advance between train steps
+    (a JAX step carries out only the variables the model tracks), so construction refuses.
+
     Args:
       alpha: Weight (paper: 1).
       seed: Seed of the negative sampling (None: nondeterministic).
     """
 
     def __init__(self, alpha=1.0, seed=None, name="spread_out", **kwargs):
+        if keras.backend.backend() == "jax":
+            # A JAX train step runs in a StatelessScope and carries out only the variables the
+            # model tracks: this loss' seed state would never advance (the same negatives at
+            # every step, silently).
+            raise ValueError(
+                "SpreadOutLoss does not run on Keras' JAX backend: it draws fresh negatives "
+                "from a seed state at every call, and a JAX train step does not carry a "
+                "loss' state out of the step (the same negatives every step). On JAX call "
+                "spread_out_loss with negatives from random_negatives and your own draws, or "
+                "use the TensorFlow or PyTorch backend."
+            )
         super().__init__(name=name, **kwargs)
         self.alpha = checks.check_non_negative_number(alpha, "alpha")
         self.seed = seed
         self._seed_generator = keras.random.SeedGenerator(seed)
 
     def call(self, y_true, y_pred):
-        labels = tf.reshape(tf.convert_to_tensor(y_true), [-1])
-        size = tf.shape(labels)[0]
-        uniform = keras.random.uniform(tf.stack([size, size]), seed=self._seed_generator)
-        negatives = random_negatives(labels, tf.cast(uniform, tf.float32))
+        labels = ops.reshape(ops.convert_to_tensor(y_true), [-1])
+        size = ops.shape(labels)[0]
+        uniform = keras.random.uniform((size, size), seed=self._seed_generator)
+        negatives = random_negatives(labels, ops.cast(uniform, "float32"))
         return self.alpha * spread_out_loss(labels, y_pred, negatives)
 
     def get_config(self):

@@ -1,0 +1,326 @@
+"""The stateless loss classes of `tf_svmax.losses` on every Keras backend, in `model.fit`:
+
+* one full-batch SGD step of a linear model ``y = x @ W`` (eagerly, and compiled: XLA on
+  TensorFlow and JAX, PyTorch's default), whose reported loss must equal the float64 NumPy
+  reference at ``x @ W`` and whose weight step must equal ``-lr * x^T dL/dy`` with ``dL/dy``
+  the reference's central-difference gradient, both within 1e-5 relative in float32 (the
+  references of tests/reference_ranking.py and the backend test files of the functions);
+* a few more steps stay finite;
+* the string names (``"tf_svmax>Name"``) in `compile` and `tf_svmax.losses.get`;
+* a `.keras` file saved on this backend loads on the two others (a subprocess each) with the
+  same loss config and the same predictions.
+
+Runs once per backend (tests/conftest.py ALL_BACKENDS)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+import tf_svmax.losses as L
+from tests import backends
+from tests import reference_ranking as ref
+from tests.losses.test_paper_functions_backends import ref_all_pairs
+from tests.losses.test_tfa_functions_backends import (
+    ref_contrastive_sum,
+    ref_hard,
+    ref_lifted,
+    ref_npairs,
+    ref_npairs_multilabel,
+    ref_semihard,
+)
+
+RTOL = backends.RTOL32
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _distinct(n, classes, seed):
+    """`n` labels over `classes` classes, each class at least twice (generic triplets)."""
+    labels = np.arange(n) % classes
+    return np.random.default_rng(seed).permutation(labels)
+
+
+def _multi_hot(n, seed):
+    y = (np.random.default_rng(seed).random((n, 5)) < 0.4).astype("float32")
+    y[:, 0] = 1.0  # every sample has a label
+    return y
+
+
+# name -> (make the loss, y_true, output width, reference(y_true, y float64) -> float).
+# Each reference is an independent float64 loop; the class' reduction is applied here.
+SEMI = _distinct(12, 4, 0)
+CASES = {
+    "TripletSemiHardLoss": (
+        lambda: L.TripletSemiHardLoss(margin=0.5),
+        SEMI,
+        5,
+        lambda y, e: ref_semihard(y, e, 0.5, "L2"),
+    ),
+    "TripletHardLoss": (
+        lambda: L.TripletHardLoss(soft=True, distance_metric="squared-L2"),
+        SEMI,
+        5,
+        lambda y, e: ref_hard(y, e, 1.0, "squared-L2", soft=True),
+    ),
+    "LiftedStructLoss": (
+        lambda: L.LiftedStructLoss(margin=1.0),
+        SEMI,
+        5,
+        lambda y, e: ref_lifted(y, e, 1.0),
+    ),
+    "NpairsLoss": (L.NpairsLoss, SEMI, 12, ref_npairs),
+    "NpairsMultilabelLoss": (L.NpairsMultilabelLoss, _multi_hot(12, 1), 12, ref_npairs_multilabel),
+    "ContrastiveLoss": (
+        lambda: L.ContrastiveLoss(margin=1.0),
+        (np.arange(12) % 2).astype("float32")[:, None],
+        1,
+        lambda y, d: ref_contrastive_sum(y, d.ravel(), 1.0) / len(d),
+    ),
+    "AllPairsContrastiveLoss": (
+        lambda: L.AllPairsContrastiveLoss(pos_margin=0.5, neg_margin=1.5, metric="euclidean"),
+        SEMI,
+        5,
+        lambda y, e: ref_all_pairs(y, e, 0.5, 1.5, "euclidean"),
+    ),
+    "BatchHardTripletLoss": (
+        lambda: L.BatchHardTripletLoss(margin="soft", metric="sqeuclidean"),
+        SEMI,
+        5,
+        lambda y, e: float(np.mean(ref.batch_hard(y, e, "soft", "sqeuclidean"))),
+    ),
+    "ProxyAnchorLoss": (
+        lambda: L.ProxyAnchorLoss(alpha=8.0, delta=0.1),
+        np.array([0, 2, 2, 4, 0, 1, 3, 3, 1, 0, 4, 2]),
+        6,
+        lambda y, s: ref.proxy_anchor(y, s, 8.0, 0.1),
+    ),
+    "PKContrastiveLoss": (
+        L.PKContrastiveLoss,
+        np.repeat([4, 7, 1, 9], 4),
+        4,
+        lambda y, e: float(np.mean(ref.pk_contrastive(y, e, 1.0))),
+    ),
+    "PKNpairLoss": (
+        lambda: L.PKNpairLoss(l2_reg=0.002),
+        np.repeat([3, 0, 5, 3, 2, 1], 2),
+        4,
+        lambda y, e: float(np.mean(ref.pk_npair(y, e, 0.002))),
+    ),
+    "PKAngularLoss": (
+        lambda: L.PKAngularLoss(alpha=40.0, l2_reg=0.002),
+        np.repeat([3, 0, 5, 3, 2, 1], 2),
+        4,
+        lambda y, e: float(np.mean(ref.pk_angular(y, e, 40.0, 0.002))),
+    ),
+}
+
+
+def _compile_kwargs(compiled):
+    if not compiled:
+        return {"run_eagerly": True}
+    # XLA on TensorFlow and JAX; Keras runs PyTorch eagerly ("auto" does the same there).
+    return {"jit_compile": backends.BACKEND != "torch"}
+
+
+def _data(width, rows, seed=7):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, 6)).astype("float32")
+    w0 = (rng.standard_normal((6, width)) * 0.3).astype("float32")
+    return x, w0
+
+
+def _linear_model(w0):
+    model = keras.Sequential(
+        [keras.Input((w0.shape[0],)), keras.layers.Dense(w0.shape[1], use_bias=False)]
+    )
+    model.layers[0].kernel.assign(w0)
+    return model
+
+
+def _check_one_sgd_step(loss, y_true, width, reference, compiled):
+    x, w0 = _data(width, len(y_true))
+    y = x.astype(np.float64) @ w0.astype(np.float64)
+    want = reference(y_true, y)
+    d_y = backends.numpy_gradient(lambda e: reference(y_true, e), y)
+    d_w = x.T.astype(np.float64) @ d_y
+    # A learning rate that makes the step as large as W itself: the float32 rounding of
+    # W1 - W0 (about 1e-7 of |W|) then stays far below 1e-5 of the step.
+    lr = float(np.abs(w0).max() / np.abs(d_w).max())
+    model = _linear_model(w0)
+    model.compile(optimizer=keras.optimizers.SGD(lr), loss=loss, **_compile_kwargs(compiled))
+    history = model.fit(x, y_true, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
+    assert history.history["loss"][0] == pytest.approx(want, rel=RTOL, abs=RTOL)
+    step = backends.to_numpy(model.layers[0].kernel).astype(np.float64) - w0
+    backends.assert_close(step, -lr * d_w, RTOL)
+    # A few more steps (a fresh trace is not needed: same shapes) stay finite.
+    more = model.fit(x, y_true, batch_size=len(x), epochs=3, shuffle=False, verbose=0)
+    assert np.all(np.isfinite(more.history["loss"]))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fit_step_matches_the_reference(name, compiled):
+    make, y_true, width, reference = CASES[name]
+    _check_one_sgd_step(make(), y_true, width, reference, compiled)
+
+
+def _spread_out_reference(seed, alpha, labels, compiled):
+    """SpreadOutLoss' first value: its first draw is that of a fresh SeedGenerator(seed), drawn
+    the same way (compiled or not: TensorFlow's stateless random ops pick another algorithm
+    under XLA); the uniforms are an input here, not the loss' output. The negatives are the
+    NumPy argmax of the other-class draws (random_negatives' documented rule), the value
+    ref.spread_out's."""
+    generator = keras.random.SeedGenerator(seed)
+
+    def draw():
+        return keras.random.uniform((len(labels), len(labels)), seed=generator)
+
+    uniform = backends.to_numpy((backends.compiled(draw) if compiled else draw)())
+    other = labels[:, None] != labels[None, :]
+    negatives = [int(np.argmax(np.where(other[i], uniform[i], -1.0))) for i in range(len(labels))]
+    return lambda y, e: alpha * ref.spread_out(e, negatives)
+
+
+@pytest.mark.skipif(backends.BACKEND == "jax", reason="SpreadOutLoss refuses on JAX (below)")
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_spread_out_loss_fit_step_matches_the_reference(compiled):
+    labels = _distinct(12, 4, 3)
+    reference = _spread_out_reference(5, 0.7, labels, compiled)
+    _check_one_sgd_step(L.SpreadOutLoss(alpha=0.7, seed=5), labels, 4, reference, compiled)
+
+
+@pytest.mark.skipif(backends.BACKEND == "jax", reason="SpreadOutLoss refuses on JAX (below)")
+def test_spread_out_loss_draws_new_negatives_at_each_step():
+    """The seed state advances in fit (TensorFlow and PyTorch carry it out of the step)."""
+    loss = L.SpreadOutLoss(seed=5)
+    before = backends.to_numpy(loss._seed_generator.state).copy()
+    x, w0 = _data(4, 12)
+    model = _linear_model(w0)
+    model.compile(optimizer="sgd", loss=loss)
+    model.fit(x, _distinct(12, 4, 3), batch_size=12, epochs=2, verbose=0)
+    assert not np.array_equal(backends.to_numpy(loss._seed_generator.state), before)
+
+
+@pytest.mark.skipif(backends.BACKEND != "jax", reason="the JAX refusal")
+def test_spread_out_loss_refuses_on_jax_naming_the_alternative():
+    with pytest.raises(
+        ValueError, match="SpreadOutLoss does not run on Keras' JAX backend.*spread_out_loss"
+    ):
+        L.SpreadOutLoss()
+
+
+STRING_NAMES = sorted(
+    [
+        "AllPairsContrastiveLoss",
+        "BatchHardTripletLoss",
+        "ContrastiveLoss",
+        "PKAngularLoss",
+        "PKContrastiveLoss",
+        "PKNpairLoss",
+        "ProxyAnchorLoss",
+        "LiftedStructLoss",
+        "NpairsLoss",
+        "NpairsMultilabelLoss",
+        "OLELoss",
+        "SVMaxLoss",
+        "TripletHardLoss",
+        "TripletSemiHardLoss",
+    ]
+    + (["SpreadOutLoss"] if backends.BACKEND != "jax" else [])
+)
+
+
+@pytest.mark.parametrize("name", STRING_NAMES)
+def test_string_names_resolve_in_get_and_keras(name):
+    loss = L.get(f"tf_svmax>{name}")
+    assert type(loss) is getattr(L, name)
+    assert type(keras.losses.get(f"tf_svmax>{name}")) is getattr(L, name)
+
+
+def test_a_function_name_and_an_unknown_name():
+    assert L.get("tf_svmax>triplet_semihard_loss") is L.triplet_semihard_loss
+    with pytest.raises(ValueError, match="identifier.*tf_svmax>TripletSemiHardLoss"):
+        L.get("tf_svmax>NoSuchLoss")
+
+
+def test_compile_with_a_string_name_trains():
+    x, w0 = _data(5, 12)
+    model = _linear_model(w0)
+    model.compile(optimizer="sgd", loss="tf_svmax>TripletSemiHardLoss")
+    history = model.fit(x, SEMI, batch_size=12, epochs=1, shuffle=False, verbose=0)
+    assert history.history["loss"][0] == pytest.approx(
+        ref_semihard(SEMI, x @ w0.astype(np.float64)), rel=RTOL
+    )
+
+
+# --- a .keras file saved here loads on the two other backends ---
+
+LOAD_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import keras
+    import numpy as np
+    import tf_svmax.losses
+    path, x_path = sys.argv[1], sys.argv[2]
+    model = keras.saving.load_model(path)
+    loss = model.loss
+    print(json.dumps({
+        "backend": keras.backend.backend(),
+        "loss": type(loss).__name__,
+        "config": loss.get_config(),
+        "prediction": np.asarray(model.predict(np.load(x_path), verbose=0)).tolist(),
+    }))
+    """
+)
+
+
+def _other_backends():
+    others = [b for b in ("tensorflow", "jax", "torch") if b != backends.BACKEND]
+    modules = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
+    return [b for b in others if importlib.util.find_spec(modules[b]) is not None]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: L.TripletSemiHardLoss(margin=0.3, distance_metric="angular"),
+        lambda: L.RegularizedLoss(L.PKNpairLoss(l2_reg=0.01), [L.SVMaxLoss(lambda_=0.2)]),
+    ],
+    ids=["semihard", "pk_npair+svmax"],
+)
+def test_a_keras_file_saved_here_loads_and_predicts_the_same_on_the_other_backends(make, tmp_path):
+    x, w0 = _data(4, 12)
+    model = _linear_model(w0)
+    model.compile(optimizer="sgd", loss=make())
+    model.fit(x, np.repeat(np.arange(6), 2), batch_size=12, epochs=1, shuffle=False, verbose=0)
+    path, x_path = tmp_path / "model.keras", tmp_path / "x.npy"
+    model.save(path)
+    np.save(x_path, x)
+    expected = backends.to_numpy(model.predict(x, verbose=0))
+    config = json.loads(json.dumps(model.loss.get_config()))
+    others = _other_backends()
+    assert others, "no other Keras backend is installed"
+    for backend in others:
+        env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        run = subprocess.run(
+            [sys.executable, "-c", LOAD_SCRIPT, str(path), str(x_path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=ROOT,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        got = json.loads(run.stdout.strip().splitlines()[-1])
+        assert got["backend"] == backend
+        assert got["loss"] == type(model.loss).__name__
+        assert got["config"] == config
+        np.testing.assert_allclose(np.asarray(got["prediction"]), expected, rtol=1e-6, atol=1e-6)
