@@ -14,16 +14,19 @@ BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 # collected (tasks.py runs them once per backend, each in its own process); every other test
 # imports TensorFlow or tests a surface that is TensorFlow by nature.
 ALL_BACKENDS = (
-    "test_backend_helpers.py",
     "losses/test_common.py",
+    "losses/test_data_parallel_backends.py",
     "losses/test_paper_functions_backends.py",
     "losses/test_spectral_losses_backends.py",
     "losses/test_tfa_functions_backends.py",
+    "metrics/test_spectral_metrics_backends.py",
     "ops/test_checks.py",
     "ops/test_distances.py",
     "ops/test_ole.py",
     "ops/test_prototypes.py",
     "ops/test_spectral.py",
+    "regularizers/test_spectral_regularizers_backends.py",
+    "test_backend_helpers.py",
 )
 
 

@@ -7,6 +7,8 @@ The backend-neutral core runs on TensorFlow, JAX and PyTorch; what is TensorFlow
 ported say so here instead of failing deep inside a stack.
 """
 
+import types
+
 import keras
 
 BACKEND = keras.backend.backend()
@@ -62,3 +64,23 @@ def refusing_getattr(package):
         raise tensorflow_backend_only(f"{package}.{name}")
 
     return __getattr__
+
+
+# Off TensorFlow there is no replica context: a regularizer or metric sees the batch it is given
+# (under JAX's `keras.distribution.DataParallel` that is already the global batch, sharded by
+# XLA), and Keras scales by 1/replicas only under `tf.distribute`.
+ONE_REPLICA = types.SimpleNamespace(
+    gather_global_batch=lambda enabled, *values: (None, values),
+    scale_to_replicas=lambda value: value,
+)
+
+
+def replicas():
+    """`tf_svmax.ops.replicas` (the `tf.distribute` global-batch gather, TensorFlow by nature) on
+    the TensorFlow backend, else `ONE_REPLICA`, which gathers and scales nothing. Imported here,
+    not at module level, so that its callers import without TensorFlow on JAX and PyTorch."""
+    if BACKEND != "tensorflow":
+        return ONE_REPLICA
+    from tf_svmax.ops import replicas as tf_replicas  # noqa: PLC0415 (TensorFlow only, above)
+
+    return tf_replicas
