@@ -67,6 +67,19 @@ def test_stateless_update_under_the_compiler_matches_numpy(rng):
     backends.assert_close(got[2], np.mean([b[1] for b in bounds]), 1e-6)
 
 
+@pytest.mark.skipif(backends.BACKEND != "jax", reason="only JAX has no float64 by default")
+def test_float64_input_on_jax_without_x64_is_float32_and_says_so(rng):
+    from tf_svmax.ops import _checks  # noqa: PLC0415
+
+    assert _checks.jax_without_x64()
+    _checks._WARNED.discard("jax-float64")
+    e = ref.unit_rows(rng, 12, 4, dtype=np.float64)
+    metric = MeanSingularValue()
+    with pytest.warns(RuntimeWarning, match=r"float64 input \(`y_pred`\) is computed in float32"):
+        metric.update_state(None, e)
+    backends.assert_close(_result(metric), ref.singular_values(e).mean(), RTOL)
+
+
 def test_a_batch_with_no_rows_is_skipped():
     metric, bound = MeanSingularValue(), SingularValueBound("upper")
     for y in (np.zeros((0, 4), np.float32), np.eye(4, dtype=np.float32)):

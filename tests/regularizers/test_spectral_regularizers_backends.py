@@ -76,6 +76,20 @@ def test_half_precision_output_is_penalized_in_float32(rng):
     backends.assert_close(backends.to_numpy(value), 0.5 * expected, RTOL)
 
 
+@pytest.mark.skipif(backends.BACKEND != "jax", reason="only JAX has no float64 by default")
+def test_float64_output_on_jax_without_x64_is_float32_and_says_so(rng):
+    from tf_svmax.ops import _checks  # noqa: PLC0415
+
+    assert _checks.jax_without_x64()
+    _checks._WARNED.discard("jax-float64")
+    e = ref.unit_rows(rng, 12, 4, dtype=np.float64)
+    with pytest.warns(RuntimeWarning, match=r"float64 input \(`x`\) is computed in float32"):
+        value = SVMaxRegularizer(lambda_=0.5)(e)
+    assert keras.backend.standardize_dtype(value.dtype) == "float32"
+    expected, _ = ref.svmax_reference(e, ref.original_bounds(12, 4))
+    backends.assert_close(backends.to_numpy(value), 0.5 * expected, RTOL)
+
+
 def test_activity_penalty_keras_adds_on_the_installed_keras(rng):
     """Documented rule: Keras >= 3.14 divides the activity penalty by the batch size."""
     b = 24

@@ -26,7 +26,8 @@ class _RunningBatchMean(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         # A metric only observes; no gradient flows through it.
-        y_pred = kops.cast(kops.stop_gradient(kops.convert_to_tensor(y_pred)), self.dtype)
+        # On JAX without x64, float64 input is computed in float32 and says so once.
+        y_pred = kops.cast(kops.stop_gradient(_checks.to_tensor(y_pred, "y_pred")), self.dtype)
         # Under a strategy every replica adds the same global value and count: the sum-on-read
         # total and count are both N times one device's, so their ratio is one device's.
         _, (y_pred,) = _backend.replicas().gather_global_batch(self.global_batch, y_pred)

@@ -47,7 +47,8 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
     def __call__(self, x):
         # Returned in the compute dtype (float32 for float16/bfloat16 activations): Keras adds
         # activity losses to float32 totals and fails on a float16 value under mixed precision.
-        x = kops.convert_to_tensor(x)
+        # On JAX without x64, float64 input is computed in float32 and says so once.
+        x = _checks.to_tensor(x, "x")
         x = kops.cast(x, _checks.compute_dtype(x.dtype))
         local_rows = kops.shape(x)[0]
         # A tf.distribute gather on TensorFlow; on JAX (DataParallel shows the global batch)
