@@ -21,6 +21,7 @@ ALL_BACKENDS = (
     "losses/test_tfa_functions_backends.py",
     "metrics/test_spectral_metrics_backends.py",
     "ops/test_checks.py",
+    "ops/test_custom_gradient_errors.py",
     "ops/test_distances.py",
     "ops/test_ole.py",
     "ops/test_prototypes.py",
