@@ -248,3 +248,80 @@ def test_a_keras_file_loads_and_evaluates_the_same_on_the_other_backends(rng, tm
         assert set(other["evaluate"]) == set(evaluated), backend
         for name, value in evaluated.items():
             np.testing.assert_allclose(other["evaluate"][name], value, rtol=1e-5, err_msg=name)
+
+
+# One SGD step of `mse` with an SVMax activity regularizer and the spectral metrics, under JAX's
+# DataParallel over 4 host CPU devices and on one device, from the same weights and global batch
+# (argv: the .npz file): prints both runs' logs and kernels.
+DATA_PARALLEL = """
+import json, os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+import numpy as np, keras
+from tf_svmax.metrics import svmax_metrics
+from tf_svmax.regularizers import SVMaxRegularizer
+
+data = np.load(sys.argv[1])
+
+def step(devices):
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=devices) if len(devices) > 1 else None
+    )
+    dim, out = data["w0"].shape
+    reg = SVMaxRegularizer(float(data["lam"]))
+    dense = keras.layers.Dense(out, use_bias=False, activity_regularizer=reg)
+    model = keras.Sequential([keras.Input((dim,)), dense])
+    model.layers[0].kernel.assign(data["w0"])
+    model.compile(
+        optimizer=keras.optimizers.SGD(float(data["lr"])),
+        loss="mse",
+        metrics=svmax_metrics(),
+        jit_compile=True,
+    )
+    history = model.fit(
+        data["x"], data["t"], batch_size=len(data["x"]), epochs=1, shuffle=False, verbose=0
+    )
+    logs = {name: values[0] for name, values in history.history.items()}
+    return logs, np.asarray(model.layers[0].kernel).tolist()
+
+devices = keras.distribution.list_devices("cpu")
+assert len(devices) == 4, devices
+print(json.dumps([step(devices[:1]), step(devices)]))
+"""
+
+
+@pytest.mark.skipif(backends.BACKEND != "jax", reason="keras.distribution is JAX's here")
+def test_jax_data_parallel_step_equals_one_device_and_numpy(rng, tmp_path):
+    """DataParallel shards the batch, but the regularizer and the metrics see the global batch:
+    the 4-device logs and step are one device's, and the float64 NumPy ones."""
+    b, lam, lr = 16, 0.5, 0.1
+    x = rng.standard_normal((b, 12)).astype(np.float32)
+    t = rng.standard_normal((b, 8)).astype(np.float32)
+    w0 = (rng.standard_normal((12, 8)) * 0.3).astype(np.float32)
+    np.savez(tmp_path / "data.npz", x=x, t=t, w0=w0, lam=lam, lr=lr)
+    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", DATA_PARALLEL, str(tmp_path / "data.npz")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (logs_1, kernel_1), (logs_4, kernel_4) = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(logs_4) == set(logs_1)
+    for name, value in logs_1.items():
+        assert logs_4[name] == pytest.approx(value, rel=1e-6), name
+    np.testing.assert_allclose(kernel_4, kernel_1, rtol=1e-6, atol=1e-7)
+    y = x.astype(np.float64) @ w0
+    svmax, svmax_grad = ref.svmax_reference(y, ref.original_bounds(b, 8))
+    divisor = b if _keras_divides_activity_loss_by_batch_size() else 1
+    diff = y - t
+    backends.assert_close(logs_4["loss"], np.mean(diff**2) + lam * svmax / divisor, RTOL)
+    backends.assert_close(logs_4["mean_singular_value"], ref.singular_values(y).mean(), RTOL)
+    backends.assert_close(logs_4["svmax_upper_bound"], ref.original_bounds(b, 8)[1], 1e-6)
+    # Per-shard metrics (4 rows each, b < d) would log other bounds: the test can fail.
+    assert not np.isclose(ref.small_batch_bounds(4, 8)[1], ref.original_bounds(b, 8)[1])
+    d_y = 2 * diff / diff.size + lam * svmax_grad / divisor
+    step = np.asarray(kernel_4) - w0
+    backends.assert_close(step, -lr * x.T.astype(np.float64) @ d_y, 1e-4)
