@@ -17,14 +17,18 @@ ALL_BACKENDS = (
     "test_backend_helpers.py",
     "test_checks.py",
     "losses/test_common.py",
+    "losses/test_data_parallel_backends.py",
     "losses/test_loss_classes_backends.py",
     "losses/test_paper_functions_backends.py",
     "losses/test_spectral_losses_backends.py",
     "losses/test_tfa_functions_backends.py",
+    "metrics/test_spectral_metrics_backends.py",
+    "ops/test_custom_gradient_errors.py",
     "ops/test_distances.py",
     "ops/test_ole.py",
     "ops/test_prototypes.py",
     "ops/test_spectral.py",
+    "regularizers/test_spectral_regularizers_backends.py",
 )
 
 

@@ -39,7 +39,7 @@ def test_the_core_imports_no_tensorflow_and_runs(backend):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-PACKAGES = ("metrics", "regularizers", "models", "training")
+PACKAGES = ("models", "training")
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
@@ -111,6 +111,35 @@ def test_the_losses_package_imports_and_each_tensorflow_only_loss_refuses_by_nam
     for line, name in zip(lines[1:3], ("CenterLoss", "LORACLoss"), strict=True):
         assert line.startswith(f"tf_svmax.losses.{name} runs on Keras' TensorFlow backend only")
     assert lines[3] == "False"  # dunder lookups stay AttributeErrors (hasattr works)
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_regularizers_and_spectral_metrics_import_and_the_other_metrics_refuse_by_name(backend):
+    """tf_svmax.regularizers and the spectral metrics import without TensorFlow (on keras.ops);
+    the retrieval, classification, k-means and callback metrics refuse by name."""
+    done = _python(
+        NO_TENSORFLOW + "import tf_svmax\n"
+        "from tf_svmax.regularizers import SVMaxRegularizer\n"
+        "from tf_svmax.metrics import MeanSingularValue, SingularValueBound, svmax_metrics\n"
+        "print(sorted(tf_svmax.metrics.__all__))\n"
+        "for get in (lambda: tf_svmax.metrics.recall_at_k,\n"
+        "            lambda: __import__('tf_svmax.metrics', fromlist=['RetrievalEvaluation'])"
+        ".RetrievalEvaluation):\n"
+        "    try:\n"
+        "        get()\n"
+        "    except ImportError as error:\n"
+        "        print(error)\n",
+        backend,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert ast.literal_eval(lines[0]) == [
+        "MeanSingularValue",
+        "SingularValueBound",
+        "svmax_metrics",
+    ]
+    for line, name in zip(lines[1:3], ("recall_at_k", "RetrievalEvaluation"), strict=True):
+        assert line.startswith(f"tf_svmax.metrics.{name} runs on Keras' TensorFlow backend only")
 
 
 def test_tf_data_input_without_tensorflow_names_the_install_command():

@@ -198,6 +198,7 @@ def test_xbm_overhead(tmp_path):
 
 
 PROGRAMS = (
+    "backend_memory",
     "gather_overhead",
     "lorac_xml_overhead",
     "mining_memory",
@@ -245,3 +246,35 @@ def test_backend_speed(tmp_path):
     assert ("jax", "tf_svmax.ops.svmax, jax.jit (newton_schulz)") in measured
     assert all(r["ratio_to_torch_svdvals"] > 0 for r in results["results"])
     assert "| 12 x 8 | jax |" in stdout
+
+
+def test_backend_memory(tmp_path):
+    """One child process per (backend, loss); a limit below what a backend needs to start kills
+    the run, recorded as such."""
+    stdout = _run(
+        "backend_memory",
+        "--losses=semihard,batch_hard",
+        "--batch=16",
+        "--dim=4",
+        "--repeats=1",
+        f"--output={tmp_path}",
+    )
+    results = json.loads((tmp_path / "backend_memory.json").read_text())
+    assert set(results["backend_versions"]) == {"tensorflow", "jax", "torch"}
+    rows = results["results"]
+    assert {(r["backend"], r["loss"]) for r in rows} == {
+        (backend, loss)
+        for backend in ("tensorflow", "jax", "torch")
+        for loss in ("semihard", "batch_hard")
+    }
+    assert all(r["peak_rss_mb"] >= r["rss_before_step_mb"] > 0 for r in rows)
+    assert all(r["under_2gb"] and r["median_ms"] > 0 for r in rows)
+    assert [r["tensorflow_imported"] for r in rows if r["backend"] != "tensorflow"] == [False] * 4
+    assert "| jax | semihard | 16 x 4 |" in stdout
+    done = run_program(
+        "backend_memory", "--backends=jax", "--losses=hard", "--batch=8", "--memory_limit_gb=0.05"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| jax | hard | 8 x 128 | resident memory above 0.05 GB |" in done.stdout
+    done = run_program("backend_memory", "--batch=6", "--losses=x", timeout=300)
+    assert done.returncode == 2 and "`--batch`" in done.stderr and "`--losses`" in done.stderr

@@ -2,8 +2,10 @@
 Keras 3.
 
 On Keras' TensorFlow backend every subpackage is imported here (and its Keras objects
-registered, so ``.keras`` files load without ``custom_objects``). On JAX and PyTorch only the
-backend-neutral core is (`tf_svmax.ops`, `tf_svmax.checks`), and no TensorFlow: the other
+registered, so ``.keras`` files load without ``custom_objects``). On JAX and PyTorch the
+backend-neutral part is, and no TensorFlow: `tf_svmax.ops`, `tf_svmax.checks`,
+`tf_svmax.regularizers`, and
+`tf_svmax.losses` and `tf_svmax.metrics` whose TensorFlow-only names refuse one by one; the other
 subpackages refuse with one sentence when imported (`tf_svmax._backend`).
 """
 
@@ -38,14 +40,14 @@ if _backend.BACKEND == "tensorflow":
         "__version__",
     ]
 else:
-    from tf_svmax import checks, ops  # noqa: E402
+    from tf_svmax import checks, losses, metrics, ops, regularizers  # noqa: E402
 
-    __all__ = ["ops", "__version__"]
+    __all__ = ["checks", "losses", "metrics", "ops", "regularizers", "__version__"]
 
     def __getattr__(name):
-        """``tf_svmax.losses`` and the other subpackages on JAX/PyTorch: their import's
+        """``tf_svmax.models`` and the other TensorFlow subpackages on JAX/PyTorch: their import's
         one-sentence refusal instead of an AttributeError."""
-        if name in ("data", "losses", "metrics", "models", "records", "regularizers", "training"):
+        if name in ("data", "models", "records", "training"):
             import importlib
 
             return importlib.import_module(f"tf_svmax.{name}")

@@ -11,6 +11,8 @@ compiled by XLA (`in_xla_context`), whether JAX runs without 64-bit types (`jax_
 and a matrix product in its operands' dtype on every backend (`matmul`).
 """
 
+import types
+
 import keras
 from keras import ops
 
@@ -123,3 +125,23 @@ def matmul(a, b, *, transpose_a=False, transpose_b=False):
     a = ops.transpose(a) if transpose_a else a
     b = ops.transpose(b) if transpose_b else b
     return a @ b
+
+
+# Off TensorFlow there is no replica context: a loss, regularizer or metric sees the batch it is given
+# (under JAX's `keras.distribution.DataParallel` that is already the global batch, sharded by
+# XLA), and Keras scales by 1/replicas only under `tf.distribute`.
+ONE_REPLICA = types.SimpleNamespace(
+    gather_global_batch=lambda enabled, *values: (None, values),
+    scale_to_replicas=lambda value: value,
+)
+
+
+def replicas():
+    """`tf_svmax.ops.replicas` (the `tf.distribute` global-batch gather, TensorFlow by nature) on
+    the TensorFlow backend, else `ONE_REPLICA`, which gathers and scales nothing. Imported here,
+    not at module level, so that its callers import without TensorFlow on JAX and PyTorch."""
+    if BACKEND != "tensorflow":
+        return ONE_REPLICA
+    from tf_svmax.ops import replicas as tf_replicas  # noqa: PLC0415 (TensorFlow only, above)
+
+    return tf_replicas

@@ -3,32 +3,13 @@ value per sample, `PerSampleLabelLoss`), and `LossFunctionWrapper`, which makes 
 pure loss function and its keyword arguments."""
 
 import collections
-import types
 
 import keras
 from keras import ops
 
-from tf_svmax import checks
-
-# Off TensorFlow there is no replica context: the loss sees the batch it is given (under JAX's
-# `keras.distribution.DataParallel` that is already the global batch, sharded by XLA), and
-# Keras scales losses by 1/replicas only under `tf.distribute`.
-_ONE_REPLICA = types.SimpleNamespace(
-    gather_global_batch=lambda enabled, *values: (None, values),
-    scale_to_replicas=lambda value: value,
-)
-
-
-def _replicas():
-    """`tf_svmax.ops.replicas` (the `tf.distribute` global-batch gather, TensorFlow by nature)
-    on the TensorFlow backend, else a single replica that gathers and scales nothing. The one
-    backend-guarded place of the loss base; replicas is imported here, not at module level, so
-    that the losses import without TensorFlow on JAX and PyTorch."""
-    if keras.backend.backend() != "tensorflow":
-        return _ONE_REPLICA
-    from tf_svmax.ops import replicas  # noqa: PLC0415 (TensorFlow backend only, see above)
-
-    return replicas
+# `_backend.replicas()`: the `tf.distribute` global-batch gather on TensorFlow, a single replica
+# that gathers and scales nothing elsewhere (the one backend-guarded place of the loss base).
+from tf_svmax import _backend, checks
 
 
 def _batch_weights(sample_weight, y_pred, dtype):
@@ -86,7 +67,7 @@ class LabelLoss(keras.losses.Loss):
             if sample_weight is not None:
                 weights = _batch_weights(sample_weight, y_pred, self.dtype)
             local = _Local(ops.shape(y_pred)[0], weights)
-            context, (y_true, y_pred, weights) = _replicas().gather_global_batch(
+            context, (y_true, y_pred, weights) = _backend.replicas().gather_global_batch(
                 self.global_batch, y_true, y_pred, weights
             )
             reduce = self._per_sample if self.per_sample else self._batch_level
@@ -96,13 +77,13 @@ class LabelLoss(keras.losses.Loss):
         """`call`'s ``anchor_rows`` argument for this replica's anchors ({} when unsplit)."""
         if context is None or not self.splits_anchors:
             return {}
-        return {"anchor_rows": _replicas().own_row_range(context, local.rows)}
+        return {"anchor_rows": _backend.replicas().own_row_range(context, local.rows)}
 
     def _batch_level(self, context, local, y_true, y_pred, weights):
         per_row_none = self.reduction in ("none", None) and (
             local.weights is not None and checks.static_shape(local.weights) != ()
         )
-        split, scale = {}, _replicas().scale_to_replicas
+        split, scale = {}, _backend.replicas().scale_to_replicas
         if not per_row_none:
             # This replica's anchors only: the replicas' shares add up to the value.
             split = self._anchor_split(context, local)
@@ -135,7 +116,7 @@ class LabelLoss(keras.losses.Loss):
             values = values * weights
         if self.reduction in (None, "none"):
             if context is not None and not split:
-                return _replicas().own_rows(context, values, local.rows)
+                return _backend.replicas().own_rows(context, values, local.rows)
             return values
         total = ops.sum(values)
         if split:
@@ -145,10 +126,10 @@ class LabelLoss(keras.losses.Loss):
             return ops.divide_no_nan(total, ops.cast(ops.shape(y_pred)[0], self.dtype))
         if self.reduction == "sum":
             # The per-replica sums add up (Keras' "sum"); a global sum is on every replica.
-            return total if context is None else _replicas().scale_to_replicas(total)
+            return total if context is None else _backend.replicas().scale_to_replicas(total)
         # divide_no_nan: an empty batch (an uneven last batch split over replicas) gives 0.
         total = ops.divide_no_nan(total, ops.cast(ops.size(values), self.dtype))
-        return _replicas().scale_to_replicas(total)
+        return _backend.replicas().scale_to_replicas(total)
 
     def get_config(self):
         return {**super().get_config(), "dtype": self.dtype, "global_batch": self.global_batch}

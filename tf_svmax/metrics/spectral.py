@@ -1,10 +1,9 @@
 """Keras metrics that track the mean singular value of the embeddings and its SVMax bounds."""
 
 import keras
-import tensorflow as tf
+from keras import ops as kops
 
-from tf_svmax import checks, ops
-from tf_svmax.ops import replicas
+from tf_svmax import _backend, checks, ops
 
 
 class _RunningBatchMean(keras.metrics.Metric):
@@ -13,7 +12,9 @@ class _RunningBatchMean(keras.metrics.Metric):
 
     Under a `tf.distribute` strategy with more than one replica, ``global_batch=True`` measures
     the global batch (every replica's rows, gathered): the value a single device would log.
-    ``global_batch=False`` measures each replica's rows and averages over the replicas.
+    ``global_batch=False`` measures each replica's rows and averages over the replicas. On JAX,
+    `keras.distribution.DataParallel` shows the metric the global batch already; PyTorch runs
+    on one device.
     """
 
     def __init__(self, name, dtype=None, global_batch=True):
@@ -24,14 +25,15 @@ class _RunningBatchMean(keras.metrics.Metric):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         # A metric only observes; no gradient flows through it.
-        y_pred = tf.cast(tf.stop_gradient(tf.convert_to_tensor(y_pred)), self.dtype)
+        # On JAX without x64, float64 input is computed in float32 and says so once.
+        y_pred = kops.cast(kops.stop_gradient(checks.to_tensor(y_pred, "y_pred")), self.dtype)
         # Under a strategy every replica adds the same global value and count: the sum-on-read
         # total and count are both N times one device's, so their ratio is one device's.
-        _, (y_pred,) = replicas.gather_global_batch(self.global_batch, y_pred)
+        _, (y_pred,) = _backend.replicas().gather_global_batch(self.global_batch, y_pred)
         value = checks.zero_unless_rows(
-            y_pred, lambda: tf.cast(self.batch_value(y_pred), self.dtype)
+            y_pred, lambda: kops.cast(self.batch_value(y_pred), self.dtype)
         )
-        has_rows = tf.cast(tf.shape(y_pred)[0] > 0, self.dtype)
+        has_rows = kops.cast(kops.shape(y_pred)[0] > 0, self.dtype)
         self.total.assign_add(value)
         self.count.assign_add(has_rows)
 
@@ -39,7 +41,7 @@ class _RunningBatchMean(keras.metrics.Metric):
         return {**super().get_config(), "global_batch": self.global_batch}
 
     def result(self):
-        return tf.math.divide_no_nan(self.total, self.count)
+        return kops.divide_no_nan(self.total, self.count)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -61,7 +63,7 @@ class MeanSingularValue(_RunningBatchMean):
         self.method = method
 
     def batch_value(self, y_pred):
-        return ops.mean_singular_value(tf.cast(y_pred, tf.float32), method=self.method)
+        return ops.mean_singular_value(kops.cast(y_pred, "float32"), method=self.method)
 
     def get_config(self):
         return {**super().get_config(), "method": self.method}
@@ -89,8 +91,9 @@ class SingularValueBound(_RunningBatchMean):
 
     def batch_value(self, y_pred):
         y_pred, _ = checks.float_matrix(y_pred, "y_pred")
-        shape = tf.shape(y_pred)
-        lower, upper = ops.svmax_bounds(shape[0], shape[1])
+        # Static ints where known (always on JAX and PyTorch), else TensorFlow's run-time sizes.
+        rows, cols = kops.shape(y_pred)
+        lower, upper = ops.svmax_bounds(rows, cols)
         return lower if self.bound == "lower" else upper
 
     def get_config(self):

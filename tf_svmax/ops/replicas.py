@@ -82,6 +82,17 @@ def replica_row_counts(context, rows):
     return context.all_gather(tf.reshape(tf.cast(rows, tf.int32), [1]), axis=0)
 
 
+def per_row_penalty_factor(context, rows, dtype):
+    """``b_r * N / (b * N_r)`` on replica r (`rows` = b_r its rows, b the global rows, N
+    replicas of which N_r have rows), as a scalar of `dtype`: a global-batch penalty times it,
+    divided by b_r and by N per replica (Keras' activity-regularizer normalization) and summed
+    over the replicas, is the single-device ``penalty / b``. Depends only on shapes, so it
+    carries no gradient."""
+    counts = tf.cast(replica_row_counts(context, rows), dtype)
+    with_rows = tf.reduce_sum(tf.cast(counts > 0, dtype))
+    return tf.cast(rows, dtype) * context.num_replicas_in_sync / (tf.reduce_sum(counts) * with_rows)
+
+
 def own_row_range(context, rows):
     """``(start, count)``: where this replica's `rows` rows sit in the gathered batch."""
     counts = replica_row_counts(context, rows)

@@ -1,9 +1,5 @@
-"""Keras 3 regularizers (label-oblivious penalties on a layer's output)."""
-
-# Not backend-neutral yet: on JAX/PyTorch a one-sentence refusal instead of a failure in fit.
-from tf_svmax import _backend
-
-_backend.require_tensorflow_backend("tf_svmax.regularizers")
+"""Keras 3 regularizers (label-oblivious penalties on a layer's output), on Keras' TensorFlow, JAX
+and PyTorch backends."""
 
 from tf_svmax.regularizers.spectral import SVMaxRegularizer
 

@@ -1,10 +1,9 @@
 """SVMax as a Keras activity regularizer."""
 
 import keras
-import tensorflow as tf
+from keras import ops as kops
 
-from tf_svmax import checks, ops
-from tf_svmax.ops import replicas
+from tf_svmax import _backend, checks, ops
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -47,25 +46,21 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
     def __call__(self, x):
         # Returned in the compute dtype (float32 for float16/bfloat16 activations): Keras adds
         # activity losses to float32 totals and fails on a float16 value under mixed precision.
-        x = tf.convert_to_tensor(x)
-        x = tf.cast(x, checks.compute_dtype(x.dtype))
-        local_x = x
+        # On JAX without x64, float64 input is computed in float32 and says so once.
+        x = checks.to_tensor(x, "x")
+        x = kops.cast(x, checks.compute_dtype(x.dtype))
+        local_rows = kops.shape(x)[0]
+        # A tf.distribute gather on TensorFlow; on JAX (DataParallel shows the global batch)
+        # and PyTorch (one device) there is no replica context.
+        replicas = _backend.replicas()
         context, (x,) = replicas.gather_global_batch(self.global_batch, x)
         value = checks.zero_unless_rows(
             x, lambda: self.lambda_ * ops.svmax(x, bounded=self.bounded, method=self.method)
         )
         if context is None:
             return value
-        # Undo Keras' per-replica normalization (see the class docstring); the factor depends
-        # only on shapes, so it carries no gradient.
-        counts = tf.cast(replicas.replica_row_counts(context, tf.shape(local_x)[0]), x.dtype)
-        with_rows = tf.reduce_sum(tf.cast(counts > 0, x.dtype))
-        factor = (
-            tf.cast(tf.shape(local_x)[0], x.dtype)
-            * context.num_replicas_in_sync
-            / (tf.reduce_sum(counts) * with_rows)
-        )
-        return value * factor
+        # Undo Keras' per-replica normalization (see the class docstring).
+        return value * replicas.per_row_penalty_factor(context, local_rows, x.dtype)
 
     def get_config(self):
         return {
