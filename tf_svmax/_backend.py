@@ -127,8 +127,8 @@ def matmul(a, b, *, transpose_a=False, transpose_b=False):
     return a @ b
 
 
-# Off TensorFlow there is no replica context: a loss, regularizer or metric sees the batch it is given
-# (under JAX's `keras.distribution.DataParallel` that is already the global batch, sharded by
+# Off TensorFlow there is no replica context: a loss, regularizer or metric sees the batch it is
+# given (under JAX's `keras.distribution.DataParallel` that is already the global batch, sharded by
 # XLA), and Keras scales by 1/replicas only under `tf.distribute`.
 ONE_REPLICA = types.SimpleNamespace(
     gather_global_batch=lambda enabled, *values: (None, values),
