@@ -61,8 +61,10 @@ def test_a_tensorflow_backend_package_refuses_in_one_sentence(backend):
     assert done.returncode == 0, done.stderr[-2000:]
     expected = [
         f"tf_svmax.{name} runs on Keras' TensorFlow backend only; this process uses "
-        f"KERAS_BACKEND='{backend}'. On {backend} use the backend-neutral tf_svmax.ops, or set "
-        "KERAS_BACKEND=tensorflow before Keras is imported (see the Backends page of the docs)."
+        f"KERAS_BACKEND='{backend}'. On {backend} use the backend-neutral tf_svmax.ops, "
+        "tf_svmax.checks, tf_svmax.regularizers, and the losses and spectral metrics that the "
+        "Backends page lists, or set KERAS_BACKEND=tensorflow before Keras is imported (see the "
+        "Backends page of the docs)."
         for name in PACKAGES
         for _ in range(2)
     ]

@@ -17,8 +17,11 @@ import keras
 from keras import ops
 
 BACKEND = keras.backend.backend()
-# The backend-neutral modules today; docs/guide/backends.md has the table.
-NEUTRAL = ("tf_svmax.ops",)
+# What runs on every backend today, as the refusal names it; docs/guide/backends.md has the table.
+NEUTRAL = (
+    "tf_svmax.ops, tf_svmax.checks, tf_svmax.regularizers, and the losses and spectral metrics "
+    "that the Backends page lists"
+)
 INSTALL = "pip install 'tf_svmax[cpu]' (or 'tf_svmax[gpu]', or your own tensorflow>=2.16)"
 
 
@@ -52,7 +55,7 @@ def tensorflow_backend_only(module):
     return ImportError(
         f"{module} runs on Keras' TensorFlow backend only; this process uses "
         f"KERAS_BACKEND={BACKEND!r}. On {BACKEND} use the backend-neutral "
-        f"{', '.join(NEUTRAL)}, or set KERAS_BACKEND=tensorflow before Keras is imported "
+        f"{NEUTRAL}, or set KERAS_BACKEND=tensorflow before Keras is imported "
         "(see the Backends page of the docs)."
     )
 
