@@ -63,9 +63,21 @@ METHODS = {
     "spread_out": (("Spread-out", "spread_out", None),),
     "svmax": (("SVMax", "svmax", None),),
 }
-TRIPLET_SVMAX = (("SVMax λ = 1", "svmax", 1.0), ("SVMax λ = 0.1", "svmax", 0.1))
 # Table 1's losses: the trainer's that the paper's table has (`retrieval.RankingLoss.in_table1`).
 TABLE_LOSSES = tuple(loss.name for loss in retrieval.RANKING_LOSSES if loss.in_table1)
+# The losses with one SVMax row per lambda of the paper (`RankingLoss.table1_svmax_lambdas`).
+SVMAX_LAMBDA_ROWS = {
+    loss.name: tuple((f"SVMax λ = {lam:g}", "svmax", lam) for lam in loss.table1_svmax_lambdas)
+    for loss in retrieval.RANKING_LOSSES
+    if loss.in_table1 and loss.table1_svmax_lambdas
+}
+
+
+def svmax_row(loss):
+    """The SVMax row a figure shows for `loss`: the paper's lambda where Table 1 has several."""
+    if loss in SVMAX_LAMBDA_ROWS:
+        return f"SVMax λ = {retrieval.RANKING[loss].svmax_lambda:g}"
+    return "SVMax"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +116,8 @@ TRAINER_FLAGS = dict(
 def rows_for(loss, methods):
     rows = []
     for method in methods:
-        if method == "svmax" and loss.startswith("triplet"):
-            rows += TRIPLET_SVMAX
+        if method == "svmax" and loss in SVMAX_LAMBDA_ROWS:
+            rows += SVMAX_LAMBDA_ROWS[loss]
         else:
             rows += METHODS[method]
     return rows
@@ -279,7 +291,7 @@ def plot(results, losses, methods, learning_rates, path, title):
             r1 = []
             for loss in losses:
                 # Triplet: the SVMax row with the paper's lambda (0.1).
-                row = "SVMax λ = 0.1" if label == "SVMax" and loss.startswith("triplet") else label
+                row = svmax_row(loss) if label == "SVMax" else label
                 finals = _finals(results[(loss, row, lr)])
                 r1.append([100 * e["recall_at_1"] for e in finals] if finals else [])
             means, stds = error_bars(r1)
@@ -290,7 +302,7 @@ def plot(results, losses, methods, learning_rates, path, title):
         if untrained:
             ax.axhline(np.mean(untrained), color="k", ls="--", lw=1, label="untrained network")
         names = [
-            f"{loss}\n(SVMax λ = 0.1)" if loss.startswith("triplet") else loss for loss in losses
+            f"{loss}\n({svmax_row(loss)})" if loss in SVMAX_LAMBDA_ROWS else loss for loss in losses
         ]
         ax.set_xticks(np.arange(len(losses)), names, rotation=15, fontsize=8)
         ax.set_title(f"lr = {lr:g}")
@@ -347,7 +359,7 @@ def plot_s_mu(results, losses, methods, learning_rates, bounds, path, title):
                 ax.set_xlabel("step")
             if col == 0:
                 ax.set_ylabel("training-batch s_μ")
-            if row == 0 and col == 0 or loss.startswith("triplet") and row == 0:
+            if row == 0 and col == 0 or loss in SVMAX_LAMBDA_ROWS and row == 0:
                 ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.95))

@@ -52,6 +52,10 @@ def test_the_tables_of_losses_are_read_from_the_records():
     in_table1 = {x.name for x in retrieval.RANKING_LOSSES if x.in_table1}
     paper = {"contrastive", "triplet_hard", "triplet_semihard", "npair", "angular", "lifted"}
     assert paper <= in_table1 and not in_table1 & {"contrastive_pairs", "proxy_anchor"}
+    # SVMax Table 1 reports the triplet losses with lambda 1 and 0.1, the others with one.
+    several = {x.name: x.table1_svmax_lambdas for x in retrieval.RANKING_LOSSES}
+    assert {name for name in paper if several[name]} == {"triplet_hard", "triplet_semihard"}
+    assert several["triplet_hard"] == several["triplet_semihard"] == (1.0, 0.1)
 
 
 def test_a_record_with_a_margin_names_the_argument_it_sets():

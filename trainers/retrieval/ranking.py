@@ -33,6 +33,9 @@ class RankingLoss:
       on_proxies: the loss scores the embeddings against one learnable proxy per training class
         (a `CosineProxies` head) instead of against each other.
       in_table1: the loss is one of SVMax Table 1's (`trainers.reproduce_table1`).
+      table1_svmax_lambdas: Table 1's SVMax rows for this loss when the paper gives it more
+        than one lambda (the triplet losses: 1 and 0.1); empty: one SVMax row at the loss's
+        lambda.
       help: what --loss's help says of it (empty: nothing).
       margin_help: what its margin is, where that needs saying (empty: nothing).
     """
@@ -51,6 +54,7 @@ class RankingLoss:
     cross_batch_memory: bool = False
     on_proxies: bool = False
     in_table1: bool = False
+    table1_svmax_lambdas: tuple[float, ...] = ()
     help: str = ""
     margin_help: str = ""
 
@@ -91,6 +95,7 @@ RANKING_LOSSES = (
         margin_argument="margin",
         cross_batch_memory=True,
         in_table1=True,
+        table1_svmax_lambdas=(1.0, 0.1),
     ),
     RankingLoss(
         "triplet_semihard",
@@ -103,6 +108,7 @@ RANKING_LOSSES = (
         margin_argument="margin",
         cross_batch_memory=True,
         in_table1=True,
+        table1_svmax_lambdas=(1.0, 0.1),
     ),
     RankingLoss(
         "npair",
