@@ -6,6 +6,12 @@ Every helper takes and returns NumPy arrays, so a test's reference side (NumPy/S
 touches a backend tensor.
 """
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -96,3 +102,25 @@ def graph(fn):
 
         return tf.function(fn)
     return compiled(fn)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(script, *args, backend, cwd):
+    """Runs ``python -c script *args`` in a fresh process on Keras backend `backend` (the
+    backend is fixed at Keras' first import, so another backend needs another process), with
+    this checkout on the path; fails the test with the script's stderr if it fails, and returns
+    the JSON object its last line of output printed."""
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    done = subprocess.run(
+        [sys.executable, "-c", script, *(str(arg) for arg in args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=cwd,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

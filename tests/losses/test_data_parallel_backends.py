@@ -5,12 +5,6 @@ works on the global array (XLA inserts the collectives), so a loss over pairs of
 that cross the shards, with no gather of ours. The devices exist only in a fresh process
 (``XLA_FLAGS`` is read when JAX starts), so the steps run in a subprocess."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -18,7 +12,6 @@ from tests import backends
 from tests import reference_spectral as ref
 from tests.losses.test_tfa_functions_backends import ref_semihard
 
-ROOT = Path(__file__).resolve().parents[2]
 B, DIM, OUT, LAMBDA, LR = 16, 6, 4, 0.1, 0.5
 
 # One SGD step of `semihard + LAMBDA * svmax` on `x @ W`, under DataParallel over 4 host CPU
@@ -66,17 +59,9 @@ def test_semihard_and_svmax_step_on_4_devices_equals_one_device_and_numpy(rng, t
     labels = rng.permutation(np.repeat(np.arange(4), 4)).astype(np.int32)
     w0 = (rng.standard_normal((DIM, OUT)) * 0.5).astype(np.float32)
     np.savez(tmp_path / "data.npz", x=x, labels=labels, w0=w0, lam=LAMBDA, lr=LR)
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", DATA_PARALLEL, str(tmp_path / "data.npz")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
+    (loss_1, kernel_1), (loss_4, kernel_4) = backends.run_script(
+        DATA_PARALLEL, tmp_path / "data.npz", backend="jax", cwd=tmp_path
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (loss_1, kernel_1), (loss_4, kernel_4) = json.loads(done.stdout.strip().splitlines()[-1])
     # The 4-device step is the one-device step.
     assert loss_4 == pytest.approx(loss_1, rel=1e-6)
     np.testing.assert_allclose(kernel_4, kernel_1, rtol=1e-6, atol=1e-7)

@@ -14,11 +14,7 @@ Runs once per backend (tests/conftest.py ALL_BACKENDS)."""
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -38,7 +34,6 @@ from tests.losses.test_tfa_functions_backends import (
 )
 
 RTOL = backends.RTOL32
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _distinct(n, classes, seed):
@@ -308,18 +303,7 @@ def test_a_keras_file_saved_here_loads_and_predicts_the_same_on_the_other_backen
     others = _other_backends()
     assert others, "no other Keras backend is installed"
     for backend in others:
-        env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        run = subprocess.run(
-            [sys.executable, "-c", LOAD_SCRIPT, str(path), str(x_path)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            cwd=ROOT,
-        )
-        assert run.returncode == 0, run.stderr[-3000:]
-        got = json.loads(run.stdout.strip().splitlines()[-1])
+        got = backends.run_script(LOAD_SCRIPT, path, x_path, backend=backend, cwd=backends.ROOT)
         assert got["backend"] == backend
         assert got["loss"] == type(model.loss).__name__
         assert got["config"] == config

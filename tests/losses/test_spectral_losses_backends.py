@@ -4,11 +4,7 @@ step of `fit` (eager and compiled), and a `.keras` file saved on one backend and
 other two (each in its own process, as Keras fixes its backend at import)."""
 
 import json
-import os
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -19,7 +15,6 @@ from tests import backends
 from tests import reference_spectral as ref
 from tf_svmax.losses import OLELoss, RegularizedLoss, SVMaxLoss
 
-ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ("tensorflow", "jax", "torch")
 # float32 against float64 references, relative to the largest reference entry.
 RTOL = 1e-5
@@ -245,17 +240,9 @@ def test_a_keras_file_loads_and_evaluates_the_same_on_the_other_backends(rng, tm
     for backend in BACKENDS:
         if backend == backends.BACKEND:
             continue
-        env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
-        done = subprocess.run(
-            [sys.executable, "-c", LOAD, str(path), str(tmp_path / "data.npz")],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            cwd=tmp_path,
+        other = backends.run_script(
+            LOAD, path, tmp_path / "data.npz", backend=backend, cwd=tmp_path
         )
-        assert done.returncode == 0, done.stderr[-3000:]
-        other = json.loads(done.stdout.strip().splitlines()[-1])
         assert other["config"] == config, backend
         np.testing.assert_allclose(other["predict"], predicted, atol=1e-6, err_msg=backend)
         np.testing.assert_allclose(other["loss"], loss, rtol=1e-5, err_msg=backend)
@@ -294,16 +281,8 @@ print(json.dumps([step(devices[:1]), step(devices)]))
 def test_jax_data_parallel_step_equals_one_device_step(tmp_path):
     """DataParallel shards the batch but the loss sees the global batch (no gather needed):
     SVMax, not a mean of per-row terms, gives the single-device loss and step on 4 devices."""
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", DATA_PARALLEL],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
+    (loss_1, kernel_1), (loss_4, kernel_4) = backends.run_script(
+        DATA_PARALLEL, backend="jax", cwd=tmp_path
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (loss_1, kernel_1), (loss_4, kernel_4) = json.loads(done.stdout.strip().splitlines()[-1])
     assert loss_4 == pytest.approx(loss_1, rel=1e-6)
     np.testing.assert_allclose(kernel_4, kernel_1, rtol=1e-6, atol=1e-7)

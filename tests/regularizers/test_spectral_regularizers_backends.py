@@ -5,10 +5,6 @@ regularizer (eager and compiled), and a `.keras` file with the regularizer and t
 metrics saved on one backend and loaded on the other two (each in its own process)."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -19,7 +15,6 @@ from tests import reference_spectral as ref
 from tf_svmax.metrics import svmax_metrics
 from tf_svmax.regularizers import SVMaxRegularizer
 
-ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ("tensorflow", "jax", "torch")
 RTOL = backends.RTOL32
 
@@ -232,17 +227,9 @@ def test_a_keras_file_loads_and_evaluates_the_same_on_the_other_backends(rng, tm
     for backend in BACKENDS:
         if backend == backends.BACKEND:
             continue
-        env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
-        done = subprocess.run(
-            [sys.executable, "-c", LOAD, str(path), str(tmp_path / "data.npz")],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-            cwd=tmp_path,
+        other = backends.run_script(
+            LOAD, path, tmp_path / "data.npz", backend=backend, cwd=tmp_path
         )
-        assert done.returncode == 0, done.stderr[-3000:]
-        other = json.loads(done.stdout.strip().splitlines()[-1])
         assert other["regularizer"] == config, backend
         np.testing.assert_allclose(other["predict"], predicted, atol=1e-6, err_msg=backend)
         assert set(other["evaluate"]) == set(evaluated), backend
@@ -298,17 +285,9 @@ def test_jax_data_parallel_step_equals_one_device_and_numpy(rng, tmp_path):
     t = rng.standard_normal((b, 8)).astype(np.float32)
     w0 = (rng.standard_normal((12, 8)) * 0.3).astype(np.float32)
     np.savez(tmp_path / "data.npz", x=x, t=t, w0=w0, lam=lam, lr=lr)
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", DATA_PARALLEL, str(tmp_path / "data.npz")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
+    (logs_1, kernel_1), (logs_4, kernel_4) = backends.run_script(
+        DATA_PARALLEL, tmp_path / "data.npz", backend="jax", cwd=tmp_path
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (logs_1, kernel_1), (logs_4, kernel_4) = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(logs_4) == set(logs_1)
     for name, value in logs_1.items():
         assert logs_4[name] == pytest.approx(value, rel=1e-6), name
