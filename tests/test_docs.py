@@ -1,7 +1,8 @@
 """The Python examples of the README and of every documentation page run as written, each on its
 own in a fresh process, and print what they show (a value stated in a comment beside a `print`
 is the value it prints); the README stays a short landing page whose links resolve, and the
-README, getting-started and guide pages keep their paragraphs short enough to skim."""
+README, getting-started and guide pages keep their paragraphs short enough to skim. On JAX and
+PyTorch the same examples run in tests/test_docs_backends.py."""
 
 import ast
 import io
@@ -149,19 +150,6 @@ def test_each_python_example_runs_alone_and_prints_what_it_says(block, tmp_path)
     done = run(block, cwd=tmp_path)  # a user's own folder, not the checkout
     assert done.returncode == 0, f"{EXAMPLES[block]}:\n{block}\n{done.stderr[-2000:]}"
     check_printed(block, done.stdout)
-
-
-BACKENDS_PAGE = ROOT / "docs" / "guide" / "backends.md"
-
-
-@pytest.mark.parametrize("backend", ["jax", "torch"])
-@pytest.mark.parametrize("index", range(len(python_blocks(BACKENDS_PAGE))))
-def test_the_backends_page_examples_run_on_jax_and_torch(backend, index, tmp_path):
-    block = python_blocks(BACKENDS_PAGE)[index]
-    done = run(block, cwd=tmp_path, env={"KERAS_BACKEND": backend})
-    assert done.returncode == 0, f"{backend}:\n{block}\n{done.stderr[-2000:]}"
-    check_printed(block, done.stdout)
-    assert backend in done.stdout or "keras.backend.backend()" not in block
 
 
 def test_expected_output_comments_are_parsed_with_their_tolerance():

@@ -1,0 +1,56 @@
+"""The README's and the documentation's Python examples on Keras' JAX and PyTorch backends: each
+runs as written in a fresh process of this backend and prints what its comments say, the same
+check as tests/test_docs.py makes on TensorFlow. An example that is TensorFlow by nature says so
+on its first line (``# TensorFlow backend only: <why>``, which a reader sees too); it must then
+fail here, so that the line never outlives the reason.
+
+Runs in the JAX and PyTorch processes (tests/conftest.py ALL_BACKENDS); on TensorFlow,
+tests/test_docs.py runs every example."""
+
+import pytest
+
+from tests import backends
+from tests.test_docs import BLOCKS, EXAMPLES, check_printed, run
+
+TENSORFLOW_ONLY = "# TensorFlow backend only: "
+
+pytestmark = pytest.mark.skipif(
+    backends.BACKEND == "tensorflow", reason="tests/test_docs.py runs every example on TensorFlow"
+)
+
+
+def tensorflow_only(block):
+    first = block.splitlines()[0]
+    return first.startswith(TENSORFLOW_ONLY) and len(first) > len(TENSORFLOW_ONLY) + 10
+
+
+NEUTRAL = [b for b in BLOCKS if not tensorflow_only(b)]
+ONLY_TENSORFLOW = [b for b in BLOCKS if tensorflow_only(b)]
+
+
+@pytest.mark.parametrize("block", NEUTRAL, ids=[EXAMPLES[b] for b in NEUTRAL])
+def test_each_example_runs_on_this_backend_and_prints_what_it_says(block, tmp_path):
+    done = run(block, cwd=tmp_path)  # KERAS_BACKEND is this process's
+    assert done.returncode == 0, (
+        f"{EXAMPLES[block]} on {backends.BACKEND}:\n{block}\n{done.stderr[-2000:]}\n"
+        f"(an example that is TensorFlow by nature starts with {TENSORFLOW_ONLY!r} and why)"
+    )
+    check_printed(block, done.stdout)
+    assert backends.BACKEND in done.stdout or "keras.backend.backend()" not in block
+
+
+@pytest.mark.parametrize("block", ONLY_TENSORFLOW, ids=[EXAMPLES[b] for b in ONLY_TENSORFLOW])
+def test_an_example_marked_tensorflow_only_does_not_run_here(block, tmp_path):
+    done = run(block, cwd=tmp_path)
+    assert done.returncode != 0, (
+        f"{EXAMPLES[block]} runs on {backends.BACKEND}: remove its first line "
+        f"({block.splitlines()[0]!r})"
+    )
+
+
+def test_the_marker_is_recognized_only_with_a_reason():
+    assert tensorflow_only("# TensorFlow backend only: tf.GradientTape takes the gradient.\nx")
+    assert not tensorflow_only("# TensorFlow backend only: \nimport tensorflow")
+    assert not tensorflow_only("import tensorflow\n# TensorFlow backend only: the tape below.")
+    # The examples of the README and the guide that run everywhere are most of them.
+    assert len(NEUTRAL) > 2 * len(ONLY_TENSORFLOW)
