@@ -1,6 +1,8 @@
 """The retrieval experiment's configuration: its flags (`RetrievalConfig`) and `resolve`, which
 checks a config and fills in every default (per loss from its record in
-`trainers.retrieval.ranking`).
+`trainers.retrieval.ranking`): a run takes it in two steps, `resolve_before_data` (every field
+but --batch_p, every refusal that needs no data) and, once its split is read,
+`with_training_classes` (P against the training classes).
 
 SVMax paper Sec. 4.1 (dissertation Sec. 3.4.1): an embedding network trained on P x K batches
 with a ranking loss and optionally a regularizer, SGD with momentum 0.9, the learning rate fixed
