@@ -114,6 +114,33 @@ def test_refused_combinations(kwargs, message):
         retrieval.resolve(config, num_train_classes=5)
 
 
+@pytest.mark.parametrize(
+    "kwargs, classes, message",
+    [
+        (dict(batch_p=8), 5, r"--batch_p=8 exceeds the 5 training classes of --dataset=digits"),
+        # The paper's P = 24 passes XML's halves; capped at 5 classes it no longer does.
+        (
+            dict(loss="triplet_hard", xml_lambda=0.01),
+            5,
+            r"--batch_p must be a multiple of 2 and >= 4; received 5",
+        ),
+        (dict(), 1, r"Expected an int >= 2 \(negatives need 2 of the 1 training classes\)"),
+    ],
+)
+def test_only_p_against_the_training_classes_waits_for_the_data(kwargs, classes, message):
+    """What a run refuses after reading its split's labels: --batch_p against the training
+    classes. Everything else is refused before any data (`resolve_before_data`, which leaves P
+    as the flag gives it), and P is settled once the classes are known."""
+    config = retrieval.RetrievalConfig(output_dir="x", dataset="digits", **kwargs)
+    before_data = retrieval.resolve_before_data(config)
+    assert before_data.batch_p == config.batch_p  # unset stays unset: the classes decide it
+    assert (before_data.train_steps, before_data.eval_every) == (2000, 500)  # the rest is resolved
+    with pytest.raises(retrieval.ConfigError, match=message):
+        retrieval.with_training_classes(before_data, num_train_classes=classes)
+    with pytest.raises(retrieval.ConfigError, match=message):
+        retrieval.resolve(config, num_train_classes=classes)  # the same two steps in a row
+
+
 def test_digits_smoke_results_schema_and_outputs(tmp_path):
     results = retrieval.train_retrieval(_config(tmp_path))
     run = tmp_path / "run"

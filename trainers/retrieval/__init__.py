@@ -1,7 +1,8 @@
 """The retrieval experiment behind `trainers/train_retrieval.py`, callable without flags.
 
 - `ranking`: the ranking losses, one `RankingLoss` record each (class, the papers' settings);
-- `config`: `RetrievalConfig` (the flags), `check` and `resolve`;
+- `config`: `RetrievalConfig` (the flags), `resolve` (or apart, as a run takes it:
+  `resolve_before_data`, then `with_training_classes` once the split is read) and `check`;
 - `inputs`: the split and what the P x K sampler draws from;
 - `model`: the training model, the loss and the optimizer;
 - `train`: `train_retrieval` (config → data → model → loss → the harness's loop);
@@ -21,6 +22,8 @@ from trainers.retrieval.config import (
     RetrievalConfig,
     check,
     resolve,
+    resolve_before_data,
+    with_training_classes,
 )
 from trainers.retrieval.inputs import load_split, read_split, train_features, with_loaders
 from trainers.retrieval.model import (
@@ -54,9 +57,11 @@ __all__ = [
     "plot_run",
     "read_split",
     "resolve",
+    "resolve_before_data",
     "run_title",
     "setup",
     "train_features",
     "train_retrieval",
     "with_loaders",
+    "with_training_classes",
 ]

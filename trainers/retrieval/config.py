@@ -1,6 +1,8 @@
 """The retrieval experiment's configuration: its flags (`RetrievalConfig`) and `resolve`, which
 checks a config and fills in every default (per loss from its record in
-`trainers.retrieval.ranking`).
+`trainers.retrieval.ranking`): a run takes it in two steps, `resolve_before_data` (every field
+but --batch_p, every refusal that needs no data) and, once its split is read,
+`with_training_classes` (P against the training classes).
 
 SVMax paper Sec. 4.1 (dissertation Sec. 3.4.1): an embedding network trained on P x K batches
 with a ranking loss and optionally a regularizer, SGD with momentum 0.9, the learning rate fixed
@@ -227,11 +229,10 @@ class RetrievalConfig(ImageDataConfig):
 
 
 def check(config):
-    """Raises ConfigError (naming the flags) for whatever `resolve` refuses without the data:
-    every flag and combination but --batch_p against the training classes. Reads no data: a
-    run calls it first, then reads its split and resolves the config once with the split's
-    class count (`trainers.retrieval.train.setup`)."""
-    _resolved_fields(config, None)
+    """Raises ConfigError (naming the flags) for whatever a run refuses before reading any data
+    (`resolve_before_data`'s refusals): every flag and combination but --batch_p against the
+    training classes."""
+    resolve_before_data(config)
 
 
 def resolve(config, num_train_classes=None):
@@ -239,13 +240,18 @@ def resolve(config, num_train_classes=None):
 
     With `num_train_classes` (the training split's), an unset --batch_p is the paper's P capped
     at it (even for the contrastive loss) and a larger --batch_p is refused; without it, the
-    paper's P is kept (a grid checked before any data is read).
+    paper's P is kept (a grid checked before any data is read). A run takes the same two steps
+    apart, with its split read between them (`trainers.retrieval.train.setup`).
     """
-    return dataclasses.replace(config, **_resolved_fields(config, num_train_classes))
+    return with_training_classes(resolve_before_data(config), num_train_classes)
 
 
-def _resolved_fields(c, num_train_classes):
-    """The fields `resolve` fills in, after every check."""
+def resolve_before_data(config):
+    """The config with every field resolved but --batch_p, after every check that needs no
+    data; raises ConfigError naming flags. --batch_p stays as given (None: unset), the one field
+    the training classes decide: `with_training_classes` settles it. P-dependent checks (the
+    loss's pairs, XML's halves, the memory's size) take the flag's P, else the paper's."""
+    c = config
     check_fields_and_data(c, EMBEDDED)
     check_strategy_combinations(c)
     if c.decoded_cache and c.dataset in EMBEDDED:
@@ -253,15 +259,15 @@ def _resolved_fields(c, num_train_classes):
             f"--decoded_cache caches decoded image files; --dataset={c.dataset} is already in "
             f"memory."
         )
-    batch_p, batch_k = _batch_shape(c, num_train_classes)
+    batch_p, batch_k = _batch_shape(c)
     cadence = resolve_cadence(c, DEFAULT_STEPS[c.dataset])
     _check_xml(c, batch_p)
     _check_xbm(c, batch_p * batch_k)
-    return dict(
+    return dataclasses.replace(
+        c,
         xml_prototypes=(64 if c.xml_prototypes is None else c.xml_prototypes)
         if c.xml_lambda
         else None,
-        batch_p=batch_p,
         batch_k=batch_k,
         **cadence,
         svmax_lambda=RANKING[c.loss].svmax_lambda if c.svmax_lambda is None else c.svmax_lambda,
@@ -271,17 +277,42 @@ def _resolved_fields(c, num_train_classes):
     )
 
 
-def _batch_shape(c, num_train_classes):
-    """``(P, K)``: the flags', else the paper's for the loss (P capped at the training classes
-    when known), checked against the loss and the classes."""
+def with_training_classes(config, num_train_classes):
+    """A `resolve_before_data` config with --batch_p settled: the flag's, refused above
+    `num_train_classes` (the training split's); unset, the paper's P capped at them (even for
+    a loss that pairs classes) and checked again where the cap changed it (at least 2 classes,
+    XML's halves). `num_train_classes` None (no data read: a grid's plan) keeps the paper's P."""
+    c = config
     loss = RANKING[c.loss]
-    paper_p, paper_k = loss.batch_p, loss.batch_k
-    batch_k = paper_k if c.batch_k is None else c.batch_k
-    batch_p = paper_p if c.batch_p is None else c.batch_p
-    if c.batch_p is None and num_train_classes is not None and batch_p > num_train_classes:
-        batch_p = num_train_classes  # e.g. digits: 5 training classes
-        if loss.pairs_classes:
-            batch_p -= batch_p % 2
+    batch_p = loss.batch_p if c.batch_p is None else c.batch_p
+    if num_train_classes is None or batch_p <= num_train_classes:
+        return dataclasses.replace(c, batch_p=batch_p)
+    if c.batch_p is not None:
+        raise ConfigError(
+            f"--batch_p={batch_p} exceeds the {num_train_classes} training classes of "
+            f"--dataset={c.dataset}."
+        )
+    batch_p = num_train_classes  # e.g. digits: 5 training classes
+    if loss.pairs_classes:
+        batch_p -= batch_p % 2
+    if batch_p < 2:  # P capped at too few training classes (the flag itself is checked)
+        raise ConfigError(
+            checks.invalid(
+                "--batch_p",
+                f"an int >= 2 (negatives need 2 of the {num_train_classes} training classes)",
+                batch_p,
+            )
+        )
+    _check_xml(c, batch_p)
+    return dataclasses.replace(c, batch_p=batch_p)
+
+
+def _batch_shape(c):
+    """``(P, K)``: the flags', else the paper's for the loss, checked against the loss (the
+    training classes are `with_training_classes`')."""
+    loss = RANKING[c.loss]
+    batch_k = loss.batch_k if c.batch_k is None else c.batch_k
+    batch_p = loss.batch_p if c.batch_p is None else c.batch_p
     if loss.required_k is not None and batch_k != loss.required_k:
         raise ConfigError(
             f"--loss={c.loss} pairs the rows of each class as the original does and needs "
@@ -291,19 +322,6 @@ def _batch_shape(c, num_train_classes):
         raise ConfigError(
             f"--loss={c.loss} pairs the classes two by two as the original does and needs "
             f"an even --batch_p; received --batch_p={batch_p}."
-        )
-    if batch_p < 2:  # P capped at too few training classes (the flag itself is checked)
-        raise ConfigError(
-            checks.invalid(
-                "--batch_p",
-                f"an int >= 2 (negatives need 2 of the {num_train_classes} training classes)",
-                batch_p,
-            )
-        )
-    if num_train_classes is not None and batch_p > num_train_classes:
-        raise ConfigError(
-            f"--batch_p={batch_p} exceeds the {num_train_classes} training classes of "
-            f"--dataset={c.dataset}."
         )
     return batch_p, batch_k
 

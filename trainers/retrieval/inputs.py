@@ -14,7 +14,8 @@ from trainers.retrieval.config import EMBEDDED
 def read_split(config):
     """``(train, test)``, each ``(images, labels)`` of an embedded set or ``(paths, labels)`` of
     a file dataset. Reads only --dataset and --data_dir, which resolving leaves as they are, so
-    a run can read its split before its config is resolved with the class count."""
+    a run reads its split before its P is settled with the split's training classes
+    (`trainers.retrieval.config.with_training_classes`)."""
     if config.dataset in EMBEDDED:
         split = EMBEDDED[config.dataset]()
     else:

@@ -14,8 +14,12 @@ from trainers.harness import image_data
 from trainers.harness.distribute import local_copy
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.run_dir import layout
-from trainers.retrieval.config import RetrievalConfig, check, resolve
-from trainers.retrieval.inputs import read_split, train_features, with_loaders
+from trainers.retrieval.config import (
+    RetrievalConfig,
+    resolve_before_data,
+    with_training_classes,
+)
+from trainers.retrieval.inputs import load_split, train_features
 from trainers.retrieval.model import (
     build_loss,
     build_optimizer,
@@ -47,15 +51,15 @@ def train_retrieval(config, *, callbacks=()):
 
 
 def setup(config):
-    """``(config, (train, test, input_shape, loaders), embedding_model, strategy)``: the flags
-    checked before any data is read, then the strategy and the seed (`image_data.start`), the
-    split, the config resolved once with its training-class count, and the embedding model —
-    in that order, so the same config always gives the same initial weights."""
-    check(config)  # refuse bad flags before reading any data
+    """``(config, (train, test, input_shape, loaders), embedding_model, strategy)``, in the order
+    a run takes them: the config resolved but for P before any data is read (bad flags refused
+    first), the strategy and the seed (`image_data.start`), the split, P settled with its
+    training classes (the one fact of the data the config needs), and the embedding model — so
+    the same config always gives the same initial weights."""
+    config = resolve_before_data(config)
     strategy = image_data.start(config)
-    train, test = read_split(config)
-    config = resolve(config, num_train_classes=len(np.unique(train[1])))
-    split = with_loaders(config, train, test)
+    split = load_split(config)  # its loaders at the --input_size resolved before the data
+    config = with_training_classes(config, num_train_classes=len(np.unique(split[0][1])))
     with image_data.model_scope(strategy, config):
         embedding_model = models.build_embedding_model(
             config.backbone,
@@ -67,8 +71,11 @@ def setup(config):
 
 
 def _job(config, split, embedding_model, callbacks, evaluated):
-    """The run's `Job`; `evaluated` is ``(model, refresh)`` of `local_copy`."""
+    """The run's `Job`, top to bottom: what the P x K sampler draws from, the training model
+    with its loss and optimizer, then what the loop calls (the batches, the evaluation);
+    `evaluated` is ``(model, refresh)`` of `local_copy`."""
     train, test, input_shape, loaders = split
+    features, map_fn = train_features(config, train[0], input_shape, loaders)
     train_classes, train_labels = np.unique(train[1], return_inverse=True)
     memory = (
         losses.CrossBatchMemoryBank(config.xbm_size, name="xbm_memory") if config.xbm_size else None
@@ -84,7 +91,6 @@ def _job(config, split, embedding_model, callbacks, evaluated):
     )
     batch = config.batch_p * config.batch_k
     bounds = ops.svmax_bounds(batch, config.embedding_dim)
-    features, map_fn = train_features(config, train[0], input_shape, loaders)
     # Proxy-Anchor indexes one proxy per class: labels become 0 .. C-1 (order kept, so the
     # batches are those of the original labels).
     labels = train_labels if head == "proxies" else train[1]
@@ -99,6 +105,7 @@ def _job(config, split, embedding_model, callbacks, evaluated):
             outputs=("embedding", head) if head else None,
         )
 
+    description = _description(config)
     evaluator = _evaluator(
         config, test, input_shape, loaders, layout(config.output_dir)["tensorboard"]
     )
@@ -125,7 +132,7 @@ def _job(config, split, embedding_model, callbacks, evaluated):
         header={
             "train_batch_bounds": {"batch_size": batch, "lower": bounds[0], "upper": bounds[1]}
         },
-        description=_description(config),
+        description=description,
         callbacks=callbacks,
         diagnose=image_file_diagnosis(train[0], test[0]) if loaders else None,
     )
