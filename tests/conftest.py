@@ -20,6 +20,7 @@ ALL_BACKENDS = (
     "losses/test_common.py",
     "losses/test_data_parallel_backends.py",
     "losses/test_loss_classes_backends.py",
+    "losses/test_lorac_backends.py",
     "losses/test_paper_functions_backends.py",
     "losses/test_spectral_losses_backends.py",
     "losses/test_tfa_functions_backends.py",

@@ -4,10 +4,11 @@ tensorflow-addons metric-learning losses (same names, signatures, values and gra
 On Keras' JAX and PyTorch backends the package imports without TensorFlow, with every stateless
 loss class and function on `keras.ops`: SVMax, OLE, `RegularizedLoss`, `FunctionLoss`, the
 tensorflow-addons losses, batch-hard, all-pairs contrastive, Proxy-Anchor, the P x K pair losses,
-and the spread-out functions. `SpreadOutLoss` draws fresh negatives from a seed state, which a JAX
-train step does not carry out of the step: it runs on TensorFlow and PyTorch and refuses to be
-constructed on JAX. LORAC, XML, the center loss and the cross-batch memory are TensorFlow-only for
-now: off TensorFlow each of those names refuses in one sentence (`tf_svmax._backend`).
+the spread-out functions, and LORAC. `SpreadOutLoss` draws fresh negatives from a seed state,
+which a JAX train step does not carry out of the step: it runs on TensorFlow and PyTorch and
+refuses to be constructed on JAX. XML, the center loss and the cross-batch memory are
+TensorFlow-only for now: off TensorFlow each of those names refuses in one sentence
+(`tf_svmax._backend`).
 
 String names (``"tf_svmax>TripletSemiHardLoss"`` in `compile`, `get`) work on every backend
 (`tf_svmax.losses._registry` says how).
@@ -19,6 +20,7 @@ from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_
 from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
 from tf_svmax.losses.contrastive import ContrastiveLoss, contrastive_loss
 from tf_svmax.losses.lifted import LiftedStructLoss, lifted_struct_loss
+from tf_svmax.losses.lorac import LORACLoss, lorac_loss
 from tf_svmax.losses.npairs import (
     NpairsLoss,
     NpairsMultilabelLoss,
@@ -95,6 +97,7 @@ __all__ = [
     "ContrastiveLoss",
     "FunctionLoss",
     "LiftedStructLoss",
+    "LORACLoss",
     "NpairsLoss",
     "NpairsMultilabelLoss",
     "OLELoss",
@@ -104,6 +107,7 @@ __all__ = [
     "TripletSemiHardLoss",
     "contrastive_loss",
     "lifted_struct_loss",
+    "lorac_loss",
     "npairs_loss",
     "npairs_multilabel_loss",
     "triplet_hard_loss",
@@ -114,13 +118,10 @@ if _backend.BACKEND == "tensorflow":
     _backend.require_tensorflow("tf_svmax.losses")
 
     from tf_svmax.losses.center import CenterLoss
-    from tf_svmax.losses.lorac import LORACLoss, lorac_loss
     from tf_svmax.losses.xbm import CrossBatchMemory, CrossBatchMemoryBank
     from tf_svmax.losses.xml import XMLLoss
 
     __all__ += [
-        "LORACLoss",
-        "lorac_loss",
         "XMLLoss",
         "CrossBatchMemory",
         "CrossBatchMemoryBank",
