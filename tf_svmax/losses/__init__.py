@@ -4,9 +4,11 @@ tensorflow-addons metric-learning losses (same names, signatures, values and gra
 On Keras' JAX and PyTorch backends the package imports without TensorFlow, with every stateless
 loss class and function on `keras.ops`: SVMax, OLE, `RegularizedLoss`, `FunctionLoss`, the
 tensorflow-addons losses, batch-hard, all-pairs contrastive, Proxy-Anchor, the P x K pair losses,
-the spread-out functions, and LORAC. `SpreadOutLoss` draws fresh negatives from a seed state,
-which a JAX train step does not carry out of the step: it runs on TensorFlow and PyTorch and
-refuses to be constructed on JAX. XML, the center loss and the cross-batch memory are
+the spread-out functions, LORAC and XML. `SpreadOutLoss` draws fresh negatives from a seed
+state, which a JAX train step does not carry out of the step: it runs on TensorFlow and PyTorch
+and refuses to be constructed on JAX. `XMLLoss` splits the batch by the labels' values into
+halves of data-dependent sizes: on JAX it runs when called eagerly only (Keras traces every JAX
+loss in `fit`), and says so when traced. The center loss and the cross-batch memory are
 TensorFlow-only for now: off TensorFlow each of those names refuses in one sentence
 (`tf_svmax._backend`).
 
@@ -46,6 +48,7 @@ from tf_svmax.losses.triplet import (
     triplet_hard_loss,
     triplet_semihard_loss,
 )
+from tf_svmax.losses.xml import XMLLoss
 
 # Losses constructible without arguments, hence nameable by a string in `compile`.
 _CLASSES = (
@@ -105,6 +108,7 @@ __all__ = [
     "SVMaxLoss",
     "TripletHardLoss",
     "TripletSemiHardLoss",
+    "XMLLoss",
     "contrastive_loss",
     "lifted_struct_loss",
     "lorac_loss",
@@ -119,10 +123,8 @@ if _backend.BACKEND == "tensorflow":
 
     from tf_svmax.losses.center import CenterLoss
     from tf_svmax.losses.xbm import CrossBatchMemory, CrossBatchMemoryBank
-    from tf_svmax.losses.xml import XMLLoss
 
     __all__ += [
-        "XMLLoss",
         "CrossBatchMemory",
         "CrossBatchMemoryBank",
         "CenterLoss",
