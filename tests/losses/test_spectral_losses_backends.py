@@ -172,14 +172,40 @@ def test_fit_with_ole_and_svmax_decreases_the_loss(rng):
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_one_sgd_step_of_fit_with_ole_num_classes_equals_the_numpy_step(rng, compiled):
+    """``OLELoss(num_classes=8)`` on ``x @ W``, classes 6 and 7 absent from the batch: one SGD
+    step of `fit` (on JAX too, where Keras traces every loss; compiled: XLA on TensorFlow and
+    JAX) moves W by ``-lr * x^T (dL/dy)``, dL/dy from the float64 reference of the original."""
+    x = rng.standard_normal((30, 12)).astype(np.float32)
+    labels = _labels(30, 6)[rng.permutation(30)]
+    model = _linear_model(rng)
+    w0 = backends.to_numpy(model.layers[0].kernel).astype(np.float64)
+    lr = 1.0  # a step as large as the gradient: float32 weights keep its digits
+    model.compile(
+        optimizer=keras.optimizers.SGD(lr),
+        loss=OLELoss(lambda_=0.5, num_classes=8),
+        **_compile_kwargs(compiled),
+    )
+    history = model.fit(x, labels, batch_size=30, epochs=1, shuffle=False, verbose=0)
+    value, d_y = ole_reference(labels, x.astype(np.float64) @ w0)
+    assert _relative_error(history.history["loss"][0], 0.5 * value) < RTOL
+    step = backends.to_numpy(model.layers[0].kernel) - w0
+    assert _relative_error(step, -lr * x.T.astype(np.float64) @ (0.5 * d_y)) < RTOL
+
+
 @pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not use XLA on PyTorch")
 def test_ole_under_xla_refuses_with_the_fix(rng):
-    """TensorFlow: jit_compile=True refuses, naming jit_compile=False. JAX: `fit` traces the
-    loss even with jit_compile=False and run_eagerly=True; the refusal says to call it eagerly."""
+    """Without `num_classes`: TensorFlow's jit_compile=True refuses, naming num_classes and
+    jit_compile=False. JAX: `fit` traces the loss even with jit_compile=False and
+    run_eagerly=True; the refusal names OLELoss(num_classes=C)."""
     model = _embedding_model()
     model.compile(optimizer="sgd", loss=OLELoss(), jit_compile=True)
     x = rng.standard_normal((16, 12)).astype(np.float32)
-    fix = "jit_compile=False" if backends.BACKEND == "tensorflow" else "On JAX call it eagerly"
+    if backends.BACKEND == "tensorflow":
+        fix = r"num_classes=C.*jit_compile=False"
+    else:
+        fix = r"OLELoss\(num_classes=C\)"
     with pytest.raises(ValueError, match=fix):
         model.fit(x, _labels(16, 4), batch_size=16, epochs=1, verbose=0)
     if backends.BACKEND == "jax":
@@ -193,9 +219,10 @@ def test_ole_under_xla_refuses_with_the_fix(rng):
     [
         SVMaxLoss(lambda_=0.3, bounded=False, reduction="sum"),
         OLELoss(lambda_=0.2, delta=0.5),
+        OLELoss(num_classes=10),
         RegularizedLoss("mse", [SVMaxLoss(), OLELoss()]),
     ],
-    ids=["svmax", "ole", "regularized"],
+    ids=["svmax", "ole", "ole_num_classes", "regularized"],
 )
 def test_config_round_trip(loss):
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))

@@ -3,8 +3,9 @@ independent float64 NumPy/SciPy reference of the original (benchmarks/reference_
 
 float64 cases run on TensorFlow and PyTorch; on JAX they are skipped with the reason asserted
 (`_float64_or_skip`): JAX has no float64 unless `jax_enable_x64` is set, a process-wide switch.
-There the loss itself computes in float32 and warns; the float32 cases hold it to 1e-5. OLE never
-runs compiled (a data-dependent class set), so the `tf.function` cases are TensorFlow's.
+There the loss itself computes in float32 and warns; the float32 cases hold it to 1e-5. OLE runs
+compiled only with a static `num_classes` (otherwise a data-dependent class set); the other
+`tf.function` cases are TensorFlow's.
 """
 
 import warnings
@@ -301,8 +302,99 @@ def test_half_precision_inputs_are_cast_back(rng, dtype):
 def test_xla_compilation_is_refused_with_the_fix_in_the_message(rng):
     x = rng.standard_normal((8, 4)).astype(np.float32)
     fn = backends.compiled(lambda x: svmax_ops.ole_loss(np.repeat(np.arange(2), 4), x))
-    with pytest.raises(ValueError, match=r"XLA.*jit_compile=False"):
+    with pytest.raises(ValueError, match=r"XLA.*num_classes=C.*jit_compile=False"):
         fn(x)
+
+
+def _static_cases(rng):
+    """(name, labels, features, num_classes): class ids in [0, C), some classes absent."""
+    x = rng.standard_normal((12, 6))
+    x[:3] *= 0.01  # class 0's nuclear norm is below delta
+    return [
+        (
+            "pk_9x4_of_12",
+            np.repeat(np.arange(9), 4)[rng.permutation(36)],
+            rng.standard_normal((36, 16)),
+            12,
+        ),
+        ("below_delta_absent_4", np.repeat([0, 1, 2, 5], 3), x, 6),
+        ("singletons", np.array([0, 1, 2, 3, 4, 4, 4]), rng.standard_normal((7, 5)), 5),
+        ("wide_classes", np.repeat([3, 1, 0, 2], 2), rng.standard_normal((8, 3)), 4),
+    ]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_static_num_classes_matches_the_reference_eager_and_compiled(rng, compiled):
+    """With num_classes the layout is static: XLA (TensorFlow's jit_compile=True, jax.jit)
+    compiles it; classes absent from the batch add nothing."""
+    for name, labels, x, classes in _static_cases(rng):
+        x32 = x.astype(np.float32)
+
+        def loss(x, labels=labels, classes=classes):
+            return svmax_ops.ole_loss(labels, x, num_classes=classes)
+
+        fn = backends.compiled(loss) if compiled else loss
+        value, (grad,) = backends.value_and_grad(fn, x32)
+        ref_value, ref_grad = ole_reference(labels, x32.astype(np.float64))
+        _assert_close(value, grad, ref_value, ref_grad, "float32", err_msg=name)
+        # The same as the dynamic layout, eagerly.
+        dynamic, (dynamic_grad,) = backends.value_and_grad(
+            lambda x, labels=labels: svmax_ops.ole_loss(labels, x), x32
+        )
+        _assert_close(value, grad, dynamic, dynamic_grad, "float32", err_msg=name)
+
+
+def test_static_num_classes_in_float64(rng):
+    _float64_or_skip()
+    for name, labels, x, classes in _static_cases(rng):
+        value, grad = _value_and_grad(labels, x, num_classes=classes)
+        ref_value, ref_grad = ole_reference(labels, x)
+        _assert_close(value, grad, ref_value, ref_grad, "float64", err_msg=name)
+
+
+def test_static_num_classes_refuses_labels_outside_its_range(rng):
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    for labels in ([0, 0, 1, 1, 3, 3], [0, 0, 1, 1, -1, -1]):
+        with pytest.raises(ValueError, match=r"argument `labels`.*\[0, num_classes=3\)"):
+            svmax_ops.ole_loss(np.array(labels), x, num_classes=3)
+    with pytest.raises(ValueError, match="argument `labels`.*non-integral"):
+        svmax_ops.ole_loss(np.array([0, 0, 1, 1, 2, 2.5]), x, num_classes=3)
+    with pytest.raises(ValueError, match="argument `num_classes`"):
+        svmax_ops.ole_loss(np.array([0, 0, 1, 1, 2, 2]), x, num_classes=0)
+    with pytest.raises(ValueError, match="argument `labels`.*one label per row"):
+        svmax_ops.ole_loss(np.array([0, 1, 2]), x, num_classes=3)
+
+
+@pytest.mark.skipif(B == "torch", reason="Keras does not compile PyTorch with XLA")
+def test_static_num_classes_out_of_range_inside_xla_gives_nan(rng):
+    """Inside a compiled function the labels' values are unknown when tracing: NaN value and
+    gradient, as for non-finite embeddings."""
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    labels = np.array([0, 0, 1, 1, 5, 5], np.int32)
+    value, grad = _compiled_value_and_grad(labels, x)
+    assert np.isnan(value) and np.isnan(grad).all()
+
+
+def _compiled_value_and_grad(labels, x):
+    """Value and gradient of `ole_loss(labels, x, num_classes=3)` with the labels an input of
+    the compiled function (not a constant folded in at trace time)."""
+    if B == "tensorflow":
+        import tensorflow as tf
+
+        @tf.function(jit_compile=True)
+        def step(labels, x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                value = svmax_ops.ole_loss(labels, x, num_classes=3)
+            return value, tape.gradient(value, x)
+
+        value, grad = step(tf.constant(labels), tf.constant(x))
+        return value.numpy(), grad.numpy()
+    import jax
+
+    fn = jax.jit(jax.value_and_grad(lambda x, y: svmax_ops.ole_loss(y, x, num_classes=3)))
+    value, grad = fn(x, labels)
+    return np.asarray(value), np.asarray(grad)
 
 
 @pytest.mark.skipif(B != "jax", reason="only JAX lacks float64 by default")

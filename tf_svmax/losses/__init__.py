@@ -4,10 +4,13 @@ tensorflow-addons metric-learning losses (same names, signatures, values and gra
 On Keras' JAX and PyTorch backends the package imports without TensorFlow, with every stateless
 loss class and function on `keras.ops`: SVMax, OLE, `RegularizedLoss`, `FunctionLoss`, the
 tensorflow-addons losses, batch-hard, all-pairs contrastive, Proxy-Anchor, the P x K pair losses,
-and the spread-out functions. `SpreadOutLoss` draws fresh negatives from a seed state, which a JAX
-train step does not carry out of the step: it runs on TensorFlow and PyTorch and refuses to be
-constructed on JAX. LORAC, XML, the center loss and the cross-batch memory are TensorFlow-only for
-now: off TensorFlow each of those names refuses in one sentence (`tf_svmax._backend`).
+the spread-out functions, LORAC and XML. `SpreadOutLoss` draws fresh negatives from a seed
+state, which a JAX train step does not carry out of the step: it runs on TensorFlow and PyTorch
+and refuses to be constructed on JAX. `XMLLoss` splits the batch by the labels' values into
+halves of data-dependent sizes: on JAX it runs when called eagerly only (Keras traces every JAX
+loss in `fit`), and says so when traced. The center loss and the cross-batch memory are
+TensorFlow-only for now: off TensorFlow each of those names refuses in one sentence
+(`tf_svmax._backend`).
 
 String names (``"tf_svmax>TripletSemiHardLoss"`` in `compile`, `get`) work on every backend
 (`tf_svmax.losses._registry` says how).
@@ -19,6 +22,7 @@ from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_
 from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
 from tf_svmax.losses.contrastive import ContrastiveLoss, contrastive_loss
 from tf_svmax.losses.lifted import LiftedStructLoss, lifted_struct_loss
+from tf_svmax.losses.lorac import LORACLoss, lorac_loss
 from tf_svmax.losses.npairs import (
     NpairsLoss,
     NpairsMultilabelLoss,
@@ -44,6 +48,7 @@ from tf_svmax.losses.triplet import (
     triplet_hard_loss,
     triplet_semihard_loss,
 )
+from tf_svmax.losses.xml import XMLLoss
 
 # Losses constructible without arguments, hence nameable by a string in `compile`.
 _CLASSES = (
@@ -95,6 +100,7 @@ __all__ = [
     "ContrastiveLoss",
     "FunctionLoss",
     "LiftedStructLoss",
+    "LORACLoss",
     "NpairsLoss",
     "NpairsMultilabelLoss",
     "OLELoss",
@@ -102,8 +108,10 @@ __all__ = [
     "SVMaxLoss",
     "TripletHardLoss",
     "TripletSemiHardLoss",
+    "XMLLoss",
     "contrastive_loss",
     "lifted_struct_loss",
+    "lorac_loss",
     "npairs_loss",
     "npairs_multilabel_loss",
     "triplet_hard_loss",
@@ -114,14 +122,9 @@ if _backend.BACKEND == "tensorflow":
     _backend.require_tensorflow("tf_svmax.losses")
 
     from tf_svmax.losses.center import CenterLoss
-    from tf_svmax.losses.lorac import LORACLoss, lorac_loss
     from tf_svmax.losses.xbm import CrossBatchMemory, CrossBatchMemoryBank
-    from tf_svmax.losses.xml import XMLLoss
 
     __all__ += [
-        "LORACLoss",
-        "lorac_loss",
-        "XMLLoss",
         "CrossBatchMemory",
         "CrossBatchMemoryBank",
         "CenterLoss",

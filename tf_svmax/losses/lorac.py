@@ -19,16 +19,21 @@ with the prior, in log form (``log h`` adds to the positive logit):
 Keys carry no gradient (the key encoder is momentum-updated): gradients reach the queries only,
 also through ``||Q||_*``. The nuclear norms of the N small M x C matrices are one batched SVD;
 its gradient ``U V^T`` involves no division by singular-value gaps, so coinciding rows (the
-prior's minimum, ``||Q||_* = sqrt(M)``) are safe.
+prior's minimum, ``||Q||_* = sqrt(M)``) are safe (`tf_svmax.ops.batched_nuclear_norm`).
+
+Backends: `keras.ops` throughout, so it runs on TensorFlow, JAX and PyTorch, in ``fit`` and
+under ``jit_compile=True``; on TensorFlow the ops are the original ``tf.linalg.svd``,
+``tf.einsum`` and ``tf.math.reduce_logsumexp``, so the values are the original ones.
 """
 
 import collections.abc
 import math
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax import checks
+from tf_svmax.ops.spectral import batched_nuclear_norm
 
 PRIORS = ("laplace", "gaussian", "margin")
 # The entries of `LORACLoss`'s ``y_pred`` (the arguments of `lorac_loss`).
@@ -52,19 +57,11 @@ def _check_y_pred(y_pred):
 
 def _unit_rows(x):
     # The encoders' outputs are L2-normalised (MoCo); normalising again is a no-op for them and
-    # makes Q's rows unit vectors as Eq. 11 assumes. The epsilon keeps an all-zero row at zero.
-    return tf.math.l2_normalize(x, axis=-1, epsilon=1e-12)
-
-
-def batched_nuclear_norm(matrices):
-    """``||Q_i||_*`` of every matrix of a `[N, M, C]` batch: `[N]` of the input's dtype
-    (float16/bfloat16 computed in float32: TensorFlow has no half-precision SVD kernel, and a
-    10-bit mantissa is too coarse for one)."""
-    matrices = tf.convert_to_tensor(matrices)
-    # Half precision is promoted for the SVD and the norms cast back (the library's convention).
-    compute = checks.compute_dtype(matrices.dtype)
-    norms = tf.reduce_sum(tf.linalg.svd(tf.cast(matrices, compute), compute_uv=False), axis=-1)
-    return tf.cast(norms, matrices.dtype)
+    # makes Q's rows unit vectors as Eq. 11 assumes. The epsilon keeps an all-zero row at zero
+    # (and its gradient finite: `ops.normalize` gives NaN there on PyTorch). The same ops as
+    # `tf.math.l2_normalize(x, -1, epsilon=1e-12)`, the original, so TensorFlow's values stay.
+    squared = ops.sum(ops.square(x), axis=-1, keepdims=True)
+    return x * ops.rsqrt(ops.maximum(squared, 1e-12))
 
 
 def _check_shapes(q, k, negatives):
@@ -73,7 +70,8 @@ def _check_shapes(q, k, negatives):
     expected = {"queries": "[N, M-1, C]", "positive_keys": "[N, C]", "negative_keys": "[K, C]"}
     tensors = {"queries": q, "positive_keys": k, "negative_keys": negatives}
     for arg, x in tensors.items():
-        if x.shape.rank != expected[arg].count(",") + 1:
+        shape = checks.static_shape(x)
+        if shape is None or len(shape) != expected[arg].count(",") + 1:
             raise ValueError(
                 checks.invalid(arg, f"a tensor of shape {expected[arg]}", f"<shape {x.shape}>")
             )
@@ -140,32 +138,34 @@ def lorac_loss(
     temperature, beta, prior, center, constant = _check_settings(
         temperature, beta, prior, center, constant
     )
-    q = tf.convert_to_tensor(queries)
+    q = checks.to_tensor(queries, "queries")
     dtype = checks.compute_dtype(q.dtype)
-    q = _unit_rows(tf.cast(q, dtype))
-    k = _unit_rows(tf.stop_gradient(tf.cast(positive_keys, dtype)))
-    negatives = _unit_rows(tf.stop_gradient(tf.cast(negative_keys, dtype)))
+    q = _unit_rows(ops.cast(q, dtype))
+    k = checks.to_tensor(positive_keys, "positive_keys")
+    k = _unit_rows(ops.stop_gradient(ops.cast(k, dtype)))
+    negatives = checks.to_tensor(negative_keys, "negative_keys")
+    negatives = _unit_rows(ops.stop_gradient(ops.cast(negatives, dtype)))
     _check_shapes(q, k, negatives)
     k = checks.same_rows(k, q, "positive_keys", "queries")
-    views = tf.shape(q)[1]
-    m = tf.cast(views + 1, dtype)
-    positive = tf.einsum("nvc,nc->nv", q, k) / temperature  # [N, M-1]
-    negative = tf.einsum("nvc,kc->nvk", q, negatives) / temperature  # [N, M-1, K]
+    views = ops.shape(q)[1]
+    m = ops.cast(views + 1, dtype)
+    positive = ops.einsum("nvc,nc->nv", q, k) / temperature  # [N, M-1]
+    negative = ops.einsum("nvc,kc->nvk", q, negatives) / temperature  # [N, M-1, K]
     if math.isinf(beta):
-        log_prior = tf.zeros_like(positive[:, 0])
+        log_prior = ops.zeros_like(positive[:, 0])
     elif prior == "margin":
-        log_prior = tf.fill(tf.shape(positive[:, 0]), -constant / (m * beta * temperature))
+        log_prior = ops.zeros_like(positive[:, 0]) - constant / (m * beta * temperature)
     else:
-        stacked = tf.concat([q, k[:, tf.newaxis, :]], axis=1)  # Q_i: [N, M, C]
+        stacked = ops.concatenate([q, k[:, None, :]], axis=1)  # Q_i: [N, M, C]
         norm = batched_nuclear_norm(stacked)
         if prior == "laplace":
             log_prior = -norm / (m * beta * temperature)
         else:
-            log_prior = -tf.square(norm - center) / (beta * m * temperature)
-    logits = tf.concat([(positive + log_prior[:, tf.newaxis])[..., tf.newaxis], negative], -1)
+            log_prior = -ops.square(norm - center) / (beta * m * temperature)
+    logits = ops.concatenate([(positive + log_prior[:, None])[..., None], negative], axis=-1)
     # -log softmax of the positive, averaged over the M - 1 views.
-    per_view = tf.reduce_logsumexp(logits, axis=-1) - logits[..., 0]
-    return tf.reduce_mean(per_view, axis=1)
+    per_view = ops.logsumexp(logits, axis=-1) - logits[..., 0]
+    return ops.mean(per_view, axis=1)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -217,7 +217,7 @@ class LORACLoss(keras.losses.Loss):
             sample_weight = checks.same_rows(
                 sample_weight, y_pred["queries"], "sample_weight", "y_pred['queries']"
             )
-        return super().__call__(tf.zeros([0]), y_pred, sample_weight)
+        return super().__call__(ops.zeros([0]), y_pred, sample_weight)
 
     def call(self, y_true, y_pred):
         return lorac_loss(

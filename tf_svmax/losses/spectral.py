@@ -51,6 +51,10 @@ class OLELoss(BatchPenaltyLoss):
       lambda_: Weight, a float >= 0 (original: 0.25).
       delta: Floor on each class's nuclear norm (paper: 1.0).
       threshold: Singular values below it are dropped from the subgradient (original: 1e-6).
+      num_classes: None (labels may be any integers), or the static number of classes C, the
+        labels then being class ids in ``[0, C)``: what XLA needs (`fit` on JAX,
+        ``jit_compile=True`` on TensorFlow), at the cost of C SVDs of the `[N, D]` batch (see
+        `tf_svmax.ops.ole_loss`).
       name: Loss name.
 
     OLE acts on the deep features of the penultimate layer, beside the classifier's
@@ -63,35 +67,52 @@ class OLELoss(BatchPenaltyLoss):
       ...     "features": tf_svmax.losses.OLELoss()}, jit_compile=False)
 
     Backends: the number of classes in a batch is data-dependent, which XLA cannot compile, so
-    OLE never runs under XLA. TensorFlow: `fit` with ``jit_compile=False``. PyTorch: `fit` (Keras
-    runs PyTorch eagerly). JAX: called eagerly (``loss(y, features)``, `jax.grad` of it) only;
-    not in `model.fit`/`evaluate`, as Keras traces every JAX loss (``jax.eval_shape`` to build
-    the compiled loss, even with ``run_eagerly=True``): there it raises a ValueError saying so.
+    without `num_classes` OLE never runs under XLA. TensorFlow: `fit` with
+    ``jit_compile=False``. PyTorch: `fit` (Keras runs PyTorch eagerly). JAX: Keras traces every
+    JAX loss (``jax.eval_shape`` to build the compiled loss, even with ``run_eagerly=True``), so
+    `model.fit`/`evaluate` need ``OLELoss(num_classes=C)``; without it the loss runs only when
+    called eagerly (``loss(y, features)``, `jax.grad` of it) and a trace raises a ValueError
+    naming `num_classes`. With `num_classes` it runs everywhere, `jit_compile=True` included.
     """
 
-    def __init__(self, lambda_=0.25, delta=1.0, threshold=1e-6, name="ole", **kwargs):
+    def __init__(
+        self, lambda_=0.25, delta=1.0, threshold=1e-6, num_classes=None, name="ole", **kwargs
+    ):
         super().__init__(name=name, **kwargs)
         self.lambda_ = checks.check_non_negative_number(lambda_, "lambda_")
         self.delta = checks.check_non_negative_number(delta, "delta")
         self.threshold = checks.check_non_negative_number(threshold, "threshold")
+        if num_classes is not None:
+            num_classes = checks.check_positive_int(num_classes, "num_classes")
+        self.num_classes = num_classes
 
     def call(self, y_true, y_pred):
         if y_true is None:
             raise ValueError(checks.invalid("y_true", "integer class labels", None))
-        if keras.backend.backend() == "jax" and _backend.in_xla_context():
+        traced = keras.backend.backend() == "jax" and _backend.in_xla_context()
+        if traced and self.num_classes is None:
             # ole_loss refuses too, but its advice (jit_compile=False) does not help on JAX.
             raise ValueError(
-                "OLELoss cannot run inside a JAX trace (jax.jit, jax.eval_shape), so not in "
-                "model.fit/evaluate on the JAX backend, which traces every loss: the number of "
-                "classes in a batch is data-dependent. On JAX call it eagerly (loss(y, features) "
-                "or jax.grad of it), or train with KERAS_BACKEND=tensorflow (jit_compile=False) "
-                "or torch."
+                "OLELoss without num_classes cannot run inside a JAX trace (jax.jit, "
+                "jax.eval_shape), so not in model.fit/evaluate on the JAX backend, which traces "
+                "every loss: the number of classes in a batch is data-dependent. Pass the static "
+                "number of classes, OLELoss(num_classes=C) with labels in [0, C), or call it "
+                "eagerly (loss(y, features) or jax.grad of it)."
             )
         return self.lambda_ * ops.ole_loss(
-            y_true, y_pred, delta=self.delta, threshold=self.threshold
+            y_true,
+            y_pred,
+            delta=self.delta,
+            threshold=self.threshold,
+            num_classes=self.num_classes,
         )
 
     def get_config(self):
         config = super().get_config()
-        config.update(lambda_=self.lambda_, delta=self.delta, threshold=self.threshold)
+        config.update(
+            lambda_=self.lambda_,
+            delta=self.delta,
+            threshold=self.threshold,
+            num_classes=self.num_classes,
+        )
         return config

@@ -9,30 +9,86 @@ prototype histograms, and the ranking loss is applied to those predictions::
 The model's output is the embedding with the histograms appended: ``concat([embeddings
 [B, e], histograms [B, m]], -1)`` with ``m = num_prototypes`` (histograms from
 `tf_svmax.ops.prototype_histograms` of the backbone's last convolutional map).
+
+Backends: the two halves have data-dependent sizes (the classes of the batch, then the rows of
+each half). TensorFlow finds them in the graph (``tf.unique``, ``tf.boolean_mask``), so `fit`
+runs as before, ``jit_compile=True`` excepted. On PyTorch (eager) and JAX they are found in NumPy
+from the concrete labels: PyTorch runs `fit`; JAX computes XMLLoss only eagerly (``loss(y, x)``,
+`jax.grad` of it), because Keras traces every JAX loss, `fit` and `evaluate` included, and a
+trace has no concrete labels: there it raises a ValueError saying so.
 """
 
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
-from tf_svmax import checks
+from tf_svmax import _backend, checks
 from tf_svmax.losses._base import BatchPenaltyLoss, PerSampleLabelLoss
 from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss
 from tf_svmax.ops import prototypes
 
+_TRACED = {
+    "jax": (
+        "XMLLoss cannot run inside a JAX trace (jax.jit, jax.eval_shape), so not in "
+        "model.fit/evaluate on the JAX backend, which traces every loss: the sizes of its two "
+        "class halves depend on the labels' values. On JAX call it eagerly (loss(y, y_pred) or "
+        "jax.grad of it), or train with KERAS_BACKEND=tensorflow or torch."
+    ),
+    "tensorflow": (
+        "XMLLoss cannot be compiled by XLA (jit_compile=True): the sizes of its two class halves "
+        "depend on the labels' values. Compile the model with jit_compile=False (Keras enables "
+        "XLA by default on GPUs)."
+    ),
+}
+
+
+def _refuse_xla():
+    """A ValueError saying what to do when traced for XLA (no data-dependent shapes there)."""
+    if _backend.in_xla_context():
+        raise ValueError(_TRACED[keras.backend.backend()])
+
+
+def _numpy_labels(labels):
+    """JAX and PyTorch: the labels' values as a flat NumPy array (they run XML eagerly); a
+    ValueError inside a JAX trace, where the values are unknown."""
+    _refuse_xla()
+    if ops.is_tensor(labels):
+        labels = ops.convert_to_numpy(labels)
+    return np.asarray(labels).reshape(-1)
+
 
 def class_halves(labels):
     """`[B]` bool: the rows whose class is among the first ceil(C/2) classes in order of first
-    appearance (the two halves have disjoint classes)."""
+    appearance (the two halves have disjoint classes). A tensor on TensorFlow (computed in the
+    graph), a NumPy array on JAX and PyTorch (from the concrete labels)."""
+    if keras.backend.backend() != "tensorflow":
+        labels = _numpy_labels(labels)
+        _, first = np.unique(labels, return_index=True)
+        order = np.sort(first)  # each class's first row, in order of appearance
+        firsts = labels[order[: (len(order) + 1) // 2]]
+        return np.isin(labels, firsts)
+    import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
     labels = tf.reshape(labels, [-1])
     _, index = tf.unique(labels)
     classes = tf.reduce_max(index) + 1
     return index < (classes + 1) // 2
 
 
+def _rows(x, mask):
+    """The rows of `x` where `mask` holds (`class_halves`' tensor on TensorFlow, NumPy
+    elsewhere)."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
+        return tf.boolean_mask(x, mask)
+    return ops.take(x, np.flatnonzero(mask), axis=0)
+
+
 def _batch_value(loss, labels, embeddings):
     """The loss's batch-level value on these rows (its `call`, averaged if per sample)."""
-    value = tf.convert_to_tensor(loss.call(labels, embeddings))
-    return tf.reduce_mean(value) if value.shape.rank else value
+    value = ops.convert_to_tensor(loss.call(labels, embeddings))
+    return ops.mean(value) if len(value.shape) else value
 
 
 _RANKING_LOSS = (
@@ -92,28 +148,30 @@ class XMLLoss(BatchPenaltyLoss):
     def call(self, y_true, y_pred):
         m = self.num_prototypes
         embeddings, histograms = y_pred[:, :-m], y_pred[:, -m:]
-        labels = tf.reshape(y_true, [-1])
+        labels = ops.reshape(y_true, [-1])
         base = _batch_value(self.loss, labels, embeddings)
         if not self.lambda_:
             return base  # a Python branch: lambda = 0 is the base loss exactly
+        _refuse_xla()
         first = class_halves(labels)
         # Each half predicted by the prototypes fitted to the other one.
-        predicted = tf.where(
-            first[:, tf.newaxis],
+        predicted = ops.where(
+            first[:, None],
             prototypes.cross_batch_embeddings(histograms, embeddings, ~first, ridge=self.ridge),
             prototypes.cross_batch_embeddings(histograms, embeddings, first, ridge=self.ridge),
         )
         if self.normalize:
-            # epsilon: a row predicted as exactly 0 stays 0 instead of dividing by zero.
-            predicted = tf.math.l2_normalize(predicted, axis=1, epsilon=1e-12)
+            # epsilon: a row predicted as exactly 0 stays 0 instead of dividing by zero (and
+            # keeps its gradient finite, where `ops.normalize` gives NaN on PyTorch). The
+            # arithmetic of `tf.math.l2_normalize(predicted, 1, epsilon=1e-12)`, the original.
+            squared = ops.sum(ops.square(predicted), axis=1, keepdims=True)
+            predicted = predicted * ops.rsqrt(ops.maximum(squared, 1e-12))
         cross = 0.0
         for part in (first, ~first):
-            rows = tf.boolean_mask(predicted, part)
+            rows = _rows(predicted, part)
             cross += checks.zero_unless_rows(
                 rows,
-                lambda rows=rows, part=part: _batch_value(
-                    self.loss, tf.boolean_mask(labels, part), rows
-                ),
+                lambda rows=rows, part=part: _batch_value(self.loss, _rows(labels, part), rows),
             )
         return (1.0 - self.lambda_) * base + self.lambda_ * cross
 

@@ -6,6 +6,7 @@ from tf_svmax.ops.ole import ole_loss
 from tf_svmax.ops.prototypes import cross_batch_embeddings, fit_prototypes, prototype_histograms
 from tf_svmax.ops.spectral import (
     METHODS,
+    batched_nuclear_norm,
     mean_singular_value,
     nuclear_norm,
     singular_values,
@@ -15,6 +16,7 @@ from tf_svmax.ops.spectral import (
 
 __all__ = [
     "METHODS",
+    "batched_nuclear_norm",
     "angular_distance",
     "cross_batch_embeddings",
     "fit_prototypes",

@@ -24,10 +24,16 @@ SVD otherwise (and on the other backends, see `_float32_shortcut`).
 
 Backends: the number of classes in a batch is data-dependent, which XLA cannot compile, so
 `ole_loss` refuses to be traced under XLA (``jit_compile=True`` on TensorFlow, any ``jax.jit``
-on JAX): compile a JAX model with ``jit_compile=False``. JAX without ``jax_enable_x64`` has no
-float64: there the loss is computed in float32 and says so once (a RuntimeWarning); float32 cannot
-tell the 1e-6 threshold from rounding noise, so directions below the float32 numerical-rank cutoff
-``max(K, D) * eps * s_1`` are dropped from the subgradient as well.
+on JAX, which includes every `fit` on JAX) unless it is given a static ``num_classes``. With
+``num_classes = C`` the labels are class ids in ``[0, C)`` and the layout is static: every class
+gets all N rows, those of other classes zeroed (``[C, N, D]``, the same nonzero singular values),
+and classes absent from the batch are left out of the sum. That compiles everywhere, at the
+price of C SVDs of N x D matrices instead of one per present class of its own rows.
+
+JAX without ``jax_enable_x64`` has no float64: there the loss is computed in float32 and says so
+once (a RuntimeWarning); float32 cannot tell the 1e-6 threshold from rounding noise, so
+directions below the float32 numerical-rank cutoff ``max(K, D) * eps * s_1`` are dropped from
+the subgradient as well.
 """
 
 import keras
@@ -175,6 +181,86 @@ def _class_layout(labels):
     return _numpy_class_layout(labels)
 
 
+def _static_class_layout(labels, num_classes, rows):
+    """With a static class count: class ``labels[i]`` and position ``i`` for row i, so the padded
+    shape is ``[num_classes, rows]`` whatever the labels; which classes occur in the batch; and
+    whether every label is a class id in ``[0, num_classes)`` (what a trace cannot check).
+
+    Called inside the custom-gradient function: JAX cannot lower a value traced outside it and
+    closed over (differentiating a `jax.jit`-compiled loss failed so)."""
+    labels = ops.convert_to_tensor(labels)
+    valid = ops.logical_and(ops.all(labels >= 0), ops.all(labels < num_classes))
+    if "float" in _guards.dtype_name(labels):
+        valid = ops.logical_and(valid, ops.all(ops.equal(labels, ops.round(labels))))
+    labels = ops.cast(labels, "int32")
+    coords = ops.stack([labels, ops.arange(rows, dtype="int32")], axis=1)
+    ids = ops.arange(num_classes, dtype="int32")
+    present = ops.any(ops.equal(labels[None, :], ids[:, None]), axis=1)
+    return coords, rows, present, valid
+
+
+def _concrete(x):
+    """`x` as NumPy where its values are known in Python (NumPy, lists, eager tensors), else None
+    (a TensorFlow graph or a JAX trace)."""
+    if not ops.is_tensor(x):
+        return np.asarray(x)
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
+        if not tf.executing_eagerly():
+            return None
+    elif backend == "jax":
+        import jax  # noqa: PLC0415 (the JAX backend only)
+
+        if isinstance(x, jax.core.Tracer):
+            return None
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def static_class_ids(labels, num_classes, x, arg="labels"):
+    """`labels` (`[N]` or `[N, 1]`, integers or integral floats) as `[N]` class ids for a static
+    `num_classes`, one per row of `x`. Where the values are known (eagerly) a label outside
+    ``[0, num_classes)`` or a non-integral float is a ValueError naming `arg`, and the ids come
+    back as int32 NumPy (on JAX a tensor made here, inside a `jax.jit` trace, and closed over by
+    the custom gradient could not be lowered when that jitted loss is differentiated); inside a
+    trace they stay a tensor, checked by `_static_class_layout` (the loss is NaN where that check
+    fails)."""
+    values = _concrete(labels)
+    shape = checks.static_shape(ops.convert_to_tensor(labels)) if values is None else values.shape
+    if shape is None or len(shape) > 2 or (len(shape) == 2 and shape[1] != 1):
+        raise ValueError(
+            checks.invalid(arg, "class labels of shape [N] or [N, 1]", f"<tensor of shape {shape}>")
+        )
+    dtype = _guards.dtype_name(labels) if values is None else values.dtype.name
+    if not ("int" in dtype or "float" in dtype):
+        raise TypeError(checks.invalid(arg, "integer class labels", f"<tensor of dtype {dtype}>"))
+    if values is None:
+        labels = ops.reshape(labels, (-1,))
+        return checks.same_rows(labels, x, arg, "embeddings", unit="label")
+    values = values.reshape(-1)
+    rows = checks.static_shape(x)[0]
+    if rows is not None and len(values) != rows:
+        raise ValueError(
+            f"Invalid value for argument `{arg}`. Expected one label per row of `embeddings` "
+            f"({rows}). Received: {len(values)} labels."
+        )
+    if values.dtype.kind == "f" and not np.array_equal(values, np.round(values)):
+        raise ValueError(_NON_INTEGRAL.format(arg))
+    outside = values[(values < 0) | (values >= num_classes)]
+    if outside.size:
+        raise ValueError(
+            checks.invalid(
+                arg,
+                f"class ids in [0, num_classes={num_classes})",
+                f"<labels including {outside[0]!r}>",
+            )
+        )
+    if rows is None:  # a TensorFlow graph's unknown row count: checked when it runs
+        return checks.same_rows(values.astype(np.int32), x, arg, "embeddings", unit="label")
+    return values.astype(np.int32)
+
+
 # The float32 shortcut for the batch term is taken only when every singular value is at least
 # this fraction of the largest (condition number <= 100). float32 eigenvectors mix directions
 # whose singular values are below ~sqrt(eps32) * s_1 and are accurate to ~eps32 * s_1 / gap
@@ -228,12 +314,21 @@ def _gather_rows(per_class, coords, k_max):
     return ops.take(flat, coords[:, 0] * k_max + coords[:, 1], axis=0)
 
 
-def _ole(labels, x, delta, threshold, float32_shortcut):
+def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None):
     @ops.custom_gradient
     def forward(x):
         dtype = _guards.dtype_name(x)
         all_finite, x_safe = _guards.finite_guard(x)
         rows, cols = _guards.static_or_dynamic_shape(x)
+        if num_classes is None:
+            coords, classes, k_max = _class_layout(labels)
+            present = None
+        else:
+            classes = num_classes
+            coords, k_max, present, valid = _static_class_layout(labels, num_classes, rows)
+            # Labels outside [0, num_classes) inside a compiled function (an eager call refused
+            # them already): the loss and its gradient are NaN, as for non-finite embeddings.
+            all_finite = ops.logical_and(all_finite, valid)
         n = ops.cast(rows, dtype)
         # Extreme magnitudes: decompose x / 2^k (exact) with the threshold scaled alike, and
         # scale the norms back; nuclear norms are 1-homogeneous and U V^T scale-free, so this
@@ -242,8 +337,7 @@ def _ole(labels, x, delta, threshold, float32_shortcut):
         scale = _guards.power_of_two_scale(x_safe)
         x_scaled = x_safe / scale
         scaled_threshold = ops.full((), threshold, dtype) / scale  # not via float32
-        coords, num_classes, k_max = _class_layout(labels)
-        per_class = ops.scatter(coords, x_scaled, (num_classes, k_max, cols))
+        per_class = ops.scatter(coords, x_scaled, (classes, k_max, cols))
 
         # Per-class term: sum_c max(delta, ||X_c||_*).
         # float32 computation (JAX without x64) cannot tell a threshold of 1e-6 from rounding
@@ -254,7 +348,12 @@ def _ole(labels, x, delta, threshold, float32_shortcut):
         )
         class_norms = class_norms * scale
         active = class_norms > delta
-        class_term = ops.sum(ops.where(active, class_norms, ops.full_like(class_norms, delta)))
+        floored = ops.where(active, class_norms, ops.full_like(class_norms, delta))
+        if present is not None:
+            # A class absent from the batch is no term of Eq. 2 (it would contribute delta).
+            floored = ops.where(present, floored, ops.zeros_like(floored))
+            active = ops.logical_and(active, present)
+        class_term = ops.sum(floored)
 
         # Batch term: ||X||_*.
         x32_scaled = ops.cast(x_scaled, "float32") if float32_shortcut else None
@@ -306,7 +405,7 @@ def _compute_dtype():
     return "float32"
 
 
-def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
+def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6, num_classes=None):
     """OLE loss of one mini-batch (a scalar; multiply by lambda yourself).
 
     ``(sum_c max(delta, ||X_c||_*) - ||X||_*) / N`` with the published subgradient (OLE paper
@@ -317,6 +416,11 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
       embeddings: `[N, D]` floating features (the OLE paper does not normalize them).
       delta: Floor on each class's nuclear norm (paper: 1.0). Float >= 0.
       threshold: Singular values below it are dropped from the subgradient (original: 1e-6).
+      num_classes: None (default: labels may be any integers), or the static number of classes
+        C, the labels then being class ids in ``[0, C)``: a static layout that XLA compiles
+        (`jit_compile=True`, `jax.jit`, `fit` on JAX), computing C SVDs of `[N, D]` (see the
+        module docstring). A label outside ``[0, C)`` is a ValueError eagerly and makes the
+        loss and its gradient NaN inside a compiled function.
 
     Returns:
       A scalar of the dtype of `embeddings` (computed in float64; in float32 on JAX without
@@ -324,8 +428,8 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
 
     Raises:
       ValueError: bad rank, mismatched batch sizes, a negative `delta`/`threshold`, or tracing
-        under XLA (`jit_compile=True`, `jax.jit`), which cannot compile a data-dependent class
-        set.
+        under XLA (`jit_compile=True`, `jax.jit`) without `num_classes`: XLA cannot compile a
+        data-dependent class set.
 
     Example:
       >>> x = keras.random.normal([8, 16])
@@ -333,16 +437,22 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
     """
     delta = checks.check_non_negative_number(delta, "delta")
     threshold = checks.check_non_negative_number(threshold, "threshold")
+    if num_classes is not None:
+        num_classes = checks.check_positive_int(num_classes, "num_classes")
     x, dtype = checks.float_matrix(embeddings, "embeddings", min_rows=0)
-    if _backend.in_xla_context():
+    if num_classes is not None:
+        labels = static_class_ids(labels, num_classes, x)
+    elif _backend.in_xla_context():
         # The set of classes in a batch has a data-dependent size (unique, bincount), which
         # XLA cannot compile; fail at trace time with the fix rather than deep inside XLA.
         raise ValueError(
-            "ole_loss cannot run under XLA (jit_compile=True, or jax.jit): the number of classes "
-            "in a batch is data-dependent. Compile the model with jit_compile=False (Keras "
-            "enables XLA by default on GPUs, and on JAX: model.compile(..., jit_compile=False))."
+            "ole_loss cannot run under XLA (jit_compile=True, or jax.jit; on JAX every fit): "
+            "the number of classes in a batch is data-dependent. Pass the static number of "
+            "classes, num_classes=C (labels in [0, C)), or run without XLA (TensorFlow and "
+            "PyTorch: model.compile(..., jit_compile=False))."
         )
-    labels = _same_rows(class_labels(labels), x)
+    else:
+        labels = _same_rows(class_labels(labels), x)
     compute = _compute_dtype()
     # A batch with no rows has no classes and nothing to penalize: 0 (Eq. 2 would be 0/0).
     # Cast before the row-count `tf.cond`, so both of its branches compute in one dtype: a
@@ -351,6 +461,6 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6):
     x_compute = ops.cast(x, compute)
     value = checks.zero_unless_rows(
         x_compute,
-        lambda: _ole(labels, x_compute, delta, threshold, float32_shortcut=shortcut),
+        lambda: _ole(labels, x_compute, delta, threshold, shortcut, num_classes),
     )
     return ops.cast(value, dtype)

@@ -365,6 +365,27 @@ def mean_singular_value(x, *, method="auto"):
     )
 
 
+def batched_nuclear_norm(matrices):
+    """``||Q_i||_*`` of every matrix of a `[N, M, C]` batch (LORAC, seed `003` Eq. 11): `[N]` of
+    the input's dtype.
+
+    One batched ``keras.ops.svd(compute_uv=False)`` (on TensorFlow ``tf.linalg.svd``, on PyTorch
+    ``torch.linalg.svdvals``), summed; its gradient is each matrix's ``U V^T`` on every backend
+    (no division by singular-value gaps, so coinciding rows are safe). float16/bfloat16 is
+    computed in float32 and cast back: TensorFlow has no half-precision SVD kernel, and a 10-bit
+    mantissa is too coarse for one. Meant for the small matrices of a multi-view batch; for one
+    large matrix use `nuclear_norm`.
+
+    Example:
+      >>> batched_nuclear_norm(keras.ops.eye(3)[None])  # [3.]
+    """
+    matrices = ops.convert_to_tensor(matrices)
+    dtype = keras.backend.standardize_dtype(matrices.dtype)
+    compute = checks.compute_dtype(dtype)
+    norms = ops.sum(ops.svd(ops.cast(matrices, compute), compute_uv=False), axis=-1)
+    return ops.cast(norms, dtype)
+
+
 def _is_static_int(value):
     return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool)
 

@@ -18,7 +18,7 @@ import keras
 import tensorflow as tf
 
 from tf_svmax import checks
-from tf_svmax.losses.lorac import batched_nuclear_norm
+from tf_svmax.ops.spectral import batched_nuclear_norm
 from tf_svmax.training.momentum import MomentumEncoder, NegativeQueue
 
 # What `train_step` returns (and the trackers' names), in this order.
