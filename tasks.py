@@ -39,7 +39,7 @@ APT_INSTALL_CHROMIUM = [
 # process of its own after the main suite. torch 2.13.0 is pinned because that release's CPU build
 # lies on the CI machines' disk (PIP_FIND_LINKS), where a newer one would be a CUDA build of GBs.
 OTHER_BACKENDS = ("jax", "torch")
-BACKEND_PACKAGES = ["jax[cpu]>=0.4.30", "torch==2.13.0"]
+BACKEND_PACKAGES = ["jax[cpu]>=0.8", "torch==2.13.0"]
 USAGE = "usage: python3 tasks.py {run,test} [arguments for the trainer or for pytest]"
 
 

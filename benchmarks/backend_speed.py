@@ -6,8 +6,9 @@ gradient:
 
 * TensorFlow: in a ``tf.function`` (the Gram path) and under XLA (``jit_compile=True``: the
   Newton-Schulz path that ``method="auto"`` picks there);
-* JAX: under ``jax.jit`` (XLA, JAX's only compiled mode: Newton-Schulz), and the Gram path
-  forced with ``method="gram"``; the peer ``jnp.linalg.svd(compute_uv=False)`` with autodiff;
+* JAX: under ``jax.jit`` (XLA, JAX's only compiled mode) with ``method="newton_schulz"`` and
+  with ``method="gram"`` (what ``"auto"`` picks there on a CPU); the peer
+  ``jnp.linalg.svd(compute_uv=False)`` with autodiff;
 * PyTorch: eagerly (what Keras' ``jit_compile="auto"`` does there); the peer
   ``torch.linalg.svdvals`` with autograd, the reference of every ratio.
 
@@ -78,7 +79,10 @@ def _jax(x, repeats):
 
     x = jnp.asarray(x)
     return {
-        "tf_svmax.ops.svmax, jax.jit (newton_schulz)": _time(step(tf_svmax.ops.svmax), repeats),
+        "tf_svmax.ops.svmax, jax.jit (newton_schulz)": _time(
+            step(lambda e: tf_svmax.ops.svmax(e, method="newton_schulz")), repeats
+        ),
+        # What method="auto" picks under jax.jit on a CPU.
         "tf_svmax.ops.svmax, jax.jit, method='gram'": _time(
             step(lambda e: tf_svmax.ops.svmax(e, method="gram")), repeats
         ),

@@ -390,6 +390,33 @@ def test_semihard_in_anchor_blocks_matches_numpy(rng, monkeypatch):
     )
 
 
+@pytest.mark.skipif(backends.BACKEND != "jax", reason="blocks under the compiler: jax.jit only")
+def test_semihard_in_anchor_blocks_under_jax_jit_matches_numpy(rng, monkeypatch):
+    """Under `jax.jit` the anchor blocks are unrolled in the trace (5 rows each, the last
+    partial): the same value and gradient as the NumPy reference."""
+    import jax
+
+    monkeypatch.setattr(triplet, "_ROW_BLOCK_ELEMENTS", 5 * len(LABELS))
+    fn, ref = GENERIC["semihard/L2/1.0"]
+    x = _embeddings(rng)
+    value, grad = jax.jit(jax.value_and_grad(lambda e: fn(LABELS, e)))(x)
+    _check("semihard jit blocks", np.asarray(value), ref(LABELS, x), atol=1e-6)
+    _check(
+        "semihard jit blocks grad",
+        np.asarray(grad),
+        backends.numpy_gradient(lambda e: ref(LABELS, e), x),
+        atol=1e-6,
+    )
+
+    def sorts():  # a new function each time: jax.jit caches traces per function
+        program = jax.jit(lambda e: fn(LABELS, e)).lower(x).as_text()
+        return program.count("stablehlo.sort")
+
+    blocked = sorts()
+    monkeypatch.setattr(triplet, "_ROW_BLOCK_ELEMENTS", 1 << 22)
+    assert blocked > sorts()  # blocks of two shapes (5 rows, the last 2): two sorts, not one
+
+
 def test_print_max_relative_errors():
     """Not a check: prints the max relative errors seen (``pytest -s``), for the record."""
     for key in sorted(ERRORS):

@@ -43,7 +43,7 @@ def test_bounds_follow_each_batch_shape(rng):
 
 def test_stateless_update_under_the_compiler_matches_numpy(rng):
     """Keras' stateless metric API (what JAX's train step uses) inside the backend's compiler
-    (XLA on TensorFlow and JAX: "auto" is the Newton-Schulz path there)."""
+    (XLA on TensorFlow and JAX: "auto" is Newton-Schulz there, the Gram path on JAX's CPU)."""
     batches = [ref.unit_rows(rng, 40, 16), ref.unit_rows(rng, 24, 16)]
     metrics = svmax_metrics()
 

@@ -73,7 +73,7 @@ def test_cdist_values_and_gradients_match_explicit_differences(
 
 def test_cdist_float32_is_as_exact_as_the_explicit_float32_sum(rng):
     """Within float32 rounding of the exact value, near-duplicate rows included: the float64
-    Gram expansion of float32 rows (TensorFlow, PyTorch) or the explicit differences (JAX)."""
+    Gram expansion of float32 rows (on JAX without x64 inside `jax.enable_x64`)."""
     x = rng.standard_normal((40, 128)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     x[5] = x[2] + np.float32(1e-4) * rng.standard_normal(128).astype(np.float32)

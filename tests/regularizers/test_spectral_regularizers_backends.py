@@ -54,7 +54,8 @@ def test_value_and_gradient_match_numpy(rng, bounded, mode):
     e = ref.unit_rows(rng, 40, 16)
     reg = SVMaxRegularizer(lambda_=0.7, bounded=bounded)
     if mode == "compiled":
-        # "auto" under XLA is the Newton-Schulz path (TensorFlow's jit_compile, any jax.jit).
+        # "auto" under XLA: Newton-Schulz (TensorFlow's jit_compile; jax.jit off a CPU), Gram
+        # (jax.jit on a CPU).
         value, grad = _compiled_value_and_grad(reg, e)
     else:
         value, (grad,) = backends.value_and_grad(reg, e)
