@@ -30,6 +30,7 @@ ALL_BACKENDS = (
     "ops/test_distances.py",
     "ops/test_ole.py",
     "ops/test_prototypes.py",
+    "ops/test_ring.py",
     "ops/test_spectral.py",
     "regularizers/test_spectral_regularizers_backends.py",
 )

@@ -34,7 +34,7 @@ from tf_svmax.losses.lifted import LiftedStructLoss
 from tf_svmax.losses.pair_contrastive import AllPairsContrastiveLoss
 from tf_svmax.losses.triplet import TripletHardLoss, TripletSemiHardLoss
 from tf_svmax.ops import replicas
-from tf_svmax.training.momentum import ring_slots
+from tf_svmax.ops.ring import ring_slots
 
 # The losses whose mining takes anchors against a separate reference set (`anchor_rows`), with
 # a normalizer over the anchors (`normalizer_rows`, or per-anchor values).
@@ -56,7 +56,7 @@ _AWAITING_WEIGHTS = weakref.WeakValueDictionary()
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class CrossBatchMemoryBank(keras.layers.Layer):
-    """The state of `CrossBatchMemory`: a FIFO ring buffer (`tf_svmax.training.momentum.ring_slots`,
+    """The state of `CrossBatchMemory`: a FIFO ring buffer (`tf_svmax.ops.ring.ring_slots`,
     the rule of `NegativeQueue`) of `size` embeddings and their int64 labels, the number of
     rows filled, and the number of training steps seen.
 

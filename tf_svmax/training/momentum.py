@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from tf_svmax import checks
+from tf_svmax.ops.ring import ring_slots, ring_write
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -91,16 +92,6 @@ class MomentumEncoder(keras.layers.Layer):
         return cls(**config)
 
 
-def ring_slots(pointer, count, size):
-    """``(slots, next_pointer)`` of a FIFO ring buffer of `size` rows whose oldest row is at
-    `pointer`: the `count` (<= `size`) slots the next rows overwrite, in order (int64 `[count]`),
-    and where the oldest row is afterwards. The one ring-buffer rule of `NegativeQueue` and
-    `tf_svmax.losses.CrossBatchMemoryBank`."""
-    pointer = tf.cast(pointer, tf.int64)
-    count = tf.cast(count, tf.int64)
-    return (pointer + tf.range(count)) % size, (pointer + count) % size
-
-
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class NegativeQueue(keras.layers.Layer):
     """A FIFO ring buffer of `size` keys of `dim` (the oldest are overwritten first), filled at
@@ -157,7 +148,7 @@ class NegativeQueue(keras.layers.Layer):
             )
         count = tf.shape(keys, out_type=tf.int64)[0]
         slots, pointer = ring_slots(self.pointer.value, count, self.size)
-        self.keys.assign(tf.tensor_scatter_nd_update(self.keys.value, slots[:, None], keys))
+        self.keys.assign(ring_write(self.keys.value, slots, keys))
         self.pointer.assign(pointer)
 
     def get_config(self):
