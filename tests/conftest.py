@@ -24,6 +24,7 @@ ALL_BACKENDS = (
     "losses/test_paper_functions_backends.py",
     "losses/test_spectral_losses_backends.py",
     "losses/test_tfa_functions_backends.py",
+    "losses/test_xbm_backends.py",
     "losses/test_xml_backends.py",
     "metrics/test_spectral_metrics_backends.py",
     "ops/test_custom_gradient_errors.py",

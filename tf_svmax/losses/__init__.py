@@ -8,8 +8,11 @@ the spread-out functions, LORAC and XML. `SpreadOutLoss` draws fresh negatives f
 state, which a JAX train step does not carry out of the step: it runs on TensorFlow and PyTorch
 and refuses to be constructed on JAX. `XMLLoss` splits the batch by the labels' values into
 halves of data-dependent sizes: on JAX it runs when called eagerly only (Keras traces every JAX
-loss in `fit`), and says so when traced. The center loss and the cross-batch memory are
-TensorFlow-only for now: off TensorFlow each of those names refuses in one sentence
+loss in `fit`), and says so when traced. `CrossBatchMemory` and its
+`CrossBatchMemoryBank` run on every backend without XLA (eagerly, in a TensorFlow graph, in an
+uncompiled JAX train step, on PyTorch; the bank layer opts the model out of XLA, and a jit trace
+is refused by name, since the memory's filled rows are a data-dependent number). The center loss
+is TensorFlow-only for now: off TensorFlow that name refuses in one sentence
 (`tf_svmax._backend`).
 
 String names (``"tf_svmax>TripletSemiHardLoss"`` in `compile`, `get`) work on every backend
@@ -48,6 +51,7 @@ from tf_svmax.losses.triplet import (
     triplet_hard_loss,
     triplet_semihard_loss,
 )
+from tf_svmax.losses.xbm import CrossBatchMemory, CrossBatchMemoryBank
 from tf_svmax.losses.xml import XMLLoss
 
 # Losses constructible without arguments, hence nameable by a string in `compile`.
@@ -98,6 +102,8 @@ __all__ = [
     "random_negatives",
     "spread_out_loss",
     "ContrastiveLoss",
+    "CrossBatchMemory",
+    "CrossBatchMemoryBank",
     "FunctionLoss",
     "LiftedStructLoss",
     "LORACLoss",
@@ -122,13 +128,8 @@ if _backend.BACKEND == "tensorflow":
     _backend.require_tensorflow("tf_svmax.losses")
 
     from tf_svmax.losses.center import CenterLoss
-    from tf_svmax.losses.xbm import CrossBatchMemory, CrossBatchMemoryBank
 
-    __all__ += [
-        "CrossBatchMemory",
-        "CrossBatchMemoryBank",
-        "CenterLoss",
-    ]
+    __all__ += ["CenterLoss"]
 else:
     __getattr__ = _backend.refusing_getattr("tf_svmax.losses")
 

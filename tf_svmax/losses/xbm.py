@@ -25,7 +25,8 @@ alone: with an empty memory the value and gradient are the wrapped loss's).
 import weakref
 
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses._common import flat_labels
@@ -33,8 +34,7 @@ from tf_svmax.losses.batch_hard import BatchHardTripletLoss
 from tf_svmax.losses.lifted import LiftedStructLoss
 from tf_svmax.losses.pair_contrastive import AllPairsContrastiveLoss
 from tf_svmax.losses.triplet import TripletHardLoss, TripletSemiHardLoss
-from tf_svmax.ops import replicas
-from tf_svmax.ops.ring import ring_slots
+from tf_svmax.ops.ring import index_dtype, ring_slots, ring_write
 
 # The losses whose mining takes anchors against a separate reference set (`anchor_rows`), with
 # a normalizer over the anchors (`normalizer_rows`, or per-anchor values).
@@ -80,7 +80,8 @@ class CrossBatchMemoryBank(keras.layers.Layer):
         # pass (None: never called in a model, as when the loss is called directly).
         self.last_training = None
         # A memory of a data-dependent number of rows cannot be compiled by XLA; this makes
-        # Keras' jit_compile="auto" choose no XLA for a model that holds the layer.
+        # Keras compile a model that holds the layer without XLA (jit_compile "auto" or True;
+        # on JAX an uncompiled train step).
         self.supports_jit = False
 
     def build(self, input_shape):
@@ -93,10 +94,12 @@ class CrossBatchMemoryBank(keras.layers.Layer):
             )
         self.dim = int(dim)
         self.embeddings = self._state("embeddings", (self.size, self.dim), self.variable_dtype)
-        self.labels = self._state("labels", (self.size,), "int64")
-        self.pointer = self._state("pointer", (), "int64")
-        self.filled = self._state("filled", (), "int64")
-        self.step = self._state("step", (), "int64")
+        # int64, or int32 on JAX without 64-bit types (which has no int64; the loss refuses
+        # labels outside int32 there, `_integer_labels`).
+        self.labels = self._state("labels", (self.size,), index_dtype())
+        self.pointer = self._state("pointer", (), index_dtype())
+        self.filled = self._state("filled", (), index_dtype())
+        self.step = self._state("step", (), index_dtype())
         self.built = True
 
     def _state(self, name, shape, dtype):
@@ -121,40 +124,39 @@ class CrossBatchMemoryBank(keras.layers.Layer):
 
     def rows(self, count):
         """``(embeddings, labels)``: the first `count` (<= filled) memory rows, no gradient."""
-        count = tf.cast(count, tf.int32)
-        return (
-            tf.stop_gradient(tf.convert_to_tensor(self.embeddings)[:count]),
-            tf.stop_gradient(tf.convert_to_tensor(self.labels)[:count]),
-        )
+        embeddings = ops.convert_to_tensor(self.embeddings)
+        labels = ops.convert_to_tensor(self.labels)
+        return ops.stop_gradient(embeddings[:count]), ops.stop_gradient(labels[:count])
 
     def advance(self, embeddings, labels, write):
-        """One training step: counts it and, where `write` (a bool tensor), writes the rows
-        (the last `size` of them when there are more) over the oldest ones."""
-        embeddings = tf.stop_gradient(tf.cast(embeddings, self.embeddings.dtype))
-        labels = tf.cast(labels, tf.int64)
-        n = tf.minimum(tf.shape(embeddings, out_type=tf.int64)[0], self.size)
-        embeddings, labels = embeddings[-n:], labels[-n:]
-        slots, pointer = ring_slots(self.pointer, n, self.size)
-        old_embeddings, old_labels = (
-            tf.convert_to_tensor(v) for v in (self.embeddings, self.labels)
+        """One training step: counts it and, where `write` (a bool scalar), writes the rows
+        (the last `size` of them when there are more) over the oldest ones (`ring_write`: a
+        scatter on the slots, right where the ring wraps on every backend)."""
+        embeddings = ops.stop_gradient(ops.cast(embeddings, self.embeddings.dtype))
+        labels = ops.cast(labels, self.labels.dtype)
+        rows = ops.shape(embeddings)[0]
+        n = min(rows, self.size) if isinstance(rows, int) else ops.minimum(rows, self.size)
+        embeddings, labels = embeddings[rows - n :], labels[rows - n :]
+        slots, pointer = ring_slots(ops.convert_to_tensor(self.pointer), n, self.size)
+        old_embeddings, old_labels, old_pointer, old_filled = (
+            ops.convert_to_tensor(v)
+            for v in (self.embeddings, self.labels, self.pointer, self.filled)
         )
-        new_embeddings = tf.tensor_scatter_nd_update(old_embeddings, slots[:, None], embeddings)
-        new_labels = tf.tensor_scatter_nd_update(old_labels, slots[:, None], labels)
-        filled = tf.minimum(tf.convert_to_tensor(self.filled) + n, self.size)
-        return tf.group(
-            self.embeddings.assign(tf.where(write, new_embeddings, old_embeddings)),
-            self.labels.assign(tf.where(write, new_labels, old_labels)),
-            self.pointer.assign(tf.where(write, pointer, tf.convert_to_tensor(self.pointer))),
-            self.filled.assign(tf.where(write, filled, tf.convert_to_tensor(self.filled))),
-            self.step.assign_add(tf.constant(1, tf.int64)),
+        filled = ops.minimum(old_filled + ops.cast(n, old_filled.dtype), self.size)
+        self.embeddings.assign(
+            ops.where(write, ring_write(old_embeddings, slots, embeddings), old_embeddings)
         )
+        self.labels.assign(ops.where(write, ring_write(old_labels, slots, labels), old_labels))
+        self.pointer.assign(ops.where(write, ops.cast(pointer, old_pointer.dtype), old_pointer))
+        self.filled.assign(ops.where(write, filled, old_filled))
+        self.step.assign(ops.convert_to_tensor(self.step) + 1)
 
     def reset(self):
         """Empties the memory and restarts the step count (the warm-up starts again)."""
         if not self.built:
             return
         for variable in (self.embeddings, self.labels, self.pointer, self.filled, self.step):
-            variable.assign(tf.zeros(variable.shape, variable.dtype))
+            variable.assign(ops.zeros(variable.shape, variable.dtype))
 
     def get_config(self):
         return {**super().get_config(), "size": self.size}
@@ -169,6 +171,45 @@ class CrossBatchMemoryBank(keras.layers.Layer):
         if _AWAITING_WEIGHTS.get(self.name) is self:
             del _AWAITING_WEIGHTS[self.name]  # restored: no later loss may take it
         super().load_own_variables(store)
+
+
+def _shape_only_trace(memory):
+    """True inside Keras' symbolic build of the loss on JAX (`jax.eval_shape` of the loss in a
+    stateless scope whose writes are dropped, before the first step): a trace in a stateless
+    scope where the built memory's variables hold concrete values. In a jitted train step they
+    are traced; a `jax.jit` of a direct call runs in no stateless scope. (Keras has no public
+    `in_stateless_scope`; the private one is read here, on JAX only.)"""
+    if _backend.BACKEND != "jax" or not memory.built:
+        return False
+    import jax  # noqa: PLC0415 (the JAX backend only)
+    from keras.src.backend.common.stateless_scope import in_stateless_scope  # noqa: PLC0415
+
+    return in_stateless_scope() and not isinstance(
+        ops.convert_to_tensor(memory.filled), jax.core.Tracer
+    )
+
+
+def _after(value, fn):
+    """``fn()`` run after `value` is computed: on TensorFlow under a control dependency (in a
+    graph, so that the writes wait for the value and its run-time label checks); elsewhere in
+    program order. TensorFlow is imported here, not at module level."""
+    if _backend.BACKEND != "tensorflow":
+        fn()
+        return
+    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
+
+    with tf.control_dependencies([value]):
+        fn()
+
+
+def _tracing():
+    """True while a TensorFlow function is traced (a JAX trace is refused before this; PyTorch
+    runs eagerly). TensorFlow is imported here, not at module level."""
+    if _backend.BACKEND != "tensorflow":
+        return False
+    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
+
+    return not tf.executing_eagerly()
 
 
 def _restored_memory(name, size):
@@ -215,19 +256,41 @@ _LABELS_EXPECTED = "class labels of an integer dtype (not uint64) or finite floa
 
 
 def _integer_labels(y_true, y_pred):
-    # The losses' shared check: [N] or [N, 1] numeric labels, one per embedding row.
+    # The losses' shared check: [N] or [N, 1] numeric labels, one per embedding row (on JAX
+    # without 64-bit types it refuses integer labels outside int32: never wrapped silently).
     labels = flat_labels(y_true, y_pred)
-    if labels.dtype in (tf.bool, tf.uint64):
-        raise TypeError(
-            checks.invalid("y_true", _LABELS_EXPECTED, f"<tensor of dtype {labels.dtype.name}>")
-        )
+    dtype = keras.backend.standardize_dtype(labels.dtype)
+    if dtype in ("bool", "uint64"):
+        raise TypeError(checks.invalid("y_true", _LABELS_EXPECTED, f"<tensor of dtype {dtype}>"))
     # Float labels (Keras hands a MirroredStrategy's fit float64 copies of integer arrays) must
     # hold integers: the cast below would merge 0.1 and 0.9 into class 0 (the wrapped loss
     # alone compares floats exactly, so they would be two classes there).
     labels = checks.integer_floats(labels, "y_true", _LABELS_EXPECTED)
+    if _backend.jax_without_x64() and keras.backend.is_float_dtype(dtype):
+        _check_int32_range(labels)
     # int64 holds every other integer dtype exactly (labels above 2**24 stay distinct), and
-    # integer floats: exact for float64 below 2**53.
-    return tf.cast(labels, tf.int64)
+    # integer floats: exact for float64 below 2**53 (JAX without 64-bit types: int32).
+    return ops.cast(labels, index_dtype())
+
+
+def _check_int32_range(labels):
+    # JAX without 64-bit types stores labels as int32: a float label outside it (float32 holds
+    # 2.0**40 exactly) would wrap into another class. Checked where the values are known.
+    import jax  # noqa: PLC0415 (the JAX backend only)
+
+    if isinstance(labels, jax.core.Tracer):
+        return
+    flat = np.asarray(ops.convert_to_numpy(labels), np.float64).reshape(-1)
+    outside = np.flatnonzero((flat < -(2.0**31)) | (flat >= 2.0**31))
+    if outside.size:
+        raise ValueError(
+            checks.invalid(
+                "y_true",
+                "class labels within int32 (JAX without 64-bit types stores them as int32; "
+                "set jax.config.update('jax_enable_x64', True) for larger ones)",
+                f"<tensor with {flat[outside[0]]!s} at index {int(outside[0])}>",
+            )
+        )
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -261,6 +324,13 @@ class CrossBatchMemory(keras.losses.Loss):
     oldest rows first out; with b > M, the batch's last M rows). A call in evaluation (the
     memory layer's last forward pass had ``training=False``) gives the plain batch loss and
     changes nothing. `reset` empties the memory and restarts the warm-up.
+
+    Backends: TensorFlow, JAX and PyTorch, without XLA: the memory layer opts the model out of
+    `jit_compile` (on JAX the train step then runs uncompiled, and the loss's writes reach the
+    layer's variables as any non-trainable weight's), and a call under XLA (a
+    ``tf.function(jit_compile=True)``, a `jax.jit`) is refused by name, since the number of
+    filled rows is data-dependent. The labels are stored as int64, as int32 on JAX without
+    64-bit types, where labels outside int32 are refused (never wrapped into another class).
 
     Under `tf.distribute` (``loss.global_batch=True``, required) the memory holds the global
     batch's rows in replica order, identical on every replica; each replica computes its own
@@ -322,37 +392,45 @@ class CrossBatchMemory(keras.losses.Loss):
                 )
             )
         if _backend.in_xla_context():
+            if _shape_only_trace(self.memory):
+                # Keras' symbolic build on JAX (`jax.eval_shape` of the loss, before the first
+                # step, state discarded) needs only the value's shape and dtype: a scalar.
+                return ops.cast(ops.sum(ops.convert_to_tensor(y_pred)) * 0, self.dtype)
             raise ValueError(
-                "CrossBatchMemory cannot run under XLA (jit_compile=True): the memory's filled "
-                "rows are a data-dependent number. Compile the model with jit_compile=False."
+                "CrossBatchMemory cannot run under XLA (jit_compile=True, or any jax.jit trace): "
+                "the memory's filled rows are a data-dependent number. Compile the model with "
+                "jit_compile=False (the default for a model that holds the memory layer)."
             )
-        with tf.name_scope(self.name):
-            y_pred = tf.cast(tf.convert_to_tensor(y_pred), self.loss.dtype)
+        with keras.name_scope(self.name):
+            y_pred = ops.cast(ops.convert_to_tensor(y_pred), self.loss.dtype)
             labels = _integer_labels(y_true, y_pred)
-            local_rows = tf.shape(y_pred)[0]
+            local_rows = ops.shape(y_pred)[0]
+            replicas = _backend.replicas()
             context, (labels, y_pred) = replicas.gather_global_batch(True, labels, y_pred)
             memory = self._built_memory(y_pred)
             training = memory.last_training is not False
-            batch = tf.shape(y_pred)[0]
-            active = tf.convert_to_tensor(memory.step) >= self.start_step
-            used = tf.where(active, tf.convert_to_tensor(memory.filled), 0) if training else 0
+            batch = ops.shape(y_pred)[0]
+            active = ops.convert_to_tensor(memory.step) >= self.start_step
+            used = 0
+            if training:
+                used = ops.where(active, ops.convert_to_tensor(memory.filled), 0)
+                if _backend.BACKEND != "tensorflow":
+                    # Known here (no jit, above): a Python count slices on JAX and PyTorch.
+                    used = int(ops.convert_to_numpy(used))
             memory_x, memory_y = memory.rows(used)
-            reference_x = tf.concat([y_pred, tf.cast(memory_x, y_pred.dtype)], axis=0)
-            reference_y = tf.concat([labels, memory_y], axis=0)
+            reference_x = ops.concatenate([y_pred, ops.cast(memory_x, y_pred.dtype)], axis=0)
+            reference_y = ops.concatenate([labels, ops.cast(memory_y, labels.dtype)], axis=0)
             anchors = (0, batch) if context is None else replicas.own_row_range(context, local_rows)
-            value = tf.cast(self._value(reference_y, reference_x, anchors, batch), self.dtype)
-            if not training:
-                return value  # (under tf.distribute this replica's share, as in training)
-            # Written after the value is computed (its reads come first).
-            with tf.control_dependencies([value]):
-                update = memory.advance(y_pred, labels, active)
-            with tf.control_dependencies([update]):
-                return tf.identity(value)
+            value = ops.cast(self._value(reference_y, reference_x, anchors, batch), self.dtype)
+            if training:
+                # Written after the value is computed (its reads and the label checks first).
+                _after(value, lambda: memory.advance(y_pred, labels, active))
+            return value
 
     def _built_memory(self, y_pred):
         memory = self.memory
         if not memory.built:
-            if not tf.executing_eagerly():
+            if _tracing():
                 raise ValueError(
                     "CrossBatchMemory: its memory layer is not built. Put `xbm.memory` in the "
                     "model after the embeddings (keras.Sequential([..., xbm.memory])), so that "
@@ -376,10 +454,10 @@ class CrossBatchMemory(keras.losses.Loss):
     def _value(self, labels, x, anchors, batch):
         """The anchors' share of the value, normalized over the batch's `batch` anchors."""
         if isinstance(self.loss, BatchHardTripletLoss):
-            total = tf.reduce_sum(self.loss.call(labels, x, anchor_rows=anchors))
+            total = ops.sum(self.loss.call(labels, x, anchor_rows=anchors))
             if self.loss.reduction == "sum":
                 return total
-            return tf.math.divide_no_nan(total, tf.cast(batch, total.dtype))
+            return ops.divide_no_nan(total, ops.cast(batch, total.dtype))
         return self.loss.call(labels, x, anchor_rows=anchors, normalizer_rows=(0, batch))
 
     def get_config(self):

@@ -1,0 +1,247 @@
+"""CrossBatchMemory on every Keras backend (TensorFlow, JAX, PyTorch) against independent float64
+NumPy references of the wrapped losses over the batch's anchors against (batch ∪ memory): direct
+calls over several steps through a wrapping ring, the memory in `fit` steps (eagerly, and as each
+backend compiles a model holding the memory: a graph on TensorFlow, an uncompiled train step on
+JAX), gradients with the memory a constant, the ring's slots, the XLA refusal, the 2**40 label
+refusal on JAX without 64-bit types, and a `.keras` file read on another backend."""
+
+import keras
+import numpy as np
+import pytest
+
+from tests import backends, reference_ranking
+from tests.backends import RTOL32, assert_close, to_numpy
+from tf_svmax import _backend, losses
+from tf_svmax.losses import CrossBatchMemory
+
+
+def _dist(x):
+    x = np.asarray(x, np.float64)
+    return np.sqrt(np.maximum(((x[:, None, :] - x[None, :, :]) ** 2).sum(-1), 0.0))
+
+
+def ref_semihard(labels, x, b, margin=1.0):
+    d, n = _dist(x), len(x)
+    terms, pairs = 0.0, 0
+    for a in range(b):
+        negatives = [d[a, k] for k in range(n) if labels[k] != labels[a]]
+        for p in range(n):
+            if p == a or labels[p] != labels[a]:
+                continue
+            pairs += 1
+            farther = [v for v in negatives if v > d[a, p]]
+            chosen = min(farther) if farther else max(negatives)
+            terms += max(margin + d[a, p] - chosen, 0.0)
+    return terms / pairs if pairs else 0.0
+
+
+def ref_soft_hard(labels, x, b):
+    d, n = _dist(x), len(x)
+    out = []
+    for a in range(b):
+        positives = [d[a, p] for p in range(n) if p != a and labels[p] == labels[a]]
+        negatives = [d[a, k] for k in range(n) if labels[k] != labels[a]]
+        out.append(np.log1p(np.exp((max(positives) if positives else 0.0) - min(negatives))))
+    return float(np.mean(out))
+
+
+def ref_batch_hard(labels, x, b, margin=0.2):
+    return float(reference_ranking.batch_hard(labels, x, margin, "euclidean")[:b].mean())
+
+
+CASES = {
+    "semihard": (losses.TripletSemiHardLoss, ref_semihard),
+    "batch_hard": (losses.BatchHardTripletLoss, ref_batch_hard),
+}
+
+
+class NumpyRing:
+    """The reference memory: a ring of `size` slots written in order from slot 0 (float32 as
+    stored), and the rows it holds, oldest first."""
+
+    def __init__(self, size, dim):
+        self.size, self.pointer, self.count = size, 0, 0
+        self.x, self.y = np.zeros((size, dim), np.float32), np.zeros(size, np.int64)
+        self.rows_x, self.rows_y = np.zeros((0, dim), np.float32), np.zeros(0, np.int64)
+
+    def write(self, x, y):
+        for row, label in zip(
+            np.asarray(x, np.float32)[-self.size :], y[-self.size :], strict=True
+        ):
+            self.x[self.pointer], self.y[self.pointer] = row, label
+            self.pointer = (self.pointer + 1) % self.size
+        self.count = min(self.size, self.count + len(x))
+        self.rows_x = np.concatenate([self.rows_x, np.asarray(x, np.float32)])[-self.size :]
+        self.rows_y = np.concatenate([self.rows_y, y])[-self.size :]
+
+    def reference(self, x, y):
+        """``(labels, embeddings)`` of batch ∪ memory (the memory in slot order, as stored)."""
+        return (
+            np.concatenate([y, self.y[: self.count]]),
+            np.concatenate([x, self.x[: self.count]]).astype(np.float64),
+        )
+
+
+def _batch(rng, b=6, dim=4, classes=3):
+    x = rng.standard_normal((b, dim)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y = rng.integers(0, classes, b).astype(np.int64)
+    y[:2] = [0, 1]  # at least two classes (every anchor has a negative)
+    return x, y
+
+
+def _state(memory):
+    return {v.name: to_numpy(v) for v in memory.weights}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_direct_calls_match_the_reference_and_the_ring_wraps_at_the_right_slots(rng, case):
+    make, reference = CASES[case]
+    xbm = CrossBatchMemory(make(), memory_size=10, start_step=1)
+    ring = NumpyRing(10, 4)
+    for step in range(6):  # 1 warm-up step, then 5 x 6 rows through a 10-row ring (wraps)
+        x, y = _batch(rng)
+        want = reference(*ring.reference(x, y), len(x))
+        assert_close(to_numpy(xbm(y, x)), want, RTOL32)
+        if step >= 1:
+            ring.write(x, y)
+        state = _state(xbm.memory)
+        assert int(state["filled"]) == ring.count and int(state["step"]) == step + 1
+        assert int(state["pointer"]) == ring.pointer
+        # Slot by slot: a clamped slice write (JAX's slice_update) would shift the wrapped rows.
+        np.testing.assert_array_equal(state["embeddings"], ring.x)
+        np.testing.assert_array_equal(state["labels"], ring.y)
+
+
+def test_gradient_is_the_reference_s_with_the_memory_a_constant(rng):
+    xbm = CrossBatchMemory(losses.TripletHardLoss(soft=True), memory_size=6)
+    first, first_y = _batch(rng)
+    xbm(first_y, first)  # fills the memory with `first`
+    x, y = _batch(rng)
+
+    def value(rows):
+        # A stateless scope: the backend's autodiff traces the call, whose memory write is
+        # dropped (on JAX a write of traced rows outside a train step would leak the trace).
+        with keras.StatelessScope():
+            return xbm(y, rows)
+
+    got, (grad,) = backends.value_and_grad(value, x)
+
+    def reference(rows):
+        return ref_soft_hard(np.concatenate([y, first_y]), np.concatenate([rows, first]), len(y))
+
+    assert_close(got, reference(x), RTOL32)
+    assert_close(grad, backends.numpy_gradient(reference, x), RTOL32)
+
+
+def _model(xbm):
+    keras.utils.set_random_seed(0)
+    return keras.Sequential(
+        [keras.Input((5,)), keras.layers.Dense(4), keras.layers.UnitNormalization(), xbm.memory]
+    )
+
+
+@pytest.mark.parametrize("run_eagerly", [False, True])
+def test_fit_steps_fill_the_memory_and_match_the_reference(rng, run_eagerly):
+    # Learning rate 0: the embeddings of a batch are the model's prediction, so each step's
+    # loss is the reference on (batch ∪ memory) and the memory holds the predicted rows.
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=10, start_step=1)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.0), loss=xbm, run_eagerly=run_eagerly)
+    assert not model.jit_compile  # the memory layer opts the model out of XLA
+    x = rng.standard_normal((24, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 24).astype(np.int64)
+    y[::8], y[1::8] = 0, 1
+    ring = NumpyRing(10, 4)
+    for step in range(3):
+        xb, yb = x[8 * step : 8 * step + 8], y[8 * step : 8 * step + 8]
+        embeddings = model.predict(xb, verbose=0)
+        want = ref_semihard(*ring.reference(embeddings, yb), 8)
+        got = model.train_on_batch(xb, yb)
+        assert_close(got, want, RTOL32)
+        if step >= 1:
+            ring.write(embeddings, yb)
+    state = _state(xbm.memory)
+    assert int(state["step"]) == 3 and int(state["filled"]) == 10 and int(state["pointer"]) == 6
+    np.testing.assert_allclose(state["embeddings"], ring.x, rtol=RTOL32, atol=1e-6)
+    np.testing.assert_array_equal(state["labels"], ring.y)
+    # Evaluation: the plain batch loss, the memory untouched.
+    logged = model.evaluate(x[:8], y[:8], batch_size=8, verbose=0)
+    assert_close(logged, ref_semihard(y[:8], model.predict(x[:8], verbose=0), 8), RTOL32)
+    assert int(to_numpy(xbm.memory.step)) == 3
+
+
+@pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not compile PyTorch with XLA")
+def test_xla_is_declined_in_fit_and_refused_by_name_when_called(rng):
+    # The memory layer's supports_jit=False: Keras compiles the model without XLA even when
+    # asked, so fit keeps filling the memory; a call under the backend's XLA is refused by name.
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=10)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm, jit_compile=True)
+    assert not model.jit_compile
+    x, y = _batch(rng, b=8, dim=5)
+    model.train_on_batch(x, y)
+    assert int(to_numpy(xbm.memory.filled)) == 8
+    embeddings = model.predict(x, verbose=0)
+    with pytest.raises(ValueError, match="CrossBatchMemory cannot run under XLA"):
+        backends.compiled(lambda labels, rows: xbm(labels, rows))(y, embeddings)
+    assert int(to_numpy(xbm.memory.filled)) == 8
+
+
+@pytest.mark.skipif(not _backend.jax_without_x64(), reason="JAX without 64-bit types only")
+def test_labels_outside_int32_are_refused_on_jax_without_x64(rng):
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=12)
+    x, y = _batch(rng)
+    for labels in (y + 2**40, (y + 2**40).astype(np.float64)):
+        with pytest.raises(ValueError, match="y_true"):
+            xbm(labels, x)
+    assert not xbm.memory.built  # refused before the memory was touched
+    xbm(y, x)
+    assert xbm.memory.labels.dtype == "int32"  # JAX has no int64 without x64
+
+
+def test_labels_above_2_to_the_31_stay_distinct_where_int64_exists(rng):
+    if _backend.jax_without_x64():
+        pytest.skip("JAX without 64-bit types refuses them (test above)")
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=12)
+    ring = NumpyRing(12, 4)
+    for _ in range(3):
+        x, y = _batch(rng)
+        y = y + 2**40
+        assert_close(to_numpy(xbm(y, x)), ref_semihard(*ring.reference(x, y), len(x)), RTOL32)
+        ring.write(x, y)
+    np.testing.assert_array_equal(to_numpy(xbm.memory.labels), ring.y)
+
+
+LOAD = """
+import json, sys
+import keras, numpy as np
+import tf_svmax
+model = keras.models.load_model(sys.argv[1])
+Bank = tf_svmax.losses.CrossBatchMemoryBank
+bank = [layer for layer in model.layers if isinstance(layer, Bank)][0]
+x = np.load(sys.argv[2])
+print(json.dumps({
+    "prediction": keras.ops.convert_to_numpy(model(x)).tolist(),
+    "state": {v.name: keras.ops.convert_to_numpy(v).tolist() for v in bank.weights},
+    "loss": type(model.loss).__name__,
+}))
+"""
+
+
+def test_a_keras_file_with_the_memory_loads_on_another_backend(rng, tmp_path):
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=10)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    x = rng.standard_normal((12, 5)).astype(np.float32)
+    model.fit(x, np.arange(12) % 3, batch_size=6, shuffle=False, verbose=0)
+    model.save(tmp_path / "xbm.keras")
+    np.save(tmp_path / "x.npy", x)
+    other = "jax" if backends.BACKEND != "jax" else "torch"
+    got = backends.run_script(
+        LOAD, tmp_path / "xbm.keras", tmp_path / "x.npy", backend=other, cwd=tmp_path
+    )
+    assert got["loss"] == "CrossBatchMemory"
+    assert_close(got["prediction"], to_numpy(model(x)), RTOL32)
+    for variable in xbm.memory.weights:
+        np.testing.assert_array_equal(got["state"][variable.name], to_numpy(variable))
