@@ -198,6 +198,14 @@ def test_labels_outside_int32_are_refused_on_jax_without_x64(rng):
     assert not xbm.memory.built  # refused before the memory was touched
     xbm(y, x)
     assert xbm.memory.labels.dtype == "int32"  # JAX has no int64 without x64
+    # In fit too (the uncompiled train step hands the loss the NumPy labels).
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    inputs = rng.standard_normal((8, 5)).astype(np.float32)
+    with pytest.raises(ValueError, match="y_true"):
+        model.fit(inputs, np.arange(8) % 3 + 2**40, batch_size=8, verbose=0)
+    # (Keras' JAX fit leaves the model's variables unsynced after an error in a step: the
+    # memory is not read back here.)
 
 
 def test_labels_above_2_to_the_31_stay_distinct_where_int64_exists(rng):
