@@ -15,83 +15,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests import reference_ranking
+from tests.reference_xbm import (
+    distances,
+    random_batch,
+    ref_batch_hard,
+    ref_contrastive,
+    ref_hard,
+    ref_lifted,
+    ref_semihard,
+)
 from tf_svmax import losses
 from tf_svmax.losses import CrossBatchMemory, CrossBatchMemoryBank
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-# --- NumPy references: anchors are the first `b` rows of (x, labels) = batch ∪ memory. ---
-
-
-def _dist(x):
-    x = np.asarray(x, np.float64)
-    return np.sqrt(((x[:, None, :] - x[None, :, :]) ** 2).sum(-1))
-
-
-def ref_semihard(labels, x, b, margin=1.0):
-    d, n = _dist(x), len(x)
-    terms, pairs = 0.0, 0
-    for a in range(b):
-        negatives = [d[a, k] for k in range(n) if labels[k] != labels[a]]
-        for p in range(n):
-            if p == a or labels[p] != labels[a]:
-                continue
-            pairs += 1
-            farther = [v for v in negatives if v > d[a, p]]
-            chosen = min(farther) if farther else max(negatives)
-            terms += max(margin + d[a, p] - chosen, 0.0)
-    return terms / pairs if pairs else 0.0
-
-
-def ref_hard(labels, x, b, margin=1.0):
-    d, n = _dist(x), len(x)
-    out = []
-    for a in range(b):
-        positives = [d[a, p] for p in range(n) if p != a and labels[p] == labels[a]]
-        negatives = [d[a, k] for k in range(n) if labels[k] != labels[a]]
-        out.append(max((max(positives) if positives else 0.0) - min(negatives) + margin, 0.0))
-    return float(np.mean(out))
-
-
-def ref_lifted(labels, x, b, margin=1.0):
-    d, n = _dist(x), len(x)
-
-    def negative_sum(i):
-        return sum(math.exp(margin - d[i, k]) for k in range(n) if labels[k] != labels[i])
-
-    total, pairs = 0.0, 0
-    for i in range(b):
-        for j in range(n):
-            if j == i or labels[j] != labels[i]:
-                continue
-            pairs += 1
-            objective = math.log(negative_sum(i) + negative_sum(j)) + d[i, j]
-            total += 0.25 * max(objective, 0.0) ** 2
-    return total / (pairs / 2.0) if pairs else 0.0
-
-
-def ref_batch_hard(labels, x, b, margin=0.2):
-    # Independent loops (tests/reference_ranking.py): anchors' values only depend on their rows.
-    return float(reference_ranking.batch_hard(labels, x, margin, "euclidean")[:b].mean())
-
-
-def ref_contrastive(labels, x, b, pos_margin=1.0, neg_margin=0.5):
-    # Cosine similarities; each kind's terms over the b anchors divided by its number above 0.
-    x = np.asarray(x, np.float64)
-    x = x / np.linalg.norm(x, axis=1, keepdims=True)
-    value = 0.0
-    for positive in (True, False):
-        terms = [
-            max(pos_margin - x[a] @ x[r] if positive else x[a] @ x[r] - neg_margin, 0.0)
-            for a in range(b)
-            for r in range(len(x))
-            if r != a and (labels[r] == labels[a]) == positive
-        ]
-        above = [t for t in terms if t > 0]
-        value += sum(above) / len(above) if above else 0.0
-    return value
 
 
 CASES = {
@@ -121,21 +57,13 @@ class NumpyMemory:
         return np.concatenate([y, self.y]), np.concatenate([x, self.x]).astype(np.float64)
 
 
-def _batch(rng, b=6, dim=4, classes=3):
-    x = rng.standard_normal((b, dim)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    y = rng.integers(0, classes, b).astype(np.int64)
-    y[:2] = [0, 1]  # at least two classes (every anchor has a negative)
-    return x, y
-
-
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_steps_match_the_reference_on_batch_and_memory(rng, case):
     make, reference = CASES[case]
     xbm = CrossBatchMemory(make(), memory_size=10, start_step=2)
     memory = NumpyMemory(10)
     for step in range(7):  # 2 warm-up steps, then 5 x 6 rows through a 10-row ring (wraps)
-        x, y = _batch(rng)
+        x, y = random_batch(rng)
         want = reference(*memory.reference(x, y), len(x))
         got = float(xbm(y, x))
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=f"step {step}")
@@ -150,7 +78,7 @@ def test_steps_match_the_reference_on_batch_and_memory(rng, case):
 
 
 def test_an_empty_memory_gives_the_wrapped_loss(rng):
-    x, y = _batch(rng, b=8)
+    x, y = random_batch(rng, b=8)
     for make, _ in CASES.values():
         plain = float(make()(y, x))
         assert float(CrossBatchMemory(make(), memory_size=4)(y, x)) == pytest.approx(plain, 1e-6)
@@ -159,12 +87,12 @@ def test_an_empty_memory_gives_the_wrapped_loss(rng):
 def test_reset_empties_the_memory_and_restarts_the_warm_up(rng):
     xbm = CrossBatchMemory(losses.TripletHardLoss(), memory_size=8, start_step=1)
     for _ in range(3):
-        xbm(*_batch(rng)[::-1])
+        xbm(*random_batch(rng)[::-1])
     assert int(xbm.memory.filled.numpy()) == 8
     xbm.reset()
     for variable in xbm.memory.weights:
         assert not np.any(variable.numpy())
-    x, y = _batch(rng)
+    x, y = random_batch(rng)
     assert float(xbm(y, x)) == pytest.approx(ref_hard(y, x, len(x)), 1e-5)
     assert int(xbm.memory.filled.numpy()) == 0  # step 0 again: warm-up, nothing written
     xbm(y, x)
@@ -173,7 +101,7 @@ def test_reset_empties_the_memory_and_restarts_the_warm_up(rng):
 
 def test_batch_larger_than_the_memory_keeps_its_last_rows(rng):
     xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=4)
-    x, y = _batch(rng, b=10)
+    x, y = random_batch(rng, b=10)
     xbm(y, x)
     stored = sorted(map(tuple, xbm.memory.embeddings.numpy()))
     assert stored == sorted(map(tuple, x[-4:]))
@@ -184,7 +112,7 @@ def test_int64_labels_above_2_to_the_24_stay_distinct(rng):
     xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=12)
     memory = NumpyMemory(12)
     for _ in range(3):
-        x, y = _batch(rng)
+        x, y = random_batch(rng)
         y = y + 2**40  # float32 would merge them all into one class
         want = ref_semihard(*memory.reference(x, y), len(x))
         assert float(xbm(tf.constant(y, tf.int64), x)) == pytest.approx(want, 1e-5)
@@ -194,9 +122,9 @@ def test_int64_labels_above_2_to_the_24_stay_distinct(rng):
 
 def test_gradient_is_the_reference_s_with_the_memory_a_constant(rng):
     xbm = CrossBatchMemory(losses.TripletHardLoss(soft=True), memory_size=6)
-    first, first_y = _batch(rng)
+    first, first_y = random_batch(rng)
     xbm(first_y, first)  # fills the memory with `first` (float32)
-    x, y = _batch(rng)
+    x, y = random_batch(rng)
     x64 = tf.constant(x, tf.float64)
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(x64)
@@ -208,7 +136,7 @@ def test_gradient_is_the_reference_s_with_the_memory_a_constant(rng):
     def soft_hard(x_batch):
         ref_x = np.concatenate([x_batch, first.astype(np.float64)])
         ref_y = np.concatenate([y, first_y])
-        d, n = _dist(ref_x), len(ref_x)
+        d, n = distances(ref_x), len(ref_x)
         out = []
         for a in range(len(x_batch)):
             pos = [d[a, p] for p in range(n) if p != a and ref_y[p] == ref_y[a]]

@@ -9,44 +9,21 @@ import keras
 import numpy as np
 import pytest
 
-from tests import backends, reference_ranking
+from tests import backends
 from tests.backends import RTOL32, assert_close, to_numpy
+from tests.reference_xbm import distances, random_batch, ref_batch_hard, ref_semihard
 from tf_svmax import _backend, losses
 from tf_svmax.losses import CrossBatchMemory
 
 
-def _dist(x):
-    x = np.asarray(x, np.float64)
-    return np.sqrt(np.maximum(((x[:, None, :] - x[None, :, :]) ** 2).sum(-1), 0.0))
-
-
-def ref_semihard(labels, x, b, margin=1.0):
-    d, n = _dist(x), len(x)
-    terms, pairs = 0.0, 0
-    for a in range(b):
-        negatives = [d[a, k] for k in range(n) if labels[k] != labels[a]]
-        for p in range(n):
-            if p == a or labels[p] != labels[a]:
-                continue
-            pairs += 1
-            farther = [v for v in negatives if v > d[a, p]]
-            chosen = min(farther) if farther else max(negatives)
-            terms += max(margin + d[a, p] - chosen, 0.0)
-    return terms / pairs if pairs else 0.0
-
-
 def ref_soft_hard(labels, x, b):
-    d, n = _dist(x), len(x)
+    d, n = distances(x), len(x)
     out = []
     for a in range(b):
         positives = [d[a, p] for p in range(n) if p != a and labels[p] == labels[a]]
         negatives = [d[a, k] for k in range(n) if labels[k] != labels[a]]
         out.append(np.log1p(np.exp((max(positives) if positives else 0.0) - min(negatives))))
     return float(np.mean(out))
-
-
-def ref_batch_hard(labels, x, b, margin=0.2):
-    return float(reference_ranking.batch_hard(labels, x, margin, "euclidean")[:b].mean())
 
 
 CASES = {
@@ -82,14 +59,6 @@ class NumpyRing:
         )
 
 
-def _batch(rng, b=6, dim=4, classes=3):
-    x = rng.standard_normal((b, dim)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    y = rng.integers(0, classes, b).astype(np.int64)
-    y[:2] = [0, 1]  # at least two classes (every anchor has a negative)
-    return x, y
-
-
 def _state(memory):
     return {v.name: to_numpy(v) for v in memory.weights}
 
@@ -100,7 +69,7 @@ def test_direct_calls_match_the_reference_and_the_ring_wraps_at_the_right_slots(
     xbm = CrossBatchMemory(make(), memory_size=10, start_step=1)
     ring = NumpyRing(10, 4)
     for step in range(6):  # 1 warm-up step, then 5 x 6 rows through a 10-row ring (wraps)
-        x, y = _batch(rng)
+        x, y = random_batch(rng)
         want = reference(*ring.reference(x, y), len(x))
         assert_close(to_numpy(xbm(y, x)), want, RTOL32)
         if step >= 1:
@@ -115,9 +84,9 @@ def test_direct_calls_match_the_reference_and_the_ring_wraps_at_the_right_slots(
 
 def test_gradient_is_the_reference_s_with_the_memory_a_constant(rng):
     xbm = CrossBatchMemory(losses.TripletHardLoss(soft=True), memory_size=6)
-    first, first_y = _batch(rng)
+    first, first_y = random_batch(rng)
     xbm(first_y, first)  # fills the memory with `first`
-    x, y = _batch(rng)
+    x, y = random_batch(rng)
 
     def value(rows):
         # A stateless scope: the backend's autodiff traces the call, whose memory write is
@@ -179,7 +148,7 @@ def test_xla_is_declined_in_fit_and_refused_by_name_when_called(rng):
     model = _model(xbm)
     model.compile(keras.optimizers.SGD(0.1), loss=xbm, jit_compile=True)
     assert not model.jit_compile
-    x, y = _batch(rng, b=8, dim=5)
+    x, y = random_batch(rng, b=8, dim=5)
     model.train_on_batch(x, y)
     assert int(to_numpy(xbm.memory.filled)) == 8
     embeddings = model.predict(x, verbose=0)
@@ -191,7 +160,7 @@ def test_xla_is_declined_in_fit_and_refused_by_name_when_called(rng):
 @pytest.mark.skipif(not _backend.jax_without_x64(), reason="JAX without 64-bit types only")
 def test_labels_outside_int32_are_refused_on_jax_without_x64(rng):
     xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=12)
-    x, y = _batch(rng)
+    x, y = random_batch(rng)
     for labels in (y + 2**40, (y + 2**40).astype(np.float64)):
         with pytest.raises(ValueError, match="y_true"):
             xbm(labels, x)
@@ -214,7 +183,7 @@ def test_labels_above_2_to_the_31_stay_distinct_where_int64_exists(rng):
     xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=12)
     ring = NumpyRing(12, 4)
     for _ in range(3):
-        x, y = _batch(rng)
+        x, y = random_batch(rng)
         y = y + 2**40
         assert_close(to_numpy(xbm(y, x)), ref_semihard(*ring.reference(x, y), len(x)), RTOL32)
         ring.write(x, y)
