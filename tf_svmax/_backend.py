@@ -14,6 +14,7 @@ and a matrix product in its operands' dtype on every backend (`matmul`).
 import types
 
 import keras
+import numpy as np
 from keras import ops
 
 BACKEND = keras.backend.backend()
@@ -81,6 +82,24 @@ def jax_without_x64():
     import jax  # noqa: PLC0415 (the JAX backend is loaded already)
 
     return not jax.config.jax_enable_x64
+
+
+def concrete_values(x):
+    """`x` as NumPy where its values are known in Python (NumPy, lists, eager tensors), else None
+    (a TensorFlow graph or a JAX trace): for the checks that can only run on known values."""
+    if not ops.is_tensor(x):
+        return np.asarray(x)
+    if BACKEND == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
+        if not tf.executing_eagerly():
+            return None
+    elif BACKEND == "jax":
+        import jax  # noqa: PLC0415 (the JAX backend only)
+
+        if isinstance(x, jax.core.Tracer):
+            return None
+    return np.asarray(ops.convert_to_numpy(x))
 
 
 def in_xla_context():

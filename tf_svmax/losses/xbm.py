@@ -276,11 +276,10 @@ def _integer_labels(y_true, y_pred):
 def _check_int32_range(labels):
     # JAX without 64-bit types stores labels as int32: a float label outside it (float32 holds
     # 2.0**40 exactly) would wrap into another class. Checked where the values are known.
-    import jax  # noqa: PLC0415 (the JAX backend only)
-
-    if isinstance(labels, jax.core.Tracer):
+    values = _backend.concrete_values(labels)
+    if values is None:  # inside a trace: the values are unknown
         return
-    flat = np.asarray(ops.convert_to_numpy(labels), np.float64).reshape(-1)
+    flat = values.astype(np.float64).reshape(-1)
     outside = np.flatnonzero((flat < -(2.0**31)) | (flat >= 2.0**31))
     if outside.size:
         raise ValueError(

@@ -199,25 +199,6 @@ def _static_class_layout(labels, num_classes, rows):
     return coords, rows, present, valid
 
 
-def _concrete(x):
-    """`x` as NumPy where its values are known in Python (NumPy, lists, eager tensors), else None
-    (a TensorFlow graph or a JAX trace)."""
-    if not ops.is_tensor(x):
-        return np.asarray(x)
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
-
-        if not tf.executing_eagerly():
-            return None
-    elif backend == "jax":
-        import jax  # noqa: PLC0415 (the JAX backend only)
-
-        if isinstance(x, jax.core.Tracer):
-            return None
-    return np.asarray(ops.convert_to_numpy(x))
-
-
 def static_class_ids(labels, num_classes, x, arg="labels"):
     """`labels` (`[N]` or `[N, 1]`, integers or integral floats) as `[N]` class ids for a static
     `num_classes`, one per row of `x`. Where the values are known (eagerly) a label outside
@@ -226,7 +207,7 @@ def static_class_ids(labels, num_classes, x, arg="labels"):
     the custom gradient could not be lowered when that jitted loss is differentiated); inside a
     trace they stay a tensor, checked by `_static_class_layout` (the loss is NaN where that check
     fails)."""
-    values = _concrete(labels)
+    values = _backend.concrete_values(labels)
     shape = checks.static_shape(ops.convert_to_tensor(labels)) if values is None else values.shape
     if shape is None or len(shape) > 2 or (len(shape) == 2 and shape[1] != 1):
         raise ValueError(
