@@ -131,15 +131,19 @@ def _data(width, rows, seed=7):
     return x, w0
 
 
-def _linear_model(w0):
+def _linear_model(w0, extra_layers=()):
     model = keras.Sequential(
-        [keras.Input((w0.shape[0],)), keras.layers.Dense(w0.shape[1], use_bias=False)]
+        [
+            keras.Input((w0.shape[0],)),
+            keras.layers.Dense(w0.shape[1], use_bias=False),
+            *extra_layers,
+        ]
     )
     model.layers[0].kernel.assign(w0)
     return model
 
 
-def _check_one_sgd_step(loss, y_true, width, reference, compiled):
+def _check_one_sgd_step(loss, y_true, width, reference, compiled, extra_layers=()):
     x, w0 = _data(width, len(y_true))
     y = x.astype(np.float64) @ w0.astype(np.float64)
     want = reference(y_true, y)
@@ -148,7 +152,7 @@ def _check_one_sgd_step(loss, y_true, width, reference, compiled):
     # A learning rate that makes the step as large as W itself: the float32 rounding of
     # W1 - W0 (about 1e-7 of |W|) then stays far below 1e-5 of the step.
     lr = float(np.abs(w0).max() / np.abs(d_w).max())
-    model = _linear_model(w0)
+    model = _linear_model(w0, extra_layers)
     model.compile(optimizer=keras.optimizers.SGD(lr), loss=loss, **_compile_kwargs(compiled))
     history = model.fit(x, y_true, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
     assert history.history["loss"][0] == pytest.approx(want, rel=RTOL, abs=RTOL)
@@ -183,32 +187,74 @@ def _spread_out_reference(seed, alpha, labels, compiled):
     return lambda y, e: alpha * ref.spread_out(e, negatives)
 
 
-@pytest.mark.skipif(backends.BACKEND == "jax", reason="SpreadOutLoss refuses on JAX (below)")
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_spread_out_loss_fit_step_matches_the_reference(compiled):
     labels = _distinct(12, 4, 3)
     reference = _spread_out_reference(5, 0.7, labels, compiled)
-    _check_one_sgd_step(L.SpreadOutLoss(alpha=0.7, seed=5), labels, 4, reference, compiled)
+    loss = L.SpreadOutLoss(alpha=0.7, seed=5)
+    _check_one_sgd_step(loss, labels, 4, reference, compiled, extra_layers=[loss.draws])
 
 
-@pytest.mark.skipif(backends.BACKEND == "jax", reason="SpreadOutLoss refuses on JAX (below)")
-def test_spread_out_loss_draws_new_negatives_at_each_step():
-    """The seed state advances in fit (TensorFlow and PyTorch carry it out of the step)."""
-    loss = L.SpreadOutLoss(seed=5)
-    before = backends.to_numpy(loss._seed_generator.state).copy()
+def _spread_out_fit(loss, layers, epochs):
     x, w0 = _data(4, 12)
-    model = _linear_model(w0)
+    model = _linear_model(w0, layers)
     model.compile(optimizer="sgd", loss=loss)
-    model.fit(x, _distinct(12, 4, 3), batch_size=12, epochs=2, verbose=0)
-    assert not np.array_equal(backends.to_numpy(loss._seed_generator.state), before)
+    model.fit(x, _distinct(12, 4, 3), batch_size=12, epochs=epochs, shuffle=False, verbose=0)
+    return model
+
+
+@pytest.mark.parametrize("in_model", [True, False], ids=["layer_in_model", "layer_outside"])
+def test_spread_out_loss_draws_new_negatives_at_each_step(in_model):
+    """The seed state advances in fit by one draw per step: after 3 steps it equals a fresh
+    generator's after 3 draws of the same shape (JAX needs the layer in the model)."""
+    if backends.BACKEND == "jax" and not in_model:
+        pytest.skip("on JAX the draws layer must be in the model (the refusal is tested below)")
+    loss = L.SpreadOutLoss(seed=5)
+    _spread_out_fit(loss, [loss.draws] if in_model else [], epochs=3)
+    generator = keras.random.SeedGenerator(5)
+    for _ in range(3):
+        keras.random.uniform((12, 12), seed=generator)
+    np.testing.assert_array_equal(
+        backends.to_numpy(loss.draws.generator.state), backends.to_numpy(generator.state)
+    )
+
+
+def test_spread_out_draws_are_saved_with_the_model(tmp_path):
+    """The draws layer's seed state is a weight of the model: a loaded model restores it, and
+    a loss given the loaded layer continues the same stream of negatives."""
+    loss = L.SpreadOutLoss(seed=5)
+    model = _spread_out_fit(loss, [loss.draws], epochs=2)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    draws = loaded.layers[-1]
+    assert isinstance(draws, L.SpreadOutDraws) and draws.seed == 5
+    np.testing.assert_array_equal(
+        backends.to_numpy(draws.generator.state), backends.to_numpy(loss.draws.generator.state)
+    )
+    assert loaded.loss.draws is draws  # the loaded loss draws from the loaded model's layer
+    x, _ = _data(4, 12)
+    loaded.fit(x, _distinct(12, 4, 3), batch_size=12, epochs=1, verbose=0)
+    generator = keras.random.SeedGenerator(5)
+    for _ in range(3):
+        keras.random.uniform((12, 12), seed=generator)
+    np.testing.assert_array_equal(
+        backends.to_numpy(draws.generator.state), backends.to_numpy(generator.state)
+    )
+    again = L.SpreadOutLoss(seed=5, draws=draws)
+    assert again.draws is draws
+    with pytest.raises(ValueError, match="draws.*SpreadOutDraws layer"):
+        L.SpreadOutLoss(seed=6, draws=draws)
 
 
 @pytest.mark.skipif(backends.BACKEND != "jax", reason="the JAX refusal")
-def test_spread_out_loss_refuses_on_jax_naming_the_alternative():
-    with pytest.raises(
-        ValueError, match="SpreadOutLoss does not run on Keras' JAX backend.*spread_out_loss"
-    ):
-        L.SpreadOutLoss()
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_spread_out_loss_outside_the_model_is_refused_on_jax(compiled):
+    loss = L.SpreadOutLoss(seed=5)
+    x, w0 = _data(4, 12)
+    model = _linear_model(w0)
+    model.compile(optimizer="sgd", loss=loss, **_compile_kwargs(compiled))
+    with pytest.raises(ValueError, match=r"draws layer in the model.*loss\.draws"):
+        model.fit(x, _distinct(12, 4, 3), batch_size=12, epochs=1, verbose=0)
 
 
 STRING_NAMES = sorted(
@@ -228,7 +274,7 @@ STRING_NAMES = sorted(
         "TripletHardLoss",
         "TripletSemiHardLoss",
     ]
-    + (["SpreadOutLoss"] if backends.BACKEND != "jax" else [])
+    + ["SpreadOutLoss"]
 )
 
 

@@ -4,9 +4,9 @@ tensorflow-addons metric-learning losses (same names, signatures, values and gra
 On Keras' JAX and PyTorch backends the package imports without TensorFlow, with every stateless
 loss class and function on `keras.ops`: SVMax, OLE, `RegularizedLoss`, `FunctionLoss`, the
 tensorflow-addons losses, batch-hard, all-pairs contrastive, Proxy-Anchor, the P x K pair losses,
-the spread-out functions, LORAC and XML. `SpreadOutLoss` draws fresh negatives from a seed
-state, which a JAX train step does not carry out of the step: it runs on TensorFlow and PyTorch
-and refuses to be constructed on JAX. `XMLLoss` splits the batch by the labels' values into
+the spread-out functions, LORAC and XML. `SpreadOutLoss` draws fresh negatives from the seed
+state of its `SpreadOutDraws` layer, which on JAX must be in the model (a JAX train step carries
+out only the model's variables). `XMLLoss` splits the batch by the labels' values into
 halves of data-dependent sizes: on JAX it runs when called eagerly only (Keras traces every JAX
 loss in `fit`), and says so when traced. `CrossBatchMemory` and its
 `CrossBatchMemoryBank` run on every backend without XLA (eagerly, in a TensorFlow graph, in an
@@ -44,7 +44,12 @@ from tf_svmax.losses.pk_pairs import (
 )
 from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss, proxy_anchor_loss
 from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
-from tf_svmax.losses.spread_out import SpreadOutLoss, random_negatives, spread_out_loss
+from tf_svmax.losses.spread_out import (
+    SpreadOutDraws,
+    SpreadOutLoss,
+    random_negatives,
+    spread_out_loss,
+)
 from tf_svmax.losses.triplet import (
     TripletHardLoss,
     TripletSemiHardLoss,
@@ -92,6 +97,7 @@ __all__ = [
     "PKContrastiveLoss",
     "PKNpairLoss",
     "ProxyAnchorLoss",
+    "SpreadOutDraws",
     "SpreadOutLoss",
     "batch_hard_triplet_loss",
     "pk_angular_loss",

@@ -10,8 +10,8 @@ uniformly among the rows of other classes.
 import keras
 from keras import ops
 
-from tf_svmax import checks
-from tf_svmax.losses import _common
+from tf_svmax import _backend, checks
+from tf_svmax.losses import _common, _state_layers
 from tf_svmax.losses._base import BatchPenaltyLoss
 
 
@@ -72,43 +72,121 @@ def spread_out_loss(labels, embeddings, negatives):
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
+class SpreadOutDraws(keras.layers.Layer):
+    """The seed state of `SpreadOutLoss`' negative sampling, as a layer of the model.
+
+    An identity on its input. Its `keras.random.SeedGenerator` state is a non-trainable variable
+    of the layer, so that in the model it is saved, checkpointed and restored with the model,
+    and carried out of a JAX train step (which carries out only the model's variables: a seed
+    state outside the model would give the same negatives at every step). Put it in the model
+    after the embeddings: ``keras.Sequential([..., loss.draws])``.
+
+    Args:
+      seed: Seed of the negative sampling (None: nondeterministic).
+    """
+
+    def __init__(self, seed=None, **kwargs):
+        if checks.check_bool(kwargs.pop("trainable", False), "trainable"):
+            raise ValueError(
+                checks.invalid("trainable", "False (the seed state is not trained)", True)
+            )
+        super().__init__(trainable=False, **kwargs)
+        self.seed = seed
+        self.generator = keras.random.SeedGenerator(seed)
+        # Python-side, read by the loss: whether a model's forward pass has called the layer.
+        self.in_model = False
+
+    def call(self, inputs):
+        self.in_model = True
+        return inputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    # Keras saves a layer's own variables, not its seed generators' states: the state is saved
+    # here too, so that a loaded model continues the same stream of negatives.
+    def save_own_variables(self, store):
+        store["0"] = self.generator.state
+
+    def load_own_variables(self, store):
+        _state_layers.weights_loaded(self)
+        self.generator.state.assign(store["0"])
+
+    @classmethod
+    def from_config(cls, config):
+        # For the compiled loss of a model being loaded, which takes this layer.
+        return _state_layers.awaiting_weights(super().from_config(config))
+
+    def get_config(self):
+        return {**super().get_config(), "seed": self.seed}
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
 class SpreadOutLoss(BatchPenaltyLoss):
     """``alpha * spread_out_loss`` with a fresh random negative per row at every call.
 
     Label-aware, so it composes with any ranking loss:
     ``RegularizedLoss(PKContrastiveLoss(), [SpreadOutLoss(alpha=1.0)])``.
 
-    TensorFlow and PyTorch only: on JAX the seed state would not advance between train steps
-    (a JAX step carries out only the variables the model tracks), so construction refuses.
+    The draws come from ``loss.draws``, a `SpreadOutDraws` layer holding the seed state. Put it
+    in the model after the embeddings (``keras.Sequential([..., loss.draws])``): the state is
+    then saved and checkpointed with the model. On JAX this is required, and a call in a model
+    that has not run the layer is refused: a JAX train step carries out only the model's
+    variables, so a state outside the model would give the same negatives at every step. On
+    TensorFlow and PyTorch the loss also works with the layer outside the model (its state then
+    advances but is not saved with the model).
 
     Args:
       alpha: Weight (paper: 1).
       seed: Seed of the negative sampling (None: nondeterministic).
+      draws: Optional `SpreadOutDraws` layer to draw from (e.g. the one of a model loaded from a
+        ``.keras`` file: ``draws=model.get_layer(name)``); by default a new one with `seed`.
     """
 
-    def __init__(self, alpha=1.0, seed=None, name="spread_out", **kwargs):
-        if keras.backend.backend() == "jax":
-            # A JAX train step runs in a StatelessScope and carries out only the variables the
-            # model tracks: this loss' seed state would never advance (the same negatives at
-            # every step, silently).
-            raise ValueError(
-                "SpreadOutLoss does not run on Keras' JAX backend: it draws fresh negatives "
-                "from a seed state at every call, and a JAX train step does not carry a "
-                "loss' state out of the step (the same negatives every step). On JAX call "
-                "spread_out_loss with negatives from random_negatives and your own draws, or "
-                "use the TensorFlow or PyTorch backend."
-            )
+    def __init__(self, alpha=1.0, seed=None, draws=None, name="spread_out", **kwargs):
         super().__init__(name=name, **kwargs)
         self.alpha = checks.check_non_negative_number(alpha, "alpha")
-        self.seed = seed
-        self._seed_generator = keras.random.SeedGenerator(seed)
+        if draws is None:
+            draws = SpreadOutDraws(seed)
+        elif not isinstance(draws, SpreadOutDraws) or (seed is not None and seed != draws.seed):
+            raise ValueError(
+                checks.invalid("draws", f"a SpreadOutDraws layer (with seed {seed})", draws)
+            )
+        self.seed = draws.seed
+        self.draws = draws
 
     def call(self, y_true, y_pred):
+        if _backend.BACKEND == "jax" and not self.draws.in_model:
+            raise ValueError(
+                "SpreadOutLoss on Keras' JAX backend needs its draws layer in the model: "
+                "keras.Sequential([..., loss.draws]) (for a loaded model, "
+                "SpreadOutLoss(alpha, draws=model.get_layer(<its name>))). A JAX train step "
+                "carries out only the model's variables, so a seed state outside the model "
+                "would give the same negatives at every step. Or call spread_out_loss with "
+                "negatives from random_negatives and your own draws."
+            )
         labels = ops.reshape(ops.convert_to_tensor(y_true), [-1])
         size = ops.shape(labels)[0]
-        uniform = keras.random.uniform((size, size), seed=self._seed_generator)
+        uniform = keras.random.uniform((size, size), seed=self.draws.generator)
         negatives = random_negatives(labels, ops.cast(uniform, "float32"))
         return self.alpha * spread_out_loss(labels, y_pred, negatives)
 
     def get_config(self):
-        return {**super().get_config(), "alpha": self.alpha, "seed": self.seed}
+        # `draws_name`: how a loaded model's loss finds the model's restored draws layer.
+        return {
+            **super().get_config(),
+            "alpha": self.alpha,
+            "seed": self.seed,
+            "draws_name": self.draws.name,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        name = config.pop("draws_name", None)
+        if name is not None:
+            seed = config.get("seed")
+            config["draws"] = _state_layers.restored_layer(
+                name, lambda layer: isinstance(layer, SpreadOutDraws) and layer.seed == seed
+            ) or SpreadOutDraws(seed, name=name)  # not loading a model: a new layer
+        return cls(**config)
