@@ -60,7 +60,8 @@ def triplet_semihard_loss(
       distance_metric: "L2", "squared-L2", "angular" (tensorflow-addons'), a cdist name
         ("euclidean", "sqeuclidean", "cityblock", "cosine"; see
         `tf_svmax.ops.distances.METRICS`), or a callable mapping embeddings to a
-        `[batch_size, batch_size]` distance matrix.
+        `[batch_size, batch_size]` distance matrix (with reference rows: the references'
+        `[m, m]` matrix, of which the anchors' rows are taken).
       ref_labels: Optional `[m]` labels of reference rows (with `ref_embeddings`): the anchors
         `y_true`, `y_pred` are then mined against them, ``p`` and ``n`` ranging over the
         references, and the sum is divided by the anchors' number of positive pairs ``(a, p)``

@@ -197,6 +197,13 @@ def _tracing():
     return not tf.executing_eagerly()
 
 
+def _summed_over(replicas, context):
+    """`mean_of_parts`' ``reduce_count``: the sum over the replicas (None for one device)."""
+    if context is None:
+        return None
+    return lambda count: replicas.sum_over_replicas(context, count)
+
+
 def _restored_memory(name, size):
     """The memory layer `name` of `size` rows of a model being loaded (made by `from_config`,
     built, weights not yet loaded), taken out of the waiting list; None if there is none."""
@@ -429,10 +436,7 @@ class CrossBatchMemory(keras.losses.Loss):
                 ref_embeddings=reference_x,
                 ref_offset=start,
             )
-            reduce_count = None
-            if context is not None:
-                reduce_count = lambda count: replicas.sum_over_replicas(context, count)  # noqa: E731
-            value = ops.cast(mean_of_parts(parts, reduce_count), self.dtype)
+            value = ops.cast(mean_of_parts(parts, _summed_over(replicas, context)), self.dtype)
             if training:
                 # Written after the value is computed (its reads and the label checks first).
                 _after(value, lambda: memory.advance(y_pred, labels, active))
