@@ -125,6 +125,11 @@ class LabelLoss(keras.losses.Loss):
             # batch of no rows is a set of no anchors against no references, whose parts are 0.
             own_y, own_x, references = own
             parts = self.reference_parts(own_y, own_x, **references)
+            if parts is None:
+                raise TypeError(
+                    f"{type(self).__name__} sets splits_anchors but defines no "
+                    "reference_parts: a batch-level loss splits over replicas through it."
+                )
             # The normalizers of the whole batch: the replicas' counts add up.
             total = _common.mean_of_parts(
                 parts, lambda count: _backend.replicas().sum_over_replicas(context, count)
