@@ -80,6 +80,36 @@ def value_and_grad(fn, *args):
     raise NotImplementedError(f"no autodiff helper for the {BACKEND!r} backend")
 
 
+def split_value(loss, labels, x, ranges):
+    """The value a loss' replica split computes: each anchor range ``(start, count)`` of the
+    set (`labels`, `x`) against the whole set (`reference_parts`, the references holding the
+    anchors at ``start``), the ranges' totals and counts added before dividing
+    (`mean_of_parts`), as the replicas' counts are summed."""
+    from tf_svmax.losses import _common
+
+    summed = None
+    for start, count in ranges:
+        parts = loss.reference_parts(
+            labels[start : start + count],
+            x[start : start + count],
+            ref_labels=labels,
+            ref_embeddings=x,
+            ref_offset=start,
+        )
+        if summed is None:
+            summed = parts
+            continue
+        summed = [
+            _common.LossPart(
+                a.total + b.total,
+                None if a.count is None else keras.ops.add(a.count, b.count),
+                a.keep_nan,
+            )
+            for a, b in zip(summed, parts, strict=True)
+        ]
+    return _common.mean_of_parts(summed)
+
+
 def compiled(fn):
     """`fn` under the backend's compiler: XLA on TensorFlow (``jit_compile=True``) and JAX
     (``jax.jit``); PyTorch runs eagerly (Keras' ``jit_compile="auto"`` does the same there)."""

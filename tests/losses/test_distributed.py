@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import backends
 from tf_svmax import losses
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,37 +117,21 @@ def test_center_loss_refuses_per_replica_centers(probes):
     assert "global_batch=False" in probes[2]["center_opt_out"]
 
 
-# Losses split by anchors under a strategy: `call(..., anchor_rows=(start, count))` returns
-# those anchors' share. Disjoint ranges covering the batch (an empty one, and ranges that end
-# inside a P x 2 pair, included) must add up to the one-device loss of the whole batch, value
-# and gradient; the step tests above check the same through an actual all-gather.
+# Losses split by anchors under a strategy: `reference_parts(own rows, ref_labels=batch,
+# ref_embeddings=batch, ref_offset=start)` gives those anchors' parts (sums and their counts).
+# Disjoint ranges covering the batch (an empty one, and ranges that end inside a P x 2 pair,
+# included), their counts summed as the replicas' are, must give the one-device loss of the
+# whole batch, value and gradient; the step tests above check the same through an actual
+# all-gather.
 SHARE_ROWS = ((0, 13), (13, 0), (13, 30), (43, 3))
 ANCHOR_SHARES = {
-    "lifted": (lambda y, x, rows: losses.lifted_struct_loss(y, x, 0.5, anchor_rows=rows), 7),
-    "lifted_squared": (
-        lambda y, x, rows: losses.lifted_struct_loss(y, x, 2.0, squared=True, anchor_rows=rows),
-        7,
-    ),
-    "lifted_pk": (  # consecutive classes: each range's window is its rows +- one pair
-        lambda y, x, rows: losses.lifted_struct_loss(y, x, 1.0, anchor_rows=rows),
-        2,
-    ),
-    "lifted_class": (
-        lambda y, x, rows: losses.LiftedStructLoss(margin=0.5).call(y, x, anchor_rows=rows),
-        7,
-    ),
-    "pk_npair": (
-        lambda y, x, rows: losses.PKNpairLoss(l2_reg=0.1).call(y, x, anchor_rows=rows),
-        2,
-    ),
-    "pk_angular": (
-        lambda y, x, rows: losses.PKAngularLoss(alpha=40.0).call(y, x, anchor_rows=rows),
-        2,
-    ),
-    "proxy_anchor": (
-        lambda y, x, rows: losses.ProxyAnchorLoss(alpha=8.0).call(y, x, anchor_rows=rows),
-        5,
-    ),
+    "lifted": (losses.LiftedStructLoss(0.5), 7),
+    "lifted_squared": (losses.LiftedStructLoss(2.0, squared=True), 7),
+    # consecutive classes: each range's window is its rows +- one pair
+    "lifted_pk": (losses.LiftedStructLoss(1.0), 2),
+    "pk_npair": (losses.PKNpairLoss(l2_reg=0.1), 2),
+    "pk_angular": (losses.PKAngularLoss(alpha=40.0), 2),
+    "proxy_anchor": (losses.ProxyAnchorLoss(alpha=8.0), 5),
 }
 
 
@@ -165,12 +150,12 @@ def _share_inputs(name, k):
 
 @pytest.mark.parametrize("name", ANCHOR_SHARES)
 def test_anchor_shares_add_up_to_the_single_device_loss(name):
-    fn, k = ANCHOR_SHARES[name]
+    loss, k = ANCHOR_SHARES[name]
     y, x = _share_inputs(name, k)
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(x)
-        whole = fn(y, x, None)
-        total = tf.add_n([fn(y, x, rows) for rows in SHARE_ROWS])
+        whole = loss.call(y, x)
+        total = backends.split_value(loss, y, x, SHARE_ROWS)
     assert abs(float(whole)) > 0.01  # the comparison means something
     np.testing.assert_allclose(total.numpy(), whole.numpy(), rtol=1e-5, atol=1e-6)
     grad_whole = tape.gradient(whole, x).numpy()
@@ -179,12 +164,47 @@ def test_anchor_shares_add_up_to_the_single_device_loss(name):
 
 
 def test_one_share_is_not_the_whole_loss():
-    """A share that silently computed every anchor would pass the sum test only by accident;
-    the first range's share must differ from the loss."""
-    for name, (fn, k) in ANCHOR_SHARES.items():
+    """A share that silently computed every anchor would pass the sum test only by accident:
+    the first range's sums must differ from the whole batch's."""
+    for name, (loss, k) in ANCHOR_SHARES.items():
         y, x = _share_inputs(name, k)
-        whole, part = float(fn(y, x, None)), float(fn(y, x, SHARE_ROWS[0]))
-        assert abs(whole - part) > 1e-3 * abs(whole), name
+        start, count = SHARE_ROWS[0]
+        refs = dict(ref_labels=y, ref_embeddings=x)
+        whole = loss.reference_parts(y, x, **refs, ref_offset=0)
+        part = loss.reference_parts(y[:count], x[:count], **refs, ref_offset=start)
+        for a, b in zip(whole, part, strict=True):
+            assert abs(float(a.total) - float(b.total)) > 1e-3 * abs(float(a.total)), name
+
+
+SPLIT_LOSSES = [
+    losses.TripletSemiHardLoss,
+    losses.TripletHardLoss,
+    losses.LiftedStructLoss,
+    losses.AllPairsContrastiveLoss,
+    losses.PKNpairLoss,
+    losses.PKAngularLoss,
+    losses.ProxyAnchorLoss,
+]
+
+
+@pytest.mark.parametrize("loss", SPLIT_LOSSES, ids=lambda cls: cls.__name__)
+def test_a_global_batch_of_no_rows_splits_into_zero(loss):
+    """The split's parts are computed outside the empty-batch `tf.cond` (their counts'
+    all-reduce cannot sit in a cond branch): no anchors against no references, with row
+    counts known only when the graph runs, give 0 and a zero gradient."""
+    loss = loss()
+
+    @tf.function(
+        input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, 4], tf.float32)]
+    )
+    def split(y, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = backends.split_value(loss, y, x, [(0, tf.shape(x)[0])])
+        return value, tape.gradient(value, x)
+
+    value, gradient = split(tf.zeros([0], tf.int32), tf.zeros([0, 4]))
+    assert float(value) == 0.0 and gradient.shape == (0, 4)
 
 
 @pytest.mark.parametrize(

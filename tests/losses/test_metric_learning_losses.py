@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import tf_svmax
+from tests import backends
 from tests import reference_spectral as ref
 from tf_svmax import losses
 
@@ -318,32 +319,26 @@ def test_global_batch_round_trips_and_is_checked():
 
 
 ANCHOR_SPLIT_LOSSES = {
-    "semihard": lambda y, x, rows: losses.triplet_semihard_loss(y, x, 0.5, anchor_rows=rows),
-    "semihard_angular": lambda y, x, rows: losses.triplet_semihard_loss(
-        y, x, 0.5, "angular", anchor_rows=rows
-    ),
-    "semihard_callable": lambda y, x, rows: losses.triplet_semihard_loss(
-        y, x, 0.5, dot_similarity, anchor_rows=rows
-    ),
-    "hard": lambda y, x, rows: losses.triplet_hard_loss(y, x, 0.5, anchor_rows=rows),
-    "hard_soft_squared": lambda y, x, rows: losses.triplet_hard_loss(
-        y, x, soft=True, distance_metric="squared-L2", anchor_rows=rows
-    ),
+    "semihard": losses.TripletSemiHardLoss(0.5),
+    "semihard_angular": losses.TripletSemiHardLoss(0.5, "angular"),
+    "semihard_callable": losses.TripletSemiHardLoss(0.5, dot_similarity),
+    "hard": losses.TripletHardLoss(0.5),
+    "hard_soft_squared": losses.TripletHardLoss(soft=True, distance_metric="squared-L2"),
 }
 
 
 @pytest.mark.parametrize("name", ANCHOR_SPLIT_LOSSES)
 def test_anchor_shares_add_up_to_the_loss_and_its_gradient(rng, name):
-    """Disjoint anchor ranges (an empty one included) cover the batch: the shares' values and
-    gradients add up to the whole batch's (itself checked against tensorflow-addons)."""
-    fn = ANCHOR_SPLIT_LOSSES[name]
+    """Disjoint anchor ranges (an empty one included) cover the batch: their reference parts
+    against the batch, counts summed (the replica split), give the whole batch's value and
+    gradient (itself checked against tensorflow-addons)."""
+    loss = ANCHOR_SPLIT_LOSSES[name]
     y = rng.integers(0, 7, size=45)
     x = tf.constant(rng.standard_normal((45, 6)).astype(np.float32))
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(x)
-        whole = fn(y, x, None)
-        shares = [fn(y, x, rows) for rows in ((0, 13), (13, 0), (13, 30), (43, 2))]
-        total = tf.add_n(shares)
+        whole = loss.call(y, x)
+        total = backends.split_value(loss, y, x, ((0, 13), (13, 0), (13, 30), (43, 2)))
     np.testing.assert_allclose(total.numpy(), whole.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(
         tape.gradient(total, x).numpy(), tape.gradient(whole, x).numpy(), rtol=1e-4, atol=1e-6

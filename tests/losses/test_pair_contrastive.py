@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import backends
 from tf_svmax import losses
 from tf_svmax.losses import AllPairsContrastiveLoss, CrossBatchMemory, all_pairs_contrastive_loss
 
@@ -73,38 +74,33 @@ METRIC_MARGINS = {
 
 
 @pytest.mark.parametrize("metric", sorted(METRIC_MARGINS))
-def test_all_rows_and_anchor_rows_match_the_numpy_loops(rng, metric):
+def test_all_rows_and_reference_rows_match_the_numpy_loops(rng, metric):
     x, y = _data(rng)
     kw = {"metric": metric, **METRIC_MARGINS[metric]}
     got = float(all_pairs_contrastive_loss(y, x, **kw))
     assert got == pytest.approx(ref_all_pairs(y, x, **kw), rel=1e-5)
-    # Anchors 3..7 against all rows, normalized over the whole batch / over rows 0..7.
-    got = float(all_pairs_contrastive_loss(y, x, anchor_rows=(3, 5), **kw))
-    assert got == pytest.approx(ref_all_pairs(y, x, anchors=range(3, 8), **kw), rel=1e-5)
-    got = float(all_pairs_contrastive_loss(y, x, anchor_rows=(3, 5), normalizer_rows=(0, 8), **kw))
-    want = ref_all_pairs(y, x, anchors=range(3, 8), normalizer=range(8), **kw)
+    # Anchors 3..7 against all rows (the references), normalized over those anchors' pairs.
+    refs = dict(ref_labels=y, ref_embeddings=x, **kw)
+    got = float(all_pairs_contrastive_loss(y[3:8], x[3:8], **refs, ref_offset=3))
+    want = ref_all_pairs(y, x, anchors=range(3, 8), normalizer=range(3, 8), **kw)
     assert got == pytest.approx(want, rel=1e-5)
-    got = float(all_pairs_contrastive_loss(y, x, anchor_rows=(0, 8), normalizer_rows=(0, 8), **kw))
+    got = float(all_pairs_contrastive_loss(y[:8], x[:8], **refs))
     assert got == pytest.approx(ref_all_pairs(y, x, anchors=range(8), normalizer=range(8), **kw))
 
 
 def test_disjoint_anchor_ranges_add_up_to_the_loss_and_its_gradient(rng):
-    # What each replica computes under tf.distribute (and CrossBatchMemory's normalizer rows).
+    # What each replica computes under tf.distribute: its anchors' reference parts against the
+    # batch, the counts summed over the replicas.
     x, y = _data(rng, n=10)
     x = tf.constant(x, tf.float64)
+    loss = AllPairsContrastiveLoss()
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(x)
-        whole = all_pairs_contrastive_loss(y, x, normalizer_rows=(0, 6))
-        parts = [
-            all_pairs_contrastive_loss(y, x, anchor_rows=rows, normalizer_rows=(0, 6))
-            for rows in ((0, 2), (2, 4), (6, 4))
-        ]
-    # normalizer_rows (0, 6) with all anchors: pairs of rows 6..9 are summed, not counted.
-    want = ref_all_pairs(y, x.numpy(), normalizer=range(6))
-    assert float(whole) == pytest.approx(want, rel=1e-12)
-    assert float(sum(parts)) == pytest.approx(float(whole), rel=1e-12)
-    summed = sum(tape.gradient(p, x) for p in parts)
-    np.testing.assert_allclose(summed, tape.gradient(whole, x), atol=1e-12)
+        whole = all_pairs_contrastive_loss(y, x)
+        split = backends.split_value(loss, y, x, ((0, 2), (2, 4), (6, 4)))
+    assert float(whole) == pytest.approx(ref_all_pairs(y, x.numpy()), rel=1e-12)
+    assert float(split) == pytest.approx(float(whole), rel=1e-12)
+    np.testing.assert_allclose(tape.gradient(split, x), tape.gradient(whole, x), atol=1e-12)
 
 
 def test_docstring_example():
@@ -135,7 +131,8 @@ def test_a_nan_row_gives_nan_even_when_no_finite_term_is_above_zero(metric, grap
     fn = tf.function(all_pairs_contrastive_loss) if graph else all_pairs_contrastive_loss
     assert np.isnan(float(fn([0, 0, 1, 1], x, metric=metric)))
     # Also when only the anchors' pairs with the NaN row are NaN (rows 0 and 1 normalized).
-    value = fn([0, 0, 1, 1], x, metric=metric, anchor_rows=(0, 2), normalizer_rows=(0, 2))
+    labels = np.array([0, 0, 1, 1])
+    value = fn(labels[:2], x[:2], metric=metric, ref_labels=labels, ref_embeddings=x)
     assert np.isnan(float(value))
     assert np.isnan(float(AllPairsContrastiveLoss(metric=metric)([0, 0, 1, 1], x)))
 
@@ -214,7 +211,7 @@ def test_a_single_positive_and_negative_pair_is_the_documented_difference(pml):
     np.testing.assert_array_equal(x, np.float32([[1.0, 0.0], [0.6, 0.8], [0.8, 0.6]]))
     np.testing.assert_array_equal(y, [0, 0, 1])
     assert float(pml["single_pair/pml_value"]) == 0.0
-    ours = all_pairs_contrastive_loss(y, x, anchor_rows=(0, 1), normalizer_rows=(0, 1))
+    ours = all_pairs_contrastive_loss(y[:1], x[:1], ref_labels=y, ref_embeddings=x)
     assert float(ours) == pytest.approx(0.4 + 0.3, rel=1e-6)
 
 

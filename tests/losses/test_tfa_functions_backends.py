@@ -358,7 +358,9 @@ def test_empty_batches_and_anchor_ranges():
         with pytest.raises(ValueError, match="at least 1 row"):
             fn(np.zeros(0, "int32"), np.zeros((0, 4), "float32"))
         x = np.eye(4, dtype="float32")
-        got = backends.to_numpy(fn(np.array([0, 0, 1, 1], "int32"), x, anchor_rows=(0, 0)))
+        labels = np.array([0, 0, 1, 1], "int32")
+        refs = dict(ref_labels=labels, ref_embeddings=x)
+        got = backends.to_numpy(fn(labels[:0], x[:0], **refs, ref_offset=1))
         assert got == 0.0
 
 

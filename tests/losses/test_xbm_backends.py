@@ -222,3 +222,56 @@ def test_a_keras_file_with_the_memory_loads_on_another_backend(rng, tmp_path):
     assert_close(got["prediction"], to_numpy(model(x)), RTOL32)
     for variable in xbm.memory.weights:
         np.testing.assert_array_equal(got["state"][variable.name], to_numpy(variable))
+
+
+class MeanPositiveDistance(keras.losses.Loss):
+    """A loss of one's own that accepts reference rows (the protocol `CrossBatchMemory` wraps):
+    the squared distances of each anchor to its positives among the references, averaged over
+    those pairs."""
+
+    accepts_reference_rows = True
+
+    def call(self, y_true, y_pred):
+        parts = self.reference_parts(y_true, y_pred, ref_labels=y_true, ref_embeddings=y_pred)
+        return parts[0].total / parts[0].count
+
+    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
+        ops = keras.ops
+        y_true, ref_labels = ops.reshape(y_true, [-1]), ops.reshape(ref_labels, [-1])
+        d2 = ops.sum(ops.square(y_pred[:, None, :] - ref_embeddings[None, :, :]), axis=-1)
+        itself = ops.one_hot(ops.arange(ops.shape(y_pred)[0]) + ref_offset, d2.shape[1])
+        same = ops.cast(ops.equal(y_true[:, None], ref_labels[None, :]), d2.dtype)
+        positives = same * (1.0 - ops.cast(itself, d2.dtype))
+        return [losses.LossPart(ops.sum(d2 * positives), ops.sum(positives))]
+
+
+def ref_mean_positive_distance(labels, x, b):
+    d2 = distances(x) ** 2
+    pairs = [d2[a, r] for a in range(b) for r in range(len(x)) if r != a and labels[r] == labels[a]]
+    return float(np.mean(pairs))
+
+
+def test_any_loss_that_accepts_reference_rows_is_wrapped(rng):
+    """Not a list of classes: a loss of one's own with ``accepts_reference_rows`` and
+    `reference_parts` gets the batch's anchors against batch ∪ memory, normalized over the
+    batch's pairs, step after step through a wrapping ring."""
+    xbm = CrossBatchMemory(MeanPositiveDistance(), memory_size=10)
+    ring = NumpyRing(10, 4)
+    for _ in range(4):
+        x, y = random_batch(rng)
+        want = ref_mean_positive_distance(*ring.reference(x, y), len(x))
+        assert_close(to_numpy(xbm(y, x)), want, RTOL32)
+        ring.write(x, y)
+    assert ring.count == 10  # the memory was read full and wrapped
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [losses.SVMaxLoss(), losses.ProxyAnchorLoss(), losses.PKNpairLoss(), losses.ContrastiveLoss()],
+    ids=lambda loss: type(loss).__name__,
+)
+def test_a_loss_without_reference_rows_is_refused_by_name(loss):
+    # Proxy-Anchor and N-pair split over replicas by proxies and pairs (`reference_parts`),
+    # which are not reference rows to mine.
+    with pytest.raises(ValueError, match=r"argument `loss`.*accepts reference rows"):
+        CrossBatchMemory(loss, memory_size=4)

@@ -21,6 +21,7 @@ String names (``"tf_svmax>TripletSemiHardLoss"`` in `compile`, `get`) work on ev
 
 from tf_svmax import _backend
 from tf_svmax.losses import _registry
+from tf_svmax.losses._common import LossPart
 from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_loss
 from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
 from tf_svmax.losses.contrastive import ContrastiveLoss, contrastive_loss
@@ -113,6 +114,7 @@ __all__ = [
     "FunctionLoss",
     "LiftedStructLoss",
     "LORACLoss",
+    "LossPart",
     "NpairsLoss",
     "NpairsMultilabelLoss",
     "OLELoss",

@@ -10,6 +10,7 @@ from keras import ops
 # `_backend.replicas()`: the `tf.distribute` global-batch gather on TensorFlow, a single replica
 # that gathers and scales nothing elsewhere (the one backend-guarded place of the loss base).
 from tf_svmax import _backend, checks
+from tf_svmax.losses import _common
 
 
 def _batch_weights(sample_weight, y_pred, dtype):
@@ -40,14 +41,29 @@ class LabelLoss(keras.losses.Loss):
     gradients on the concatenated batch; ``global_batch=False`` evaluates each replica's rows
     alone and averages over the replicas (a smaller-batch loss: another value and gradient).
     A loss that is a sum over anchors (``splits_anchors``) computes on each replica only its
-    own anchors against the global batch (the same value and gradients, 1/N of the work).
+    own anchors against the global batch, its reference rows (the same value and gradients,
+    1/N of the work): `call` with them for a per-sample loss, `reference_parts` for a
+    batch-level one, the counts summed over the replicas.
+
+    Reference rows, the one seam of the replica split and of `CrossBatchMemory`: a loss with
+    ``accepts_reference_rows = True`` takes ``call(y_true, y_pred, ref_labels=...,
+    ref_embeddings=..., ref_offset=...)`` (its anchors mined against the references, which hold
+    the anchors at rows ``ref_offset ..``; see e.g. `tf_svmax.losses.triplet_semihard_loss`),
+    and its `reference_parts` with the same arguments returns the value's parts
+    (`tf_svmax.losses.LossPart`: sums and their normalizers over the anchors), whose totals
+    and counts add up over disjoint anchor sets. A batch-level loss whose split is not over
+    reference rows (pairs, proxies) may define `reference_parts` alone, with
+    ``splits_anchors``: the replica split uses it, `CrossBatchMemory` does not.
     """
 
     # One value per sample (`call` returns `[B]`) rather than one scalar per batch.
     per_sample = False
-    # Subclasses whose value is a sum over anchors set this and accept `call(y_true, y_pred,
-    # anchor_rows=(start, count))`, which returns those anchors' share of the value (their
-    # values against the global batch when `per_sample`).
+    # Whether `call` takes reference rows (``ref_labels``, ``ref_embeddings``, ``ref_offset``)
+    # and `reference_parts` gives its value's parts for them (`CrossBatchMemory` wraps such
+    # losses).
+    accepts_reference_rows = False
+    # Whether the replica split applies (see above): set by losses that accept reference rows
+    # and by batch-level ones whose `reference_parts` splits something else (pairs, proxies).
     splits_anchors = False
 
     def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
@@ -73,24 +89,52 @@ class LabelLoss(keras.losses.Loss):
             reduce = self._per_sample if self.per_sample else self._batch_level
             return reduce(context, local, y_true, y_pred, weights)
 
-    def _anchor_split(self, context, local):
-        """`call`'s ``anchor_rows`` argument for this replica's anchors ({} when unsplit)."""
+    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
+        """The value's parts (a list of `LossPart`) for the anchors `y_true`, `y_pred`
+        against the reference rows: ``sum(total / count)`` is the value, and the totals and
+        counts of disjoint anchor sets add up. None here: no reference rows."""
+        return None
+
+    def _own_references(self, context, local, y_true, y_pred):
+        """``(own y_true, own y_pred, references)``: this replica's anchors and, as keyword
+        arguments, the global batch they sit in (None when not split)."""
         if context is None or not self.splits_anchors:
-            return {}
-        return {"anchor_rows": _backend.replicas().own_row_range(context, local.rows)}
+            return None
+        start, count = _backend.replicas().own_row_range(context, local.rows)
+        references = dict(ref_labels=y_true, ref_embeddings=y_pred, ref_offset=start)
+        own_y = None if y_true is None else y_true[start : start + count]
+        return own_y, y_pred[start : start + count], references
 
     def _batch_level(self, context, local, y_true, y_pred, weights):
         per_row_none = self.reduction in ("none", None) and (
             local.weights is not None and checks.static_shape(local.weights) != ()
         )
-        split, scale = {}, _backend.replicas().scale_to_replicas
+        own, scale = None, _backend.replicas().scale_to_replicas
         if not per_row_none:
             # This replica's anchors only: the replicas' shares add up to the value.
-            split = self._anchor_split(context, local)
-            scale = _unchanged if split else scale
-        value = checks.zero_unless_rows(
-            y_pred, lambda: ops.cast(self.call(y_true, y_pred, **split), self.dtype)
-        )
+            own = self._own_references(context, local, y_true, y_pred)
+            scale = _unchanged if own is not None else scale
+
+        if own is None:
+            value = checks.zero_unless_rows(
+                y_pred, lambda: ops.cast(self.call(y_true, y_pred), self.dtype)
+            )
+        else:
+            # Not inside `zero_unless_rows`' `tf.cond`: the counts' all-reduce is a
+            # synchronization point, which MirroredStrategy refuses in a cond branch. A global
+            # batch of no rows is a set of no anchors against no references, whose parts are 0.
+            own_y, own_x, references = own
+            parts = self.reference_parts(own_y, own_x, **references)
+            if parts is None:
+                raise TypeError(
+                    f"{type(self).__name__} sets splits_anchors but defines no "
+                    "reference_parts: a batch-level loss splits over replicas through it."
+                )
+            # The normalizers of the whole batch: the replicas' counts add up.
+            total = _common.mean_of_parts(
+                parts, lambda count: _backend.replicas().sum_over_replicas(context, count)
+            )
+            value = ops.cast(total, self.dtype)
         if weights is None:
             return scale(value)
         if self.reduction in ("none", None):
@@ -105,21 +149,24 @@ class LabelLoss(keras.losses.Loss):
 
     def _per_sample(self, context, local, y_true, y_pred, weights):
         # This replica's anchors only (their values against the global batch).
-        split = self._anchor_split(context, local)
-        if split:
+        own = self._own_references(context, local, y_true, y_pred)
+        if own is not None:
             weights = local.weights
         if y_pred.shape[0] == 0:  # statically empty: no rows, no values (as when dynamic)
             values = ops.zeros([0], self.dtype)
+        elif own is None:
+            values = ops.cast(self.call(y_true, y_pred), self.dtype)
         else:
-            values = ops.cast(self.call(y_true, y_pred, **split), self.dtype)
+            own_y, own_x, references = own
+            values = ops.cast(self.call(own_y, own_x, **references), self.dtype)
         if weights is not None:
             values = values * weights
         if self.reduction in (None, "none"):
-            if context is not None and not split:
+            if context is not None and own is None:
                 return _backend.replicas().own_rows(context, values, local.rows)
             return values
         total = ops.sum(values)
-        if split:
+        if own is not None:
             # The replicas' partial sums add up to the global batch's sum and mean.
             if self.reduction == "sum":
                 return total
@@ -165,31 +212,68 @@ class PerSampleLabelLoss(LabelLoss):
 
     ``global_batch`` as in `LabelLoss`; with ``reduction="none"`` each replica gets the values
     of its own rows (computed on the global batch). Subclasses that set ``splits_anchors``
-    accept ``call(y_true, y_pred, anchor_rows=(start, count))`` and then compute only this
-    replica's rows against the global batch.
+    and ``accepts_reference_rows`` compute only this replica's rows against the global batch
+    (``call`` with their reference rows), and their `reference_parts` is the values' sum over
+    the anchors and, for ``"sum_over_batch_size"``, their number.
     """
 
     per_sample = True
+
+    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
+        if not self.accepts_reference_rows:
+            return None
+        if self.reduction not in ("sum", "sum_over_batch_size"):
+            raise ValueError(
+                checks.invalid(
+                    "reduction", "'sum' or 'sum_over_batch_size' (one value)", self.reduction
+                )
+            )
+        references = dict(
+            ref_labels=ref_labels, ref_embeddings=ref_embeddings, ref_offset=ref_offset
+        )
+        values = self.call(y_true, y_pred, **references)
+        count = None if self.reduction == "sum" else ops.shape(values)[0]
+        return [_common.LossPart(ops.sum(values), count)]
 
 
 class LossFunctionWrapper:
     """A loss class around a pure loss function, as Keras 3's `LossFunctionWrapper`: listed
     before a Keras loss base (``class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss)``),
     it takes the function and its validated keyword arguments; `call` is
-    ``fn(y_true, y_pred, **rows, **fn_kwargs)`` (``rows``: the base's ``anchor_rows`` or
-    `CrossBatchMemory`'s ``normalizer_rows``), each keyword argument is an attribute of the
-    loss, and `get_config` adds them to the base's config (a callable serialized by Keras)."""
+    ``fn(y_true, y_pred, **references, **fn_kwargs)`` (``references``: the reference rows of
+    a loss that accepts them), each keyword argument is an attribute of the loss, and
+    `get_config` adds them to the base's config (a callable serialized by Keras).
 
-    def __init__(self, fn, fn_kwargs, **kwargs):
-        self._fn, self._fn_args = fn, tuple(fn_kwargs)
+    ``parts_fn`` (a batch-level loss over reference rows): ``parts_fn(y_true, y_pred,
+    **references, **fn_kwargs)`` returns ``(parts, dtype)``, the value's `_common.LossPart` s
+    (`LabelLoss.reference_parts`)."""
+
+    def __init__(self, fn, fn_kwargs, parts_fn=None, **kwargs):
+        self._fn, self._fn_args, self._parts_fn = fn, tuple(fn_kwargs), parts_fn
         for key, value in fn_kwargs.items():
             setattr(self, key, value)
         super().__init__(**kwargs)
 
-    def call(self, y_true, y_pred, **rows):
-        return self._fn(
-            y_true, y_pred, **rows, **{key: getattr(self, key) for key in self._fn_args}
+    def _fn_kwargs(self):
+        return {key: getattr(self, key) for key in self._fn_args}
+
+    def call(self, y_true, y_pred, **references):
+        return self._fn(y_true, y_pred, **references, **self._fn_kwargs())
+
+    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
+        if self._parts_fn is None:
+            return super().reference_parts(
+                y_true,
+                y_pred,
+                ref_labels=ref_labels,
+                ref_embeddings=ref_embeddings,
+                ref_offset=ref_offset,
+            )
+        references = dict(
+            ref_labels=ref_labels, ref_embeddings=ref_embeddings, ref_offset=ref_offset
         )
+        parts, _ = self._parts_fn(y_true, y_pred, **references, **self._fn_kwargs())
+        return parts
 
     def get_config(self):
         config = super().get_config()

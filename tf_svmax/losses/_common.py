@@ -1,7 +1,10 @@
 """Helpers shared by the metric-learning losses: labels, masks, masked reductions (keras.ops:
 TensorFlow, JAX and PyTorch)."""
 
+import collections
+
 import keras
+import numpy as np
 from keras import ops
 
 from tf_svmax import checks
@@ -27,6 +30,136 @@ def embeddings_matrix(y_pred, arg="y_pred"):
     return checks.float_matrix(y_pred, arg)
 
 
+def anchors_and_references(
+    y_true,
+    y_pred,
+    ref_labels,
+    ref_embeddings,
+    ref_offset,
+    labels_arg="y_true",
+    embeddings_arg="y_pred",
+):
+    """``(x, labels, rows, dtype)``: the reference set the anchors are mined against, with the
+    anchors at rows ``rows = (start, count)`` of it, and the anchors' input dtype.
+
+    Without references (`ref_labels` and `ref_embeddings` None) the anchors are their own
+    references: ``x``, ``labels`` are the checked `y_pred`, `y_true` and ``rows`` is None (the
+    whole set). With them, the anchors (`y_true`, `y_pred`, possibly no rows) take the place of
+    the reference rows ``ref_offset .. ref_offset + n - 1`` (spliced in, so that their values
+    and gradients are the anchors'; those reference rows are not read), as Keras' `circle`
+    with ``remove_diagonal`` takes the anchors to be the references' first rows. The
+    embeddings are taken in the anchors' compute dtype, the labels in a dtype that holds both.
+    """
+    if ref_labels is None and ref_embeddings is None:
+        if not _is_zero(ref_offset):
+            raise ValueError(
+                checks.invalid("ref_offset", "0 without ref_labels and ref_embeddings", ref_offset)
+            )
+        x, dtype = embeddings_matrix(y_pred, arg=embeddings_arg)
+        return x, flat_labels(y_true, x, labels_arg, embeddings_arg), None, dtype
+    if ref_labels is None or ref_embeddings is None:
+        missing = "ref_labels" if ref_labels is None else "ref_embeddings"
+        raise ValueError(
+            checks.invalid(missing, "a tensor (ref_labels and ref_embeddings go together)", None)
+        )
+    # A set of no anchors is a replica's empty share: allowed once there are references.
+    x, dtype = checks.float_matrix(y_pred, embeddings_arg, min_rows=0)
+    labels = flat_labels(y_true, x, labels_arg, embeddings_arg)
+    refs, _ = checks.float_matrix(ref_embeddings, "ref_embeddings")
+    refs = ops.cast(refs, x.dtype)
+    width, ref_width = x.shape[1], refs.shape[1]
+    if width is not None and ref_width is not None and width != ref_width:
+        raise ValueError(
+            checks.invalid(
+                "ref_embeddings",
+                f"rows of width {width} ({embeddings_arg}'s)",
+                f"<tensor of shape {tuple(refs.shape)}>",
+            )
+        )
+    ref_labels = flat_labels(ref_labels, refs, "ref_labels", "ref_embeddings")
+    common = keras.backend.result_type(labels.dtype, ref_labels.dtype)
+    labels, ref_labels = ops.cast(labels, common), ops.cast(ref_labels, common)
+    count = ops.shape(x)[0]
+    start = _check_offset(ref_offset, count, refs.shape[0])
+    x = _splice(refs, x, start, count)
+    labels = _splice(ref_labels, labels, start, count)
+    return x, labels, (start, count), dtype
+
+
+def _is_zero(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value == 0
+
+
+def _check_offset(offset, count, rows):
+    """`offset` (an int >= 0, or an integer scalar tensor such as a replica's first row) with
+    ``offset + count <= rows`` where both are known."""
+    if isinstance(offset, bool) or offset is None:
+        raise ValueError(checks.invalid("ref_offset", "an int >= 0", offset))
+    if isinstance(offset, (int, np.integer)):
+        offset = int(offset)
+        known = isinstance(count, int) and rows is not None
+        if offset < 0 or (known and offset + count > rows):
+            bounds = f"in [0, {rows - count}]" if known else ">= 0"
+            raise ValueError(
+                checks.invalid(
+                    "ref_offset",
+                    f"an int {bounds} (the anchors' first row among the references)",
+                    offset,
+                )
+            )
+    return offset
+
+
+def _splice(refs, anchors, start, count):
+    """`refs` with its rows ``start .. start + count - 1`` replaced by `anchors` (the static
+    row count of `refs` kept: the losses choose their code path by it)."""
+    spliced = ops.concatenate([refs[:start], anchors, refs[start + count :]], axis=0)
+    if refs.shape[0] is not None:
+        spliced = ops.reshape(spliced, [refs.shape[0], *ops.shape(refs)[1:]])
+    return spliced
+
+
+class LossPart(
+    collections.namedtuple("LossPart", ["total", "count", "keep_nan"], defaults=(False,))
+):
+    """One term of a loss over anchors, ``total / count`` (0 when ``count`` is 0; with
+    ``count`` None, ``total`` undivided): what a loss's ``reference_parts(y_true, y_pred, *,
+    ref_labels, ref_embeddings, ref_offset)`` returns, a list of them whose terms add up to its
+    value. The totals and counts of disjoint anchor sets against the same references add up
+    (a replica's anchors of the global batch; a batch against a cross-batch memory), so a
+    split adds them before dividing (`mean_of_parts`). ``keep_nan``: a NaN ``total`` gives NaN
+    even when ``count`` is 0 (a non-finite input is never a finite wrong number).
+
+    A loss of one's own that `tf_svmax.losses.CrossBatchMemory` wraps: a `keras.losses.Loss`
+    with ``accepts_reference_rows = True`` and that method (e.g. ``[LossPart(sum of the
+    anchors' terms, their number)]``); its anchors are the reference rows ``ref_offset ..``.
+    """
+
+
+def mean_of_parts(parts, reduce_count=None):
+    """``sum(total / count)`` over the `LossPart` s, each count first passed through `reduce_count`
+    (e.g. the sum over replicas; the counts carry no gradient)."""
+    value = None
+    for part in parts:
+        if part.count is None:
+            term = part.total
+        else:
+            count = part.count
+            if reduce_count is not None:
+                count = reduce_count(ops.stop_gradient(ops.convert_to_tensor(count)))
+            term = safe_mean_over(part.total, count)
+        if part.keep_nan:
+            # The NaN is added outside the gradient: a `tf.where` on ``is_nan`` would keep its
+            # boolean for the gradient, which inside the loss's empty-batch `tf.cond` makes
+            # TensorFlow log ``Type inference failed ...`` (tests/losses/test_clean_log.py).
+            total = part.total
+            term = term + ops.stop_gradient(
+                ops.where(ops.isnan(total), total, ops.zeros_like(total))
+            )
+        value = term if value is None else value + term
+    return value
+
+
 def label_masks(labels):
     """`(same_class, positives)`: boolean `[B, B]`; positives exclude each anchor itself."""
     same = ops.equal(labels[:, None], labels[None, :])
@@ -34,14 +167,13 @@ def label_masks(labels):
     return same, ops.logical_and(same, ops.logical_not(eye))
 
 
-def anchor_masks(labels, anchor_rows=None):
-    """``(positives, negatives)`` of the anchors ``anchor_rows = (start, count)`` (all rows
-    when None) against the whole batch: boolean `[count, B]`; positives exclude each anchor
-    itself."""
-    if anchor_rows is None:
+def anchor_masks(labels, rows=None):
+    """``(positives, negatives)`` of the anchors ``rows = (start, count)`` (all rows when None)
+    against the whole set: boolean `[count, B]`; positives exclude each anchor itself."""
+    if rows is None:
         same, positives = label_masks(labels)
         return positives, ops.logical_not(same)
-    start, count = anchor_rows
+    start, count = rows
     same = ops.equal(labels[start : start + count, None], labels[None, :])
     itself = ops.cast(ops.one_hot(ops.arange(count) + start, ops.shape(labels)[0]), "bool")
     return ops.logical_and(same, ops.logical_not(itself)), ops.logical_not(same)

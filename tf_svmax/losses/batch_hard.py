@@ -34,7 +34,14 @@ def _check_margin(margin):
 
 
 def batch_hard_triplet_loss(
-    labels, embeddings, *, margin=0.2, metric="euclidean", anchor_rows=None
+    labels,
+    embeddings,
+    *,
+    margin=0.2,
+    metric="euclidean",
+    ref_labels=None,
+    ref_embeddings=None,
+    ref_offset=0,
 ):
     """Per-anchor batch-hard triplet loss.
 
@@ -54,18 +61,23 @@ def batch_hard_triplet_loss(
         ``"sqeuclidean"``, ``"cityblock"`` or ``"cosine"`` (the originals' `cdist`), or
         tensorflow-addons' ``"L2"``, ``"squared-L2"`` or ``"angular"`` (see
         `tf_svmax.ops.distances.METRICS`: each name keeps its own definition).
-      anchor_rows: Optional ``(start, count)``: the losses of those anchors only (against the
-        whole batch), e.g. a replica's own rows of a gathered global batch.
+      ref_labels: Optional `[m]` labels of reference rows (with `ref_embeddings`), which hold
+        the anchors at rows ``ref_offset ..`` (as in `tf_svmax.losses.triplet_semihard_loss`):
+        each anchor's farthest positive and closest negative are then among the references
+        (a replica's anchors of a gathered global batch, a batch against a cross-batch memory).
+      ref_embeddings: Optional `[m, D]` reference embeddings (with `ref_labels`).
+      ref_offset: The anchors' first row among the references (default 0).
 
     Returns:
-      `[B]` (or `[count]`) losses in the embeddings' dtype (half precision computed in float32).
+      `[B]` losses in the embeddings' dtype (half precision computed in float32).
     """
     margin = _check_margin(margin)
     metric = distances.check_metric(metric, "metric")
-    x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
-    labels = _common.flat_labels(labels, x, "labels", "embeddings")
-    dist = distances.distance_matrix(x, metric, rows=anchor_rows)
-    positives, negatives = _common.anchor_masks(labels, anchor_rows)
+    x, labels, rows, dtype = _common.anchors_and_references(
+        labels, embeddings, ref_labels, ref_embeddings, ref_offset, "labels", "embeddings"
+    )
+    dist = distances.distance_matrix(x, metric, rows=rows)
+    positives, negatives = _common.anchor_masks(labels, rows)
 
     # Farthest positive (0 where there is none) and closest negative.
     farthest_positive = _row_reduce("max", dist * ops.cast(positives, dist.dtype))
@@ -109,6 +121,7 @@ class BatchHardTripletLoss(LossFunctionWrapper, PerSampleLabelLoss):
     """
 
     splits_anchors = True
+    accepts_reference_rows = True
 
     def __init__(self, margin=0.2, metric="euclidean", name="batch_hard_triplet", **kwargs):
         fn_kwargs = {

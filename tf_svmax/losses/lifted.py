@@ -11,7 +11,14 @@ from tf_svmax.ops import distances
 
 
 def lifted_struct_loss(
-    labels, embeddings, margin=1.0, *, squared=False, anchor_rows=None, normalizer_rows=None
+    labels,
+    embeddings,
+    margin=1.0,
+    *,
+    squared=False,
+    ref_labels=None,
+    ref_embeddings=None,
+    ref_offset=0,
 ):
     """Lifted structured loss over all positive pairs of the batch.
 
@@ -28,19 +35,18 @@ def lifted_struct_loss(
       squared: Use squared Euclidean distances for ``d`` (the SVMax repository's
         ``ranking/lifted_structured.py`` variant); False (tensorflow-addons, tf.contrib and
         tf_retrieval_baseline) uses plain ones.
-      anchor_rows: Optional ``(start, count)``: only the ordered pairs ``(i, j)`` whose first
-        row ``i`` is one of those anchors, still divided by the whole batch's number of pairs,
-        so that disjoint anchor ranges covering the batch add up to the loss (each replica's
-        share of a global batch). ``J_ij`` needs the negative sum of each positive ``j`` too,
-        so the distance rows computed are those of the smallest window of rows holding the
-        anchors and every row of their classes (`_class_window`): ``count`` rows plus the
-        classes cut by the range's ends in a batch of consecutive classes (P x K), up to all
+      ref_labels: Optional `[m]` labels of reference rows (with `ref_embeddings`), which hold
+        the anchors at rows ``ref_offset ..`` (as in `triplet_semihard_loss`): the ordered
+        pairs are then ``(i, j)`` with ``i`` an anchor and ``j`` a reference, ``J_ij``'s
+        negative sums run over the references for both ``i`` and ``j``, and the sum is divided
+        by half the number of such positive pairs (a batch against a cross-batch memory,
+        `tf_svmax.losses.CrossBatchMemory`; a replica's anchors of a global batch). The
+        distance rows computed are those of the smallest window of references holding the
+        anchors and every reference of their classes (`_class_window`): the anchors plus the
+        classes cut by their range's ends in a set of consecutive classes (P x K), up to all
         rows when the classes are scattered.
-      normalizer_rows: Optional ``(start, count)``: divide by half the number of ordered
-        positive pairs ``(i, j)`` whose first row ``i`` is one of those rows (``j`` anywhere in
-        the batch) instead of the whole batch's unordered pairs (the same number when the rows
-        are the whole batch); e.g. the batch rows of a batch + cross-batch-memory set
-        (`tf_svmax.losses.CrossBatchMemory`), whose memory rows are references only.
+      ref_embeddings: Optional `[m, dim]` reference embeddings (with `ref_labels`).
+      ref_offset: The anchors' first row among the references (default 0).
 
     Returns:
       A scalar of the embeddings' dtype. 0 when the batch has no positive pair, and pairs with
@@ -48,14 +54,24 @@ def lifted_struct_loss(
       ties between two rows' stabilizing shifts the gradient here is the true one, while
       tensorflow-addons' is not (it differentiates through the shift).
     """
-    x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
-    labels = _common.flat_labels(labels, x, "labels", "embeddings")
-    if anchor_rows is None:
+    parts, dtype = _lifted_parts(
+        labels, embeddings, margin, squared, ref_labels, ref_embeddings, ref_offset
+    )
+    return ops.cast(_common.mean_of_parts(parts), dtype)
+
+
+def _lifted_parts(labels, embeddings, margin, squared, ref_labels, ref_embeddings, ref_offset):
+    """``([LossPart(0.25 * sum of squared hinges, #positive pairs / 2)], dtype)`` of
+    `lifted_struct_loss`'s anchors."""
+    x, labels, anchors, dtype = _common.anchors_and_references(
+        labels, embeddings, ref_labels, ref_embeddings, ref_offset, "labels", "embeddings"
+    )
+    if anchors is None:
         window, own = None, None
     else:
-        window = _class_window(labels, anchor_rows)
+        window = _class_window(labels, anchors)
         # The anchors' place in the window (they are its rows own .. own + count - 1).
-        own = anchor_rows[0] - window[0]
+        own = anchors[0] - window[0]
     pdist = distances.pairwise_distance(x, squared=squared, rows=window)  # [n, b]
     positives, negatives = _common.anchor_masks(labels, window)
     shift, scaled = _negative_sums(margin, pdist, negatives)  # [n, 1] each
@@ -63,7 +79,7 @@ def lifted_struct_loss(
     row_scaled, column_scaled = scaled, ops.transpose(scaled)
     if window is not None:
         # Pairs (anchor, j) with j in the window: the anchors' positives all lie there.
-        count, start, size = anchor_rows[1], window[0], window[1]
+        count, start, size = anchors[1], window[0], window[1]
         rows = slice(own, own + count)
         pdist = pdist[rows, start : start + size]
         positives = positives[rows, start : start + size]
@@ -86,18 +102,18 @@ def lifted_struct_loss(
     zero = ops.zeros_like(objective)
     hinge = _maximum(ops.where(positives, objective, zero), zero)
     total = 0.25 * ops.sum(ops.square(hinge))
-    if normalizer_rows is None:
+    if anchors is None:
         num_pairs = _common.positive_pair_count(labels, x.dtype) / 2.0
     else:
-        first_rows, _ = _common.anchor_masks(labels, normalizer_rows)
+        first_rows, _ = _common.anchor_masks(labels, anchors)
         num_pairs = ops.cast(ops.count_nonzero(first_rows), x.dtype) / 2.0
-    return ops.cast(_common.safe_mean_over(total, num_pairs), dtype)
+    return [_common.LossPart(total, num_pairs)], dtype
 
 
-def _class_window(labels, anchor_rows):
-    """``(start, size)``: the smallest range of rows holding the rows ``anchor_rows = (start,
+def _class_window(labels, anchors):
+    """``(start, size)``: the smallest range of rows holding the rows ``anchors = (start,
     count)`` and every row of their classes (``(start, 0)`` for no anchors)."""
-    start, count = anchor_rows
+    start, count = anchors
     b = ops.shape(labels)[0]
     own_labels = labels[start : start + count]
     # Rows sharing a class with an anchor (the anchors among them): a [count, b] comparison.
@@ -138,16 +154,17 @@ class LiftedStructLoss(LossFunctionWrapper, BatchPenaltyLoss):
     ``squared=True`` is the SVMax repository's squared-distance variant).
 
     Under a `tf.distribute` strategy each replica computes the pairs of its own anchors
-    against the global batch (`lifted_struct_loss`'s ``anchor_rows``): the distance rows of
+    against the global batch (its reference rows, `lifted_struct_loss`): the distance rows of
     its anchors' classes, about `[b/N, b]` on P x K batches, with the same value and gradients
     as one device.
     """
 
     splits_anchors = True
+    accepts_reference_rows = True
 
     def __init__(self, margin=1.0, squared=False, name="lifted_struct_loss", **kwargs):
         fn_kwargs = dict(
             margin=checks.check_finite_number(margin, "margin"),
             squared=checks.check_bool(squared, "squared"),
         )
-        super().__init__(lifted_struct_loss, fn_kwargs, name=name, **kwargs)
+        super().__init__(lifted_struct_loss, fn_kwargs, parts_fn=_lifted_parts, name=name, **kwargs)

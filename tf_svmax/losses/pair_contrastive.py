@@ -4,7 +4,8 @@ distinct rows is a positive (same label) or a negative pair, with its own margin
 
 Unlike `ContrastiveLoss` (tensorflow-addons': given pairs and their distances) and
 `PKContrastiveLoss` (the SVMax originals' fixed P x 4 pairing), its anchors can be mined
-against a separate reference set (``anchor_rows``), so `CrossBatchMemory` can wrap it.
+against separate reference rows (``ref_labels``, ``ref_embeddings``), so `CrossBatchMemory` can
+wrap it.
 """
 
 import keras
@@ -69,36 +70,12 @@ def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows):
     )
 
 
-def _mean_over_non_zero(total, count):
-    """``total / count``, 0 when no term is above 0, and NaN when ``total`` is: a NaN term
-    fails ``> 0``, so a batch whose only terms above 0 are NaN would otherwise count none and
-    give 0 (non-finite inputs give NaN, never a finite wrong number).
-
-    The NaN is added outside the gradient: a `tf.where` on ``is_nan`` would keep its boolean
-    for the gradient, which inside the loss's empty-batch `tf.cond` makes TensorFlow log
-    ``Type inference failed ...`` (tests/losses/test_clean_log.py). The same values; the
-    gradient is the mean's (it differed only where the loss is NaN)."""
-    nan_unless_finite = ops.where(ops.isnan(total), total, ops.zeros_like(total))
-    return _common.safe_mean_over(total, count) + ops.stop_gradient(nan_unless_finite)
-
-
 def _non_zero(terms):
     # Counted in int64: a float32 sum of ones stops being exact past 2**24 pairs (a batch of
     # 1,024 against a memory of 16,384 rows has that many).
     # (Keras' `ops.count_nonzero` counts in int32; JAX without 64-bit types has int32 only,
     # exact up to 2**31 pairs, asked for by name so that JAX warns of no truncation.)
     return ops.sum(ops.cast(terms > 0.0, "int32" if _backend.jax_without_x64() else "int64"))
-
-
-def _same_rows(first, second):
-    """Whether two ``(start, count)`` row ranges are the same (None: all rows) without running
-    anything: identical entries (Python ints or the same tensors)."""
-    if first is None or second is None:
-        return first is None and second is None
-    return all(
-        a is b or (isinstance(a, int) and isinstance(b, int) and a == b)
-        for a, b in zip(first, second, strict=True)
-    )
 
 
 def all_pairs_contrastive_loss(
@@ -108,8 +85,9 @@ def all_pairs_contrastive_loss(
     pos_margin=1.0,
     neg_margin=0.5,
     metric="cosine",
-    anchor_rows=None,
-    normalizer_rows=None,
+    ref_labels=None,
+    ref_embeddings=None,
+    ref_offset=0,
 ):
     """Contrastive loss over every ordered pair ``(a, r)`` of distinct rows, averaged over the
     non-zero pair terms (pytorch-metric-learning's `ContrastiveLoss` with its default
@@ -145,15 +123,15 @@ def all_pairs_contrastive_loss(
         (dot product of the rows as given) or ``"euclidean"`` (distance of the rows as given,
         exactly 0 at duplicate rows: `tf_svmax.ops.distances`' ``"L2"``, not its cdist
         ``"euclidean"``, which adds 1e-12 under the square root as `BatchHardTripletLoss` does).
-      anchor_rows: Optional ``(start, count)``: only the pairs whose anchor ``a`` is one of
-        those rows (``r`` any other row of the batch), still divided by the whole batch's
-        numbers of non-zero terms, so that the values of disjoint anchor ranges covering the
-        batch add up to the loss (each replica's share of a global batch).
-      normalizer_rows: Optional ``(start, count)``: divide each part by its number of non-zero
-        terms among the pairs whose anchor is one of those rows (``r`` anywhere in the batch)
-        instead of the whole batch's; e.g. the batch rows of a batch + cross-batch-memory set
-        (`tf_svmax.losses.CrossBatchMemory`), whose memory rows are references only. The
-        counts carry no gradient (as in pytorch-metric-learning).
+      ref_labels: Optional `[m]` labels of reference rows (with `ref_embeddings`), which hold
+        the anchors at rows ``ref_offset ..`` (as in `triplet_semihard_loss`): the pairs are
+        then ``(a, r)`` with ``a`` an anchor and ``r`` any other reference, each part divided
+        by its number of non-zero terms among them (pytorch-metric-learning's ``ref_emb``,
+        ``ref_labels``; a batch against a cross-batch memory,
+        `tf_svmax.losses.CrossBatchMemory`). The counts carry no gradient (as in
+        pytorch-metric-learning).
+      ref_embeddings: Optional `[m, dim]` reference embeddings (with `ref_labels`).
+      ref_offset: The anchors' first row among the references (default 0).
 
     Differences from pytorch-metric-learning 2.9: ``"euclidean"`` does not L2-normalize (its
     `LpDistance` does by default; normalize the embeddings, e.g. with
@@ -165,8 +143,8 @@ def all_pairs_contrastive_loss(
     Returns:
       A scalar of the embeddings' dtype (float16/bfloat16 computed in float32). 0 when no pair
       term is above 0; NaN when a pair term is NaN (a NaN or infinite embedding). Memory:
-      `[count, batch_size]` matrices for the anchors (and for the normalizer rows when they
-      differ from the anchors).
+      `[batch_size, m]` matrices (the anchors against the references; m = batch_size
+      without them).
 
     Example:
       >>> all_pairs_contrastive_loss([0, 0, 1], [[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])  # 0.7
@@ -174,23 +152,32 @@ def all_pairs_contrastive_loss(
       (positives ``1 - 0.6`` twice: mean 0.4; negatives ``0.8 - 0.5`` twice, the pairs of
       similarity 0 past the margin: mean 0.3.)
     """
+    parts, dtype = _contrastive_parts(
+        y_true, y_pred, pos_margin, neg_margin, metric, ref_labels, ref_embeddings, ref_offset
+    )
+    return ops.cast(_common.mean_of_parts(parts), dtype)
+
+
+def _contrastive_parts(
+    y_true, y_pred, pos_margin, neg_margin, metric, ref_labels, ref_embeddings, ref_offset
+):
+    """``([positive, negative], dtype)``: two `LossPart` s, each the sum of the anchors' pair
+    terms of that kind and the number of them above 0 (a NaN sum gives NaN: a NaN term fails
+    ``> 0``, so a batch whose only terms above 0 are NaN would otherwise count none and give
+    0)."""
     pos_margin = checks.check_finite_number(pos_margin, "pos_margin")
     neg_margin = checks.check_finite_number(neg_margin, "neg_margin")
     metric = _check_metric(metric)
-    x, dtype = _common.embeddings_matrix(y_pred)
-    labels = _common.flat_labels(y_true, x)
-
-    def terms(rows):
-        return _pair_terms(x, labels, metric, pos_margin, neg_margin, rows)
-
-    positive, negative = terms(anchor_rows)
-    # The counts are of a comparison: no gradient flows through them.
-    counted = (
-        (positive, negative) if _same_rows(normalizer_rows, anchor_rows) else terms(normalizer_rows)
+    x, labels, rows, dtype = _common.anchors_and_references(
+        y_true, y_pred, ref_labels, ref_embeddings, ref_offset
     )
-    positive_part = _mean_over_non_zero(ops.sum(positive), _non_zero(counted[0]))
-    value = positive_part + _mean_over_non_zero(ops.sum(negative), _non_zero(counted[1]))
-    return ops.cast(value, dtype)
+    positive, negative = _pair_terms(x, labels, metric, pos_margin, neg_margin, rows)
+    # The counts are of a comparison: no gradient flows through them.
+    parts = [
+        _common.LossPart(ops.sum(positive), _non_zero(positive), keep_nan=True),
+        _common.LossPart(ops.sum(negative), _non_zero(negative), keep_nan=True),
+    ]
+    return parts, dtype
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -202,14 +189,15 @@ class AllPairsContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
     scalar per batch. `CrossBatchMemory` can wrap it (the XBM paper's pairing).
 
     Under a `tf.distribute` strategy each replica computes the pairs of its own anchors against
-    the global batch (and the counts of the whole batch's non-zero terms, without gradient):
-    the same value and gradients as one device.
+    the global batch (its reference rows; the replicas' counts of non-zero terms are summed,
+    without gradient): the same value and gradients as one device.
 
     Example:
       >>> xbm = CrossBatchMemory(AllPairsContrastiveLoss(), memory_size=1024, start_step=100)
     """
 
     splits_anchors = True
+    accepts_reference_rows = True
 
     def __init__(
         self,
@@ -224,4 +212,6 @@ class AllPairsContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
             neg_margin=checks.check_finite_number(neg_margin, "neg_margin"),
             metric=_check_metric(metric),
         )
-        super().__init__(all_pairs_contrastive_loss, fn_kwargs, name=name, **kwargs)
+        super().__init__(
+            all_pairs_contrastive_loss, fn_kwargs, parts_fn=_contrastive_parts, name=name, **kwargs
+        )

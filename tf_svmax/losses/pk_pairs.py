@@ -139,32 +139,31 @@ def pk_contrastive_loss(labels, embeddings, *, margin=1.0, batch_k=4):
     return ops.cast(loss, dtype)
 
 
-def _anchor_positive_halves(labels, embeddings, anchor_rows=None):
-    """``(anchors, positives, own_anchors, own_positives, targets, dtype)`` of a P x 2 batch:
-    even rows are anchors, odd rows their positives; ``own_*`` are the pairs whose anchor row
-    is in ``anchor_rows = (start, count)`` (all pairs when None), `targets` their rows of the
-    N-pair targets `[own, B/2]`."""
-    x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
+def _anchor_positive_halves(x, labels, dtype, rows=None):
+    """``(anchors, positives, own_anchors, own_positives, targets, dtype)`` of a P x 2 batch
+    (checked embeddings `x`, labels): even rows are anchors, odd rows their positives;
+    ``own_*`` are the pairs whose anchor row is in ``rows = (start, count)`` (all pairs
+    when None), `targets` their rows of the N-pair targets `[own, B/2]`."""
     labels = _check_pk(labels, x, 2, expected_k=2)
     pairs = ops.reshape(x, [-1, 2, ops.shape(x)[1]])
     anchor_labels = ops.reshape(labels, [-1, 2])[:, 0]
-    first, last = _own_pairs(anchor_rows)
-    own_labels = anchor_labels if anchor_rows is None else anchor_labels[first:last]
+    first, last = _own_pairs(rows)
+    own_labels = anchor_labels if rows is None else anchor_labels[first:last]
     same = ops.cast(ops.equal(own_labels[:, None], anchor_labels[None, :]), x.dtype)
     targets = same / ops.sum(same, axis=1, keepdims=True)
     anchors, positives = pairs[:, 0], pairs[:, 1]
-    if anchor_rows is None:
+    if rows is None:
         return anchors, positives, anchors, positives, targets, dtype
     return anchors, positives, anchors[first:last], positives[first:last], targets, dtype
 
 
-def _own_pairs(anchor_rows):
+def _own_pairs(rows):
     """``(first, last)``: the pairs ``first .. last - 1`` whose anchor (row ``2k``) lies in
-    ``anchor_rows = (start, count)``; disjoint row ranges give disjoint pair ranges, whatever
+    ``rows = (start, count)``; disjoint row ranges give disjoint pair ranges, whatever
     the parity of their bounds (a replica's shard may end inside a pair)."""
-    if anchor_rows is None:
+    if rows is None:
         return None, None
-    start, count = anchor_rows
+    start, count = rows
     return (start + 1) // 2, (start + count + 1) // 2
 
 
@@ -186,7 +185,13 @@ def _softmax_cross_entropy(targets, logits):
     return ops.categorical_crossentropy(targets, logits, from_logits=True)
 
 
-def pk_npair_loss(labels, embeddings, *, l2_reg=0.002, anchor_rows=None):
+def _batch(labels, embeddings):
+    """``(x, labels, dtype)``: the checked batch, half precision promoted."""
+    x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
+    return x, labels, dtype
+
+
+def pk_npair_loss(labels, embeddings, *, l2_reg=0.002):
     """Per-anchor N-pair loss (Sohn 2016) on a P x 2 batch, with the originals' L2 term.
 
     Even rows are anchors, odd rows their positives. ``softmax_xent(A P^T, T)`` per anchor with
@@ -197,54 +202,63 @@ def pk_npair_loss(labels, embeddings, *, l2_reg=0.002, anchor_rows=None):
       labels: `[B]` labels, 2 consecutive rows per class.
       embeddings: `[B, D]`.
       l2_reg: Weight of the L2 term.
-      anchor_rows: Optional ``(start, count)``: the values of the anchors (even rows) in those
-        rows only, against every positive of the batch (`[count/2, B/2]` logits), e.g. a
-        replica's own rows of a gathered global batch.
 
     Returns:
-      `[B / 2]` (or the own anchors') values whose mean (over all B / 2) is the originals' loss.
+      `[B / 2]` values whose mean is the originals' loss.
     """
-    anchors, positives, own, _, targets, dtype = _anchor_positive_halves(
-        labels, embeddings, anchor_rows
-    )
+    return _npair_values(*_batch(labels, embeddings), l2_reg=l2_reg)
+
+
+def _npair_values(x, labels, dtype, *, l2_reg, rows=None):
+    """`pk_npair_loss` of the anchors (even rows) in ``rows = (start, count)`` (all
+    when None) against every positive of the batch (`[count/2, B/2]` logits)."""
+    anchors, positives, own, _, targets, dtype = _anchor_positive_halves(x, labels, dtype, rows)
     logits = _backend.matmul(own, positives, transpose_b=True)
     xent = _softmax_cross_entropy(targets, logits)
     return ops.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
 
 
-def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002, anchor_rows=None):
+def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002):
     """Per-anchor angular loss (Wang et al. 2017, the "angular-mc" form) on a P x 2 batch.
 
     With ``t = tan^2(alpha)``: ``f_ii = 2 (1 + t) a_i.p_i`` and, for ``j != i``,
     ``f_ij = 4 t (a_i + p_i).p_j``; softmax cross-entropy of each row against the same targets
     as N-pair, plus the same L2 term (``l2_reg = 0`` disables it). Paper: alpha = 45 degrees.
-    ``anchor_rows`` as in `pk_npair_loss`.
 
     Returns:
-      `[B / 2]` (or the own anchors') values whose mean (over all B / 2) is the originals' loss.
+      `[B / 2]` values whose mean is the originals' loss.
     """
+    return _angular_values(*_batch(labels, embeddings), alpha=alpha, l2_reg=l2_reg)
+
+
+def _angular_values(x, labels, dtype, *, alpha, l2_reg, rows=None):
+    """`pk_angular_loss` of the anchors in ``rows`` (as `_npair_values`)."""
     anchors, positives, own, own_positives, targets, dtype = _anchor_positive_halves(
-        labels, embeddings, anchor_rows
+        x, labels, dtype, rows
     )
     t = math.tan(math.radians(alpha)) ** 2
     off_diagonal = 4.0 * t * _backend.matmul(own + own_positives, positives, transpose_b=True)
     diagonal = 2.0 * (1.0 + t) * ops.sum(own * own_positives, axis=1)
     # The own pairs' "diagonal" sits at column first + i of row i (a selection: the values of
     # `tf.linalg.set_diag` when all pairs are own).
-    first = 0 if anchor_rows is None else _own_pairs(anchor_rows)[0]
+    first = 0 if rows is None else _own_pairs(rows)[0]
     itself = ops.one_hot(ops.arange(ops.shape(own)[0]) + first, ops.shape(positives)[0]) > 0
     logits = ops.where(itself, diagonal[:, None], off_diagonal)
     xent = _softmax_cross_entropy(targets, logits)
     return ops.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
 
 
-def _mean_over_anchors(values, embeddings, anchor_rows):
-    """The mean over the batch's B / 2 anchors, or (``anchor_rows``) the own anchors' values
-    summed and divided by the whole batch's B / 2: the replicas' shares add up to the mean."""
-    if anchor_rows is None:
-        return ops.mean(values)
-    pairs = ops.cast(ops.shape(embeddings)[0] // 2, values.dtype)
-    return ops.divide_no_nan(ops.sum(values), pairs)
+def _own_pair_parts(values_fn, y_true, y_pred, ref_labels, ref_embeddings, ref_offset):
+    """`reference_parts` of the N-pair and angular losses, split by pairs: the values of the
+    pairs whose anchor row is one of the rows `y_pred` (the reference rows ``ref_offset ..``
+    of the whole P x 2 batch, `ref_embeddings`), against every positive of the batch, and
+    their number (the replicas' numbers add up to B / 2)."""
+    x, labels, rows, dtype = _common.anchors_and_references(
+        y_true, y_pred, ref_labels, ref_embeddings, ref_offset, "labels", "embeddings"
+    )
+    values = values_fn(x, labels, dtype, rows=rows)
+    first, last = _own_pairs(rows)
+    return [_common.LossPart(ops.sum(values), last - first)]
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -278,8 +292,9 @@ class PKNpairLoss(BatchPenaltyLoss):
     """Keras loss for `pk_npair_loss` (mean over anchors); 72 x 2 batches in the paper.
 
     Under a `tf.distribute` strategy each replica computes the anchors of its own rows against
-    every positive of the global batch (`pk_npair_loss`'s ``anchor_rows``): the same value and
-    gradients as one device, with 1/N of the logits.
+    every positive of the global batch (`reference_parts`: the batch's pairs split by their
+    anchor rows, not reference rows to mine, so `CrossBatchMemory` does not take it): the same
+    value and gradients as one device, with 1/N of the logits.
     """
 
     splits_anchors = True
@@ -288,9 +303,14 @@ class PKNpairLoss(BatchPenaltyLoss):
         super().__init__(name=name, **kwargs)
         self.l2_reg = checks.check_non_negative_number(l2_reg, "l2_reg")
 
-    def call(self, y_true, y_pred, anchor_rows=None):
-        values = pk_npair_loss(y_true, y_pred, l2_reg=self.l2_reg, anchor_rows=anchor_rows)
-        return _mean_over_anchors(values, y_pred, anchor_rows)
+    def call(self, y_true, y_pred):
+        return ops.mean(pk_npair_loss(y_true, y_pred, l2_reg=self.l2_reg))
+
+    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
+        def values(x, labels, dtype, rows):
+            return _npair_values(x, labels, dtype, l2_reg=self.l2_reg, rows=rows)
+
+        return _own_pair_parts(values, y_true, y_pred, ref_labels, ref_embeddings, ref_offset)
 
     def get_config(self):
         return {**super().get_config(), "l2_reg": self.l2_reg}
@@ -300,7 +320,8 @@ class PKNpairLoss(BatchPenaltyLoss):
 class PKAngularLoss(BatchPenaltyLoss):
     """Keras loss for `pk_angular_loss` (mean over anchors); 72 x 2 batches in the paper.
 
-    Split over the replicas of a `tf.distribute` strategy by anchors, as `PKNpairLoss`.
+    Split over the replicas of a `tf.distribute` strategy by anchors (`reference_parts`), as
+    `PKNpairLoss`.
     """
 
     splits_anchors = True
@@ -312,11 +333,16 @@ class PKAngularLoss(BatchPenaltyLoss):
         self.alpha = float(alpha)
         self.l2_reg = checks.check_non_negative_number(l2_reg, "l2_reg")
 
-    def call(self, y_true, y_pred, anchor_rows=None):
-        values = pk_angular_loss(
-            y_true, y_pred, alpha=self.alpha, l2_reg=self.l2_reg, anchor_rows=anchor_rows
-        )
-        return _mean_over_anchors(values, y_pred, anchor_rows)
+    def call(self, y_true, y_pred):
+        return ops.mean(pk_angular_loss(y_true, y_pred, alpha=self.alpha, l2_reg=self.l2_reg))
+
+    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
+        def values(x, labels, dtype, rows):
+            return _angular_values(
+                x, labels, dtype, alpha=self.alpha, l2_reg=self.l2_reg, rows=rows
+            )
+
+        return _own_pair_parts(values, y_true, y_pred, ref_labels, ref_embeddings, ref_offset)
 
     def get_config(self):
         return {**super().get_config(), "alpha": self.alpha, "l2_reg": self.l2_reg}

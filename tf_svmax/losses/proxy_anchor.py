@@ -20,6 +20,7 @@ import numpy as np
 from keras import ops
 
 from tf_svmax import _backend, checks
+from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
 from tf_svmax.ops.ole import class_labels
 
@@ -95,7 +96,7 @@ def _is_tracer(x):
     return isinstance(x, jax.core.Tracer)
 
 
-def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1, anchor_rows=None):
+def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1):
     """Proxy-Anchor loss from `[B]` labels and `[B, C]` cosine similarities to the proxies.
 
     Args:
@@ -103,15 +104,21 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1, anchor_row
       similarities: `[B, C]` cosine similarities of the embeddings to the proxies.
       alpha: Scale.
       delta: Margin.
-      anchor_rows: Optional ``(start, count)`` (a replica's own rows of a gathered global
-        batch): the terms of the proxies ``[start C / B, (start + count) C / B)`` only, over
-        every row, each still divided by the whole batch's proxy counts. Disjoint row ranges
-        covering the batch map to disjoint proxy ranges covering the C proxies, so their
-        values and gradients add up to the loss, and each part does ``count / B`` of the work.
 
     Returns:
       A scalar of the similarities' dtype (half precision computed in float32).
     """
+    s, dtype = _similarities(similarities)
+    labels, with_positive = _proxy_labels(labels, s)
+    classes = ops.shape(s)[1]
+    count = ops.sum(ops.cast(with_positive, s.dtype))
+    pos, neg = _proxy_terms(labels, s, with_positive, alpha, delta)
+    at_least_one = ops.where(count < 1.0, ops.ones_like(count), count)
+    return ops.cast(pos / at_least_one + neg / ops.cast(classes, s.dtype), dtype)
+
+
+def _similarities(similarities):
+    """``(s, dtype)``: the `[B, C]` similarities in their compute dtype, and their dtype."""
     s = checks.to_tensor(similarities, "similarities")
     shape = checks.static_shape(s)
     name = keras.backend.standardize_dtype(s.dtype)
@@ -123,34 +130,50 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1, anchor_row
                 f"<tensor {name} {s.shape}>",
             )
         )
-    dtype = s.dtype
-    s = ops.cast(s, checks.compute_dtype(dtype))
-    labels, with_positive = _proxy_labels(labels, s)
-    classes = ops.shape(s)[1]
-    count = ops.sum(ops.cast(with_positive, s.dtype))
-    if anchor_rows is not None:
-        first, last = _own_proxies(anchor_rows, ops.shape(s)[0], classes)
-        s, with_positive = s[:, first:last], with_positive[first:last]
-        labels = labels - ops.cast(first, labels.dtype)  # classes outside give all-zero rows
-    positive = ops.cast(ops.one_hot(labels, ops.shape(s)[1]), "bool")  # [B, own proxies]
+    return ops.cast(s, checks.compute_dtype(s.dtype)), s.dtype
+
+
+def _proxy_terms(labels, s, with_positive, alpha, delta):
+    """``(positive sum, negative sum)`` over the proxies (columns) of `s`, the positive one
+    over those ``with_positive``."""
+    positive = ops.cast(ops.one_hot(labels, ops.shape(s)[1]), "bool")  # [B, proxies]
     negative = ops.logical_not(positive)
     pos_terms = _log1p_sum_exp(-alpha * (s - delta), positive, axis=0)
     neg_terms = _log1p_sum_exp(alpha * (s + delta), negative, axis=0)
-    at_least_one = ops.where(count < 1.0, ops.ones_like(count), count)
-    pos = ops.sum(ops.where(with_positive, pos_terms, ops.zeros_like(pos_terms))) / at_least_one
-    neg = ops.sum(neg_terms) / ops.cast(classes, s.dtype)
-    return ops.cast(pos + neg, dtype)
+    pos = ops.sum(ops.where(with_positive, pos_terms, ops.zeros_like(pos_terms)))
+    return pos, ops.sum(neg_terms)
 
 
-def _own_proxies(anchor_rows, rows, classes):
-    """``(first, last)``: the proxies ``first .. last - 1`` of the anchors ``anchor_rows =
+def _own_proxy_parts(labels, similarities, ref_labels, ref_similarities, ref_offset, alpha, delta):
+    """`ProxyAnchorLoss.reference_parts`: the terms of the proxies ``[start C / B, (start +
+    count) C / B)`` of the rows `similarities` (the reference rows ``ref_offset ..`` of the
+    whole batch's `ref_similarities`), over every row, with their counts (of proxies with a
+    positive, and of proxies). Disjoint row ranges covering the batch map to disjoint proxy
+    ranges covering the C proxies, so the parts add up to the loss, and each does ``count /
+    B`` of the work."""
+    s, labels, rows, _ = _common.anchors_and_references(
+        labels, similarities, ref_labels, ref_similarities, ref_offset, "labels", "similarities"
+    )
+    s, _ = _similarities(s)
+    labels, with_positive = _proxy_labels(labels, s)
+    first, last = _own_proxies(rows, ops.shape(s)[0], ops.shape(s)[1])
+    s, with_positive = s[:, first:last], with_positive[first:last]
+    labels = labels - ops.cast(first, labels.dtype)  # classes outside give all-zero rows
+    pos, neg = _proxy_terms(labels, s, with_positive, alpha, delta)
+    own_count = ops.sum(ops.cast(with_positive, s.dtype))
+    return [_common.LossPart(pos, own_count), _common.LossPart(neg, last - first)]
+
+
+def _own_proxies(anchors, rows, classes):
+    """``(first, last)``: the proxies ``first .. last - 1`` of the anchors ``anchors =
     (start, count)`` of `rows`, ``floor(start C / B)`` to ``floor((start + count) C / B)``: a
     monotone map of row bounds to proxy bounds, 0 to 0 and B to C."""
-    start, count = anchor_rows
+    start, count = anchors
     if all(isinstance(v, int) for v in (start, count, rows, classes)):
         return start * classes // rows, (start + count) * classes // rows  # exact Python ints
     # In int64: start * C overflows int32 at B = 4,096 rows and C = 2**20 proxies.
-    rows, classes = ops.cast(rows, "int64"), ops.cast(classes, "int64")
+    # At least 1: a batch of no rows (every replica empty) has no proxies to split, (0, 0).
+    rows, classes = ops.maximum(ops.cast(rows, "int64"), 1), ops.cast(classes, "int64")
 
     def bound(row):
         return ops.cast(ops.floor_divide(ops.cast(row, "int64") * classes, rows), "int32")
@@ -163,8 +186,9 @@ class ProxyAnchorLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `proxy_anchor_loss`; `y_pred` is the `[B, C]` output of `CosineProxies`.
 
     Under a `tf.distribute` strategy each replica computes its share of the proxies over the
-    global batch (`proxy_anchor_loss`'s ``anchor_rows``): `[B, C/N]` instead of `[B, C]`, the
-    same value and gradients as one device.
+    global batch (`reference_parts`: its rows select its proxies, not reference rows to mine,
+    so `CrossBatchMemory` does not take it): `[B, C/N]` instead of `[B, C]`, the same value and
+    gradients as one device.
     """
 
     splits_anchors = True
@@ -175,3 +199,8 @@ class ProxyAnchorLoss(LossFunctionWrapper, BatchPenaltyLoss):
             delta=checks.check_non_negative_number(delta, "delta"),
         )
         super().__init__(proxy_anchor_loss, fn_kwargs, name=name, **kwargs)
+
+    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
+        return _own_proxy_parts(
+            y_true, y_pred, ref_labels, ref_embeddings, ref_offset, self.alpha, self.delta
+        )

@@ -22,22 +22,23 @@ from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, deseria
 from tf_svmax.ops import distances
 
 
-def _inputs(y_true, y_pred):
-    """``(embeddings, labels, dtype)``: the checked inputs, half precision promoted."""
-    embeddings, dtype = _common.embeddings_matrix(y_pred)
-    return embeddings, _common.flat_labels(y_true, embeddings), dtype
-
-
-def _anchor_distances(embeddings, labels, distance_metric, anchor_rows):
+def _anchor_distances(embeddings, labels, distance_metric, rows):
     """``(pdist, positives, negatives)``, each `[count, b]`: the rows of the anchors
-    ``anchor_rows = (start, count)`` (all rows when None) against the whole batch."""
-    pdist = distances.distance_matrix(embeddings, distance_metric, rows=anchor_rows)
-    positives, negatives = _common.anchor_masks(labels, anchor_rows)
+    ``rows = (start, count)`` (all rows when None) against the whole set."""
+    pdist = distances.distance_matrix(embeddings, distance_metric, rows=rows)
+    positives, negatives = _common.anchor_masks(labels, rows)
     return ops.cast(pdist, embeddings.dtype), positives, negatives
 
 
 def triplet_semihard_loss(
-    y_true, y_pred, margin=1.0, distance_metric="L2", *, anchor_rows=None, normalizer_rows=None
+    y_true,
+    y_pred,
+    margin=1.0,
+    distance_metric="L2",
+    *,
+    ref_labels=None,
+    ref_embeddings=None,
+    ref_offset=0,
 ):
     """Triplet loss with semi-hard negative mining (FaceNet), averaged over positive pairs.
 
@@ -59,14 +60,17 @@ def triplet_semihard_loss(
       distance_metric: "L2", "squared-L2", "angular" (tensorflow-addons'), a cdist name
         ("euclidean", "sqeuclidean", "cityblock", "cosine"; see
         `tf_svmax.ops.distances.METRICS`), or a callable mapping embeddings to a
-        `[batch_size, batch_size]` distance matrix.
-      anchor_rows: Optional ``(start, count)``: only the terms of those anchors, still divided
-        by the whole batch's number of positive pairs, so that the values of disjoint anchor
-        ranges covering the batch add up to the loss (each replica's share of a global batch).
-      normalizer_rows: Optional ``(start, count)``: divide by the number of positive pairs
-        ``(a, p)`` whose anchor ``a`` is one of those rows (``p`` anywhere in the batch) instead
-        of the whole batch's; e.g. the batch rows of a batch + cross-batch-memory set
-        (`tf_svmax.losses.CrossBatchMemory`), whose memory rows are references only.
+        `[batch_size, batch_size]` distance matrix (with reference rows: the references'
+        `[m, m]` matrix, of which the anchors' rows are taken).
+      ref_labels: Optional `[m]` labels of reference rows (with `ref_embeddings`): the anchors
+        `y_true`, `y_pred` are then mined against them, ``p`` and ``n`` ranging over the
+        references, and the sum is divided by the anchors' number of positive pairs ``(a, p)``
+        (a batch against a cross-batch memory, `tf_svmax.losses.CrossBatchMemory`).
+      ref_embeddings: Optional `[m, dim]` reference embeddings (with `ref_labels`).
+      ref_offset: The anchors' first row among the references (default 0): the anchors take
+        the place of the reference rows ``ref_offset .. ref_offset + batch_size - 1`` (the
+        references hold the anchors, as with Keras' `circle` ``remove_diagonal``), and an
+        anchor is never its own positive.
 
     Returns:
       A scalar of the embeddings' dtype (float16/bfloat16 computed in float32). 0 when the
@@ -75,8 +79,21 @@ def triplet_semihard_loss(
     Example:
       >>> triplet_semihard_loss([0, 0], [[0.0, 1.0], [1.0, 0.0]])  # 2.4142137
     """
-    embeddings, labels, dtype = _inputs(y_true, y_pred)
-    count = _positive_pairs_of(labels, normalizer_rows, embeddings.dtype)
+    parts, dtype = _semihard_parts(
+        y_true, y_pred, margin, distance_metric, ref_labels, ref_embeddings, ref_offset
+    )
+    return ops.cast(_common.mean_of_parts(parts), dtype)
+
+
+def _semihard_parts(
+    y_true, y_pred, margin, distance_metric, ref_labels, ref_embeddings, ref_offset
+):
+    """``([LossPart(sum of hinge terms, #positive pairs)], dtype)`` of `triplet_semihard_loss`'s
+    anchors."""
+    embeddings, labels, anchors, dtype = _common.anchors_and_references(
+        y_true, y_pred, ref_labels, ref_embeddings, ref_offset
+    )
+    count = _positive_pairs_of(labels, anchors, embeddings.dtype)
 
     def share(x, rows):
         """The anchors `rows`' sum of hinge terms."""
@@ -90,8 +107,8 @@ def triplet_semihard_loss(
         positives_f = ops.cast(positives, pdist.dtype)
         return ops.sum(_hinge(loss_matrix * positives_f))
 
-    total = _sum_over_anchor_blocks(share, embeddings, anchor_rows)
-    return ops.cast(_common.safe_mean_over(total, count), dtype)
+    total = _sum_over_anchor_blocks(share, embeddings, anchors)
+    return [_common.LossPart(total, count)], dtype
 
 
 # Elements (anchor rows x batch) of one block of `_sum_over_anchor_blocks`: its distance rows,
@@ -100,8 +117,8 @@ def triplet_semihard_loss(
 _ROW_BLOCK_ELEMENTS = 1 << 22
 
 
-def _sum_over_anchor_blocks(share, x, anchor_rows):
-    """``sum_blocks share(x, (start, count))`` over blocks of the anchors `anchor_rows` (all
+def _sum_over_anchor_blocks(share, x, rows):
+    """``sum_blocks share(x, (start, count))`` over blocks of the anchors `rows` (all
     rows when None), with its gradient w.r.t. `x`, in one block's memory.
 
     A batch of static size with at most `_ROW_BLOCK_ELEMENTS` distances is one block,
@@ -118,18 +135,18 @@ def _sum_over_anchor_blocks(share, x, anchor_rows):
     3.9 s.
     """
     static_b = x.shape[0]
-    if _backend.in_xla_context() and not _jax_static_blocks(static_b, anchor_rows):
-        return share(x, anchor_rows)
+    if _backend.in_xla_context() and not _jax_static_blocks(static_b, rows):
+        return share(x, rows)
     if static_b is not None and static_b * static_b <= _ROW_BLOCK_ELEMENTS:
-        return share(x, anchor_rows)
+        return share(x, rows)
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        return _tf_blockwise(share, x, anchor_rows)
+        return _tf_blockwise(share, x, rows)
     b = int(static_b)
-    start, count = (0, b) if anchor_rows is None else (int(r) for r in anchor_rows)
-    rows = max(1, _ROW_BLOCK_ELEMENTS // max(b, 1))
-    firsts = range(start, start + count, rows)
-    blocks = [(first, min(rows, start + count - first)) for first in firsts]
+    start, count = (0, b) if rows is None else (int(r) for r in rows)
+    per_block = max(1, _ROW_BLOCK_ELEMENTS // max(b, 1))
+    firsts = range(start, start + count, per_block)
+    blocks = [(first, min(per_block, start + count - first)) for first in firsts]
     if backend == "torch":
         return _torch_blockwise(share, x, blocks)
     # JAX, eager or under jax.jit: blocks bound the forward's temporaries, not autodiff's
@@ -142,12 +159,12 @@ def _sum_over_anchor_blocks(share, x, anchor_rows):
     return total
 
 
-def _jax_static_blocks(static_b, anchor_rows):
+def _jax_static_blocks(static_b, rows):
     """Whether a `jax.jit` trace takes the blocks: JAX, a static batch size and static anchor
     rows (Python integers, not traced values)."""
     if keras.backend.backend() != "jax" or static_b is None:
         return False
-    return anchor_rows is None or all(isinstance(r, (int, np.integer)) for r in anchor_rows)
+    return rows is None or all(isinstance(r, (int, np.integer)) for r in rows)
 
 
 def _torch_blockwise(share, x, blocks):
@@ -194,7 +211,7 @@ def _torch_blockwise(share, x, blocks):
     return Blockwise.apply(x)
 
 
-def _tf_blockwise(share, x, anchor_rows):
+def _tf_blockwise(share, x, rows):
     """TensorFlow's `_sum_over_anchor_blocks` for a large or unknown batch size: the shares
     summed in a `tf.while_loop`, the gradient recomputing each block under its own tape.
     Choosing between this and one block with `tf.cond` fails to differentiate under
@@ -203,13 +220,13 @@ def _tf_blockwise(share, x, anchor_rows):
     import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
 
     b = tf.shape(x)[0]
-    start, count = (0, b) if anchor_rows is None else anchor_rows
-    rows = tf.maximum(1, _ROW_BLOCK_ELEMENTS // tf.maximum(b, 1))
-    blocks = (count + rows - 1) // rows
+    start, count = (0, b) if rows is None else rows
+    per_block = tf.maximum(1, _ROW_BLOCK_ELEMENTS // tf.maximum(b, 1))
+    blocks = (count + per_block - 1) // per_block
 
     def block(i):
-        first = start + i * rows
-        return first, tf.minimum(rows, start + count - first)
+        first = start + i * per_block
+        return first, tf.minimum(per_block, start + count - first)
 
     @tf.custom_gradient
     def blockwise(x):
@@ -332,6 +349,10 @@ def _search_rows(pdist, negatives):
 def _gradient_rows(pdist, upstream, count, high, order, first, end, least):
     """Backward of `_closest_farther` on some anchor rows (see its docstring)."""
     m, b = ops.shape(pdist)[0], ops.shape(pdist)[1]
+    if isinstance(m, int) and m == 0:
+        # No anchor rows (an empty share of the anchors): nothing to spread, and PyTorch's
+        # segment sum refuses empty data.
+        return ops.zeros_like(pdist)
     b_f = ops.cast(b, pdist.dtype)
     exists = first < count
     zeros = ops.zeros_like(upstream)
@@ -367,8 +388,9 @@ def triplet_hard_loss(
     soft=False,
     distance_metric="L2",
     *,
-    anchor_rows=None,
-    normalizer_rows=None,
+    ref_labels=None,
+    ref_embeddings=None,
+    ref_offset=0,
 ):
     """Batch-hard triplet loss: hardest positive and hardest negative per anchor, averaged.
 
@@ -383,29 +405,36 @@ def triplet_hard_loss(
       margin: Margin term.
       soft: Use the soft (softplus) margin.
       distance_metric: As in `triplet_semihard_loss`.
-      anchor_rows: Optional ``(start, count)``: the sum over those anchors only, divided by the
-        batch size (see `triplet_semihard_loss`).
-      normalizer_rows: Optional ``(start, count)``: divide by ``count`` (those anchors' number)
-        instead of the batch size (see `triplet_semihard_loss`).
+      ref_labels, ref_embeddings, ref_offset: Optional reference rows, as in
+        `triplet_semihard_loss`: each anchor's hardest positive and negative are among them,
+        and the mean is over the anchors.
 
     Returns:
       A scalar of the embeddings' dtype.
     """
-    embeddings, labels, dtype = _inputs(y_true, y_pred)
-    pdist, positives, negatives = _anchor_distances(
-        embeddings, labels, distance_metric, anchor_rows
+    parts, dtype = _hard_parts(
+        y_true, y_pred, margin, soft, distance_metric, ref_labels, ref_embeddings, ref_offset
     )
+    return ops.cast(_common.mean_of_parts(parts), dtype)
+
+
+def _hard_parts(
+    y_true, y_pred, margin, soft, distance_metric, ref_labels, ref_embeddings, ref_offset
+):
+    """``([LossPart(sum of the anchors' terms, #anchors)], dtype)`` of `triplet_hard_loss`."""
+    embeddings, labels, rows, dtype = _common.anchors_and_references(
+        y_true, y_pred, ref_labels, ref_embeddings, ref_offset
+    )
+    pdist, positives, negatives = _anchor_distances(embeddings, labels, distance_metric, rows)
     hard_negatives = _common.masked_min(pdist, negatives)
     hard_positives = _common.masked_max(pdist, positives)
     if soft:
         per_anchor = ops.softplus(hard_positives - hard_negatives)
     else:
         per_anchor = _hinge(hard_positives - hard_negatives + margin)
-    # Mean over the batch's anchors; 0 for an empty batch (an uneven last batch under
-    # tf.distribute).
-    total = ops.sum(per_anchor)
-    anchors = ops.size(labels) if normalizer_rows is None else normalizer_rows[1]
-    return ops.cast(_common.safe_mean_over(total, anchors), dtype)
+    # Mean over the anchors; 0 for none (an uneven last batch under tf.distribute).
+    anchors = ops.size(labels) if rows is None else rows[1]
+    return [_common.LossPart(ops.sum(per_anchor), anchors)], dtype
 
 
 def _hinge(x):
@@ -416,12 +445,12 @@ def _hinge(x):
     return ops.where(x >= 0.0, x, ops.zeros_like(x))
 
 
-def _positive_pairs_of(labels, anchor_rows, dtype):
-    """Ordered positive pairs ``(a, p)``, ``p != a``, of the anchors ``anchor_rows = (start,
-    count)`` against the whole batch (all anchors when None)."""
-    if anchor_rows is None:
+def _positive_pairs_of(labels, rows, dtype):
+    """Ordered positive pairs ``(a, p)``, ``p != a``, of the anchors ``rows = (start, count)``
+    against the whole set (all anchors when None)."""
+    if rows is None:
         return _common.positive_pair_count(labels, dtype)
-    positives, _ = _common.anchor_masks(labels, anchor_rows)
+    positives, _ = _common.anchor_masks(labels, rows)
     return ops.cast(ops.count_nonzero(positives), dtype)
 
 
@@ -434,6 +463,7 @@ class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """
 
     splits_anchors = True
+    accepts_reference_rows = True
 
     def __init__(self, margin=1.0, distance_metric="L2", name="triplet_semihard_loss", **kwargs):
         fn_kwargs = dict(
@@ -442,7 +472,9 @@ class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
                 deserialize_callable(distance_metric), allow_callable=True
             ),
         )
-        super().__init__(triplet_semihard_loss, fn_kwargs, name=name, **kwargs)
+        super().__init__(
+            triplet_semihard_loss, fn_kwargs, parts_fn=_semihard_parts, name=name, **kwargs
+        )
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -450,6 +482,7 @@ class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `triplet_hard_loss` (drop-in for `tfa.losses.TripletHardLoss`)."""
 
     splits_anchors = True
+    accepts_reference_rows = True
 
     def __init__(
         self, margin=1.0, soft=False, distance_metric="L2", name="triplet_hard_loss", **kwargs
@@ -461,4 +494,4 @@ class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
                 deserialize_callable(distance_metric), allow_callable=True
             ),
         )
-        super().__init__(triplet_hard_loss, fn_kwargs, name=name, **kwargs)
+        super().__init__(triplet_hard_loss, fn_kwargs, parts_fn=_hard_parts, name=name, **kwargs)

@@ -29,23 +29,8 @@ import numpy as np
 from keras import ops
 
 from tf_svmax import _backend, checks
-from tf_svmax.losses._common import flat_labels
-from tf_svmax.losses.batch_hard import BatchHardTripletLoss
-from tf_svmax.losses.lifted import LiftedStructLoss
-from tf_svmax.losses.pair_contrastive import AllPairsContrastiveLoss
-from tf_svmax.losses.triplet import TripletHardLoss, TripletSemiHardLoss
+from tf_svmax.losses._common import flat_labels, mean_of_parts
 from tf_svmax.ops.ring import index_dtype, ring_slots, ring_write
-
-# The losses whose mining takes anchors against a separate reference set (`anchor_rows`), with
-# a normalizer over the anchors (`normalizer_rows`, or per-anchor values).
-SUPPORTED_LOSSES = (
-    TripletSemiHardLoss,
-    TripletHardLoss,
-    LiftedStructLoss,
-    BatchHardTripletLoss,
-    AllPairsContrastiveLoss,
-)
-
 
 # The memory layers that `from_config` made and whose weights are not loaded yet, by name: while
 # `keras.models.load_model` runs, the model's layers are made first, then its compiled loss
@@ -212,6 +197,13 @@ def _tracing():
     return not tf.executing_eagerly()
 
 
+def _summed_over(replicas, context):
+    """`mean_of_parts`' ``reduce_count``: the sum over the replicas (None for one device)."""
+    if context is None:
+        return None
+    return lambda count: replicas.sum_over_replicas(context, count)
+
+
 def _restored_memory(name, size):
     """The memory layer `name` of `size` rows of a model being loaded (made by `from_config`,
     built, weights not yet loaded), taken out of the waiting list; None if there is none."""
@@ -223,16 +215,22 @@ def _restored_memory(name, size):
 
 
 def _check_loss(loss):
-    if not isinstance(loss, SUPPORTED_LOSSES):
-        names = ", ".join(cls.__name__ for cls in SUPPORTED_LOSSES)
+    """`loss` if it accepts reference rows (``accepts_reference_rows``, see
+    `tf_svmax.losses.LabelLoss`: `call` and `reference_parts` take ``ref_labels``,
+    ``ref_embeddings``, ``ref_offset``), with a global batch and one value."""
+    if not isinstance(loss, keras.losses.Loss) or not getattr(
+        loss, "accepts_reference_rows", False
+    ):
         raise ValueError(
             checks.invalid(
                 "loss",
-                f"a loss whose mining takes a separate reference set (one of {names})",
+                "a loss that accepts reference rows (accepts_reference_rows = True, e.g. "
+                "TripletSemiHardLoss, TripletHardLoss, LiftedStructLoss, BatchHardTripletLoss, "
+                "AllPairsContrastiveLoss)",
                 f"<{type(loss).__name__}>",
             )
         )
-    if not loss.global_batch:
+    if not getattr(loss, "global_batch", True):
         raise ValueError(
             checks.invalid(
                 "loss.global_batch",
@@ -240,7 +238,7 @@ def _check_loss(loss):
                 False,
             )
         )
-    if isinstance(loss, BatchHardTripletLoss) and loss.reduction not in (
+    if getattr(loss, "per_sample", False) and loss.reduction not in (
         "sum",
         "sum_over_batch_size",
     ):
@@ -300,7 +298,8 @@ class CrossBatchMemory(keras.losses.Loss):
     Value. With the global batch ``B`` (b rows, anchors) and the memory's ``m`` filled rows
     ``M`` (references only, constants), the wrapped loss's terms are those of every anchor
     ``a in B`` against ``B ∪ M`` (``a`` excluded as its own positive), normalized over the
-    batch's anchors only:
+    batch's anchors only: the loss's reference rows (``ref_labels``, ``ref_embeddings`` =
+    ``B ∪ M``, ``ref_offset=0``). For the library's losses that accept them:
 
     * `TripletSemiHardLoss`: sum of hinge terms over ``(a, p)``, ``a in B``, ``p in B ∪ M``,
       ``p != a``, same label, divided by the number of such pairs;
@@ -333,11 +332,16 @@ class CrossBatchMemory(keras.losses.Loss):
 
     Under `tf.distribute` (``loss.global_batch=True``, required) the memory holds the global
     batch's rows in replica order, identical on every replica; each replica computes its own
-    anchors against the global batch and the memory and returns its share (the shares add up
-    to the value above, and their gradients to the one-device gradient).
+    anchors against the global batch and the memory (the loss's `reference_parts`, with the
+    replicas' normalizers summed) and returns its share (the shares add up to the value above,
+    and their gradients to the one-device gradient).
 
     Args:
-      loss: One of `SUPPORTED_LOSSES` (an instance; its own arguments apply).
+      loss: A loss that accepts reference rows (an instance, its own arguments applying,
+        whose ``accepts_reference_rows`` is True: `call` and `reference_parts` take
+        ``ref_labels``, ``ref_embeddings``, ``ref_offset``, see `tf_svmax.losses.LabelLoss`),
+        such as those above, with ``global_batch=True`` and, for a per-sample loss, reduction
+        ``"sum"`` or ``"sum_over_batch_size"``.
       memory_size: M, the number of memory rows (the paper: up to the dataset's size).
       start_step: Training steps before the memory is used (the paper: 1,000 on SOP). Start
         it once the embedding drifts slowly: on the glyph set, a memory started 50 or 150
@@ -419,8 +423,20 @@ class CrossBatchMemory(keras.losses.Loss):
             memory_x, memory_y = memory.rows(used)
             reference_x = ops.concatenate([y_pred, ops.cast(memory_x, y_pred.dtype)], axis=0)
             reference_y = ops.concatenate([labels, ops.cast(memory_y, labels.dtype)], axis=0)
-            anchors = (0, batch) if context is None else replicas.own_row_range(context, local_rows)
-            value = ops.cast(self._value(reference_y, reference_x, anchors, batch), self.dtype)
+            if context is None:
+                start, count = 0, batch
+            else:
+                start, count = replicas.own_row_range(context, local_rows)
+            # This replica's anchors against the batch and the memory, normalized over the
+            # batch's anchors: the replicas' counts add up.
+            parts = self.loss.reference_parts(
+                labels[start : start + count],
+                y_pred[start : start + count],
+                ref_labels=reference_y,
+                ref_embeddings=reference_x,
+                ref_offset=start,
+            )
+            value = ops.cast(mean_of_parts(parts, _summed_over(replicas, context)), self.dtype)
             if training:
                 # Written after the value is computed (its reads and the label checks first).
                 _after(value, lambda: memory.advance(y_pred, labels, active))
@@ -449,15 +465,6 @@ class CrossBatchMemory(keras.losses.Loss):
                 )
             )
         return memory
-
-    def _value(self, labels, x, anchors, batch):
-        """The anchors' share of the value, normalized over the batch's `batch` anchors."""
-        if isinstance(self.loss, BatchHardTripletLoss):
-            total = ops.sum(self.loss.call(labels, x, anchor_rows=anchors))
-            if self.loss.reduction == "sum":
-                return total
-            return ops.divide_no_nan(total, ops.cast(batch, total.dtype))
-        return self.loss.call(labels, x, anchor_rows=anchors, normalizer_rows=(0, batch))
 
     def get_config(self):
         return {

@@ -13,8 +13,10 @@ contributions, each 1/N).
 
 Splitting: a loss that is a sum over anchors (triplet mining, batch-hard) need not be evaluated
 N times. Each replica computes only its own anchors (`own_row_range`) against the gathered
-batch, b/N x b instead of b x b, and returns its share of the value unscaled: the shares add up
-to the global value, and so do their gradients.
+batch, its reference rows, b/N x b instead of b x b: its sums and their normalizers
+(`tf_svmax.losses.LossPart`), the normalizers summed over the replicas (`sum_over_replicas`),
+give its share of the value unscaled: the shares add up to the global value, and so do their
+gradients.
 """
 
 import tensorflow as tf
@@ -121,3 +123,13 @@ def scale_to_replicas(value):
     if replicas > 1:
         value = value * tf.cast(1.0 / replicas, value.dtype)
     return value
+
+
+def sum_over_replicas(context, value):
+    """The sum of `value` (a count: no gradient) over the replicas, in `value`'s dtype.
+
+    Summed in float64: exact for counts up to 2**53 (float32 stops at 2**24, and
+    MultiWorkerMirroredStrategy's collectives fail on 64-bit integers, `gather_rows`)."""
+    value = tf.stop_gradient(tf.convert_to_tensor(value))
+    total = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(value, tf.float64))
+    return tf.cast(total, value.dtype)
