@@ -22,21 +22,14 @@ while here the batch's rows are references with their gradient (as the loss on t
 alone: with an empty memory the value and gradient are the wrapped loss's).
 """
 
-import weakref
-
 import keras
 import numpy as np
 from keras import ops
 
 from tf_svmax import _backend, checks
+from tf_svmax.losses import _state_layers
 from tf_svmax.losses._common import flat_labels, mean_of_parts
 from tf_svmax.ops.ring import index_dtype, ring_slots, ring_write
-
-# The memory layers that `from_config` made and whose weights are not loaded yet, by name: while
-# `keras.models.load_model` runs, the model's layers are made first, then its compiled loss
-# (`CrossBatchMemory.from_config`, which takes its memory from here), then the weights are
-# loaded (which removes the layer). Weak: a layer nobody holds is forgotten.
-_AWAITING_WEIGHTS = weakref.WeakValueDictionary()
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -148,13 +141,11 @@ class CrossBatchMemoryBank(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
-        layer = super().from_config(config)
-        _AWAITING_WEIGHTS[layer.name] = layer  # for the compiled loss of a model being loaded
-        return layer
+        # For the compiled loss of a model being loaded, which takes this layer.
+        return _state_layers.awaiting_weights(super().from_config(config))
 
     def load_own_variables(self, store):
-        if _AWAITING_WEIGHTS.get(self.name) is self:
-            del _AWAITING_WEIGHTS[self.name]  # restored: no later loss may take it
+        _state_layers.weights_loaded(self)
         super().load_own_variables(store)
 
 
@@ -202,16 +193,6 @@ def _summed_over(replicas, context):
     if context is None:
         return None
     return lambda count: replicas.sum_over_replicas(context, count)
-
-
-def _restored_memory(name, size):
-    """The memory layer `name` of `size` rows of a model being loaded (made by `from_config`,
-    built, weights not yet loaded), taken out of the waiting list; None if there is none."""
-    layer = _AWAITING_WEIGHTS.get(name)
-    if layer is None or not layer.built or layer.size != size:
-        return None
-    del _AWAITING_WEIGHTS[name]
-    return layer
 
 
 def _check_loss(loss):
@@ -483,7 +464,13 @@ class CrossBatchMemory(keras.losses.Loss):
         # Absent from configs written before it was recorded: a new memory layer.
         name = config.pop("memory_name", None)
         if name is not None:
-            config["memory"] = _restored_memory(name, config["memory_size"])
+            size = config["memory_size"]
+            config["memory"] = _state_layers.restored_layer(
+                name,
+                lambda layer: (
+                    isinstance(layer, CrossBatchMemoryBank) and layer.built and layer.size == size
+                ),
+            )
             if config["memory"] is None:  # not loading a model: a new layer of that name
                 config["memory"] = CrossBatchMemoryBank(config["memory_size"], name=name)
         return cls(**config)
