@@ -49,7 +49,12 @@ from tf_svmax import (
 )
 from trainers.harness import custom_fit, progress
 from trainers.harness.checkpoints import restore_newest_readable
-from trainers.harness.distribute import placement, replica_batches, values_of_every_replica
+from trainers.harness.distribute import (
+    placement,
+    replica_batches,
+    values_of_every_replica,
+    vectors_of_every_replica,
+)
 from trainers.harness.flags import identity
 from trainers.harness.run_dir import RunDirectory, RunRefused, layout
 
@@ -408,17 +413,17 @@ def _run(job, config_dict, run, started, place, shared_checkpoints):
         keep_in=None if chief else paths["checkpoints"],
     )
     start_step = int(model.optimizer.iterations.numpy()) if restored else 0
-    if place.multi_worker:
-        steps = set(values_of_every_replica(strategy, start_step))
+    finished = bool(previous and previous.get("status") == "completed")
+    if place.multi_worker:  # one collective step: every worker's restored step and record
+        every = vectors_of_every_replica(strategy, [start_step, int(finished)])
+        steps = {step for step, _ in every}
         if len(steps) > 1:
             raise RunFailed(
                 f"The workers restored different checkpoints (steps {sorted(steps)}) from "
                 f"{shared_checkpoints}: every worker must see the chief's "
                 "--output_dir (one shared folder). Nothing was trained."
             )
-    finished = bool(previous and previous.get("status") == "completed")
-    if place.multi_worker:  # the chief's record decides for every worker
-        finished = any(values_of_every_replica(strategy, int(finished)))
+        finished = any(done for _, done in every)  # the chief's record decides for every worker
     if finished and start_step >= config.train_steps:
         # A finished run is reported, not re-recorded (wall time and files stay as they were).
         if chief:
