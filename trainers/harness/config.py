@@ -82,8 +82,8 @@ class ImageDataConfig(RunConfig):
     """A run of a backbone on images (retrieval, two-head): the run fields plus where the
     images come from, how the backbone starts and the `tf.distribute` strategy it trains
     under (`trainers.harness.distribute` makes it). The experiment declares ``dataset`` and
-    ``backbone`` (its own choices and defaults) and `check_fields_and_data` / `image_input_size`
-    read them with these."""
+    ``backbone`` (its own choices and defaults) and ``jit_compile``, and `resolve_image_run`
+    reads them with these."""
 
     data_dir: str | None = option(
         None, "Dataset folder (the file datasets; not for the embedded ones)."
@@ -135,12 +135,21 @@ def check_fields(config):
         raise ConfigError(str(error)) from None
 
 
-def check_fields_and_data(config, embedded):
-    """Raises ConfigError for a field outside its option's kind or choices, a file dataset
-    without --data_dir, an embedded one (a name in `embedded`) with one, an embedded set
-    (small grey images) with an applications backbone, or --weights the backbone cannot load
-    (a missing, empty, truncated or non-HDF5 file; 'imagenet' for a small backbone; any
-    weights for a toy backbone)."""
+def resolve_image_run(config, embedded, default_steps):
+    """The harness' part of resolving an image run (`ImageDataConfig`), its checks in the order
+    they run, before any data is read; returns the fields it settles, ``{"train_steps",
+    "eval_every", "trace_every", "input_size"}`` (`resolve_cadence`, `image_input_size`). The
+    experiment's own checks follow it. Raises ConfigError for, in this order:
+
+    - a field outside its option's kind or choices;
+    - a file dataset without --data_dir, an embedded one (a name in `embedded`) with one;
+    - --weights the backbone cannot load (any weights for a toy backbone; a missing, empty,
+      truncated or non-HDF5 file; 'imagenet' for a small backbone);
+    - an embedded set (small grey images) with an applications backbone;
+    - flags the strategy cannot run: XLA cannot compile the multi-worker collectives
+      (TensorFlow's tf2xla conversion fails on them);
+    - --train_steps not a multiple of --eval_every.
+    """
     c = config
     check_fields(c)
     if c.dataset not in embedded and not c.data_dir:
@@ -172,6 +181,13 @@ def check_fields_and_data(config, embedded):
             f"--dataset={c.dataset} has small grey images; --backbone={c.backbone} needs RGB "
             f"images of at least 32 x 32. Use --backbone from {small}."
         )
+    if c.strategy == "multi_worker" and c.jit_compile:
+        raise ConfigError(
+            "--jit_compile with --strategy=multi_worker: XLA cannot compile the step's "
+            "cross-worker all-reduces (TensorFlow's tf2xla conversion fails); leave "
+            "--jit_compile unset."
+        )
+    return {**resolve_cadence(c, default_steps), "input_size": image_input_size(c, embedded)}
 
 
 GIB = 2**30

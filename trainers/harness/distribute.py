@@ -27,18 +27,6 @@ from trainers.harness.config import ConfigError
 from trainers.harness.flags import identity
 
 
-def check_strategy_combinations(config):
-    """Raises ConfigError for flags the chosen strategy cannot run (checked with the config,
-    before any data is read): XLA cannot compile the multi-worker collectives (TensorFlow's
-    tf2xla conversion fails on them)."""
-    if config.strategy == "multi_worker" and config.jit_compile:
-        raise ConfigError(
-            "--jit_compile with --strategy=multi_worker: XLA cannot compile the step's "
-            "cross-worker all-reduces (TensorFlow's tf2xla conversion fails); leave "
-            "--jit_compile unset."
-        )
-
-
 def _split_cpu(count):
     cpu = tf.config.list_physical_devices("CPU")[0]
     current = tf.config.get_logical_device_configuration(cpu)
@@ -178,6 +166,28 @@ def is_chief(strategy):
     """Whether this process keeps the run's records: always, except on the non-chief workers
     of a multi-worker cluster."""
     return bool(strategy.extended.should_checkpoint)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """This process's place in a run's strategy, resolved once when the run starts
+    (`placement`) and handed to what needs it.
+
+    Attributes:
+      chief: Whether this process keeps the run folder, evaluates and plots (`is_chief`).
+      multi_worker: Whether the run is one of a multi-worker cluster (`is_multi_worker`):
+        the workers then take every decision together.
+      description: What the run records about its strategy (`description`).
+    """
+
+    chief: bool
+    multi_worker: bool
+    description: dict
+
+
+def placement(strategy):
+    """The `Placement` of this process in `strategy`."""
+    return Placement(is_chief(strategy), is_multi_worker(strategy), description(strategy))
 
 
 def local_copy(model, strategy):

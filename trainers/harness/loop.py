@@ -49,12 +49,11 @@ from tf_svmax import (
 )
 from trainers.harness import custom_fit, progress
 from trainers.harness.checkpoints import restore_newest_readable
-from trainers.harness.distribute import description as strategy_description
 from trainers.harness.distribute import (
-    is_chief,
-    is_multi_worker,
+    placement,
     replica_batches,
     values_of_every_replica,
+    vectors_of_every_replica,
 )
 from trainers.harness.flags import identity
 from trainers.harness.run_dir import RunDirectory, RunRefused, layout
@@ -363,19 +362,23 @@ def run_job(job, config_class, started):
         worker when any worker refuses.
     """
     config_dict = config_record(job.config)
+    fields = identity(config_dict, config_class)  # what a resumed run must share
     strategy = job.model.distribute_strategy
-    chief = is_chief(strategy)
+    place = placement(strategy)  # chief or not, multi-worker or not: resolved once, handed over
+    # The chief's checkpoints, which every worker restores (a non-chief writes its own into a
+    # temporary folder).
+    shared_checkpoints = layout(job.config.output_dir)["checkpoints"]
     with contextlib.ExitStack() as stack:
         folder = job.config.output_dir
-        if not chief:
+        if not place.chief:
             folder = tempfile.mkdtemp(prefix=f"{job.name}-worker-")
             stack.callback(shutil.rmtree, folder, ignore_errors=True)
         refusal = None
         try:
-            run = stack.enter_context(RunDirectory(folder, identity(config_dict, config_class)))
+            run = stack.enter_context(RunDirectory(folder, fields))
         except RunRefused as error:
             refusal = error
-        if is_multi_worker(strategy):
+        if place.multi_worker:
             # Every worker learns whether any refused, so none waits for the others for ever.
             refused = values_of_every_replica(strategy, 0 if refusal is None else 1)
             if refusal is None and any(refused):
@@ -385,7 +388,7 @@ def run_job(job, config_class, started):
                 )
         if refusal is not None:
             raise refusal
-        return _run(job, config_dict, run, started, chief)
+        return _run(job, config_dict, run, started, place, shared_checkpoints)
 
 
 def _say(job, text):
@@ -393,9 +396,11 @@ def _say(job, text):
         print(f"[{job.name}] {text}", flush=True)
 
 
-def _run(job, config_dict, run, started, chief=True):
+def _run(job, config_dict, run, started, place, shared_checkpoints):
+    """`run_job`'s steps once `run` holds the folder: `place` is the process's `Placement`,
+    `shared_checkpoints` the chief's checkpoint folder (`run.paths` are a non-chief's own)."""
     config, paths, model = job.config, run.paths, job.model
-    strategy = model.distribute_strategy
+    strategy, chief = model.distribute_strategy, place.chief
     previous = run.previous_results()
     with strategy.scope():  # the optimizer's slots mirror the weights
         model.optimizer.build(model.trainable_variables)
@@ -403,22 +408,22 @@ def _run(job, config_dict, run, started, chief=True):
     # Every worker restores the chief's checkpoint; a non-chief saves into its own folder.
     manager, restored = restore_newest_readable(
         checkpoint,
-        layout(config.output_dir)["checkpoints"],
+        shared_checkpoints,
         max_to_keep=2,
         keep_in=None if chief else paths["checkpoints"],
     )
     start_step = int(model.optimizer.iterations.numpy()) if restored else 0
-    if is_multi_worker(strategy):
-        steps = set(values_of_every_replica(strategy, start_step))
+    finished = bool(previous and previous.get("status") == "completed")
+    if place.multi_worker:  # one collective step: every worker's restored step and record
+        every = vectors_of_every_replica(strategy, [start_step, int(finished)])
+        steps = {step for step, _ in every}
         if len(steps) > 1:
             raise RunFailed(
                 f"The workers restored different checkpoints (steps {sorted(steps)}) from "
-                f"{layout(config.output_dir)['checkpoints']}: every worker must see the chief's "
+                f"{shared_checkpoints}: every worker must see the chief's "
                 "--output_dir (one shared folder). Nothing was trained."
             )
-    finished = bool(previous and previous.get("status") == "completed")
-    if is_multi_worker(strategy):  # the chief's record decides for every worker
-        finished = any(values_of_every_replica(strategy, int(finished)))
+        finished = any(done for _, done in every)  # the chief's record decides for every worker
     if finished and start_step >= config.train_steps:
         # A finished run is reported, not re-recorded (wall time and files stay as they were).
         if chief:
@@ -435,7 +440,7 @@ def _run(job, config_dict, run, started, chief=True):
         versions=environment["versions"],
         machine=environment["machine"],
         device=records.device(environment["machine"]),
-        distribution=strategy_description(model.distribute_strategy),
+        distribution=place.description,
         status="running",
         message="",
         **job.header,
@@ -467,7 +472,7 @@ def _run(job, config_dict, run, started, chief=True):
                 ],
                 verbose=keras_verbose,
             )
-            if is_multi_worker(strategy):
+            if place.multi_worker:
                 custom_fit.fit(model, dataset, **settings)
             else:
                 # shuffle=False: batches keep the layout their sampler gave them.
@@ -482,7 +487,7 @@ def _run(job, config_dict, run, started, chief=True):
             f"{paths['checkpoints']}; the same command resumes from it once the cause is fixed."
         ) from error
     except WORKER_LOST as error:
-        if not is_multi_worker(strategy):
+        if not place.multi_worker:
             raise
         first_line = (str(error).strip().splitlines() or [""])[0][:300]
         cause = (
@@ -493,7 +498,7 @@ def _run(job, config_dict, run, started, chief=True):
         last = start_step_of(manager) if chief else "the chief's newest"
         raise RunFailed(
             f"{cause} The last checkpoint (step {last}) is kept in "
-            f"{layout(config.output_dir)['checkpoints']}; run the same command on every worker "
+            f"{shared_checkpoints}; run the same command on every worker "
             "to resume from it."
         ) from error
     if cadence.diverged_at is not None:

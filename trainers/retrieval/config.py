@@ -18,13 +18,10 @@ from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
 from trainers.harness.config import (
     ConfigError,
     ImageDataConfig,
-    check_fields_and_data,
     check_fits_in_memory,
-    image_input_size,
     output_dir_option,
-    resolve_cadence,
+    resolve_image_run,
 )
-from trainers.harness.distribute import check_strategy_combinations
 from trainers.harness.flags import (
     fraction,
     non_negative_int,
@@ -252,15 +249,13 @@ def resolve_before_data(config):
     the training classes decide: `with_training_classes` settles it. P-dependent checks (the
     loss's pairs, XML's halves, the memory's size) take the flag's P, else the paper's."""
     c = config
-    check_fields_and_data(c, EMBEDDED)
-    check_strategy_combinations(c)
+    shared = resolve_image_run(c, EMBEDDED, DEFAULT_STEPS[c.dataset])  # the harness' checks
     if c.decoded_cache and c.dataset in EMBEDDED:
         raise ConfigError(
             f"--decoded_cache caches decoded image files; --dataset={c.dataset} is already in "
             f"memory."
         )
     batch_p, batch_k = _batch_shape(c)
-    cadence = resolve_cadence(c, DEFAULT_STEPS[c.dataset])
     _check_xml(c, batch_p)
     _check_xbm(c, batch_p * batch_k)
     return dataclasses.replace(
@@ -269,10 +264,9 @@ def resolve_before_data(config):
         if c.xml_lambda
         else None,
         batch_k=batch_k,
-        **cadence,
+        **shared,
         svmax_lambda=RANKING[c.loss].svmax_lambda if c.svmax_lambda is None else c.svmax_lambda,
         margin=RANKING[c.loss].margin if c.margin is None else c.margin,
-        input_size=image_input_size(c, EMBEDDED),
         recall_ks=tuple(int(k) for k in c.recall_ks),
     )
 

@@ -18,12 +18,9 @@ from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
 from trainers.harness.config import (
     ConfigError,
     ImageDataConfig,
-    check_fields_and_data,
-    image_input_size,
     output_dir_option,
-    resolve_cadence,
+    resolve_image_run,
 )
-from trainers.harness.distribute import check_strategy_combinations
 from trainers.harness.flags import (
     non_negative_number,
     number_at_least,
@@ -172,7 +169,7 @@ def resolve(config):
     Reads no data: a run resolves its config once, first, and checks P against the classes
     of its split when it reads it (`trainers.two_head.inputs.check_classes`)."""
     c = config
-    check_fields_and_data(c, EMBEDDED)
+    shared = resolve_image_run(c, EMBEDDED, DEFAULT_STEPS[c.dataset])  # the harness' checks
     if c.mode == "softmax" and c.regularizer_lambda not in (None, 0.0):
         raise ConfigError(
             "--mode=softmax has no regularizer term; --regularizer_lambda="
@@ -184,7 +181,6 @@ def resolve(config):
                 f"--{name} applies to --mode={mode} only; with --mode={c.mode} it would be "
                 "ignored. Leave it unset."
             )
-    check_strategy_combinations(c)
     if c.jit_compile and c.mode == "ole":
         raise ConfigError(
             "--mode=ole cannot be XLA-compiled (the number of classes in a batch decides the "
@@ -196,7 +192,7 @@ def resolve(config):
         )
     return dataclasses.replace(
         c,
-        **resolve_cadence(c, DEFAULT_STEPS[c.dataset]),
+        **shared,
         regularizer_lambda=(
             PAPER_LAMBDA.get(c.mode, 0.0) if c.regularizer_lambda is None else c.regularizer_lambda
         ),
@@ -204,7 +200,6 @@ def resolve(config):
         center_alpha=(
             PAPER_CENTER_ALPHA if c.center_alpha is None and c.mode == "center" else c.center_alpha
         ),
-        input_size=image_input_size(c, EMBEDDED),
         recall_ks=tuple(int(k) for k in c.recall_ks),
     )
 
