@@ -91,8 +91,14 @@ def test_fit_steps_move_the_centers_as_the_numpy_simulation(rng, mode):
     assert_close(_centers(loss), centers, RTOL32)
     assert_close(history["loss"][-1], np.mean(values[3:]), RTOL32)  # the epoch's mean
 
-    # Neither evaluate nor predict moves them; evaluate reports the reference's value.
     trained = _centers(loss)
+    if backends.BACKEND == "jax":
+        # The layer's training flag outlives the step: a direct call and its gradient after
+        # `fit` still move nothing (and leak no trace into the centers).
+        backends.value_and_grad(lambda rows: loss(y[:8], rows), features[:8])
+        np.testing.assert_array_equal(_centers(loss), trained)
+
+    # Neither evaluate nor predict moves them; evaluate reports the reference's value.
     logged = model.evaluate(x[:8], y[:8], batch_size=8, verbose=0)
     model.predict(x, verbose=0)
     np.testing.assert_array_equal(_centers(loss), trained)
@@ -142,3 +148,18 @@ def test_bad_labels_are_refused_by_name(rng):
             loss(labels, x)
     with pytest.raises(ValueError, match=r"\[batch_size, 2\] features"):
         loss([0, 1], np.ones((2, 3), np.float32))
+
+
+@pytest.mark.skipif(backends.BACKEND != "jax", reason="labels are traced in JAX's XLA step only")
+def test_on_jax_a_traced_batch_with_an_invalid_label_gives_nan_and_moves_nothing(rng):
+    # Under XLA the labels' values are unknown when the loss is traced: no error can be raised,
+    # so the value says it (NaN) and the centers keep their values.
+    loss = losses.CenterLoss(3, 4, seed=0)
+    model = _model(loss)
+    model.compile(keras.optimizers.SGD(0.0), loss=loss, jit_compile=True)
+    before = _centers(loss)
+    labels = LABELS.copy()
+    labels[3] = 3
+    value = model.train_on_batch(rng.standard_normal((8, 5)).astype(np.float32), labels)
+    assert np.isnan(value)
+    np.testing.assert_array_equal(_centers(loss), before)

@@ -130,12 +130,13 @@ class CenterLoss(keras.losses.Loss):
     moved in the backward pass. PyTorch: the same, with the centers in ``loss.centers_layer`` (a
     `ClassCenters` layer); put the layer in the model to save the centers with its weights too.
     JAX: put ``loss.centers_layer`` in the model (``keras.Sequential([..., loss.centers_layer])``)
-    — required: a JAX train step carries out only the model's variables, so a call in a train
-    step whose model does not hold the layer is refused by name. The centers move in the training
-    steps of that model (``jit_compile=True`` included), never in `evaluate`/`predict`; a direct
-    call (``loss(y, x)``, `jax.grad`) gives the value and its gradient and moves nothing. Labels
-    are checked (integral, in ``[0, C)``) where their values are known; inside a JAX trace they
-    are not, and a batch holding an invalid label gives NaN and leaves the centers unmoved.
+    — required: a JAX train step carries out only the model's variables, so a call inside a
+    Keras JAX step (`fit`, `evaluate`) whose model does not hold the layer is refused by name.
+    The centers move in the training steps of that model (``jit_compile=True`` included), never
+    in `evaluate`/`predict`; a direct call (``loss(y, x)``, `jax.grad`) gives the value and its
+    gradient and moves nothing. Labels are checked (integral, in ``[0, C)``) where their values
+    are known; inside a JAX trace (``jit_compile=True``) they are not, and a batch holding an
+    invalid label gives NaN and leaves the centers unmoved.
     On JAX and PyTorch ``loss.centers`` is the layer's ``centers`` weight.
 
     Under a `tf.distribute` strategy with more than one replica (create the loss inside
@@ -365,9 +366,10 @@ class CenterLoss(keras.losses.Loss):
             if jax:
                 diff = x - ops.stop_gradient(batch_centers)
                 total = 0.5 * ops.sum(ops.square(diff))
-                if training:
+                if training and _in_stateless_scope():
                     # A training step of a model holding the layer: the write is carried out
-                    # of the step as the layer's non-trainable weight.
+                    # of the step as the layer's non-trainable weight. (The flag outlives the
+                    # step: a direct call after `fit`, outside any step, moves nothing.)
                     delta = self._delta(ops.stop_gradient(x), batch_centers, labels)
                     if valid is not None:
                         delta = ops.where(valid, delta, ops.zeros_like(delta))
