@@ -4,8 +4,8 @@ runs this in a fresh virtual environment holding ``tf_svmax[jax]`` only, with ``
 
 Checks that TensorFlow is absent and never imported, that the backend-neutral core gives NumPy's
 singular values and a finite SVMax gradient under jax.jit, that one `fit` step of a small model
-whose loss is TripletSemiHardLoss + SVMaxLoss runs, and that a TensorFlow-only loss (CenterLoss)
-refuses in one sentence. Exits non-zero with a message on the first failure.
+whose loss is TripletSemiHardLoss + SVMaxLoss runs, and that a TensorFlow-only package
+(tf_svmax.models) refuses in one sentence. Exits non-zero with a message on the first failure.
 """
 
 import importlib.util
@@ -50,12 +50,12 @@ def main():
         fail(f"the fitted semi-hard + SVMax loss {loss} is not finite or below the SVMax term")
 
     try:
-        from tf_svmax.losses import CenterLoss  # noqa: F401
+        import tf_svmax.models  # noqa: F401
     except ImportError as error:
         if "TensorFlow backend only" not in str(error):
-            fail(f"CenterLoss refused with another message: {error}")
+            fail(f"tf_svmax.models refused with another message: {error}")
     else:
-        fail("CenterLoss (TensorFlow-only so far) imported on the JAX backend")
+        fail("tf_svmax.models (TensorFlow-only) imported on the JAX backend")
     if any(name.split(".")[0] == "tensorflow" for name in sys.modules):
         fail("TensorFlow was imported")
     print(

@@ -17,6 +17,7 @@ ALL_BACKENDS = (
     "test_backend_helpers.py",
     "test_checks.py",
     "test_docs_backends.py",
+    "losses/test_center_backends.py",
     "losses/test_common.py",
     "losses/test_data_parallel_backends.py",
     "losses/test_loss_classes_backends.py",

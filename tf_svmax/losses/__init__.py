@@ -11,9 +11,9 @@ halves of data-dependent sizes: on JAX it runs when called eagerly only (Keras t
 loss in `fit`), and says so when traced. `CrossBatchMemory` and its
 `CrossBatchMemoryBank` run on every backend without XLA (eagerly, in a TensorFlow graph, in an
 uncompiled JAX train step, on PyTorch; the bank layer opts the model out of XLA, and a jit trace
-is refused by name, since the memory's filled rows are a data-dependent number). The center loss
-is TensorFlow-only for now: off TensorFlow that name refuses in one sentence
-(`tf_svmax._backend`).
+is refused by name, since the memory's filled rows are a data-dependent number). `CenterLoss`
+runs on every backend; on JAX its `ClassCenters` layer must be in the model (a JAX train step
+carries out only the model's variables).
 
 String names (``"tf_svmax>TripletSemiHardLoss"`` in `compile`, `get`) work on every backend
 (`tf_svmax.losses._registry` says how).
@@ -23,6 +23,7 @@ from tf_svmax import _backend
 from tf_svmax.losses import _registry
 from tf_svmax.losses._common import LossPart
 from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_loss
+from tf_svmax.losses.center import CenterLoss, ClassCenters
 from tf_svmax.losses.composite import FunctionLoss, RegularizedLoss
 from tf_svmax.losses.contrastive import ContrastiveLoss, contrastive_loss
 from tf_svmax.losses.lifted import LiftedStructLoss, lifted_struct_loss
@@ -94,6 +95,8 @@ __all__ = [
     "AllPairsContrastiveLoss",
     "all_pairs_contrastive_loss",
     "BatchHardTripletLoss",
+    "CenterLoss",
+    "ClassCenters",
     "PKAngularLoss",
     "PKContrastiveLoss",
     "PKNpairLoss",
@@ -134,12 +137,6 @@ __all__ = [
 
 if _backend.BACKEND == "tensorflow":
     _backend.require_tensorflow("tf_svmax.losses")
-
-    from tf_svmax.losses.center import CenterLoss
-
-    __all__ += ["CenterLoss"]
-else:
-    __getattr__ = _backend.refusing_getattr("tf_svmax.losses")
 
 _registry.install(_CLASSES, _FUNCTIONS)
 # The names tensorflow-addons' files store for its metric-learning losses ("Addons>...").

@@ -5,22 +5,113 @@ Sec. 5.3, Eq. 5.2): ``lambda_ * 0.5 * sum_i ||x_i - c_{y_i}||^2`` (a sum over th
 initialized from N(0, 1), not trained by the optimizer but moved every training step by
 ``c_j <- c_j - alpha * sum_{i: y_i = j} (c_j - x_i) / (1 + n_j)`` from the pre-update centers.
 
-The update runs in the backward pass (it is part of the gradient computation), so it happens
-exactly in training steps and never in `evaluate`/`predict`, which compute no gradient.
+Where the update runs, per Keras backend:
+
+* TensorFlow and PyTorch: in the backward pass (it is part of the gradient computation), so it
+  happens exactly in training steps and never in `evaluate`/`predict`, which compute no gradient.
+* JAX: a train step is a pure function whose backward pass cannot write a variable, and it
+  carries out only the variables the model tracks. The centers live in a `ClassCenters` layer of
+  the model, which records Keras' ``training`` flag of the forward pass; the loss moves them in
+  its forward computation when that flag is True (a training step), never otherwise.
 """
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
-from tf_svmax import checks
-from tf_svmax.ops import replicas
+from tf_svmax import _backend, checks
+from tf_svmax.losses import _state_layers
 from tf_svmax.ops.ole import class_labels
+
+
+def _initial_centers(num_classes, embedding_dim, centers, seed):
+    if centers is None:
+        centers = np.random.default_rng(seed).standard_normal((num_classes, embedding_dim))
+    centers = np.asarray(centers, dtype=np.float32)
+    if centers.shape != (num_classes, embedding_dim):
+        raise ValueError(
+            checks.invalid(
+                "centers",
+                f"shape ({num_classes}, {embedding_dim})",
+                f"<array of shape {centers.shape}>",
+            )
+        )
+    return centers
+
+
+@keras.saving.register_keras_serializable(package="tf_svmax")
+class ClassCenters(keras.layers.Layer):
+    """The class centers of `CenterLoss` on Keras' JAX and PyTorch backends, as a layer of the
+    model: a non-trainable `[num_classes, embedding_dim]` float32 weight, ``centers``.
+
+    An identity on its input. Put it in the model after the embeddings
+    (``keras.Sequential([..., loss.centers_layer])``): the centers are then saved, checkpointed
+    and restored with the model, and, on JAX, carried out of each train step (a JAX train step
+    carries out only the model's variables). It records Keras' ``training`` flag of the latest
+    forward pass (`last_training`), which tells the loss on JAX whether a step trains.
+
+    Args:
+      num_classes: Number of classes C.
+      embedding_dim: Feature dimension D.
+      centers: Optional `[C, D]` initial centers; by default N(0, 1) draws with `seed`.
+      seed: Seed of the N(0, 1) initialization.
+    """
+
+    def __init__(self, num_classes, embedding_dim, centers=None, seed=None, **kwargs):
+        if checks.check_bool(kwargs.pop("trainable", False), "trainable"):
+            raise ValueError(
+                checks.invalid("trainable", "False (the centers are moved by the loss)", True)
+            )
+        super().__init__(trainable=False, **kwargs)
+        self.num_classes = checks.check_positive_int(num_classes, "num_classes")
+        self.embedding_dim = checks.check_positive_int(embedding_dim, "embedding_dim")
+        initial = _initial_centers(self.num_classes, self.embedding_dim, centers, seed)
+        self.centers = self.add_weight(
+            shape=initial.shape,
+            initializer=lambda shape, dtype: ops.convert_to_tensor(initial, dtype),
+            dtype="float32",
+            trainable=False,
+            name="centers",
+        )
+        # Python-side, read by the loss when it is called or traced: the `training` flag of the
+        # latest forward pass (None: never called in a model, as when the loss is called alone).
+        self.last_training = None
+        self.built = True
+
+    def call(self, inputs, training=None):
+        self.last_training = None if training is None else bool(training)
+        return inputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_classes": self.num_classes,
+            "embedding_dim": self.embedding_dim,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        # For the compiled loss of a model being loaded, which takes this layer.
+        return _state_layers.awaiting_weights(super().from_config(config))
+
+    def load_own_variables(self, store):
+        _state_layers.weights_loaded(self)
+        super().load_own_variables(store)
+
+
+def _in_stateless_scope():
+    # Keras has no public `in_stateless_scope`; the private one is read here, on JAX only.
+    from keras.src.backend.common.stateless_scope import in_stateless_scope  # noqa: PLC0415
+
+    return in_stateless_scope()
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
 class CenterLoss(keras.losses.Loss):
-    """Center loss whose centers are non-trainable state saved with the loss's config.
+    """Center loss whose centers are non-trainable state moved every training step.
 
     Args:
       num_classes: Number of classes C (labels in [0, C)).
@@ -29,9 +120,24 @@ class CenterLoss(keras.losses.Loss):
       alpha: Center update rate in (0, 1] (0.5).
       centers: Optional `[C, D]` initial centers (a saved model passes its trained ones).
       seed: Seed of the N(0, 1) initialization.
+      centers_layer: JAX and PyTorch only: an optional `ClassCenters` layer to hold the centers
+        (e.g. the one of a model loaded from a ``.keras`` file); by default a new one.
 
     `y_true`: `[B]` integer labels or `[B, C]` one-hot rows; `y_pred`: `[B, D]` features.
     Sample weights scale the batch's value by their mean.
+
+    Backends. TensorFlow: ``loss.centers`` is a `tf.Variable` of the loss (saved in its config),
+    moved in the backward pass. PyTorch: the same, with the centers in ``loss.centers_layer`` (a
+    `ClassCenters` layer); put the layer in the model to save the centers with its weights too.
+    JAX: put ``loss.centers_layer`` in the model (``keras.Sequential([..., loss.centers_layer])``)
+    — required: a JAX train step carries out only the model's variables, so a call inside a
+    Keras JAX step (`fit`, `evaluate`) whose model does not hold the layer is refused by name.
+    The centers move in the training steps of that model (``jit_compile=True`` included), never
+    in `evaluate`/`predict`; a direct call (``loss(y, x)``, `jax.grad`) gives the value and its
+    gradient and moves nothing. Labels are checked (integral, in ``[0, C)``) where their values
+    are known; inside a JAX trace (``jit_compile=True``) they are not, and a batch holding an
+    invalid label gives NaN and leaves the centers unmoved.
+    On JAX and PyTorch ``loss.centers`` is the layer's ``centers`` weight.
 
     Under a `tf.distribute` strategy with more than one replica (create the loss inside
     ``strategy.scope()``), ``global_batch=True`` (default) computes the loss and the center
@@ -57,6 +163,7 @@ class CenterLoss(keras.losses.Loss):
         centers=None,
         seed=None,
         global_batch=True,
+        centers_layer=None,
         name="center_loss",
         **kwargs,
     ):
@@ -67,29 +174,65 @@ class CenterLoss(keras.losses.Loss):
         self.lambda_ = checks.check_non_negative_number(lambda_, "lambda_")
         self.alpha = checks.check_rate(alpha, "alpha")
         self.seed = seed
-        if centers is None:
-            centers = np.random.default_rng(seed).standard_normal(
-                (self.num_classes, self.embedding_dim)
+        centers = _initial_centers(self.num_classes, self.embedding_dim, centers, seed)
+        if _backend.BACKEND == "tensorflow":
+            if centers_layer is not None:
+                raise ValueError(
+                    checks.invalid(
+                        "centers_layer",
+                        "None on the TensorFlow backend (the centers are the loss' own variable)",
+                        centers_layer,
+                    )
+                )
+            import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
+            self.centers_layer = None
+            # ONLY_FIRST_REPLICA: under a strategy every replica computes the same update from
+            # the global batch; the first replica's is applied to every copy.
+            self.centers = tf.Variable(
+                centers,
+                trainable=False,
+                name="centers",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
-        centers = np.asarray(centers, dtype=np.float32)
-        if centers.shape != (self.num_classes, self.embedding_dim):
+            return
+        if centers_layer is None:
+            centers_layer = ClassCenters(self.num_classes, self.embedding_dim, centers=centers)
+        elif not isinstance(centers_layer, ClassCenters) or (
+            centers_layer.num_classes,
+            centers_layer.embedding_dim,
+        ) != (self.num_classes, self.embedding_dim):
             raise ValueError(
                 checks.invalid(
-                    "centers",
-                    f"shape ({self.num_classes}, {self.embedding_dim})",
-                    f"<array of shape {centers.shape}>",
+                    "centers_layer",
+                    f"a ClassCenters layer of {self.num_classes} classes and embedding_dim "
+                    f"{self.embedding_dim}",
+                    centers_layer,
                 )
             )
-        # ONLY_FIRST_REPLICA: under a strategy every replica computes the same update from the
-        # global batch; the first replica's is applied to every copy.
-        self.centers = tf.Variable(
-            centers,
-            trainable=False,
-            name="centers",
-            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-        )
+        self.centers_layer = centers_layer
+        self.centers = centers_layer.centers
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if _backend.BACKEND == "tensorflow":
+            return self._tf_call(y_true, y_pred, sample_weight)
+        return self._ops_call(y_true, y_pred, sample_weight)
+
+    def _check_width(self, x):
+        if x.shape[-1] is not None and x.shape[-1] != self.embedding_dim:
+            raise ValueError(
+                checks.invalid(
+                    "y_pred",
+                    f"[batch_size, {self.embedding_dim}] features (embedding_dim)",
+                    f"<tensor of shape {x.shape}>",
+                )
+            )
+
+    # TensorFlow ---------------------------------------------------------------------------------
 
     def _labels(self, y_true):
+        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
         y_true = tf.convert_to_tensor(y_true)
         if y_true.shape.rank == 2 and y_true.shape[-1] not in (None, 1):
             y_true = tf.argmax(y_true, axis=-1)  # one-hot rows, as the original
@@ -108,7 +251,11 @@ class CenterLoss(keras.losses.Loss):
         with tf.control_dependencies([check, check2]):
             return tf.cast(labels, tf.int32)
 
-    def __call__(self, y_true, y_pred, sample_weight=None):
+    def _tf_call(self, y_true, y_pred, sample_weight):
+        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
+        from tf_svmax.ops import replicas  # noqa: PLC0415 (tf.distribute: TensorFlow only)
+
         if not self.global_batch and tf.distribute.get_strategy().num_replicas_in_sync > 1:
             # Each replica would move its own copy of the centers with its part of the batch,
             # and the copies would silently drift apart.
@@ -124,14 +271,7 @@ class CenterLoss(keras.losses.Loss):
             _, (x, labels, sample_weight) = replicas.gather_global_batch(
                 self.global_batch, x, labels, sample_weight
             )
-            if x.shape[-1] is not None and x.shape[-1] != self.embedding_dim:
-                raise ValueError(
-                    checks.invalid(
-                        "y_pred",
-                        f"[batch_size, {self.embedding_dim}] features (embedding_dim)",
-                        f"<tensor of shape {x.shape}>",
-                    )
-                )
+            self._check_width(x)
             centers_before = tf.convert_to_tensor(self.centers)
             batch_centers = tf.gather(centers_before, labels)
             value = self.lambda_ * self._sum_and_update(x, batch_centers, labels, centers_before)
@@ -141,6 +281,8 @@ class CenterLoss(keras.losses.Loss):
             return replicas.scale_to_replicas(tf.cast(value, self.dtype))
 
     def _sum_and_update(self, x, batch_centers, labels, centers_before):
+        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
         variable, alpha, num_classes = self.centers, self.alpha, self.num_classes
 
         @tf.custom_gradient
@@ -163,8 +305,103 @@ class CenterLoss(keras.losses.Loss):
 
         return forward(x)
 
+    # JAX and PyTorch (keras.ops) ----------------------------------------------------------------
+
+    def _ops_labels(self, y_true, x):
+        """``(labels, valid)``: int32 labels, and None where they were checked here (their
+        values known: a ValueError names `y_true`), else a traced bool scalar (a JAX trace)."""
+        # Read before any conversion: JAX without 64-bit types would wrap int64 labels.
+        values = _backend.concrete_values(y_true)
+        if values is not None:
+            if values.ndim == 2 and values.shape[-1] != 1:
+                values = np.argmax(values, axis=-1)  # one-hot rows, as the original
+            # Integral values only (1.7 is refused, not truncated), range-checked in int64
+            # before the int32 cast (2**32 + 1 would otherwise wrap to class 1).
+            labels = class_labels(values, "y_true")
+            outside = np.flatnonzero((labels < 0) | (labels >= self.num_classes))
+            if outside.size:
+                raise ValueError(
+                    f"Invalid value for argument `y_true`: labels must be in [0, "
+                    f"{self.num_classes}). Received: {labels[outside[0]]} at index "
+                    f"{int(outside[0])}."
+                )
+            labels = ops.convert_to_tensor(labels.astype(np.int32))
+            return checks.same_rows(labels, x, "y_true", "y_pred"), None
+        y = ops.convert_to_tensor(y_true)
+        if len(y.shape) == 2 and y.shape[-1] not in (None, 1):
+            y = ops.argmax(y, axis=-1)  # one-hot rows, as the original
+        y = ops.reshape(y, [-1])
+        valid = ops.logical_and(ops.all(y >= 0), ops.all(y < self.num_classes))
+        if keras.backend.is_float_dtype(keras.backend.standardize_dtype(y.dtype)):
+            valid = ops.logical_and(valid, ops.all(ops.equal(y, ops.round(y))))
+        labels = ops.cast(ops.clip(y, 0, self.num_classes - 1), "int32")
+        return checks.same_rows(labels, x, "y_true", "y_pred"), valid
+
+    def _delta(self, x, batch_centers, labels):
+        # Moving centers, from the pre-update centers (the original's scatter_sub).
+        counts = ops.segment_sum(
+            ops.ones_like(labels, "float32"), labels, num_segments=self.num_classes
+        )
+        pulls = ops.segment_sum(batch_centers - x, labels, num_segments=self.num_classes)
+        return self.alpha * pulls / (1.0 + counts)[:, None]
+
+    def _ops_call(self, y_true, y_pred, sample_weight):
+        training = self.centers_layer.last_training
+        jax = _backend.BACKEND == "jax"
+        if jax and training is None and _in_stateless_scope():
+            raise ValueError(
+                "CenterLoss on Keras' JAX backend needs its centers layer in the model: "
+                "keras.Sequential([..., loss.centers_layer]) (for a loaded model, "
+                "CenterLoss(num_classes, embedding_dim, centers_layer=model.get_layer(<its "
+                "name>))). A JAX train step carries out only the model's variables, so the "
+                "centers' update would be lost at every step."
+            )
+        with keras.name_scope(self.name):
+            x = ops.cast(ops.convert_to_tensor(y_pred), "float32")
+            x, _ = checks.float_matrix(x, "y_pred", min_rows=0)
+            labels, valid = self._ops_labels(y_true, x)
+            self._check_width(x)
+            centers_before = ops.convert_to_tensor(self.centers)
+            batch_centers = ops.take(centers_before, labels, axis=0)
+            if jax:
+                diff = x - ops.stop_gradient(batch_centers)
+                total = 0.5 * ops.sum(ops.square(diff))
+                if training and _in_stateless_scope():
+                    # A training step of a model holding the layer: the write is carried out
+                    # of the step as the layer's non-trainable weight. (The flag outlives the
+                    # step: a direct call after `fit`, outside any step, moves nothing.)
+                    delta = self._delta(ops.stop_gradient(x), batch_centers, labels)
+                    if valid is not None:
+                        delta = ops.where(valid, delta, ops.zeros_like(delta))
+                    self.centers.assign(centers_before - delta)
+            else:
+                total = self._torch_sum_and_update(x, batch_centers, labels, centers_before)
+            value = self.lambda_ * total
+            if valid is not None:
+                value = ops.where(valid, value, ops.full_like(value, np.nan))
+            if sample_weight is not None:
+                value = value * ops.mean(ops.cast(sample_weight, value.dtype))
+            return ops.cast(value, self.dtype)
+
+    def _torch_sum_and_update(self, x, batch_centers, labels, centers_before):
+        variable, loss = self.centers, self
+
+        @ops.custom_gradient
+        def forward(x):
+            diff = x - batch_centers
+            value = 0.5 * ops.sum(ops.square(diff))
+
+            # Keras' PyTorch backend passes the upstream gradient by keyword.
+            def grad(*args, upstream=None):
+                variable.assign(centers_before - loss._delta(x, batch_centers, labels))
+                return upstream * diff
+
+            return value, grad
+
+        return forward(x)
+
     def get_config(self):
-        return {
+        config = {
             **super().get_config(),
             "num_classes": self.num_classes,
             "embedding_dim": self.embedding_dim,
@@ -175,3 +412,22 @@ class CenterLoss(keras.losses.Loss):
             "dtype": self.dtype,
             "centers": self.centers.numpy().tolist(),
         }
+        if self.centers_layer is not None:
+            # How a loaded model's loss finds the model's restored centers layer.
+            config["centers_name"] = self.centers_layer.name
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        name = config.pop("centers_name", None)
+        if name is not None and _backend.BACKEND != "tensorflow":
+            shape = (config["num_classes"], config["embedding_dim"])
+            config["centers_layer"] = _state_layers.restored_layer(
+                name,
+                lambda layer: (
+                    isinstance(layer, ClassCenters)
+                    and (layer.num_classes, layer.embedding_dim) == shape
+                ),
+            ) or ClassCenters(*shape, centers=config.get("centers"), name=name)
+        return cls(**config)
