@@ -102,6 +102,17 @@ def concrete_values(x):
     return np.asarray(ops.convert_to_numpy(x))
 
 
+def in_stateless_scope():
+    """True inside a Keras `StatelessScope` (a JAX train or evaluation step, Keras' symbolic
+    build of a loss), where a `Variable.assign` reaches the step's outputs only for variables
+    the model tracks. Keras has no public probe for it; the private one is read here."""
+    from keras.src.backend.common.stateless_scope import (  # noqa: PLC0415 (private, see above)
+        in_stateless_scope as keras_in_stateless_scope,
+    )
+
+    return keras_in_stateless_scope()
+
+
 def in_xla_context():
     """True while tracing a function that XLA will compile, per Keras backend.
 

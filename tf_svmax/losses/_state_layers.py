@@ -10,6 +10,8 @@ holds is forgotten.
 
 import weakref
 
+import keras
+
 _AWAITING_WEIGHTS = weakref.WeakValueDictionary()
 
 
@@ -33,3 +35,17 @@ def restored_layer(name, accepts):
         return None
     del _AWAITING_WEIGHTS[name]
     return layer
+
+
+class StateLayer(keras.layers.Layer):
+    """Base of a layer that holds a loss' state in the model: made by `from_config` while a
+    model loads, it waits for its weights here, and the loaded model's compiled loss takes it
+    (`restored_layer`)."""
+
+    @classmethod
+    def from_config(cls, config):
+        return awaiting_weights(super().from_config(config))
+
+    def load_own_variables(self, store):
+        weights_loaded(self)
+        super().load_own_variables(store)

@@ -40,7 +40,7 @@ def _initial_centers(num_classes, embedding_dim, centers, seed):
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class ClassCenters(keras.layers.Layer):
+class ClassCenters(_state_layers.StateLayer):
     """The class centers of `CenterLoss` on Keras' JAX and PyTorch backends, as a layer of the
     model: a non-trainable `[num_classes, embedding_dim]` float32 weight, ``centers``.
 
@@ -91,22 +91,6 @@ class ClassCenters(keras.layers.Layer):
             "num_classes": self.num_classes,
             "embedding_dim": self.embedding_dim,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        # For the compiled loss of a model being loaded, which takes this layer.
-        return _state_layers.awaiting_weights(super().from_config(config))
-
-    def load_own_variables(self, store):
-        _state_layers.weights_loaded(self)
-        super().load_own_variables(store)
-
-
-def _in_stateless_scope():
-    # Keras has no public `in_stateless_scope`; the private one is read here, on JAX only.
-    from keras.src.backend.common.stateless_scope import in_stateless_scope  # noqa: PLC0415
-
-    return in_stateless_scope()
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -348,7 +332,7 @@ class CenterLoss(keras.losses.Loss):
     def _ops_call(self, y_true, y_pred, sample_weight):
         training = self.centers_layer.last_training
         jax = _backend.BACKEND == "jax"
-        if jax and training is None and _in_stateless_scope():
+        if jax and training is None and _backend.in_stateless_scope():
             raise ValueError(
                 "CenterLoss on Keras' JAX backend needs its centers layer in the model: "
                 "keras.Sequential([..., loss.centers_layer]) (for a loaded model, "
@@ -366,7 +350,7 @@ class CenterLoss(keras.losses.Loss):
             if jax:
                 diff = x - ops.stop_gradient(batch_centers)
                 total = 0.5 * ops.sum(ops.square(diff))
-                if training and _in_stateless_scope():
+                if training and _backend.in_stateless_scope():
                     # A training step of a model holding the layer: the write is carried out
                     # of the step as the layer's non-trainable weight. (The flag outlives the
                     # step: a direct call after `fit`, outside any step, moves nothing.)

@@ -72,7 +72,7 @@ def spread_out_loss(labels, embeddings, negatives):
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class SpreadOutDraws(keras.layers.Layer):
+class SpreadOutDraws(_state_layers.StateLayer):
     """The seed state of `SpreadOutLoss`' negative sampling, as a layer of the model.
 
     An identity on its input. Its `keras.random.SeedGenerator` state is a non-trainable variable
@@ -111,11 +111,6 @@ class SpreadOutDraws(keras.layers.Layer):
     def load_own_variables(self, store):
         _state_layers.weights_loaded(self)
         self.generator.state.assign(store["0"])
-
-    @classmethod
-    def from_config(cls, config):
-        # For the compiled loss of a model being loaded, which takes this layer.
-        return _state_layers.awaiting_weights(super().from_config(config))
 
     def get_config(self):
         return {**super().get_config(), "seed": self.seed}

@@ -33,7 +33,7 @@ from tf_svmax.ops.ring import index_dtype, ring_slots, ring_write
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class CrossBatchMemoryBank(keras.layers.Layer):
+class CrossBatchMemoryBank(_state_layers.StateLayer):
     """The state of `CrossBatchMemory`: a FIFO ring buffer (`tf_svmax.ops.ring.ring_slots`,
     the rule of `NegativeQueue`) of `size` embeddings and their int64 labels, the number of
     rows filled, and the number of training steps seen.
@@ -139,28 +139,17 @@ class CrossBatchMemoryBank(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "size": self.size}
 
-    @classmethod
-    def from_config(cls, config):
-        # For the compiled loss of a model being loaded, which takes this layer.
-        return _state_layers.awaiting_weights(super().from_config(config))
-
-    def load_own_variables(self, store):
-        _state_layers.weights_loaded(self)
-        super().load_own_variables(store)
-
 
 def _shape_only_trace(memory):
     """True inside Keras' symbolic build of the loss on JAX (`jax.eval_shape` of the loss in a
     stateless scope whose writes are dropped, before the first step): a trace in a stateless
     scope where the built memory's variables hold concrete values. In a jitted train step they
-    are traced; a `jax.jit` of a direct call runs in no stateless scope. (Keras has no public
-    `in_stateless_scope`; the private one is read here, on JAX only.)"""
+    are traced; a `jax.jit` of a direct call runs in no stateless scope."""
     if _backend.BACKEND != "jax" or not memory.built:
         return False
     import jax  # noqa: PLC0415 (the JAX backend only)
-    from keras.src.backend.common.stateless_scope import in_stateless_scope  # noqa: PLC0415
 
-    return in_stateless_scope() and not isinstance(
+    return _backend.in_stateless_scope() and not isinstance(
         ops.convert_to_tensor(memory.filled), jax.core.Tracer
     )
 
