@@ -354,3 +354,21 @@ def test_a_keras_file_saved_here_loads_and_predicts_the_same_on_the_other_backen
         assert got["loss"] == type(model.loss).__name__
         assert got["config"] == config
         np.testing.assert_allclose(np.asarray(got["prediction"]), expected, rtol=1e-6, atol=1e-6)
+
+
+STATE_LAYERS = {
+    "CrossBatchMemoryBank": lambda **kw: L.CrossBatchMemoryBank(8, **kw),
+    "ClassCenters": lambda **kw: L.ClassCenters(3, 4, seed=0, **kw),
+    "SpreadOutDraws": lambda **kw: L.SpreadOutDraws(seed=1, **kw),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATE_LAYERS))
+def test_state_layers_are_never_trainable(name):
+    """The layers that hold a loss' state refuse ``trainable=True`` by name and rebuild from
+    their config (which carries ``trainable=False``)."""
+    with pytest.raises(ValueError, match=r"Invalid value for argument `trainable`.*False \("):
+        STATE_LAYERS[name](trainable=True)
+    layer = STATE_LAYERS[name]()
+    again = type(layer).from_config(layer.get_config())
+    assert not again.trainable and again.get_config() == layer.get_config()

@@ -12,6 +12,8 @@ import weakref
 
 import keras
 
+from tf_svmax import checks
+
 _AWAITING_WEIGHTS = weakref.WeakValueDictionary()
 
 
@@ -38,9 +40,16 @@ def restored_layer(name, accepts):
 
 
 class StateLayer(keras.layers.Layer):
-    """Base of a layer that holds a loss' state in the model: made by `from_config` while a
-    model loads, it waits for its weights here, and the loaded model's compiled loss takes it
+    """Base of a layer that holds a loss' state in the model: never trainable (its loss writes
+    it; ``trainable=True`` is refused, saying `written_by`); made by `from_config` while a model
+    loads, it waits for its weights here, and the loaded model's compiled loss takes it
     (`restored_layer`)."""
+
+    def __init__(self, written_by, **kwargs):
+        # `get_config` (hence a `.keras` file) carries ``trainable=False``: accepted again.
+        if checks.check_bool(kwargs.pop("trainable", False), "trainable"):
+            raise ValueError(checks.invalid("trainable", f"False ({written_by})", True))
+        super().__init__(trainable=False, **kwargs)
 
     @classmethod
     def from_config(cls, config):

@@ -58,11 +58,7 @@ class ClassCenters(_state_layers.StateLayer):
     """
 
     def __init__(self, num_classes, embedding_dim, centers=None, seed=None, **kwargs):
-        if checks.check_bool(kwargs.pop("trainable", False), "trainable"):
-            raise ValueError(
-                checks.invalid("trainable", "False (the centers are moved by the loss)", True)
-            )
-        super().__init__(trainable=False, **kwargs)
+        super().__init__("the centers are moved by the loss", **kwargs)
         self.num_classes = checks.check_positive_int(num_classes, "num_classes")
         self.embedding_dim = checks.check_positive_int(embedding_dim, "embedding_dim")
         initial = _initial_centers(self.num_classes, self.embedding_dim, centers, seed)

@@ -86,11 +86,7 @@ class SpreadOutDraws(_state_layers.StateLayer):
     """
 
     def __init__(self, seed=None, **kwargs):
-        if checks.check_bool(kwargs.pop("trainable", False), "trainable"):
-            raise ValueError(
-                checks.invalid("trainable", "False (the seed state is not trained)", True)
-            )
-        super().__init__(trainable=False, **kwargs)
+        super().__init__("the seed state is not trained", **kwargs)
         self.seed = seed
         self.generator = keras.random.SeedGenerator(seed)
         # Python-side, read by the loss: whether a model's forward pass has called the layer.

@@ -48,11 +48,7 @@ class CrossBatchMemoryBank(_state_layers.StateLayer):
     """
 
     def __init__(self, size, **kwargs):
-        if checks.check_bool(kwargs.pop("trainable", False), "trainable"):
-            raise ValueError(
-                checks.invalid("trainable", "False (the memory is written by the loss)", True)
-            )
-        super().__init__(trainable=False, **kwargs)
+        super().__init__("the memory is written by the loss", **kwargs)
         self.size = checks.check_positive_int(size, "size")
         # Python-side, read when the loss is traced: the `training` flag of the latest forward
         # pass (None: never called in a model, as when the loss is called directly).
