@@ -97,12 +97,16 @@ def _torch(x, repeats):
 
     import tf_svmax
 
+    # Keras' PyTorch backend puts tensors on the GPU where there is one: the peer runs there too.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
     def step(fn):
         def run():
-            e = torch.tensor(x, requires_grad=True)
+            e = torch.tensor(x, requires_grad=True, device=device)
             value = fn(e)
             (grad,) = torch.autograd.grad(value, e)
-            return value.detach().numpy(), grad.numpy()
+            # .cpu() waits for the device: the time includes the whole computation.
+            return value.detach().cpu().numpy(), grad.cpu().numpy()
 
         return run
 
@@ -122,13 +126,31 @@ def _versions():
     return records.environment()["versions"]
 
 
+def _device(backend):
+    """Where this worker's backend computes: "cpu", or the GPU's name."""
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return "cpu" if device.platform == "cpu" else device.device_kind
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    return tf.config.experimental.get_device_details(gpus[0]).get("device_name") if gpus else "cpu"
+
+
 def worker(backend, shapes, repeats):
     """JSON rows of this process' backend for every shape, on stdout."""
     timers = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}[backend]
-    rows = []
+    rows, device = [], _device(backend)
     for b, d in shapes:
         for name, summary in timers(_batch(b, d), repeats).items():
-            rows.append({"backend": backend, "measurement": name, "b": b, "d": d, **summary})
+            row = {"backend": backend, "device": device, "measurement": name, "b": b, "d": d}
+            rows.append({**row, **summary})
     print(json.dumps({"rows": rows, "versions": _versions()}))
 
 
@@ -188,13 +210,15 @@ def add_ratios(rows):
 
 def format_table(rows):
     lines = [
-        "| b x d | backend | measurement | median ms | p10-p90 ms | / torch.linalg.svdvals |",
-        "|---|---|---|---:|---:|---:|",
+        "| b x d | backend | device | measurement | median ms | p10-p90 ms "
+        "| / torch.linalg.svdvals |",
+        "|---|---|---|---|---:|---:|---:|",
     ]
     for r in rows:
         ratio = r["ratio_to_torch_svdvals"]
         lines.append(
-            f"| {r['b']} x {r['d']} | {r['backend']} | {r['measurement']} | "
+            f"| {r['b']} x {r['d']} | {r['backend']} | {r.get('device', 'cpu')} | "
+            f"{r['measurement']} | "
             f"{r['median_ms']:.2f} | {r['p10_ms']:.2f}-{r['p90_ms']:.2f} | "
             f"{'-' if ratio is None else f'{ratio:.2f}x'} |"
         )

@@ -73,7 +73,9 @@ def value_and_grad(fn, *args):
     if BACKEND == "torch":
         import torch
 
-        xs = [torch.tensor(np.asarray(a), requires_grad=True) for a in args]
+        # On Keras' device (a GPU where there is one), as every tensor the library makes.
+        device = keras.ops.convert_to_tensor(0.0).device
+        xs = [torch.tensor(np.asarray(a), requires_grad=True, device=device) for a in args]
         value = fn(*xs)
         grads = torch.autograd.grad(value, xs)
         return to_numpy(value.detach()), [to_numpy(g) for g in grads]
@@ -112,7 +114,8 @@ def split_value(loss, labels, x, ranges):
 
 def compiled(fn):
     """`fn` under the backend's compiler: XLA on TensorFlow (``jit_compile=True``) and JAX
-    (``jax.jit``); PyTorch runs eagerly (Keras' ``jit_compile="auto"`` does the same there)."""
+    (``jax.jit``); PyTorch runs eagerly (Keras' ``jit_compile="auto"`` does the same there),
+    its NumPy arguments made tensors on Keras' device first, as the compilers do."""
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
@@ -121,7 +124,13 @@ def compiled(fn):
         import jax
 
         return jax.jit(fn)
-    return fn
+
+    def eager(*args):
+        return fn(
+            *[keras.ops.convert_to_tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+        )
+
+    return eager
 
 
 def graph(fn):

@@ -15,6 +15,7 @@ BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 # imports TensorFlow or tests a surface that is TensorFlow by nature.
 ALL_BACKENDS = (
     "test_backend_helpers.py",
+    "test_backend_ops.py",
     "test_checks.py",
     "test_docs_backends.py",
     "losses/test_center_backends.py",

@@ -142,22 +142,56 @@ def in_xla_context():
 
 
 def matmul(a, b, *, transpose_a=False, transpose_b=False):
-    """``op(a) op(b)`` of two rank-2 tensors, in their dtype on every backend.
+    """``op(a) op(b)`` of two tensors (the transposes for rank 2), in their dtype on every
+    backend, in full float32 precision on JAX: the library's one matrix product.
 
     Not `keras.ops.matmul`: on JAX and PyTorch Keras' type promotion (`result_type`) returns
-    float32 for float64 operands, so the `@` operator (the backend's own product) is used
-    there. On TensorFlow the transposes go to `tf.linalg.matmul`'s flags, as the TensorFlow
-    code this library started from (and TFA) wrote them: a materialized transpose rounds
-    differently in the last bit (eagerly, and in gradients), which flips ``max(., 0)`` masks
-    of duplicate rows. TensorFlow is imported here, not at module level.
+    float32 for float64 operands, so the backend's own product is used there. On TensorFlow the
+    transposes go to `tf.linalg.matmul`'s flags, as the TensorFlow code this library started
+    from (and TFA) wrote them: a materialized transpose rounds differently in the last bit
+    (eagerly, and in gradients), which flips ``max(., 0)`` masks of duplicate rows. TensorFlow
+    is imported here, not at module level.
+
+    On JAX the product asks for ``Precision.HIGHEST``: JAX's default on an Ampere/Hopper GPU
+    is TF32 (a 10-bit mantissa) for float32 products, which put the SVMax gradient 3e-4 to
+    1e-3 relative from the float64 one and the Newton-Schulz value 1.7e-4 (measured on an H200;
+    ~1e-6 at HIGHEST), and moves the distances the miners compare. On a CPU it changes nothing.
+    TensorFlow's TF32 switch is process-wide (`tf.config.experimental.
+    enable_tensor_float_32_execution`) and PyTorch's float32 products are IEEE by default.
     """
-    if keras.backend.backend() == "tensorflow":
+    if BACKEND == "tensorflow":
         import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
 
         return tf.linalg.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
     a = ops.transpose(a) if transpose_a else a
     b = ops.transpose(b) if transpose_b else b
+    if BACKEND == "jax":
+        import jax  # noqa: PLC0415 (JAX backend only)
+
+        return jax.numpy.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
     return a @ b
+
+
+def reduce_with_identity(reduction, x, axis, keepdims=False):
+    """``reduction(x, axis)`` for `reduction` `keras.ops.max` or `keras.ops.min`, also over an
+    empty axis (a batch of no anchor rows), where it gives the identity (-inf for max, +inf for
+    min): Keras' ``initial`` argument, which also skips TensorFlow's eager "empty tensor"
+    assertion and JAX's error. Not on PyTorch: Keras 3.15.1 builds the ``initial`` tensor there
+    with `torch.full` on the CPU whatever the input's device, so a CUDA input fails ("Expected
+    all tensors to be on the same device"); its shapes are concrete, so an input with no
+    entries (whose reduction Keras refuses) is answered by `keras.ops.full` (on Keras' device)
+    and any other by the plain reduction."""
+    identity = float("inf") if reduction is ops.min else float("-inf")
+    if BACKEND != "torch":
+        return reduction(x, axis=axis, keepdims=keepdims, initial=identity)
+    if 0 not in x.shape:
+        return reduction(x, axis=axis, keepdims=keepdims)
+    shape = list(x.shape)
+    if keepdims:
+        shape[axis] = 1
+    else:
+        del shape[axis]
+    return ops.full(shape, identity, dtype=x.dtype)
 
 
 # Off TensorFlow there is no replica context: a loss, regularizer or metric sees the batch it is

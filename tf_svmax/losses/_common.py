@@ -7,7 +7,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from tf_svmax import checks
+from tf_svmax import _backend, checks
 
 
 def flat_labels(labels, embeddings, arg="y_true", embeddings_arg="y_pred"):
@@ -208,10 +208,8 @@ def masked_min(data, mask, axis=1):
 
 def _reduce(reduction, data, axis):
     """`ops.min` / `ops.max` over `axis` (kept) that also takes a batch with no rows (a replica
-    with no anchors): the identity element as ``initial`` makes Keras skip its eager "empty
-    tensor" assertion (TensorFlow) and error (JAX); every non-empty reduction is unchanged."""
-    identity = float("inf") if reduction is ops.min else float("-inf")
-    return reduction(data, axis=axis, keepdims=True, initial=identity)
+    with no anchors): `_backend.reduce_with_identity`; every non-empty reduction is unchanged."""
+    return _backend.reduce_with_identity(reduction, data, axis, keepdims=True)
 
 
 def safe_mean_over(total, count):

@@ -14,7 +14,7 @@ import numbers
 import keras
 from keras import ops
 
-from tf_svmax import checks
+from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import LossFunctionWrapper, PerSampleLabelLoss
 from tf_svmax.ops import distances
@@ -101,15 +101,13 @@ def batch_hard_triplet_loss(
 def _row_reduce(kind, data):
     """``max`` / ``min`` of `data` along axis 1, also for a batch of no anchor rows (a replica
     without anchors): `tf.reduce_max`/`min` on TensorFlow (Keras' `ops.max` asserts a non-empty
-    tensor there when eager), `ops.max`/`min` with the identity as ``initial`` elsewhere (JAX
-    refuses an empty reduction without it)."""
+    tensor there when eager), `_backend.reduce_with_identity` elsewhere (JAX refuses an empty
+    reduction without the identity)."""
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
 
         return (tf.reduce_max if kind == "max" else tf.reduce_min)(data, axis=1)
-    if kind == "max":
-        return ops.max(data, axis=1, initial=float("-inf"))
-    return ops.min(data, axis=1, initial=float("inf"))
+    return _backend.reduce_with_identity(ops.max if kind == "max" else ops.min, data, 1)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

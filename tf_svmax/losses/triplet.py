@@ -272,7 +272,7 @@ def _closest_farther(pdist, negatives):
     # Whether a negative is farther: the row's farthest negative is (the same comparisons as
     # the search's, so the same booleans).
     keys = ops.where(negatives, pdist, ops.full_like(pdist, -np.inf))
-    farthest = ops.max(keys, axis=1, keepdims=True, initial=-np.inf)  # no rows: no error
+    farthest = _backend.reduce_with_identity(ops.max, keys, 1, keepdims=True)  # no rows: -inf
     exists = ops.stop_gradient(farthest) > ops.stop_gradient(pdist)
 
     # Everything the gradient needs is computed inside the custom-gradient function from its
@@ -337,7 +337,7 @@ def _search_rows(pdist, negatives):
     # TFA compares the candidates shifted by the row maximum, d - h: distances that differ
     # only below h's rounding step tie there, so the tie group is found among the shifted
     # values (sorted too: the shift is monotone), and the value is (d - h) + h as in TFA.
-    high = ops.max(pdist, axis=1, keepdims=True, initial=-np.inf)  # no rows: no error
+    high = _backend.reduce_with_identity(ops.max, pdist, 1, keepdims=True)  # no rows: -inf
     shifted = ordered - high
     least = ops.take_along_axis(shifted, ops.minimum(first, b - 1), axis=1)
     # Never +inf, even where unused (no candidate).

@@ -27,13 +27,8 @@ def float64_available():
 # Keras 3.15's `ops.matmul`, `ops.norm`, `ops.maximum`, `ops.minimum` and `ops.floor` promote
 # through `keras.backend.result_type`, which maps float64 to float32 on every backend but
 # TensorFlow: float64 input on PyTorch (or JAX with x64) would silently be computed in float32.
-# The three helpers below stay in the input's dtype on every backend, with the same operations.
-
-
-def matmul(a, b):
-    """``a @ b`` in the inputs' dtype: the operator is each backend's own matmul (`tf.matmul`,
-    `jnp.matmul`, `torch.matmul`), without Keras' 64-to-32-bit promotion."""
-    return a @ b
+# The helpers below stay in the input's dtype on every backend, with the same operations (the
+# product is `tf_svmax._backend.matmul`).
 
 
 def norm(x, axis=None):

@@ -136,7 +136,7 @@ def nuclear_norms_and_subgradients(matrices, threshold, rank_cutoff=False):
         eps = float(np.finfo(_guards.dtype_name(s)).eps)
         keep = ops.logical_and(keep, s > size * eps * ops.max(s, axis=-1, keepdims=True))
     keep = ops.cast(keep, _guards.dtype_name(u))
-    sub = _guards.matmul(u * ops.expand_dims(keep, -2), vh)
+    sub = _backend.matmul(u * ops.expand_dims(keep, -2), vh)
     return ops.cast(ops.sum(s, axis=-1), dtype), ops.cast(sub, dtype)
 
 
@@ -271,9 +271,9 @@ def _batch_term(x64, x32, threshold, rank_cutoff=False):
         return exact()
     tall = _guards.is_tall(x32)
     x32_tall = _guards.orient(x32, tall)
-    _, v32 = ops.eigh(_guards.matmul(_t(x32_tall), x32_tall))
+    _, v32 = ops.eigh(_backend.matmul(_t(x32_tall), x32_tall))
     v = ops.cast(v32, _guards.dtype_name(x64))
-    p = _guards.matmul(_guards.orient(x64, tall), v)  # column i is s_i * u_i
+    p = _backend.matmul(_guards.orient(x64, tall), v)  # column i is s_i * u_i
     s = _guards.norm(p, axis=0)
     s_max = ops.max(s)
     safe = ops.logical_and(
@@ -282,7 +282,7 @@ def _batch_term(x64, x32, threshold, rank_cutoff=False):
     )
 
     def shortcut():
-        sub = _guards.matmul(p / s, _t(v))
+        sub = _backend.matmul(p / s, _t(v))
         return ops.sum(s), _guards.orient(sub, tall)
 
     return ops.cond(safe, shortcut, exact)

@@ -54,7 +54,6 @@ from tf_svmax.ops._guards import (
     dtype_name,
     finite_guard,
     is_tall,
-    matmul,
     nan_unless,
     norm,
     orient,
@@ -115,10 +114,10 @@ def gram_factors(x_tall):
     decreasing eigenvalue (not re-sorted by the recomputed `s`). Columns of `u` for singular
     values below the numerical-rank cutoff are zero (see `_numerical_rank_mask`).
     """
-    gram = matmul(_t(x_tall), x_tall)
+    gram = _backend.matmul(_t(x_tall), x_tall)
     _, v = ops.eigh(gram)  # ascending eigenvalues
     v = ops.flip(v, axis=-1)
-    p = matmul(x_tall, v)  # column i is s_i * u_i
+    p = _backend.matmul(x_tall, v)  # column i is s_i * u_i
     # s_i = ||E v_i||, recomputed from E: error ~eps * s_1 rather than sqrt(eps) * s_1.
     s = norm(p, axis=-2)
     # Clamp to the smallest normal float so a zero column gives u_i = 0, not 0/0 = NaN.
@@ -238,7 +237,7 @@ def _singular_values(x, method):
         def grad(*args, upstream=None):
             upstream = _upstream(args, upstream)
             # d s_i / d E = u_i v_i^T (oriented like the tall matrix).
-            g = matmul(u * upstream[None, :], _t(v))
+            g = _backend.matmul(u * upstream[None, :], _t(v))
             return nan_unless(all_finite, orient(g, tall))
 
         return nan_unless(all_finite, s), grad
@@ -255,7 +254,7 @@ def _nuclear_norm_factored(x, method):
         def grad(*args, upstream=None):
             upstream = _upstream(args, upstream)
             # d ||E||_* / d E = U V^T (zero-singular-value directions dropped).
-            g = matmul(u, _t(v)) * upstream
+            g = _backend.matmul(u, _t(v)) * upstream
             return nan_unless(all_finite, orient(g, tall))
 
         return nan_unless(all_finite, total), grad
@@ -282,7 +281,7 @@ def polar_newton_schulz(x_tall):
         return change > tol
 
     def step(y, change):
-        y_next = matmul(y, 1.5 * eye - 0.5 * matmul(_t(y), y))
+        y_next = _backend.matmul(y, 1.5 * eye - 0.5 * _backend.matmul(_t(y), y))
         return y_next, norm(y_next - y)
 
     polar, _ = ops.while_loop(
