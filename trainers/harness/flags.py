@@ -22,7 +22,7 @@ import typing
 
 from absl import flags
 
-from tf_svmax import checks  # the library's one validator per kind of argument
+import tf_svmax_args as checks  # the library's validators (`tf_svmax.checks`'), without Keras
 
 REQUIRED = dataclasses.MISSING
 

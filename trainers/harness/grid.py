@@ -42,15 +42,13 @@ import time
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ClassVar
 
-import keras
 import numpy as np
 
-from tf_svmax import records
+from trainers import quiet_start
 from trainers.harness import cli
 from trainers.harness import flags as harness_flags
 from trainers.harness.flags import non_negative_int, option, writable_folder
-from trainers.harness.loop import RunFailed, summary
-from trainers.harness.run_dir import RunRefused
+from trainers.harness.run_dir import RunFailed, RunRefused
 from trainers.harness.tables import mean_std
 
 
@@ -103,6 +101,7 @@ def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowe
         def reproduce_from_flags():
             config = harness_flags.config_from_flags(config_class)
             harness_flags.validate(config)
+            quiet_start.import_tensorflow()  # the flags are checked: the work starts
             reproduce(config)
             return cli.EXIT_COMPLETED
 
@@ -156,6 +155,10 @@ class Runs:
         key, train, config, kwargs = run.key, run.train, run.config, run.kwargs
         name = os.path.basename(os.path.normpath(config.output_dir))
         print(f"[{self.program}] {len(self.all) + 1}/{self.total} {name}", flush=True)
+        import keras  # the training code's, as the first run starts (the flags are checked)
+
+        from trainers.harness.loop import summary
+
         keras.backend.clear_session()
         try:
             results = train(config, **kwargs)
@@ -235,6 +238,8 @@ def write(config, program, text, record, figures, minutes):
     for suffix, draw in figures:
         draw(f"{stem}{suffix}")
         written.append(f"{stem}{suffix}")
+    from tf_svmax import records
+
     records.write_json(f"{stem}.json", record)
     written.append(f"{stem}.json")
     print(text)
