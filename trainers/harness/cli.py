@@ -9,7 +9,7 @@
 
 Flags are defined, parsed and checked (absl's parsing, the config's fields, the trainer's
 `check`: every refusal that needs no data) before TensorFlow is imported: ``--help`` and a
-refused flag return in about a second, without TensorFlow's start-up lines. TensorFlow is
+refused flag return in under a second, without TensorFlow's start-up lines. TensorFlow is
 imported (`trainers.quiet_start`) when the run starts, then the training code.
 
 Exit status: 0 completed, 1 diverged (non-finite loss) or failed (a named cause, e.g. a corrupt
