@@ -46,7 +46,8 @@ DRIVER = textwrap.dedent(
 
 # One refusal per program, of every kind: (flags, what stderr must name). A bad enum value and
 # a non-number are absl's (at parsing); a value a validator refuses and a flag combination are
-# the config's (`harness.flags.validate`, the trainer's `check`, the grid's options).
+# the config's (`harness.flags.validate`, the trainer's `check`, the grid's options and the
+# trainer flags it borrows).
 REFUSED = {
     "train_retrieval": [
         (("--train_steps=0",), "Invalid value for argument `--train_steps`"),
@@ -66,9 +67,15 @@ REFUSED = {
             "--held_out_per_class (4) must be below --images_per_class (4)",
         )
     ],
-    "reproduce_table1": [(("--seeds=-1",), "Invalid value for argument `--seeds`")],
+    "reproduce_table1": [
+        (("--seeds=-1",), "Invalid value for argument `--seeds`"),
+        (("--train_steps=0",), "Invalid value for argument `--train_steps`"),  # the trainer's
+    ],
     "reproduce_two_head": [(("--modes=bogus",), "Invalid value for argument `--modes`")],
-    "reproduce_gan_mog": [(("--sweep_seeds=x",), "--sweep_seeds expects a comma-separated list")],
+    "reproduce_gan_mog": [
+        (("--sweep_seeds=x",), "--sweep_seeds expects a comma-separated list"),
+        (("--learning_rate=-1",), "Invalid value for argument `--learning_rate`"),
+    ],
     "reproduce_circle": [(("--frames=1",), "Invalid value for argument `--frames`")],
     "reproduce_lorac_xml": [(("--xml_lambda=2",), "Invalid value for argument `--xml_lambda`")],
     "glyphs_report": [(("--sample_instances=abc",), "flag --sample_instances=abc")],

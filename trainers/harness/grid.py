@@ -84,9 +84,10 @@ class GridConfig:
 def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowed):
     """Defines the flags of `config_class` (and of `trainer`'s config fields named in
     ``borrowed["only"]``, with `define_flags`' defaults and help_overrides), parses `argv`,
-    validates the grid config and runs ``reproduce(config)``; exits with the shared codes.
-    `reproduce` raises `RunRefused` (e.g. `ConfigError`) for what it refuses, before any run
-    (`Runs` refuses its planned runs so)."""
+    validates the grid config and the borrowed flags' values, then imports TensorFlow
+    (`quiet_start.import_tensorflow`) and runs ``reproduce(config)``; exits with the shared
+    codes. `reproduce` raises `RunRefused` (e.g. `ConfigError`) for what it refuses, before any
+    run (`Runs` refuses its planned runs so: the combinations, once TensorFlow is imported)."""
     cli.define_program_flags(
         config_class,
         help_overrides={"table": f"Markdown output (default: <output_dir>/{config_class.TABLE})."},
@@ -101,6 +102,11 @@ def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowe
         def reproduce_from_flags():
             config = harness_flags.config_from_flags(config_class)
             harness_flags.validate(config)
+            if trainer is not None:  # the borrowed trainer flags' values, as each run checks them
+                borrowed_values = harness_flags.config_from_flags(
+                    trainer, output_dir=config.output_dir
+                )
+                harness_flags.validate(borrowed_values, only=borrowed.get("only"))
             quiet_start.import_tensorflow()  # the flags are checked: the work starts
             reproduce(config)
             return cli.EXIT_COMPLETED
