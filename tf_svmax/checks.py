@@ -7,7 +7,8 @@ Errors follow one pattern, naming the argument, the expectation and the value:
 Three kinds of check live here:
 
 - Python arguments (numbers, ints, bools, choices, a progress verbosity), each returning the value
-  in its canonical Python type;
+  in its canonical Python type (defined in the top-level `tf_svmax_args`, which imports no Keras,
+  so that the trainers check their flags before Keras loads; the same objects here);
 - NumPy arrays and class labels (`finite_matrix`, `class_labels`, `label_kind`), for the metrics
   that compute in NumPy;
 - backend tensors (`float_matrix`, `label_vector`, `same_rows`, `integer_floats`, `to_tensor`),
@@ -19,7 +20,6 @@ on its backend). Which backend runs, and whether XLA compiles, is asked of `tf_s
 """
 
 import numbers
-import sys
 import warnings
 
 import keras
@@ -27,6 +27,19 @@ import numpy as np
 from keras import ops
 
 from tf_svmax import _backend
+from tf_svmax_args import (  # re-exported (`__all__`)
+    check_bool,
+    check_choice,
+    check_finite_number,
+    check_fraction,
+    check_non_negative_int,
+    check_non_negative_number,
+    check_positive_int,
+    check_positive_number,
+    check_rate,
+    invalid,
+    progress_verbosity,
+)
 
 __all__ = [
     "check_bool",
@@ -56,103 +69,8 @@ __all__ = [
 ]
 
 
-# Python arguments.
-
-
-def invalid(arg, expected, received):
-    """Builds the library's standard error message for a bad argument."""
-    return f"Invalid value for argument `{arg}`. Expected {expected}. Received: {arg}={received!r}"
-
-
-def check_non_negative_number(value, arg):
-    """Returns `value` as a Python float, raising ValueError unless it is a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(invalid(arg, "a float >= 0", value))
-    if not np.isfinite(value) or value < 0:
-        raise ValueError(invalid(arg, "a finite float >= 0", value))
-    return float(value)
-
-
-def check_finite_number(value, arg):
-    """Returns `value` as a Python float, raising ValueError unless it is a finite real number
-    (Python or NumPy, not a bool; negative allowed, e.g. a triplet margin)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
-        raise ValueError(invalid(arg, "a finite float", value))
-    return float(value)
-
-
-def check_choice(value, arg, choices):
-    """Returns `value`, raising ValueError unless it is one of `choices`."""
-    if isinstance(value, str) and value in choices:
-        return value
-    raise ValueError(invalid(arg, f"one of {list(choices)}", value))
-
-
-def check_positive_number(value, arg, allow_inf=False):
-    """Returns `value` as a Python float, raising ValueError unless it is a real number > 0
-    (Python or NumPy, not a bool): finite, or also ``inf`` where `allow_inf` (a scale whose
-    infinity means "no term", e.g. LORAC's ``beta``)."""
-    expected = "a float > 0 (or inf)" if allow_inf else "a finite float > 0"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(invalid(arg, expected, value))
-    if np.isnan(value) or value <= 0 or (np.isinf(value) and not allow_inf):
-        raise ValueError(invalid(arg, expected, value))
-    return float(value)
-
-
-def check_fraction(value, arg):
-    """Returns `value` as a Python float, raising ValueError unless it is a real number in
-    [0, 1] (a share, a mixing weight, an EMA momentum)."""
-    if check_non_negative_number(value, arg) > 1:
-        raise ValueError(invalid(arg, "a float in [0, 1]", value))
-    return float(value)
-
-
-def check_rate(value, arg):
-    """Returns `value` as a Python float, raising ValueError unless it is a real number in
-    (0, 1] (an update rate: 0 would never move, above 1 overshoots the target)."""
-    if check_non_negative_number(value, arg) == 0 or value > 1:
-        raise ValueError(invalid(arg, "a float in (0, 1]", value))
-    return float(value)
-
-
-def check_positive_int(value, arg):
-    """Returns `value` as an int, raising ValueError unless it is an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(invalid(arg, "an int >= 1", value))
-    return int(value)
-
-
-def check_non_negative_int(value, arg):
-    """Returns `value` as an int, raising ValueError unless it is an integer >= 0 (a seed)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(invalid(arg, "an int >= 0", value))
-    return int(value)
-
-
-def check_bool(value, arg):
-    """Returns `value` as a Python bool, raising ValueError unless it is a bool (Python or
-    NumPy; not an int, so that 0 and 1 are refused)."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(invalid(arg, "a bool", value))
-    return bool(value)
-
-
-def progress_verbosity(verbose, arg="verbose", stream=None):
-    """`verbose` (0: silent, 1: a progress bar, 2: one plain line per stage or interval) checked,
-    with 1 turned into 2 when `stream` (default: sys.stdout) is not a terminal: the bar redraws
-    itself with carriage returns and ANSI colour codes, which pile up in a log file or a CI log
-    as one endless line. (The trainers' `fit_verbosity` uses it for `fit`.)"""
-    if (
-        isinstance(verbose, (bool, np.bool_))
-        or not isinstance(verbose, (int, np.integer))
-        or verbose not in (0, 1, 2)
-    ):
-        raise ValueError(invalid(arg, "0, 1 or 2", verbose))
-    stream = sys.stdout if stream is None else stream
-    if verbose == 1 and not (hasattr(stream, "isatty") and stream.isatty()):
-        return 2
-    return int(verbose)
+# Python arguments: defined in `tf_svmax_args` (importable without Keras, for the trainers'
+# flags), re-exported here as the same objects.
 
 
 # NumPy arrays and class labels.

@@ -11,22 +11,16 @@ kept class and a retrieval candidate, and a sample grid (a class drawn from each
 """
 
 import os
+import sys
+import time
+import unicodedata
+
+import numpy as np
+from absl import flags
 
 from trainers import quiet_start
-
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-import sys  # noqa: E402
-import time  # noqa: E402
-import unicodedata  # noqa: E402
-
-import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
-
-from tf_svmax import records  # noqa: E402
-from tf_svmax.data import glyphs, glyphs_pretrain  # noqa: E402
-from trainers.harness import flags as harness_flags  # noqa: E402
-from trainers.harness.plots import pyplot, save_figure, show_images  # noqa: E402
+from trainers.harness import flags as harness_flags
+from trainers.harness.plots import pyplot, save_figure, show_images
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("report", "docs/glyphs_pretraining.md", "Markdown output.")
@@ -46,6 +40,8 @@ def _visible(character):
 
 def sample_grid(split, columns, path):
     """One class per block (drawn at random, seeded), `columns` training instances each."""
+    from tf_svmax.data import glyphs_pretrain
+
     plt = pyplot()
     x, y = split["train"]
     characters = split["characters"]
@@ -79,6 +75,10 @@ def sample_grid(split, columns, path):
 
 def main(argv):
     del argv
+    quiet_start.import_tensorflow()  # the flags are parsed: the work starts
+    from tf_svmax import records
+    from tf_svmax.data import glyphs, glyphs_pretrain
+
     load = os.getloadavg()[0]
     started = time.perf_counter()
     selection = glyphs_pretrain.pretraining_classes()

@@ -9,21 +9,15 @@ closest pairs that stayed apart, and the raw-pixel retrieval baseline on the tes
 """
 
 import os
+import sys
+import time
+
+import numpy as np
+from absl import flags
 
 from trainers import quiet_start
-
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-import sys  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
-
-from tf_svmax import metrics, records  # noqa: E402
-from tf_svmax.data import glyphs  # noqa: E402
-from trainers.harness import flags as harness_flags  # noqa: E402
-from trainers.harness.plots import pyplot, save_figure, show_images  # noqa: E402
+from trainers.harness import flags as harness_flags
+from trainers.harness.plots import pyplot, save_figure, show_images
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("report", "docs/glyphs.md", "Markdown output.")
@@ -34,6 +28,8 @@ flags.DEFINE_integer("sample_instances", 12, "Columns of the sample grid.")
 
 def _pairs(groups, distance, characters):
     """(merged pairs as (a, b, d) within groups, the closest pairs across kept classes)."""
+    from tf_svmax.data import glyphs
+
     index = {c: i for i, c in enumerate(characters)}
     kept = [g[0] for g in groups["groups"]] + [
         c for c in groups["classes"] if all(c not in g for g in groups["groups"])
@@ -81,6 +77,10 @@ def sample_grid(split, rows, columns, path):
 
 def main(argv):
     del argv
+    quiet_start.import_tensorflow()  # the flags are parsed: the work starts
+    from tf_svmax import metrics, records
+    from tf_svmax.data import glyphs
+
     started = time.perf_counter()
     split = glyphs.load_glyphs_open_set(cache_dir=False)
     seconds = time.perf_counter() - started

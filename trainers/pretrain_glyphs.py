@@ -11,12 +11,13 @@ completed, 1 diverged (non-finite loss), 2 refused (a flag combination, or an --
 by another run or holding another configuration), 130 interrupted (the same command resumes).
 """
 
-from trainers import quiet_start
-
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-from trainers import pretraining  # noqa: E402
-from trainers.harness import cli  # noqa: E402
+from trainers import pretraining
+from trainers.harness import cli
 
 if __name__ == "__main__":
-    cli.main(pretraining.PretrainConfig, pretraining.pretrain, "pretrain_glyphs")
+    cli.main(
+        pretraining.PretrainConfig,
+        lambda config: pretraining.pretrain(config),  # the training code, read after check
+        "pretrain_glyphs",
+        check=pretraining.resolve,  # refusals that need no data: before TensorFlow
+    )

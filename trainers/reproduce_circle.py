@@ -32,27 +32,20 @@ folder). Writes the table (normalised spread
 against L and U), and ``<table>.json``.
 """
 
+import dataclasses
 import os
+from typing import ClassVar
 
-from trainers import quiet_start
+import numpy as np
+from absl import flags
 
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-import dataclasses  # noqa: E402
-from typing import ClassVar  # noqa: E402
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
-
-from tf_svmax import ops  # noqa: E402
-from trainers import retrieval  # noqa: E402
-from trainers.harness import flags as harness_flags  # noqa: E402
-from trainers.harness import grid  # noqa: E402
-from trainers.harness.config import ConfigError  # noqa: E402
-from trainers.harness.flags import number_at_least, option, positive_int  # noqa: E402
-from trainers.harness.plots import pyplot, save_figure  # noqa: E402
-from trainers.harness.tables import mean_std  # noqa: E402
+from trainers import retrieval
+from trainers.harness import flags as harness_flags
+from trainers.harness import grid
+from trainers.harness.config import ConfigError
+from trainers.harness.flags import number_at_least, option, positive_int
+from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.tables import mean_std
 
 PROGRAM = "reproduce_circle"
 
@@ -124,26 +117,31 @@ def frame_steps(train_steps, frames):
     return sorted({int(round(s)) for s in np.linspace(0, train_steps, frames)})
 
 
-class FrameRecorder(keras.callbacks.Callback):
-    """Saves the model's embedding of `images` at the given steps (step 0 before training),
-    and their `labels` (``labels.npy``) beside them."""
+def frame_recorder(images, labels, steps, folder):
+    """A Keras callback that saves the model's embedding of `images` at the given steps (step 0
+    before training), and their `labels` (``labels.npy``) beside them. (Made here, not at
+    import: the program's flags are checked before Keras loads.)"""
+    import keras
 
-    def __init__(self, images, labels, steps, folder):
-        super().__init__()
-        self.images, self.labels, self.steps, self.folder = images, labels, set(steps), folder
+    class FrameRecorder(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.images, self.labels, self.steps, self.folder = images, labels, set(steps), folder
 
-    def _save(self, step):
-        path = os.path.join(self.folder, f"step_{step:06d}.npy")
-        if step in self.steps and not os.path.exists(path):
-            os.makedirs(self.folder, exist_ok=True)
-            np.save(os.path.join(self.folder, "labels.npy"), self.labels)
-            np.save(path, self.model.predict(self.images, batch_size=256, verbose=0))
+        def _save(self, step):
+            path = os.path.join(self.folder, f"step_{step:06d}.npy")
+            if step in self.steps and not os.path.exists(path):
+                os.makedirs(self.folder, exist_ok=True)
+                np.save(os.path.join(self.folder, "labels.npy"), self.labels)
+                np.save(path, self.model.predict(self.images, batch_size=256, verbose=0))
 
-    def on_train_begin(self, logs=None):
-        self._save(int(self.model.optimizer.iterations.numpy()))
+        def on_train_begin(self, logs=None):
+            self._save(int(self.model.optimizer.iterations.numpy()))
 
-    def on_train_batch_end(self, batch, logs=None):
-        self._save(int(self.model.optimizer.iterations.numpy()))
+        def on_train_batch_end(self, batch, logs=None):
+            self._save(int(self.model.optimizer.iterations.numpy()))
+
+    return FrameRecorder()
 
 
 def spread(s_mu, lower, upper):
@@ -158,6 +156,8 @@ def circle_stats(points, bins=ANGLE_BINS):
     """Spread and angular coverage of `[n, 2]` unit-norm embeddings: ``spread`` (s_mu of the
     n rows against the bounds of n unit rows in 2-D), ``angle_entropy`` (natural log, of the
     histogram of the points' angles over `bins` equal sectors from -pi) and ``bins_occupied``."""
+    from tf_svmax import ops
+
     x = np.asarray(points, dtype=np.float64)
     lower, upper = ops.svmax_bounds(len(x), 2)
     s_mu = float(np.linalg.svd(x, compute_uv=False).mean())
@@ -225,7 +225,7 @@ def planned_run(base, regularizer, seed, frame_images, steps, svmax_lambda, pref
     test_images, test_labels = retrieval.EMBEDDED[config.dataset]()["test"]
     rng = np.random.default_rng(0)  # the same test images in every run
     subset = np.sort(rng.choice(len(test_images), min(frame_images, len(test_images)), False))
-    recorder = FrameRecorder(test_images[subset], test_labels[subset], steps, folder)
+    recorder = frame_recorder(test_images[subset], test_labels[subset], steps, folder)
     return grid.Planned(
         regularizer,
         retrieval.train_retrieval,

@@ -20,26 +20,20 @@ step, and the median ms per step), ``<table>.png`` (the heat-map grid: rows = Fi
 for the first seed, columns = evaluation steps, last = the target) and ``<table>.json``.
 """
 
+import dataclasses
 import os
+import textwrap
+from typing import ClassVar
 
-from trainers import quiet_start
+import numpy as np
 
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-import dataclasses  # noqa: E402
-import textwrap  # noqa: E402
-from typing import ClassVar  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from tf_svmax import data  # noqa: E402
-from trainers import gan_mog  # noqa: E402
-from trainers.harness import flags as harness_flags  # noqa: E402
-from trainers.harness import grid  # noqa: E402
-from trainers.harness.flags import option, positive_int  # noqa: E402
-from trainers.harness.grid import step_seconds  # noqa: E402
-from trainers.harness.plots import pyplot, save_figure  # noqa: E402
-from trainers.harness.tables import mean_std  # noqa: E402
+from trainers import gan_mog
+from trainers.harness import flags as harness_flags
+from trainers.harness import grid
+from trainers.harness.flags import option, positive_int
+from trainers.harness.grid import step_seconds
+from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.tables import mean_std
 
 PROGRAM = "reproduce_gan_mog"
 
@@ -195,6 +189,8 @@ def plot_grid(rows, path, title):
         figsize=(1.5 * (len(steps) + 1), 1.6 * len(rows) + 0.6),
         squeeze=False,
     )
+    from tf_svmax import data  # imported with the training code (after the flags were checked)
+
     config = first["config"]
     truth, _ = data.sample_gaussian_ring(
         config["num_samples"], seed=1, weights=first["mixture"].get("weights")

@@ -18,24 +18,18 @@ Re-running resumes unfinished runs and reuses finished ones. Beside the table: `
 and ``<table>.json`` (every run's final evaluation and median seconds per step).
 """
 
+import dataclasses
 import os
+from typing import ClassVar
 
-from trainers import quiet_start
+import numpy as np
 
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-import dataclasses  # noqa: E402
-from typing import ClassVar  # noqa: E402
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-from trainers import contrastive, retrieval  # noqa: E402
-from trainers.harness import grid  # noqa: E402
-from trainers.harness.flags import option, positive_int, rate  # noqa: E402
-from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds  # noqa: E402
-from trainers.harness.plots import pyplot, save_figure  # noqa: E402
-from trainers.harness.tables import mean_std  # noqa: E402
+from trainers import contrastive, retrieval
+from trainers.harness import grid
+from trainers.harness.flags import option, positive_int, rate
+from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds
+from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.tables import mean_std
 
 PROGRAM = "reproduce_lorac_xml"
 
@@ -188,6 +182,8 @@ def markdown(contrastive_runs, xml_runs, seeds, xml_lambda):
 def plot(contrastive_runs, split_images, path, title):
     """Histograms of ‖Q̂‖* per method (each method's first seed; seed 003 Fig. 4c) and the
     probe / k-NN accuracies (mean ± std)."""
+    import keras  # imported with the training code (after the flags were checked)
+
     plt = pyplot()
     fig, (ax_hist, ax_bar) = plt.subplots(1, 2, figsize=(12, 4.2))
     for method, runs in contrastive_runs.items():

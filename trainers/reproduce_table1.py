@@ -32,27 +32,21 @@ The paper's regime, a pretrained backbone fine-tuned (Sec. 4.1):
         --eval_every=50 --output_dir=runs/table1_pretrained --table=docs/table1_pretrained.md
 """
 
+import dataclasses
+import hashlib
+import json
 import os
+from typing import ClassVar
 
-from trainers import quiet_start
+import numpy as np
 
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-import dataclasses  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-from typing import ClassVar  # noqa: E402
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-from trainers import retrieval  # noqa: E402
-from trainers.harness import flags as harness_flags  # noqa: E402
-from trainers.harness import grid  # noqa: E402
-from trainers.harness.flags import option, positive_number  # noqa: E402
-from trainers.harness.grid import error_bars, signed_mean_std  # noqa: E402
-from trainers.harness.plots import pyplot, save_figure  # noqa: E402
-from trainers.harness.tables import mean_std, starting_weights  # noqa: E402
+from trainers import retrieval
+from trainers.harness import flags as harness_flags
+from trainers.harness import grid
+from trainers.harness.flags import option, positive_number
+from trainers.harness.grid import error_bars, signed_mean_std
+from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.tables import mean_std, starting_weights
 
 PROGRAM = "reproduce_table1"
 # Steps per grid run where they differ from train_retrieval's dataset default.
@@ -160,6 +154,8 @@ def run_all(config, base):
     """Refuses the grid's impossible runs, then trains it. Returns ``{"untrained": {seed:
     evaluation}, "runs": [results], (loss, row label, lr): [(status, final evaluation or None,
     trace) per seed]}`` and the `grid.Runs`."""
+    import keras  # imported with the training code (after the flags were checked)
+
     runs = grid.Runs(PROGRAM, plan(config, base))  # refuses every run before any trains
     out = {"untrained": {}}
     for seed in config.seeds:

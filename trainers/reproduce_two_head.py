@@ -18,24 +18,19 @@ and the seconds per training step relative to softmax (Fig. 5.12). Beside it a f
 (``<table>.png``) of accuracy, macro accuracy and R@1 per setting and mode.
 """
 
+import dataclasses
 import os
+from typing import ClassVar
 
-from trainers import quiet_start
+import numpy as np
 
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-import dataclasses  # noqa: E402
-from typing import ClassVar  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from trainers import two_head  # noqa: E402
-from trainers.harness import flags as harness_flags  # noqa: E402
-from trainers.harness import grid  # noqa: E402
-from trainers.harness.flags import option, positive_int  # noqa: E402
-from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds  # noqa: E402
-from trainers.harness.plots import pyplot, save_figure  # noqa: E402
-from trainers.harness.tables import mean_std  # noqa: E402
+from trainers import two_head
+from trainers.harness import flags as harness_flags
+from trainers.harness import grid
+from trainers.harness.flags import option, positive_int
+from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds
+from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.tables import mean_std
 
 PROGRAM = "reproduce_two_head"
 SETTINGS = ("balanced", "long_tailed", "scarce")

@@ -16,12 +16,13 @@ Exit status: 0 completed, 1 diverged (non-finite loss), 2 refused (flag combinat
 the same command resumes).
 """
 
-from trainers import quiet_start
-
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-from trainers import contrastive  # noqa: E402
-from trainers.harness import cli  # noqa: E402
+from trainers import contrastive
+from trainers.harness import cli
 
 if __name__ == "__main__":
-    cli.main(contrastive.ContrastiveConfig, contrastive.train_contrastive, "train_contrastive")
+    cli.main(
+        contrastive.ContrastiveConfig,
+        lambda config: contrastive.train_contrastive(config),  # the training code, read after check
+        "train_contrastive",
+        check=contrastive.resolve,  # refusals that need no data: before TensorFlow
+    )

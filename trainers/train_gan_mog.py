@@ -15,12 +15,13 @@ Exit status: 0 completed, 1 diverged (non-finite loss), 2 refused (flag combinat
 the same command resumes).
 """
 
-from trainers import quiet_start
-
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-from trainers import gan_mog  # noqa: E402
-from trainers.harness import cli  # noqa: E402
+from trainers import gan_mog
+from trainers.harness import cli
 
 if __name__ == "__main__":
-    cli.main(gan_mog.GanConfig, gan_mog.train_gan_mog, "train_gan_mog")
+    cli.main(
+        gan_mog.GanConfig,
+        lambda config: gan_mog.train_gan_mog(config),  # the training code, read after check
+        "train_gan_mog",
+        check=gan_mog.resolve,  # refusals that need no data: before TensorFlow
+    )

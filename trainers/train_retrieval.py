@@ -13,12 +13,13 @@ an --output_dir in use by another run or holding another configuration), 130 int
 (Ctrl-C; the same command resumes).
 """
 
-from trainers import quiet_start
-
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-from trainers import retrieval  # noqa: E402
-from trainers.harness import cli  # noqa: E402
+from trainers import retrieval
+from trainers.harness import cli
 
 if __name__ == "__main__":
-    cli.main(retrieval.RetrievalConfig, retrieval.train_retrieval, "train_retrieval")
+    cli.main(
+        retrieval.RetrievalConfig,
+        lambda config: retrieval.train_retrieval(config),  # the training code, read after check
+        "train_retrieval",
+        check=retrieval.check,  # refusals that need no data: before TensorFlow
+    )

@@ -16,12 +16,13 @@ corrupt image), 2 refused (flag combination, or an
 (Ctrl-C; the same command resumes).
 """
 
-from trainers import quiet_start
-
-quiet_start.import_tensorflow()  # before TensorFlow loads: without its start-up lines
-
-from trainers import two_head  # noqa: E402
-from trainers.harness import cli  # noqa: E402
+from trainers import two_head
+from trainers.harness import cli
 
 if __name__ == "__main__":
-    cli.main(two_head.TwoHeadConfig, two_head.train_two_head, "train_two_head")
+    cli.main(
+        two_head.TwoHeadConfig,
+        lambda config: two_head.train_two_head(config),  # the training code, read after check
+        "train_two_head",
+        check=two_head.resolve,  # refusals that need no data: before TensorFlow
+    )

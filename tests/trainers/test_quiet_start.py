@@ -1,5 +1,7 @@
 """The programs' entry points start without TensorFlow's start-up log lines
-(`trainers/quiet_start.py`): ``--help`` and a refusal print only what they are about."""
+(`trainers/quiet_start.py`): ``--help`` and a refusal print only what they are about (they
+import no TensorFlow: `test_fast_start.py`), and a run imports TensorFlow without them unless
+the user asks for them."""
 
 import os
 import subprocess
@@ -77,17 +79,31 @@ def test_a_refused_flag_prints_no_tensorflow_start_up_lines(program):
     assert done.stdout == "" and name in done.stderr and "-1" in done.stderr
 
 
-def test_the_users_tf_cpp_min_log_level_wins():
-    """A user who sets TF_CPP_MIN_LOG_LEVEL=0 asked for TensorFlow's start-up lines: shown."""
+@pytest.mark.parametrize("level", [None, "0"])
+def test_the_users_tf_cpp_min_log_level_wins(tmp_path, level):
+    """Once a run starts (TensorFlow imported; here a folder dataset refused when it is read,
+    after the flags' checks), TensorFlow's start-up lines are hidden unless the user set
+    TF_CPP_MIN_LOG_LEVEL=0, which asked for them: then shown."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    if level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = level
     done = subprocess.run(
-        [sys.executable, "-m", "trainers.train_gan_mog", "--help"],
+        [
+            sys.executable,
+            "-m",
+            "trainers.train_retrieval",
+            "--dataset=folder",
+            f"--data_dir={tmp_path / 'missing'}",
+            f"--output_dir={tmp_path / 'run'}",
+        ],
         cwd=ROOT,
-        env=os.environ | {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "0"},
+        env=env | {"PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0 and "oneDNN" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2 and "Dataset directory not found" in done.stderr, done.stderr
+    assert ("oneDNN" in done.stderr) is (level == "0"), done.stderr[-2000:]
 
 
 def test_a_refusal_prints_only_the_refusal():

@@ -34,8 +34,8 @@ from keras import ops
 
 from tf_svmax import checks
 from tf_svmax.ops.spectral import batched_nuclear_norm
+from tf_svmax_args import LORAC_PRIORS as PRIORS  # one table: the trainers' flags read it
 
-PRIORS = ("laplace", "gaussian", "margin")
 # The entries of `LORACLoss`'s ``y_pred`` (the arguments of `lorac_loss`).
 INPUT_KEYS = ("queries", "positive_keys", "negative_keys")
 # The Gaussian prior's centre in the paper's comparison (Sec. 6): c0 = sqrt(5).

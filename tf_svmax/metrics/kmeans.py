@@ -56,8 +56,8 @@ import time
 import numpy as np
 
 from tf_svmax import checks
+from tf_svmax_args import KMEANS_INITS as INITS  # one table: the trainers' flags read it
 
-INITS = ("k-means++", "k-means++-sklearn", "random")
 DRAWS = ("pooled", "sklearn")
 # Candidates drawn ahead at a time by the pooled seeding: rows of one matrix product
 # (pool x n float32: 124 MB at SOP's n), large enough to be compute-bound.

@@ -10,45 +10,25 @@ valid convolution, flattened, a 128-unit dense layer; random weights only). The 
 normalised inside the model by the backbone's own `preprocess_input`.
 """
 
-import os
-
 import keras
 import tensorflow as tf
 
 from tf_svmax import checks
+from tf_svmax_args import (  # noqa: F401 (tf_svmax.models' names, re-exported)
+    APPLICATIONS,
+    BACKBONES,
+    SMALL_BACKBONES,
+    TOY_BACKBONES,
+    WeightsFileError,
+    check_backbone,
+    check_weights_file,
+    default_input_size,
+)
 
-# name -> (keras.applications constructor, preprocess module, default input size)
-APPLICATIONS = {
-    "resnet50": ("ResNet50", "resnet", 224),
-    "mobilenet_v2": ("MobileNetV2", "mobilenet_v2", 224),
-    "inception_v3": ("InceptionV3", "inception_v3", 299),
-    "densenet121": ("DenseNet121", "densenet", 224),
-}
-# small_cnn_bn: the same three convolutions with batch normalization before each ReLU, as the
-# applications have; it trains a softmax head from scratch at the papers' learning rate (0.01),
-# where small_cnn's small activations make that take tens of thousands of steps.
-# small_resnet: ResNet-18's layout (He et al. 2016, the CIFAR variant: a 3 x 3 stem, no max-pool)
-# at widths 16-32-64-128 instead of 64-128-256-512: 0.70 M weights and ~35 M multiply-adds per
-# 32 x 32 image (1/16 of ResNet-18's), a deeper backbone that a 2-core CPU can pretrain.
-SMALL_BACKBONES = ("small_cnn", "small_cnn_bn", "small_resnet")
+# The backbone names, their input sizes and the weights-file check live in `tf_svmax_args` (read
+# by the trainers' flags without Keras); the same objects are this module's.
+# small_resnet's widths: ResNet-18's layout at 16-32-64-128 instead of 64-128-256-512.
 SMALL_RESNET_WIDTHS = (16, 32, 64, 128)
-# mnist_toy: the SVMax paper's network for its 2-D MNIST circle figure (ahmdtaha/svmax @ cc5f1b5b,
-# mnist_embedding.py, ToyModel): Conv2D(32, 3, relu, valid padding) -> Flatten -> Dense(128, relu).
-# No global pooling (so not in SMALL_BACKBONES: pooled_feature_map and XML need one) and no
-# weights file: it starts from Keras' default initialisation, as the original does.
-TOY_BACKBONES = ("mnist_toy",)
-BACKBONES = (*SMALL_BACKBONES, *TOY_BACKBONES, *APPLICATIONS)
-
-
-def default_input_size(backbone):
-    """The input side length a backbone was designed for (None for the small ones: any size)."""
-    _check_backbone(backbone)
-    return APPLICATIONS[backbone][2] if backbone in APPLICATIONS else None
-
-
-def _check_backbone(backbone):
-    if backbone not in BACKBONES:
-        raise ValueError(checks.invalid("backbone", f"one of {list(BACKBONES)}", backbone))
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -138,46 +118,6 @@ def _mnist_toy(backbone, inputs, weights):
     return feature_map_, keras.layers.Dense(128, activation="relu")(flat)
 
 
-class WeightsFileError(ValueError):
-    """A backbone weights file that cannot be used: empty, truncated or not HDF5, not a
-    weights file, or written for another backbone (or number of input channels). The message
-    names the file and what is wrong with it."""
-
-
-def check_weights_file(path):
-    """Returns `path` (a str) if it names a file that reads as HDF5 (the format of Keras'
-    ``.weights.h5`` and legacy ``.h5`` files), without loading it.
-
-    Raises:
-      FileNotFoundError: there is no such file.
-      WeightsFileError: the file is empty, truncated or not HDF5 (the message names it).
-    """
-    import h5py  # Keras' own dependency for weights files
-
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"Backbone weights file not found: {path!r}.")
-    size = os.path.getsize(path)
-    if size == 0:
-        raise WeightsFileError(
-            f"The weights file {path!r} is empty (0 bytes); write it anew (a backbone's "
-            "save_weights, e.g. python -m trainers.pretrain_glyphs)."
-        )
-    try:
-        with h5py.File(path, "r"):
-            pass
-    except OSError as error:
-        # h5py's message says what it found, e.g. "truncated file: eof = 197556, ...,
-        # stored_eof = 395112" or "file signature not found" (not HDF5).
-        reason = str(error).split("(", 1)[-1].rstrip(")") if "(" in str(error) else str(error)
-        raise WeightsFileError(
-            f"The weights file {path!r} ({size} bytes) is not a readable HDF5 weights file "
-            f"({reason}): it is truncated, damaged or of another format; write it anew (a "
-            "backbone's save_weights, e.g. python -m trainers.pretrain_glyphs)."
-        ) from None
-    return path
-
-
 def _load_backbone_weights(backbone_model, path):
     """Loads a weights file into `backbone_model`; raises WeightsFileError naming the file
     when it is unreadable (`check_weights_file`) or does not fit (another backbone's file,
@@ -243,7 +183,7 @@ def _application(backbone, inputs, weights, pooling):
 def feature_map(backbone, inputs, *, weights=None):
     """The backbone's last convolutional feature map ``h`` (unpooled, `[B, H', W', C]`) on
     the Keras tensor `inputs`; `weights` as in `build_embedding_model`."""
-    _check_backbone(backbone)
+    check_backbone(backbone)
     if backbone in SMALL_BACKBONES:
         return _small_backbone(backbone, inputs, weights)[0]
     if backbone in TOY_BACKBONES:
@@ -291,7 +231,7 @@ def build_embedding_model(backbone, *, input_shape, embedding_dim=128, weights=N
       WeightsFileError: the `weights` file is empty, truncated, not HDF5, or does not fit the
         backbone (another backbone's file); the message names the file.
     """
-    _check_backbone(backbone)
+    check_backbone(backbone)
     embedding_dim = checks.check_positive_int(embedding_dim, "embedding_dim")
     inputs = keras.Input(tuple(input_shape), name="images")
     if backbone in SMALL_BACKBONES:

@@ -28,6 +28,10 @@ features on the set's disjoint test classes.
 
     config = ContrastiveConfig(output_dir="/tmp/run", method="lorac")
     results = train_contrastive(config)                   # also in results.json
+
+The config's names are imported with the package; the others (the training code: Keras,
+TensorFlow) when first read (`trainers.harness.lazy`), so that the program's flags are
+defined and checked without them.
 """
 
 from trainers.contrastive.config import (
@@ -37,8 +41,15 @@ from trainers.contrastive.config import (
     prior_start_step,
     resolve,
 )
-from trainers.contrastive.evaluate import augmented_nuclear_norms
-from trainers.contrastive.train import build_model, load_split, train_contrastive, view_batches
+from trainers.harness import lazy
+
+__getattr__ = lazy.attributes(
+    __name__,
+    {
+        "evaluate": ("augmented_nuclear_norms",),
+        "train": ("build_model", "load_split", "train_contrastive", "view_batches"),
+    },
+)
 
 __all__ = [
     "METHODS",

@@ -4,8 +4,8 @@ checks and defaults (`resolve`) and the step the prior starts at."""
 import dataclasses
 import math
 
-from tf_svmax import models
-from tf_svmax.losses.lorac import PRIORS
+import tf_svmax_args as models  # the library's backbone names, without Keras
+from tf_svmax_args import LORAC_PRIORS as PRIORS  # `tf_svmax.losses.lorac.PRIORS`
 from trainers.harness.config import (
     ConfigError,
     RunConfig,

@@ -32,6 +32,10 @@ Evaluation: `num_samples` points from fixed noise, VEEGAN's mode coverage
 
     config = GanConfig(output_dir="/tmp/gan", svmax_lambda=0.01)
     results = train_gan_mog(config)                # also in results.json
+
+The config's names are imported with the package; the others (the training code: Keras,
+TensorFlow) when first read (`trainers.harness.lazy`), so that the program's flags are
+defined and checked without them.
 """
 
 from trainers.gan_mog.config import (
@@ -46,10 +50,17 @@ from trainers.gan_mog.config import (
     resolve,
     svmax_bounds,
 )
-from trainers.gan_mog.evaluate import sample_path
-from trainers.gan_mog.model import build_gan, discriminator_loss, generator_loss
-from trainers.gan_mog.plots import draw_density
-from trainers.gan_mog.train import batches, train_gan_mog
+from trainers.harness import lazy
+
+__getattr__ = lazy.attributes(
+    __name__,
+    {
+        "evaluate": ("sample_path",),
+        "model": ("build_gan", "discriminator_loss", "generator_loss"),
+        "plots": ("draw_density",),
+        "train": ("batches", "train_gan_mog"),
+    },
+)
 
 __all__ = [
     "NOTEBOOK_UNROLL_STEPS",

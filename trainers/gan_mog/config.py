@@ -3,7 +3,6 @@ the mixture's mode weights and the s_mu bounds its fake batches are compared wit
 
 import dataclasses
 
-from tf_svmax import data, ops
 from trainers.harness.config import (
     ConfigError,
     RunConfig,
@@ -156,11 +155,15 @@ def mixture_weights(config):
     """The mode weights of a config's mixture (float64, sum 1), or None for equal weights."""
     if config.mixture == "uniform":
         return None
+    from tf_svmax import data  # a run's: the flags' checks import no Keras
+
     return data.random_mode_weights(config.num_modes, seed=config.mixture_seed)
 
 
 def svmax_bounds(config):
     """``(L, U)`` of s_mu for a `batch_size x 2` batch whose rows have the ring's radius."""
+    from tf_svmax import ops
+
     lower, upper = ops.svmax_bounds(config.batch_size, 2)
     return config.mixture_radius * lower, config.mixture_radius * upper
 

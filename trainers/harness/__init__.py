@@ -4,5 +4,6 @@ and the entry point with its exit codes (`cli`), the run folder (`run_dir`), res
 (`checkpoints`), the training loop with its cadence, trace and NaN guard (`loop`; `custom_fit`
 where Keras' `fit` cannot run), the `tf.distribute` strategy and the multi-worker cluster
 (`distribute`), the image experiments' start (`image_data`: strategy, seed, split, model and
-P x K batches), figure and table writing (`plots`, `tables`), and the runner of the
-`reproduce_*` programs' grids of runs (`grid`)."""
+P x K batches), figure and table writing (`plots`, `tables`), the runner of the
+`reproduce_*` programs' grids of runs (`grid`), and the experiment packages' import of their
+training code when first used (`lazy`: flags are checked before Keras loads)."""

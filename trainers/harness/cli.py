@@ -1,6 +1,16 @@
 """The trainers' command line: flags from the config dataclass, the shared exit codes.
 
-    harness.cli.main(retrieval.RetrievalConfig, retrieval.train_retrieval, "train_retrieval")
+    harness.cli.main(
+        retrieval.RetrievalConfig,
+        lambda config: retrieval.train_retrieval(config),  # read once TensorFlow is imported
+        "train_retrieval",
+        check=retrieval.check,
+    )
+
+Flags are defined, parsed and checked (absl's parsing, the config's fields, the trainer's
+`check`: every refusal that needs no data) before TensorFlow is imported: ``--help`` and a
+refused flag return in under a second, without TensorFlow's start-up lines. TensorFlow is
+imported (`trainers.quiet_start`) when the run starts, then the training code.
 
 Exit status: 0 completed, 1 diverged (non-finite loss) or failed (a named cause, e.g. a corrupt
 image), 2 refused (a flag absl cannot parse, a flag combination the trainer cannot run, an
@@ -10,20 +20,21 @@ the same command resumes).
 
 import sys
 
-import tensorflow as tf
 from absl import flags, logging
 
+from trainers import quiet_start
 from trainers.harness import flags as harness_flags
-from trainers.harness.loop import RunFailed
-from trainers.harness.run_dir import RunRefused, layout
+from trainers.harness.run_dir import RunFailed, RunRefused, layout
 
 EXIT_COMPLETED, EXIT_DIVERGED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def interrupted_message(config):
     """One line: where the run stopped and how to resume it."""
-    if config is None:
+    if config is None or "tensorflow" not in sys.modules:  # stopped while checking the flags
         return "interrupted before the run started."
+    import tensorflow as tf  # imported before the run started
+
     latest = tf.train.latest_checkpoint(layout(config.output_dir)["checkpoints"])
     if latest is None:
         return "interrupted before the first checkpoint; the same command starts the run anew."
@@ -68,9 +79,13 @@ def exit_status(name, body, interrupted):
         return EXIT_INTERRUPTED
 
 
-def main(config_class, train, name, argv=None):
-    """Defines `config_class`'s flags, parses `argv` and runs ``train(config)``; exits with
-    the shared codes. Call once, from the program's ``if __name__ == "__main__"``."""
+def main(config_class, train, name, argv=None, *, check=None):
+    """Defines `config_class`'s flags, parses `argv`, makes the config and refuses what
+    ``check(config)`` refuses (raising `RunRefused`, e.g. `ConfigError`), then imports
+    TensorFlow (`quiet_start.import_tensorflow`) and runs ``train(config)``; exits with the
+    shared codes. Nothing before ``train`` imports Keras or TensorFlow: `train` is where the
+    program imports its training code (e.g. reading a name of its package: `harness.lazy`).
+    Call once, from the program's ``if __name__ == "__main__"``."""
     define_program_flags(config_class)
 
     def run(argv):
@@ -80,6 +95,9 @@ def main(config_class, train, name, argv=None):
 
         def train_from_flags():
             parsed.append(harness_flags.config_from_flags(config_class))
+            if check is not None:
+                check(parsed[0])  # the refusals that need no data, before TensorFlow loads
+            quiet_start.import_tensorflow()
             results = train(parsed[0])
             return EXIT_COMPLETED if results["status"] == "completed" else EXIT_DIVERGED
 

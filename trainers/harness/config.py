@@ -4,8 +4,8 @@ import contextlib
 import dataclasses
 import os
 
-from tf_svmax import models
-from tf_svmax.models.backbones import WeightsFileError, check_weights_file
+# The library's backbone names and weights-file check, without Keras (`tf_svmax.models`' own).
+import tf_svmax_args as models
 from trainers.harness.flags import (
     REQUIRED,
     FlagValueError,
@@ -168,7 +168,7 @@ def resolve_image_run(config, embedded, default_steps):
         raise ConfigError(f"--weights={c.weights} is not a file; expected {kinds}.")
     if c.weights not in (None, "none", "imagenet"):
         with weights_refusals(c):
-            check_weights_file(c.weights)  # empty, truncated, not HDF5: before any data
+            models.check_weights_file(c.weights)  # empty, truncated, not HDF5: before any data
     if c.weights == "imagenet" and c.backbone in models.SMALL_BACKBONES:
         raise ConfigError(
             f"--weights=imagenet: --backbone={c.backbone} has no ImageNet weights; use one of "
@@ -249,7 +249,7 @@ def weights_refusals(config):
     for another backbone; its message names the file) into a refusal (exit 2)."""
     try:
         yield
-    except WeightsFileError as error:
+    except models.WeightsFileError as error:
         raise ConfigError(
             f"--weights={config.weights} --backbone={config.backbone}: {error}"
         ) from None

@@ -22,7 +22,7 @@ import typing
 
 from absl import flags
 
-from tf_svmax import checks  # the library's one validator per kind of argument
+import tf_svmax_args as checks  # the library's validators (`tf_svmax.checks`'), without Keras
 
 REQUIRED = dataclasses.MISSING
 
@@ -180,12 +180,14 @@ def open_fraction(value, name):
     return float(value)
 
 
-def validate(config):
-    """Checks every field of the config dataclass instance against its `option` metadata: the
-    value is one of `choices` and passes `check` (each item of a tuple; a tuple with either
-    must not be empty), and is None only where the field's default is None. Raises
-    FlagValueError naming --field."""
+def validate(config, only=None):
+    """Checks every field of the config dataclass instance (or those named in `only`) against
+    its `option` metadata: the value is one of `choices` and passes `check` (each item of a
+    tuple; a tuple with either must not be empty), and is None only where the field's default
+    is None. Raises FlagValueError naming --field."""
     for field in dataclasses.fields(config):
+        if only is not None and field.name not in only:
+            continue
         meta, value, name = field.metadata, getattr(config, field.name), f"--{field.name}"
         if value is None:
             if field.default is None:

@@ -42,15 +42,13 @@ import time
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ClassVar
 
-import keras
 import numpy as np
 
-from tf_svmax import records
+from trainers import quiet_start
 from trainers.harness import cli
 from trainers.harness import flags as harness_flags
 from trainers.harness.flags import non_negative_int, option, writable_folder
-from trainers.harness.loop import RunFailed, summary
-from trainers.harness.run_dir import RunRefused
+from trainers.harness.run_dir import RunFailed, RunRefused
 from trainers.harness.tables import mean_std
 
 
@@ -86,9 +84,10 @@ class GridConfig:
 def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowed):
     """Defines the flags of `config_class` (and of `trainer`'s config fields named in
     ``borrowed["only"]``, with `define_flags`' defaults and help_overrides), parses `argv`,
-    validates the grid config and runs ``reproduce(config)``; exits with the shared codes.
-    `reproduce` raises `RunRefused` (e.g. `ConfigError`) for what it refuses, before any run
-    (`Runs` refuses its planned runs so)."""
+    validates the grid config and the borrowed flags' values, then imports TensorFlow
+    (`quiet_start.import_tensorflow`) and runs ``reproduce(config)``; exits with the shared
+    codes. `reproduce` raises `RunRefused` (e.g. `ConfigError`) for what it refuses, before any
+    run (`Runs` refuses its planned runs so: the combinations, once TensorFlow is imported)."""
     cli.define_program_flags(
         config_class,
         help_overrides={"table": f"Markdown output (default: <output_dir>/{config_class.TABLE})."},
@@ -103,6 +102,12 @@ def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowe
         def reproduce_from_flags():
             config = harness_flags.config_from_flags(config_class)
             harness_flags.validate(config)
+            if trainer is not None:  # the borrowed trainer flags' values, as each run checks them
+                borrowed_values = harness_flags.config_from_flags(
+                    trainer, output_dir=config.output_dir
+                )
+                harness_flags.validate(borrowed_values, only=borrowed.get("only"))
+            quiet_start.import_tensorflow()  # the flags are checked: the work starts
             reproduce(config)
             return cli.EXIT_COMPLETED
 
@@ -156,6 +161,10 @@ class Runs:
         key, train, config, kwargs = run.key, run.train, run.config, run.kwargs
         name = os.path.basename(os.path.normpath(config.output_dir))
         print(f"[{self.program}] {len(self.all) + 1}/{self.total} {name}", flush=True)
+        import keras  # the training code's, as the first run starts (the flags are checked)
+
+        from trainers.harness.loop import summary
+
         keras.backend.clear_session()
         try:
             results = train(config, **kwargs)
@@ -235,6 +244,8 @@ def write(config, program, text, record, figures, minutes):
     for suffix, draw in figures:
         draw(f"{stem}{suffix}")
         written.append(f"{stem}{suffix}")
+    from tf_svmax import records
+
     records.write_json(f"{stem}.json", record)
     written.append(f"{stem}.json")
     print(text)

@@ -56,7 +56,7 @@ from trainers.harness.distribute import (
     vectors_of_every_replica,
 )
 from trainers.harness.flags import identity
-from trainers.harness.run_dir import RunDirectory, RunRefused, layout
+from trainers.harness.run_dir import RunDirectory, RunFailed, RunRefused, layout
 
 
 @dataclasses.dataclass
@@ -106,11 +106,6 @@ class Job:
     callbacks: Sequence = ()
     diagnose: Callable[[Exception], str | None] | None = None
     summarize: Callable[[dict], dict] = lambda results: {}
-
-
-class RunFailed(RuntimeError):
-    """The run stopped on an error whose cause `Job.diagnose` named, or a multi-worker run
-    lost a worker (exit status 1)."""
 
 
 # What a collective step raises under MultiWorkerMirroredStrategy when a peer is gone (killed,

@@ -16,8 +16,6 @@ import fcntl
 import json
 import os
 
-from tf_svmax import records
-
 # What a folder without a recorded configuration may hold and still take a run: the lock this
 # process took, and a run's own sub-folders (checked below: checkpoints must be empty).
 _RUN_FOLDER_PARTS = {".lock", "checkpoints", "tensorboard"}
@@ -25,6 +23,12 @@ _RUN_FOLDER_PARTS = {".lock", "checkpoints", "tensorboard"}
 
 class RunRefused(ValueError):
     """The folder cannot take this run (exit status 2); the message says why and what to do."""
+
+
+class RunFailed(RuntimeError):
+    """The run stopped on an error whose cause `Job.diagnose` named, or a multi-worker run
+    lost a worker (exit status 1). (Here, beside `RunRefused`, so that the command line
+    `trainers.harness.cli` knows both without importing the training loop.)"""
 
 
 def config_differences(old, new):
@@ -139,6 +143,8 @@ class RunDirectory:
                     f"configuration (differs in: {', '.join(changed)}). Use a new --output_dir "
                     "to start a new run, or the same flags to resume that one."
                 )
+        from tf_svmax import records  # when a run starts: the flags' checks import no Keras
+
         records.write_json(self.paths["config"], self.config)
 
     def previous_results(self):
@@ -146,4 +152,6 @@ class RunDirectory:
         return self._read("results")
 
     def write_results(self, results):
+        from tf_svmax import records
+
         records.write_json(self.paths["results"], results)

@@ -14,10 +14,21 @@ loads into the same backbone.
 
     config = PretrainConfig(output_dir="/tmp/pretrain")      # small_cnn_bn
     results = pretrain(config)                                # also written to results.json
+
+The config's names are imported with the package; the others (the training code: Keras,
+TensorFlow) when first read (`trainers.harness.lazy`), so that the program's flags are
+defined and checked without them.
 """
 
+from trainers.harness import lazy
 from trainers.pretraining.config import ConfigError, PretrainConfig, resolve
-from trainers.pretraining.train import BACKBONE_FILE, batch_indices, pretrain, top_k_accuracies
+
+__getattr__ = lazy.attributes(
+    __name__,
+    {
+        "train": ("BACKBONE_FILE", "batch_indices", "pretrain", "top_k_accuracies"),
+    },
+)
 
 __all__ = [
     "BACKBONE_FILE",

@@ -3,7 +3,7 @@ defaults (`resolve`)."""
 
 import dataclasses
 
-from tf_svmax import models
+import tf_svmax_args as models  # the library's backbone names, without Keras
 from trainers.harness.config import (
     ConfigError,
     RunConfig,

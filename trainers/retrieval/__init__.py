@@ -10,8 +10,13 @@
 
     config = RetrievalConfig(output_dir="/tmp/run")      # glyphs, contrastive + SVMax
     results = train_retrieval(config)                     # also written to results.json
+
+The config's names are imported with the package; the others (the training code: Keras,
+TensorFlow) when first read (`trainers.harness.lazy`), so that the program's flags are
+defined and checked without them.
 """
 
+from trainers.harness import lazy
 from trainers.harness.config import ConfigError
 from trainers.retrieval.config import (
     DATASETS,
@@ -25,16 +30,17 @@ from trainers.retrieval.config import (
     resolve_before_data,
     with_training_classes,
 )
-from trainers.retrieval.inputs import load_split, read_split, train_features, with_loaders
-from trainers.retrieval.model import (
-    build_loss,
-    build_optimizer,
-    build_training_model,
-    head_output,
-)
-from trainers.retrieval.plots import plot_run, run_title
 from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, RankingLoss
-from trainers.retrieval.train import evaluate_untrained, setup, train_retrieval
+
+__getattr__ = lazy.attributes(
+    __name__,
+    {
+        "inputs": ("load_split", "read_split", "train_features", "with_loaders"),
+        "model": ("build_loss", "build_optimizer", "build_training_model", "head_output"),
+        "plots": ("plot_run", "run_title"),
+        "train": ("evaluate_untrained", "setup", "train_retrieval"),
+    },
+)
 
 __all__ = [
     "DATASETS",

@@ -13,8 +13,9 @@ classes with Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bo
 
 import dataclasses
 
-from tf_svmax import checks, data, models
-from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
+import tf_svmax_args as checks  # the library's validators and backbone names, without Keras
+import tf_svmax_args as models
+from tf_svmax_args import KMEANS_INITS  # `tf_svmax.metrics.kmeans.INITS`
 from trainers.harness.config import (
     ConfigError,
     ImageDataConfig,
@@ -43,15 +44,27 @@ DATASETS = ("glyphs", "digits", "digits_closed", "cub200", "cars196", "sop", "fo
 def _digits_closed():
     """All 10 digits in both splits (1,437 train / 360 test), resized to MNIST's 28 x 28: the
     stand-in for MNIST in the SVMax paper's circle figure (a closed-set protocol)."""
+    from tf_svmax import data  # when the data is read: the flags' checks import no Keras
+
     return data.load_digits_closed_set(image_size=28)
 
 
+def _glyphs():
+    """`tf_svmax.data.load_glyphs_open_set()`."""
+    from tf_svmax import data
+
+    return data.load_glyphs_open_set()
+
+
+def _digits():
+    """`tf_svmax.data.load_digits_open_set()`."""
+    from tf_svmax import data
+
+    return data.load_digits_open_set()
+
+
 # Data sets that come with the package (in memory, no --data_dir): name -> loader.
-EMBEDDED = {
-    "glyphs": data.load_glyphs_open_set,
-    "digits": data.load_digits_open_set,
-    "digits_closed": _digits_closed,
-}
+EMBEDDED = {"glyphs": _glyphs, "digits": _digits, "digits_closed": _digits_closed}
 LR_SCHEDULES = ("paper", "constant")
 
 

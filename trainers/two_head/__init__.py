@@ -15,8 +15,13 @@ image in that embedding has the predicted label.
 
     config = TwoHeadConfig(output_dir="/tmp/run", mode="hard")   # glyphs, two-head (hard)
     results = train_two_head(config)                            # also in results.json
+
+The config's names are imported with the package; the others (the training code: Keras,
+TensorFlow) when first read (`trainers.harness.lazy`), so that the program's flags are
+defined and checked without them.
 """
 
+from trainers.harness import lazy
 from trainers.harness.config import ConfigError
 from trainers.two_head.config import (
     DATASETS,
@@ -27,11 +32,17 @@ from trainers.two_head.config import (
     has_embedding_head,
     resolve,
 )
-from trainers.two_head.evaluate import evaluate, retrieval_features
-from trainers.two_head.inputs import check_classes, load_split
-from trainers.two_head.model import build_losses, build_model
-from trainers.two_head.plots import describe, plot_run, run_title
-from trainers.two_head.train import setup, train_two_head
+
+__getattr__ = lazy.attributes(
+    __name__,
+    {
+        "evaluate": ("evaluate", "retrieval_features"),
+        "inputs": ("check_classes", "load_split"),
+        "model": ("build_losses", "build_model"),
+        "plots": ("describe", "plot_run", "run_title"),
+        "train": ("setup", "train_two_head"),
+    },
+)
 
 __all__ = [
     "DATASETS",

@@ -13,8 +13,9 @@ import dataclasses
 
 import numpy as np
 
-from tf_svmax import checks, data, models
-from tf_svmax.metrics.kmeans import INITS as KMEANS_INITS
+import tf_svmax_args as checks  # the library's validators and backbone names, without Keras
+import tf_svmax_args as models
+from tf_svmax_args import KMEANS_INITS  # `tf_svmax.metrics.kmeans.INITS`
 from trainers.harness.config import (
     ConfigError,
     ImageDataConfig,
@@ -40,11 +41,15 @@ DATASETS = ("glyphs", "digits", "fgvr", "folder")
 def _glyph_classes():
     """The glyph set's 142 training classes with 64 renderings each (generated once, then
     cached): the open-set test half stays unseen, for novel-class experiments."""
+    from tf_svmax import data  # when the data is read: the flags' checks import no Keras
+
     split = data.load_glyphs_open_set(images_per_class=64)
     return split["train"][0], split["train"][1], split["characters"]
 
 
 def _digit_classes():
+    from tf_svmax import data
+
     split = data.load_digits_open_set()
     images = np.concatenate([split["train"][0], split["test"][0]])
     return images, np.concatenate([split["train"][1], split["test"][1]]), None

@@ -1,0 +1,136 @@
+"""Every program under trainers/ answers ``--help`` and refuses a bad flag before importing
+Keras, TensorFlow, JAX or PyTorch (issue 44: those take seconds to import; the answer should
+not): the flags are defined from Keras-free modules (`tf_svmax_args`, the experiments' configs)
+and checked before `quiet_start.import_tensorflow` runs.
+
+Each case runs the program as ``python -m`` would (`runpy`, ``__main__``) in a fresh
+interpreter, and reports its exit status and the heavy modules it imported."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trainers import quiet_start
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = sorted(
+    path.stem
+    for path in (ROOT / "trainers").glob("*.py")
+    if 'if __name__ == "__main__"' in path.read_text()
+)
+HEAVY = ("keras", "tensorflow", "jax", "torch")
+
+# Runs trainers.<argv[1]> with argv[2:] as ``python -m`` does and writes its exit status and
+# the heavy modules then imported to the file named by argv[2].
+DRIVER = textwrap.dedent(
+    """
+    import json, runpy, sys
+    program, report, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
+    sys.argv = [program, *flags]
+    try:
+        runpy.run_module("trainers." + program, run_name="__main__", alter_sys=True)
+        code = None
+    except SystemExit as done:
+        code = done.code
+    heavy = sorted(name for name in {heavy} if name in sys.modules)
+    with open(report, "w") as file:
+        json.dump({{"code": code, "heavy": heavy}}, file)
+    """
+).format(heavy=HEAVY)
+
+# One refusal per program, of every kind: (flags, what stderr must name). A bad enum value and
+# a non-number are absl's (at parsing); a value a validator refuses and a flag combination are
+# the config's (`harness.flags.validate`, the trainer's `check`, the grid's options and the
+# trainer flags it borrows).
+REFUSED = {
+    "train_retrieval": [
+        (("--train_steps=0",), "Invalid value for argument `--train_steps`"),
+        (("--weights=imagenet",), "--weights=imagenet: --backbone=small_cnn has no ImageNet"),
+        (("--xbm_start_step=5",), "--xbm_start_step needs --xbm_size > 0"),
+        (("--dataset=cub200",), "--dataset=cub200 needs --data_dir"),
+    ],
+    "train_two_head": [
+        (("--mode=bogus",), "flag --mode=bogus: value should be one of"),
+        (("--mode=softmax", "--regularizer_lambda=1"), "--mode=softmax has no regularizer term"),
+    ],
+    "train_contrastive": [(("--temperature=warm",), "flag --temperature=warm")],
+    "train_gan_mog": [(("--unroll_steps=3",), "--variant=unrolled only")],
+    "pretrain_glyphs": [
+        (
+            ("--images_per_class=4", "--held_out_per_class=4"),
+            "--held_out_per_class (4) must be below --images_per_class (4)",
+        )
+    ],
+    "reproduce_table1": [
+        (("--seeds=-1",), "Invalid value for argument `--seeds`"),
+        (("--train_steps=0",), "Invalid value for argument `--train_steps`"),  # the trainer's
+    ],
+    "reproduce_two_head": [(("--modes=bogus",), "Invalid value for argument `--modes`")],
+    "reproduce_gan_mog": [
+        (("--sweep_seeds=x",), "--sweep_seeds expects a comma-separated list"),
+        (("--learning_rate=-1",), "Invalid value for argument `--learning_rate`"),
+    ],
+    "reproduce_circle": [(("--frames=1",), "Invalid value for argument `--frames`")],
+    "reproduce_lorac_xml": [(("--xml_lambda=2",), "Invalid value for argument `--xml_lambda`")],
+    "glyphs_report": [(("--sample_instances=abc",), "flag --sample_instances=abc")],
+    "glyphs_pretrain_report": [(("--sample_instances=abc",), "flag --sample_instances=abc")],
+}
+
+
+def _run(tmp_path, program, *flags):
+    """``(report, stdout, stderr)`` of the program run with `flags` in `tmp_path` (its default
+    --output_dir is checked for writing there), without a TF_CPP_MIN_LOG_LEVEL of the caller's."""
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, program, str(report), *flags],
+        cwd=tmp_path,
+        env=env | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert report.exists(), done.stderr[-3000:]
+    return json.loads(report.read_text()), done.stdout, done.stderr
+
+
+def _tensorflow_lines(text):
+    """The lines of `text` that TensorFlow's start-up (its C++ logging, absl's notice) writes."""
+    return [
+        line
+        for line in text.splitlines()
+        if quiet_start._LOG_LINE.match(line)
+        or line.startswith(quiet_start._ABSL_NOTICE)
+        or re.search(r"oneDNN|cpu_feature_guard", line)
+    ]
+
+
+def test_every_program_has_a_refusal_here():
+    assert set(REFUSED) == set(PROGRAMS) and len(PROGRAMS) == 12
+
+
+@pytest.mark.parametrize("flag", ["--help", "--helpfull"])
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_help_imports_no_keras_tensorflow_jax_or_torch(tmp_path, program, flag):
+    report, stdout, stderr = _run(tmp_path, program, flag)
+    assert report == {"code": 0, "heavy": []}, stderr[-3000:]
+    assert "--output_dir" in stdout or "--report" in stdout, stdout[:2000]
+    assert not _tensorflow_lines(stdout + stderr), stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "program, flags, message",
+    [(program, flags, message) for program, cases in REFUSED.items() for flags, message in cases],
+)
+def test_a_refused_flag_imports_no_keras_tensorflow_jax_or_torch(tmp_path, program, flags, message):
+    report, stdout, stderr = _run(tmp_path, program, *flags)
+    assert report == {"code": 2, "heavy": []}, stderr[-3000:]
+    assert message in stderr, stderr[-3000:]
+    assert stdout == ""
+    assert not _tensorflow_lines(stderr), stderr[-3000:]
