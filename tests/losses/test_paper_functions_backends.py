@@ -259,6 +259,27 @@ def test_pk_layout_is_refused(rng):
         pk_npair_loss(np.zeros(7, int), x[:7])
 
 
+@pytest.mark.parametrize(
+    ("fn", "kwargs"),
+    [
+        (pk_contrastive_loss, dict(margin=-1.0)),
+        (pk_npair_loss, dict(l2_reg=-0.1)),
+        (pk_npair_loss, dict(l2_reg=None)),
+        (pk_angular_loss, dict(alpha=90.0)),
+        (pk_angular_loss, dict(alpha=True)),
+        (pk_angular_loss, dict(l2_reg=float("nan"))),
+    ],
+)
+def test_pk_functions_refuse_bad_settings_by_name(rng, fn, kwargs):
+    x = rng.standard_normal((8, 3)).astype(np.float32)
+    labels = np.repeat(
+        np.arange(2 if fn is pk_contrastive_loss else 4), 4 if fn is pk_contrastive_loss else 2
+    )
+    (arg,) = kwargs
+    with pytest.raises(ValueError, match=rf"argument `{arg}`.*Received: {arg}="):
+        fn(labels, x, **kwargs)
+
+
 # --- spread-out ---
 
 
