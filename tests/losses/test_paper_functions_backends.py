@@ -259,6 +259,14 @@ def test_pk_layout_is_refused(rng):
         pk_npair_loss(np.zeros(7, int), x[:7])
 
 
+def test_pk_contrastive_docstring_example():
+    got = to_numpy(
+        pk_contrastive_loss(np.repeat([0, 1], 4), np.eye(8, dtype=np.float32), margin=2.0)
+    )
+    near, far = 2.0 + 1e-5, (2.0 - math.sqrt(2.0 + 1e-5)) ** 2
+    np.testing.assert_allclose(got, [near, far, far, near], rtol=RTOL)
+
+
 @pytest.mark.parametrize(
     ("fn", "kwargs"),
     [

@@ -153,8 +153,9 @@ def pk_contrastive_loss(labels, embeddings, *, margin=1.0, batch_k=4):
       `[B / 2]` pair losses (the originals average them).
 
     Example:
-      >>> pk_contrastive_loss([0, 0, 0, 0, 1, 1, 1, 1], keras.ops.eye(8))
-      ... # [1e-5 + 2, (1 - sqrt(2 + 1e-5))^2, the same, 1e-5 + 2] = [2., 0.17, 0.17, 2.]
+      >>> pk_contrastive_loss([0, 0, 0, 0, 1, 1, 1, 1], keras.ops.eye(8), margin=2.0)
+      ... # pairs (0, 1), (4, 3), (2, 5), (6, 7): [2 + 1e-5, (2 - sqrt(2 + 1e-5))^2, the same,
+      ... # 2 + 1e-5] = [2.00001, 0.343, 0.343, 2.00001]
     """
     margin = checks.check_non_negative_number(margin, "margin")
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
