@@ -259,6 +259,35 @@ def test_pk_layout_is_refused(rng):
         pk_npair_loss(np.zeros(7, int), x[:7])
 
 
+def test_pk_contrastive_docstring_example():
+    got = to_numpy(
+        pk_contrastive_loss(np.repeat([0, 1], 4), np.eye(8, dtype=np.float32), margin=2.0)
+    )
+    near, far = 2.0 + 1e-5, (2.0 - math.sqrt(2.0 + 1e-5)) ** 2
+    np.testing.assert_allclose(got, [near, far, far, near], rtol=RTOL)
+
+
+@pytest.mark.parametrize(
+    ("fn", "kwargs"),
+    [
+        (pk_contrastive_loss, dict(margin=-1.0)),
+        (pk_npair_loss, dict(l2_reg=-0.1)),
+        (pk_npair_loss, dict(l2_reg=None)),
+        (pk_angular_loss, dict(alpha=90.0)),
+        (pk_angular_loss, dict(alpha=True)),
+        (pk_angular_loss, dict(l2_reg=float("nan"))),
+    ],
+)
+def test_pk_functions_refuse_bad_settings_by_name(rng, fn, kwargs):
+    x = rng.standard_normal((8, 3)).astype(np.float32)
+    labels = np.repeat(
+        np.arange(2 if fn is pk_contrastive_loss else 4), 4 if fn is pk_contrastive_loss else 2
+    )
+    (arg,) = kwargs
+    with pytest.raises(ValueError, match=rf"argument `{arg}`.*Received: {arg}="):
+        fn(labels, x, **kwargs)
+
+
 # --- spread-out ---
 
 

@@ -13,7 +13,8 @@ import pytest
 from benchmarks.reference_ole import ole_reference
 from tests import backends
 from tests import reference_spectral as ref
-from tf_svmax.losses import OLELoss, RegularizedLoss, SVMaxLoss
+from tf_svmax import losses as L
+from tf_svmax.losses import OLELoss, RegularizedLoss, SVMaxLoss, ole_loss, svmax_loss
 
 BACKENDS = ("tensorflow", "jax", "torch")
 # float32 against float64 references, relative to the largest reference entry.
@@ -55,6 +56,97 @@ def test_ole_loss_value_and_gradient_match_the_reference(rng):
     expected, expected_grad = ole_reference(labels, x.astype(np.float64))
     assert _relative_error(value, 0.5 * expected) < RTOL
     assert _relative_error(grad, 0.5 * expected_grad) < RTOL
+
+
+# float64 against the float64 references: agreement to rounding.
+RTOL64 = 1e-10
+
+
+@pytest.mark.parametrize("dtype", [np.float32, backends.FLOAT64])
+@pytest.mark.parametrize("bounded", [True, False])
+def test_svmax_loss_function_value_and_gradient_match_numpy(rng, bounded, dtype):
+    e = ref.unit_rows(rng, 24, 8, dtype)
+    value, (grad,) = backends.value_and_grad(
+        lambda x: svmax_loss(None, x, lambda_=0.7, bounded=bounded), e
+    )
+    expected, expected_grad = ref.svmax_reference(e, ref.original_bounds(24, 8), bounded=bounded)
+    rtol = RTOL if dtype == np.float32 else RTOL64
+    assert value.dtype == dtype and grad.dtype == dtype
+    assert _relative_error(value, 0.7 * expected) < rtol
+    assert _relative_error(grad, 0.7 * expected_grad) < rtol
+    # Default weight 1; the docstring's example: one direction is the maximum, e.
+    assert _relative_error(backends.to_numpy(svmax_loss(None, e, bounded=bounded)), expected) < rtol
+    assert float(backends.to_numpy(svmax_loss(None, [[1.0, 0.0]] * 4))) == pytest.approx(np.e)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, backends.FLOAT64])
+def test_ole_loss_function_value_and_gradient_match_the_reference(rng, dtype):
+    x = rng.standard_normal((24, 6)).astype(dtype)
+    labels = _labels(24, 4)[rng.permutation(24)]
+    rtol = RTOL if dtype == np.float32 else RTOL64
+    # The default weight is the original's 0.25.
+    value, (grad,) = backends.value_and_grad(lambda e: ole_loss(labels, e), x)
+    expected, expected_grad = ole_reference(labels, x.astype(np.float64))
+    assert value.dtype == dtype and grad.dtype == dtype
+    assert _relative_error(value, 0.25 * expected) < rtol
+    assert _relative_error(grad, 0.25 * expected_grad) < rtol
+    # Every argument reaches the penalty: a delta above some classes' norms, the static ids.
+    norms = [
+        np.linalg.svd(x[labels == c].astype(np.float64), compute_uv=False).sum() for c in range(4)
+    ]
+    delta = float(np.median(norms))
+    value, (grad,) = backends.value_and_grad(
+        lambda e: ole_loss(labels, e, lambda_=0.5, delta=delta, num_classes=4), x
+    )
+    expected, expected_grad = ole_reference(labels, x.astype(np.float64), delta=delta)
+    assert _relative_error(value, 0.5 * expected) < rtol
+    assert _relative_error(grad, 0.5 * expected_grad) < rtol
+
+
+def test_ole_loss_function_docstring_example():
+    x = [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]
+    got = float(backends.to_numpy(ole_loss([0, 0, 1, 1], x)))
+    assert got == pytest.approx(0.25 * (4 - 2 * np.sqrt(2)) / 4, rel=RTOL)
+
+
+def test_the_loss_functions_refuse_bad_arguments_by_name():
+    x = np.eye(4, dtype=np.float32)
+    labels = np.array([0, 0, 1, 1])
+    for kwargs in (dict(lambda_=-1.0), dict(bounded=1), dict(method="qr")):
+        (arg,) = kwargs
+        with pytest.raises(ValueError, match=rf"argument `{arg}`.*Received"):
+            svmax_loss(None, x, **kwargs)
+    for kwargs in (dict(lambda_=-1.0), dict(delta=-1.0), dict(threshold="a"), dict(num_classes=0)):
+        (arg,) = kwargs
+        with pytest.raises(ValueError, match=rf"argument `{arg}`.*Received"):
+            ole_loss(labels, x, **kwargs)
+    with pytest.raises(ValueError, match=r"argument `y_true`.*integer class labels"):
+        ole_loss(None, x)
+
+
+@pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not use XLA on PyTorch")
+def test_ole_loss_function_under_xla_needs_num_classes(rng):
+    x = rng.standard_normal((16, 6)).astype(np.float32)
+    labels = _labels(16, 4)
+    with pytest.raises(ValueError, match=r"num_classes=C"):
+        backends.compiled(lambda e: ole_loss(labels, e))(x)
+    got = backends.to_numpy(backends.compiled(lambda e: ole_loss(labels, e, num_classes=4))(x))
+    assert _relative_error(got, 0.25 * ole_reference(labels, x.astype(np.float64))[0]) < RTOL
+
+
+def test_the_loss_functions_have_string_names_but_no_tensorflow_addons_ones(rng):
+    assert L.get("tf_svmax>svmax_loss") is svmax_loss
+    assert keras.losses.get("tf_svmax>ole_loss") is ole_loss
+    custom = keras.saving.get_custom_objects()
+    assert "Addons>svmax_loss" not in custom and "ole_loss" not in custom
+    # `compile` by name: Keras evaluates the function on the batch (a scalar, its own mean).
+    x = rng.standard_normal((32, 12)).astype(np.float32)
+    model = _linear_model(rng)
+    w0 = backends.to_numpy(model.layers[0].kernel).astype(np.float64)
+    model.compile(loss="tf_svmax>svmax_loss", jit_compile=False)
+    got = model.evaluate(x, np.zeros((32, 8), np.float32), batch_size=32, verbose=0)
+    y = x.astype(np.float64) @ w0
+    assert _relative_error(got, ref.svmax_reference(y, ref.original_bounds(32, 8))[0]) < RTOL
 
 
 def test_regularized_loss_value_and_gradient(rng):

@@ -45,7 +45,7 @@ from tf_svmax.losses.pk_pairs import (
     pk_npair_loss,
 )
 from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss, proxy_anchor_loss
-from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
+from tf_svmax.losses.spectral import OLELoss, SVMaxLoss, ole_loss, svmax_loss
 from tf_svmax.losses.spread_out import (
     SpreadOutDraws,
     SpreadOutLoss,
@@ -81,7 +81,7 @@ _CLASSES = (
 )
 # tensorflow-addons' loss functions, nameable as "tf_svmax>triplet_semihard_loss" like TFA's
 # "Addons>triplet_semihard_loss".
-_FUNCTIONS = (
+_TFA_FUNCTIONS = (
     contrastive_loss,
     lifted_struct_loss,
     npairs_loss,
@@ -89,6 +89,8 @@ _FUNCTIONS = (
     triplet_hard_loss,
     triplet_semihard_loss,
 )
+# Loss functions of the ``(y_true, y_pred)`` form, nameable as "tf_svmax>svmax_loss".
+_FUNCTIONS = (*_TFA_FUNCTIONS, ole_loss, svmax_loss)
 
 __all__ = [
     "get",
@@ -131,6 +133,8 @@ __all__ = [
     "lorac_loss",
     "npairs_loss",
     "npairs_multilabel_loss",
+    "ole_loss",
+    "svmax_loss",
     "triplet_hard_loss",
     "triplet_semihard_loss",
 ]
@@ -149,7 +153,7 @@ _registry.install_tfa_names(
         TripletHardLoss,
         TripletSemiHardLoss,
     ),
-    _FUNCTIONS,
+    _TFA_FUNCTIONS,
 )
 
 

@@ -33,6 +33,7 @@ import keras
 from keras import ops
 
 from tf_svmax import checks
+from tf_svmax.losses._base import LossFunctionWrapper
 from tf_svmax.ops.spectral import batched_nuclear_norm
 from tf_svmax_args import LORAC_PRIORS as PRIORS  # one table: the trainers' flags read it
 
@@ -168,8 +169,15 @@ def lorac_loss(
     return ops.mean(per_view, axis=1)
 
 
+def _lorac_of_outputs(y_true, y_pred, **kwargs):
+    """`lorac_loss` of `LORACLoss`'s ``y_pred`` mapping (`y_true` ignored): the loss class's
+    function, in the ``(y_true, y_pred)`` form that `LossFunctionWrapper` calls."""
+    del y_true  # self-supervised: no labels
+    return lorac_loss(y_pred["queries"], y_pred["positive_keys"], y_pred["negative_keys"], **kwargs)
+
+
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class LORACLoss(keras.losses.Loss):
+class LORACLoss(LossFunctionWrapper, keras.losses.Loss):
     """`lorac_loss` as a Keras loss; the mean over instances (Eq. 13) by default.
 
     ``y_pred`` is a mapping with ``"queries"`` `[N, M-1, C]`, ``"positive_keys"`` `[N, C]` and
@@ -192,21 +200,15 @@ class LORACLoss(keras.losses.Loss):
         reduction="sum_over_batch_size",
         dtype=None,
     ):
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
         # Validated now rather than at the first call; Python floats, so the config is JSON
         # (a NumPy float32 is not JSON-serializable).
-        self.temperature, self.beta, self.prior, self.center, self.constant = _check_settings(
+        temperature, beta, prior, center, constant = _check_settings(
             temperature, beta, prior, center, constant
         )
-
-    def _kwargs(self):
-        return dict(
-            temperature=self.temperature,
-            beta=self.beta,
-            prior=self.prior,
-            center=self.center,
-            constant=self.constant,
+        fn_kwargs = dict(
+            temperature=temperature, beta=beta, prior=prior, center=center, constant=constant
         )
+        super().__init__(_lorac_of_outputs, fn_kwargs, name=name, reduction=reduction, dtype=dtype)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         del y_true  # no labels; Keras' __call__ would try to convert None
@@ -218,11 +220,3 @@ class LORACLoss(keras.losses.Loss):
                 sample_weight, y_pred["queries"], "sample_weight", "y_pred['queries']"
             )
         return super().__call__(ops.zeros([0]), y_pred, sample_weight)
-
-    def call(self, y_true, y_pred):
-        return lorac_loss(
-            y_pred["queries"], y_pred["positive_keys"], y_pred["negative_keys"], **self._kwargs()
-        )
-
-    def get_config(self):
-        return {**super().get_config(), **self._kwargs()}

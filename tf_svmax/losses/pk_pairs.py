@@ -15,7 +15,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
 
 # Added under the square root of the pair distance, as in the original contrastive loss (its
 # README: avoids NaN gradients at zero distance). Note 10e-6 = 1e-5.
@@ -25,12 +25,26 @@ CONTRASTIVE_EPSILON = 1e-5
 _CONTRASTIVE_ORDER = np.array([0, 1, 4, 3, 2, 5, 6, 7])
 
 
-def _check_pk(labels, x, batch_k, expected_k):
-    """Validates a P x K layout; returns labels `[B]`."""
+def _check_batch_k(batch_k, expected_k):
+    """`batch_k`, raising ValueError unless it is the originals' `expected_k`."""
     if batch_k != expected_k:
         raise ValueError(
             checks.invalid("batch_k", f"{expected_k} (the originals' pair layout)", batch_k)
         )
+    return batch_k
+
+
+def _check_alpha(alpha):
+    """`alpha` as a Python float, raising ValueError unless it is an angle in (0, 90) degrees
+    (tan^2 is 0 at 0 and infinite at 90)."""
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < 90:
+        raise ValueError(checks.invalid("alpha", "an angle in degrees in (0, 90)", alpha))
+    return float(alpha)
+
+
+def _check_pk(labels, x, batch_k, expected_k):
+    """Validates a P x K layout; returns labels `[B]`."""
+    _check_batch_k(batch_k, expected_k)
     labels = _common.flat_labels(labels, x, "labels", "embeddings")
     group = 2 * batch_k if expected_k == 4 else batch_k
     rows = x.shape[0]
@@ -129,9 +143,21 @@ def pk_contrastive_loss(labels, embeddings, *, margin=1.0, batch_k=4):
 
     ``d = sqrt(||a - b||^2 + 1e-5)``; ``y d^2 + (1 - y) max(margin - d, 0)^2`` (no 1/2).
 
+    Args:
+      labels: `[B]` labels, K = 4 consecutive rows per class, an even number of classes.
+      embeddings: `[B, D]`.
+      margin: Margin of the dissimilar pairs, a float >= 0 (the SVMax experiments: 1.0).
+      batch_k: Must be 4.
+
     Returns:
       `[B / 2]` pair losses (the originals average them).
+
+    Example:
+      >>> pk_contrastive_loss([0, 0, 0, 0, 1, 1, 1, 1], keras.ops.eye(8), margin=2.0)
+      ... # pairs (0, 1), (4, 3), (2, 5), (6, 7): [2 + 1e-5, (2 - sqrt(2 + 1e-5))^2, the same,
+      ... # 2 + 1e-5] = [2.00001, 0.343, 0.343, 2.00001]
     """
+    margin = checks.check_non_negative_number(margin, "margin")
     x, dtype = _common.embeddings_matrix(embeddings, arg="embeddings")
     first, second, similar = pk_contrastive_pairs(labels, x, batch_k=batch_k)
     d = ops.sqrt(ops.sum(ops.square(first - second), axis=1) + CONTRASTIVE_EPSILON)
@@ -201,11 +227,12 @@ def pk_npair_loss(labels, embeddings, *, l2_reg=0.002):
     Args:
       labels: `[B]` labels, 2 consecutive rows per class.
       embeddings: `[B, D]`.
-      l2_reg: Weight of the L2 term.
+      l2_reg: Weight of the L2 term, a float >= 0.
 
     Returns:
       `[B / 2]` values whose mean is the originals' loss.
     """
+    l2_reg = checks.check_non_negative_number(l2_reg, "l2_reg")
     return _npair_values(*_batch(labels, embeddings), l2_reg=l2_reg)
 
 
@@ -225,9 +252,17 @@ def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002):
     ``f_ij = 4 t (a_i + p_i).p_j``; softmax cross-entropy of each row against the same targets
     as N-pair, plus the same L2 term (``l2_reg = 0`` disables it). Paper: alpha = 45 degrees.
 
+    Args:
+      labels: `[B]` labels, 2 consecutive rows per class.
+      embeddings: `[B, D]`.
+      alpha: The angle in degrees, in (0, 90).
+      l2_reg: Weight of the L2 term, a float >= 0.
+
     Returns:
       `[B / 2]` values whose mean is the originals' loss.
     """
+    alpha = _check_alpha(alpha)
+    l2_reg = checks.check_non_negative_number(l2_reg, "l2_reg")
     return _angular_values(*_batch(labels, embeddings), alpha=alpha, l2_reg=l2_reg)
 
 
@@ -248,21 +283,37 @@ def _angular_values(x, labels, dtype, *, alpha, l2_reg, rows=None):
     return ops.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
 
 
-def _own_pair_parts(values_fn, y_true, y_pred, ref_labels, ref_embeddings, ref_offset):
-    """`reference_parts` of the N-pair and angular losses, split by pairs: the values of the
-    pairs whose anchor row is one of the rows `y_pred` (the reference rows ``ref_offset ..``
-    of the whole P x 2 batch, `ref_embeddings`), against every positive of the batch, and
-    their number (the replicas' numbers add up to B / 2)."""
-    x, labels, rows, dtype = _common.anchors_and_references(
-        y_true, y_pred, ref_labels, ref_embeddings, ref_offset, "labels", "embeddings"
-    )
-    values = values_fn(x, labels, dtype, rows=rows)
-    first, last = _own_pairs(rows)
-    return [_common.LossPart(ops.sum(values), last - first)]
+def _mean_of(values_fn):
+    """The batch-level loss of a per-pair (per-anchor) function: the mean of its values, as
+    the originals average them; in the ``(y_true, y_pred, **kwargs)`` form that
+    `LossFunctionWrapper` calls."""
+
+    def mean(y_true, y_pred, **kwargs):
+        return ops.mean(values_fn(y_true, y_pred, **kwargs))
+
+    return mean
+
+
+def _pair_parts(values_fn):
+    """The ``parts_fn`` (`LossFunctionWrapper`) of the N-pair and angular losses, split by
+    pairs: the values (``values_fn(x, labels, dtype, rows=..., **kwargs)``) of the pairs whose
+    anchor row is one of the rows `y_pred` (the reference rows ``ref_offset ..`` of the whole
+    P x 2 batch, `ref_embeddings`), against every positive of the batch, and their number (the
+    replicas' numbers add up to B / 2)."""
+
+    def parts(y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0, **kwargs):
+        x, labels, rows, dtype = _common.anchors_and_references(
+            y_true, y_pred, ref_labels, ref_embeddings, ref_offset, "labels", "embeddings"
+        )
+        values = values_fn(x, labels, dtype, rows=rows, **kwargs)
+        first, last = _own_pairs(rows)
+        return [_common.LossPart(ops.sum(values), last - first)], dtype
+
+    return parts
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class PKContrastiveLoss(BatchPenaltyLoss):
+class PKContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `pk_contrastive_loss` (mean over the batch's pairs).
 
     The SVMax experiments: L2-normalized embeddings, margin 1.0, 36 x 4 batches, and
@@ -274,21 +325,15 @@ class PKContrastiveLoss(BatchPenaltyLoss):
     """
 
     def __init__(self, margin=1.0, batch_k=4, name="pk_contrastive", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.margin = checks.check_non_negative_number(margin, "margin")
-        if batch_k != 4:
-            raise ValueError(checks.invalid("batch_k", "4 (the originals' pair layout)", batch_k))
-        self.batch_k = batch_k
-
-    def call(self, y_true, y_pred):
-        return ops.mean(pk_contrastive_loss(y_true, y_pred, margin=self.margin))
-
-    def get_config(self):
-        return {**super().get_config(), "margin": self.margin, "batch_k": self.batch_k}
+        fn_kwargs = dict(
+            margin=checks.check_non_negative_number(margin, "margin"),
+            batch_k=_check_batch_k(batch_k, 4),
+        )
+        super().__init__(_mean_of(pk_contrastive_loss), fn_kwargs, name=name, **kwargs)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class PKNpairLoss(BatchPenaltyLoss):
+class PKNpairLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `pk_npair_loss` (mean over anchors); 72 x 2 batches in the paper.
 
     Under a `tf.distribute` strategy each replica computes the anchors of its own rows against
@@ -300,24 +345,18 @@ class PKNpairLoss(BatchPenaltyLoss):
     splits_anchors = True
 
     def __init__(self, l2_reg=0.002, name="pk_npair", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.l2_reg = checks.check_non_negative_number(l2_reg, "l2_reg")
-
-    def call(self, y_true, y_pred):
-        return ops.mean(pk_npair_loss(y_true, y_pred, l2_reg=self.l2_reg))
-
-    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
-        def values(x, labels, dtype, rows):
-            return _npair_values(x, labels, dtype, l2_reg=self.l2_reg, rows=rows)
-
-        return _own_pair_parts(values, y_true, y_pred, ref_labels, ref_embeddings, ref_offset)
-
-    def get_config(self):
-        return {**super().get_config(), "l2_reg": self.l2_reg}
+        fn_kwargs = dict(l2_reg=checks.check_non_negative_number(l2_reg, "l2_reg"))
+        super().__init__(
+            _mean_of(pk_npair_loss),
+            fn_kwargs,
+            parts_fn=_pair_parts(_npair_values),
+            name=name,
+            **kwargs,
+        )
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
-class PKAngularLoss(BatchPenaltyLoss):
+class PKAngularLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `pk_angular_loss` (mean over anchors); 72 x 2 batches in the paper.
 
     Split over the replicas of a `tf.distribute` strategy by anchors (`reference_parts`), as
@@ -327,22 +366,14 @@ class PKAngularLoss(BatchPenaltyLoss):
     splits_anchors = True
 
     def __init__(self, alpha=45.0, l2_reg=0.002, name="pk_angular", **kwargs):
-        super().__init__(name=name, **kwargs)
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < 90:
-            raise ValueError(checks.invalid("alpha", "an angle in degrees in (0, 90)", alpha))
-        self.alpha = float(alpha)
-        self.l2_reg = checks.check_non_negative_number(l2_reg, "l2_reg")
-
-    def call(self, y_true, y_pred):
-        return ops.mean(pk_angular_loss(y_true, y_pred, alpha=self.alpha, l2_reg=self.l2_reg))
-
-    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
-        def values(x, labels, dtype, rows):
-            return _angular_values(
-                x, labels, dtype, alpha=self.alpha, l2_reg=self.l2_reg, rows=rows
-            )
-
-        return _own_pair_parts(values, y_true, y_pred, ref_labels, ref_embeddings, ref_offset)
-
-    def get_config(self):
-        return {**super().get_config(), "alpha": self.alpha, "l2_reg": self.l2_reg}
+        fn_kwargs = dict(
+            alpha=_check_alpha(alpha),
+            l2_reg=checks.check_non_negative_number(l2_reg, "l2_reg"),
+        )
+        super().__init__(
+            _mean_of(pk_angular_loss),
+            fn_kwargs,
+            parts_fn=_pair_parts(_angular_values),
+            name=name,
+            **kwargs,
+        )
