@@ -305,8 +305,8 @@ def test_the_mask_argument_is_checked(rng):
         ValueError, match=r"`ref_mask`.*one entry per row of `ref_embeddings` \(11\)"
     ):
         fn(y[3:7], x[3:7], **refs, ref_mask=mask[:10])
-    with pytest.raises(ValueError, match="`ref_mask`.*bool vector.*int64"):
-        fn(y[3:7], x[3:7], **refs, ref_mask=mask.astype(np.int64))
+    with pytest.raises(ValueError, match="`ref_mask`.*bool vector.*int8"):
+        fn(y[3:7], x[3:7], **refs, ref_mask=mask.astype(np.int8))
     with pytest.raises(ValueError, match="`ref_mask`.*bool vector.*shape"):
         fn(y[3:7], x[3:7], **refs, ref_mask=mask[:, None])
     bad = mask.copy()
