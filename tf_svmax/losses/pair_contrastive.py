@@ -155,17 +155,8 @@ def all_pairs_contrastive_loss(
       (positives ``1 - 0.6`` twice: mean 0.4; negatives ``0.8 - 0.5`` twice, the pairs of
       similarity 0 past the margin: mean 0.3.)
     """
-    parts, dtype = _contrastive_parts(
-        y_true,
-        y_pred,
-        pos_margin,
-        neg_margin,
-        metric,
-        ref_labels,
-        ref_embeddings,
-        ref_offset,
-        ref_mask,
-    )
+    references = (ref_labels, ref_embeddings, ref_offset, ref_mask)
+    parts, dtype = _contrastive_parts(y_true, y_pred, pos_margin, neg_margin, metric, *references)
     return ops.cast(_common.mean_of_parts(parts), dtype)
 
 

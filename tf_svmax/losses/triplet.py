@@ -441,17 +441,8 @@ def triplet_hard_loss(
     Returns:
       A scalar of the embeddings' dtype.
     """
-    parts, dtype = _hard_parts(
-        y_true,
-        y_pred,
-        margin,
-        soft,
-        distance_metric,
-        ref_labels,
-        ref_embeddings,
-        ref_offset,
-        ref_mask,
-    )
+    references = (ref_labels, ref_embeddings, ref_offset, ref_mask)
+    parts, dtype = _hard_parts(y_true, y_pred, margin, soft, distance_metric, *references)
     return ops.cast(_common.mean_of_parts(parts), dtype)
 
 
