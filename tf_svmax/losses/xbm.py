@@ -42,7 +42,7 @@ class CrossBatchMemoryBank(_state_layers.StateLayer):
     with their width. Its variables are non-trainable and, under `tf.distribute`, synchronized
     on read (each replica writes its own copy the same gathered rows: no communication; a
     checkpoint saves the first replica's copy and restores it to all). It compiles under XLA
-    (its loss reads all `size` rows, those not filled masked out) unless its
+    (there its loss reads all `size` rows, those not filled masked out) unless its
     `CrossBatchMemory` wraps a loss without ``accepts_ref_mask``, which sets
     ``supports_jit = False`` here (Keras then compiles the model without XLA).
 
@@ -300,17 +300,16 @@ class CrossBatchMemory(keras.losses.Loss):
     direct call is refused by name, its writes would leak the trace): under XLA the loss reads
     the whole bank, a fixed ``b + M`` reference rows, with ``ref_mask`` marking the filled ones
     (a data-dependent number; the others as if absent, see
-    `tf_svmax.losses.triplet_semihard_loss`), elsewhere the filled rows only (the same value
-    up to float rounding, fewer distances while the memory fills); the writes are scatters on
-    explicit slots. In
-    a JAX train step they reach the layer's variables because the model tracks the layer. A
-    wrapped loss of one's own without ``accepts_ref_mask`` gets the filled rows sliced instead:
-    then the memory layer opts the model out of `jit_compile` (on JAX an uncompiled train step)
-    and a call under XLA is refused by name. The labels are stored as int64, as int32 on JAX
-    without 64-bit types, where labels outside int32 are refused (never wrapped into another
-    class) wherever the loss sees them; a jitted JAX `fit` step gets the labels from Keras
-    already converted to int32 (wrapped: enable 64-bit types, or ``jit_compile=False``, for such
-    labels).
+    `tf_svmax.losses.triplet_semihard_loss`), elsewhere the filled rows only (the same value up
+    to float rounding, fewer distances while the memory fills); the writes are scatters on
+    explicit slots. In a JAX train step they reach the layer's variables because the model
+    tracks the layer. A wrapped loss of one's own without ``accepts_ref_mask`` gets the filled
+    rows sliced instead: then the memory layer opts the model out of `jit_compile` (on JAX an
+    uncompiled train step) and a call under XLA is refused by name. The labels are stored as
+    int64, as int32 on JAX without 64-bit types, where labels outside int32 are refused (never
+    wrapped into another class) wherever the loss sees them; a jitted JAX `fit` step gets the
+    labels from Keras already converted to int32 (wrapped: enable 64-bit types, or
+    ``jit_compile=False``, for such labels).
 
     Under `tf.distribute` (``loss.global_batch=True``, required) the memory holds the global
     batch's rows in replica order, identical on every replica; each replica computes its own
@@ -364,10 +363,10 @@ class CrossBatchMemory(keras.losses.Loss):
                 )
             )
         self.memory = memory
-        # A loss that takes `ref_mask` reads the whole bank (a fixed shape: XLA compiles it);
-        # another one the filled rows, a data-dependent number XLA cannot compile, so the layer
-        # then makes Keras compile a model that holds it without XLA (jit_compile "auto" or
-        # True; on JAX an uncompiled train step).
+        # Under XLA a loss that takes `ref_mask` reads the whole bank (a fixed shape); another
+        # one can only read the filled rows, a data-dependent number XLA cannot compile, so the
+        # layer then makes Keras compile a model that holds it without XLA (jit_compile "auto"
+        # or True; on JAX an uncompiled train step).
         self._masked = bool(getattr(loss, "accepts_ref_mask", False))
         memory.supports_jit = self._masked
         super().__init__(name=name, reduction="sum_over_batch_size", dtype=loss.dtype)
