@@ -16,6 +16,7 @@ from tests.reference_xbm import (
     ref_semihard,
 )
 from tf_svmax import losses
+from tf_svmax.losses import _common
 
 # name: (function, its NumPy reference with the anchors at `offset`, the loss class)
 FUNCTIONS = {
@@ -130,3 +131,185 @@ def test_no_anchors_against_references_give_zero(rng):
         got = backends.to_numpy(fn(y[:0], x[:0], ref_labels=y, ref_embeddings=x, ref_offset=2))
         assert got.shape == ((0,) if name == "batch_hard" else ()), name
         assert np.all(got == 0.0), name
+
+
+# ``ref_mask``: a fixed-size reference set of which only some rows are in use (the cross-batch
+# memory's bank under XLA). A masked row must be as if absent: the NumPy loops run on the kept
+# rows only.
+MASK_CASES = (
+    # (seed, number of references, anchors' offset, anchors' count)
+    (0, 13, 0, 4),
+    (1, 13, 5, 3),
+    (2, 16, 12, 4),
+    (3, 9, 2, 5),
+)
+
+
+def _masked_case(seed, n, offset, b):
+    """References (x, y) with a random mask, True on the anchors' rows; the masked rows hold
+    rows far from every other (5x longer: were they read, they would be each anchor's farthest
+    negative, the semi-hard fallback and the row maxima) of every class."""
+    rng = np.random.default_rng(seed)
+    x, y = random_batch(rng, b=n, dim=4, classes=3)
+    mask = rng.random(n) < 0.5
+    mask[offset : offset + b] = True
+    x[~mask] *= 5.0
+    return x, y, mask
+
+
+def _kept(mask, offset):
+    """The kept rows and the anchors' offset among them."""
+    return np.flatnonzero(mask), int(np.sum(mask[:offset]))
+
+
+@pytest.mark.parametrize("case", MASK_CASES)
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_masked_references_are_the_kept_references(name, case):
+    """Value and gradients with ``ref_mask`` = the NumPy loop's on the kept rows (anchors and
+    kept references), = the call on the kept references (compacted); the masked rows get a zero
+    gradient."""
+    fn, ref, _ = FUNCTIONS[name]
+    seed, n, offset, b = case
+    x, y, mask = _masked_case(seed, n, offset, b)
+    keep, kept_offset = _kept(mask, offset)
+    assert 0 < keep.size - b < n - b  # some references kept, some masked
+
+    def masked(a, r):
+        return fn(
+            y[offset : offset + b],
+            a,
+            ref_labels=y,
+            ref_embeddings=r,
+            ref_offset=offset,
+            ref_mask=mask,
+        )
+
+    def compacted(a, r):
+        return fn(
+            y[offset : offset + b], a, ref_labels=y[keep], ref_embeddings=r, ref_offset=kept_offset
+        )
+
+    anchors = x[offset : offset + b]
+    value, (grad_anchors, grad_refs) = backends.value_and_grad(masked, anchors, x)
+    want = ref(y[keep], x[keep], b, offset=kept_offset)
+    assert want > 0.01
+    backends.assert_close(value, want, backends.RTOL32)
+    grad = backends.numpy_gradient(
+        lambda z: ref(y[keep], z, b, offset=kept_offset), x[keep].astype(np.float64)
+    )
+    anchor_rows = slice(kept_offset, kept_offset + b)
+    backends.assert_close(grad_anchors, grad[anchor_rows], 1e-4)
+    others = np.setdiff1d(keep, np.arange(offset, offset + b))
+    kept_others = np.setdiff1d(np.arange(keep.size), np.arange(kept_offset, kept_offset + b))
+    backends.assert_close(grad_refs[others], grad[kept_others], 1e-4)
+    np.testing.assert_array_equal(grad_refs[~mask], 0.0)
+    np.testing.assert_array_equal(grad_refs[offset : offset + b], 0.0)  # the anchors' places
+
+    # The same computation on fewer columns: equal to float32 rounding (sums over other orders).
+    value_c, (grad_anchors_c, grad_refs_c) = backends.value_and_grad(compacted, anchors, x[keep])
+    np.testing.assert_allclose(value, value_c, rtol=1e-6)
+    np.testing.assert_allclose(grad_anchors, grad_anchors_c, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(grad_refs[keep], grad_refs_c, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_masked_rows_are_never_read(name):
+    """Whatever the masked rows hold (NaN, inf), the value and gradients are unchanged."""
+    fn, _, _ = FUNCTIONS[name]
+    x, y, mask = _masked_case(1, 13, 5, 3)
+    poisoned = x.copy()
+    poisoned[np.flatnonzero(~mask)[0]] = np.nan
+    poisoned[np.flatnonzero(~mask)[-1]] = np.inf
+
+    def masked(r):
+        return fn(y[5:8], r[5:8], ref_labels=y, ref_embeddings=r, ref_offset=5, ref_mask=mask)
+
+    value, (grad,) = backends.value_and_grad(masked, x)
+    value_p, (grad_p,) = backends.value_and_grad(masked, poisoned)
+    np.testing.assert_array_equal(value_p, value)
+    np.testing.assert_array_equal(grad_p, grad)
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_only_the_anchors_in_use_is_the_loss_on_the_anchors(name):
+    """A mask True only on the anchors' rows: the loss of the anchors alone (their own
+    references), value and gradient; with no anchors either, 0."""
+    fn, _, _ = FUNCTIONS[name]
+    x, y, _ = _masked_case(2, 13, 4, 5)
+    mask = np.zeros(13, bool)
+    mask[4:9] = True
+
+    def masked(a):
+        return fn(y[4:9], a, ref_labels=y, ref_embeddings=x, ref_offset=4, ref_mask=mask)
+
+    value, (grad,) = backends.value_and_grad(masked, x[4:9])
+    alone, (grad_alone,) = backends.value_and_grad(lambda a: fn(y[4:9], a), x[4:9])
+    assert alone > 0.01
+    np.testing.assert_allclose(value, alone, rtol=1e-6)
+    np.testing.assert_allclose(grad, grad_alone, rtol=1e-5, atol=1e-7)
+    if name == "batch_hard":
+        fn = losses.batch_hard_triplet_loss
+    none = np.zeros(13, bool)
+    got = backends.to_numpy(
+        fn(y[:0], x[:0], ref_labels=y, ref_embeddings=x, ref_offset=3, ref_mask=none)
+    )
+    assert np.all(got == 0.0), name
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_the_classes_pass_the_mask(name):
+    """`call` and `reference_parts` (through `LossFunctionWrapper`) take ``ref_mask``: the
+    parts' value is the function's; without it they are unchanged."""
+    fn, _, cls = FUNCTIONS[name]
+    x, y, mask = _masked_case(3, 9, 2, 5)
+    loss = cls()
+    assert loss.accepts_ref_mask
+    refs = dict(ref_labels=y, ref_embeddings=x, ref_offset=2)
+    want = backends.to_numpy(fn(y[2:7], x[2:7], **refs, ref_mask=mask))
+    parts = loss.reference_parts(y[2:7], x[2:7], **refs, ref_mask=mask)
+    backends.assert_close(_common.mean_of_parts(parts), want, 1e-6)
+    called = loss.call(y[2:7], x[2:7], **refs, ref_mask=mask)
+    if name == "batch_hard":
+        called = _mean(called)
+    backends.assert_close(called, want, 1e-6)
+    unmasked = backends.to_numpy(fn(y[2:7], x[2:7], **refs))
+    assert abs(unmasked - want) > 1e-3  # the mask changes the value here
+    backends.assert_close(
+        _common.mean_of_parts(loss.reference_parts(y[2:7], x[2:7], **refs)), unmasked, 1e-6
+    )
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_the_mask_compiles(name):
+    """Under the backend's compiler (XLA on TensorFlow and JAX) the masked value is the eager
+    one: the mask is data, the shapes fixed."""
+    fn, _, _ = FUNCTIONS[name]
+    x, y, mask = _masked_case(0, 13, 0, 4)
+
+    def masked(r, m):
+        return fn(y[:4], r[:4], ref_labels=y, ref_embeddings=r, ref_offset=0, ref_mask=m)
+
+    eager = backends.to_numpy(masked(x, mask))
+    got = backends.to_numpy(backends.compiled(masked)(x, mask))
+    np.testing.assert_allclose(got, eager, rtol=1e-6)
+
+
+def test_the_mask_argument_is_checked(rng):
+    x, y = _data(rng)
+    fn = losses.triplet_semihard_loss
+    refs = dict(ref_labels=y, ref_embeddings=x, ref_offset=3)
+    mask = np.ones(N, bool)
+    with pytest.raises(ValueError, match="`ref_mask`.*None without ref_labels"):
+        fn(y, x, ref_mask=mask)
+    with pytest.raises(
+        ValueError, match=r"`ref_mask`.*one entry per row of `ref_embeddings` \(11\)"
+    ):
+        fn(y[3:7], x[3:7], **refs, ref_mask=mask[:10])
+    with pytest.raises(ValueError, match="`ref_mask`.*bool vector.*int8"):
+        fn(y[3:7], x[3:7], **refs, ref_mask=mask.astype(np.int8))
+    with pytest.raises(ValueError, match="`ref_mask`.*bool vector.*shape"):
+        fn(y[3:7], x[3:7], **refs, ref_mask=mask[:, None])
+    bad = mask.copy()
+    bad[5] = False
+    with pytest.raises(ValueError, match="`ref_mask`.*anchors' own rows.*False at row 5"):
+        fn(y[3:7], x[3:7], **refs, ref_mask=bad)

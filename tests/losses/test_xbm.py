@@ -176,7 +176,7 @@ def test_fit_writes_the_memory_and_evaluate_does_not(rng):
     model = _model(xbm)
     model.compile(keras.optimizers.SGD(0.1), loss=xbm)
     x, y = _data(rng)
-    assert not model.jit_compile  # the memory layer opts the model out of XLA
+    assert not model.jit_compile  # Keras' "auto": no XLA on a CPU-only TensorFlow
     model.fit(x, y, batch_size=8, shuffle=False, verbose=0)  # 3 steps: 1 warm-up, 2 written
     assert int(xbm.memory.step.numpy()) == 3
     assert int(xbm.memory.filled.numpy()) == 16

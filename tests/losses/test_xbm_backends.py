@@ -1,9 +1,10 @@
 """CrossBatchMemory on every Keras backend (TensorFlow, JAX, PyTorch) against independent float64
 NumPy references of the wrapped losses over the batch's anchors against (batch ∪ memory): direct
 calls over several steps through a wrapping ring, the memory in `fit` steps (eagerly, and as each
-backend compiles a model holding the memory: a graph on TensorFlow, an uncompiled train step on
-JAX), gradients with the memory a constant, the ring's slots, the XLA refusal, the 2**40 label
-refusal on JAX without 64-bit types, and a `.keras` file read on another backend."""
+backend compiles a model holding the memory: a graph on TensorFlow, a jitted train step on JAX),
+`fit` under XLA against `fit` without it, gradients with the memory a constant, the ring's slots,
+the XLA refusals (a loss without ``ref_mask``, a `jax.jit` outside a train step), the 2**40
+label refusal on JAX without 64-bit types, and a `.keras` file read on another backend."""
 
 import keras
 import numpy as np
@@ -117,7 +118,8 @@ def test_fit_steps_fill_the_memory_and_match_the_reference(rng, run_eagerly):
     xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=10, start_step=1)
     model = _model(xbm)
     model.compile(keras.optimizers.SGD(0.0), loss=xbm, run_eagerly=run_eagerly)
-    assert not model.jit_compile  # the memory layer opts the model out of XLA
+    # Keras' "auto": XLA on JAX (the memory compiles), none on PyTorch or a CPU-only TensorFlow.
+    assert model.jit_compile == (backends.BACKEND == "jax" and not run_eagerly)
     x = rng.standard_normal((24, 5)).astype(np.float32)
     y = rng.integers(0, 3, 24).astype(np.int64)
     y[::8], y[1::8] = 0, 1
@@ -140,11 +142,89 @@ def test_fit_steps_fill_the_memory_and_match_the_reference(rng, run_eagerly):
     assert int(to_numpy(xbm.memory.step)) == 3
 
 
+XLA_LOSSES = {
+    "semihard": losses.TripletSemiHardLoss,
+    "hard": losses.TripletHardLoss,
+    "lifted": losses.LiftedStructLoss,
+    "batch_hard": losses.BatchHardTripletLoss,
+    "contrastive": losses.AllPairsContrastiveLoss,
+}
+
+
 @pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not compile PyTorch with XLA")
-def test_xla_is_declined_in_fit_and_refused_by_name_when_called(rng):
-    # The memory layer's supports_jit=False: Keras compiles the model without XLA even when
-    # asked, so fit keeps filling the memory; a call under the backend's XLA is refused by name.
-    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=10)
+@pytest.mark.parametrize("name", sorted(XLA_LOSSES))
+def test_fit_under_xla_matches_fit_without(rng, name):
+    """TensorFlow's ``jit_compile=True`` and JAX's default (jitted) train step: the same loss at
+    every step and the same memory as ``jit_compile=False``, training (SGD 0.1) through a ring
+    that wraps: 7 steps of 8 rows, 6 of them written (start_step=1) into 20 slots."""
+    x = rng.standard_normal((56, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 56).astype(np.int64)
+    y[::8], y[1::8] = 0, 1
+    runs = {}
+    for xla in (False, True):
+        xbm = CrossBatchMemory(XLA_LOSSES[name](), memory_size=20, start_step=1)
+        model = _model(xbm)
+        default = backends.BACKEND == "jax" and xla  # JAX compiles with XLA by default
+        options = {} if default else {"jit_compile": xla}
+        model.compile(keras.optimizers.SGD(0.1), loss=xbm, **options)
+        assert model.jit_compile == xla
+        steps = [
+            float(to_numpy(model.train_on_batch(x[i : i + 8], y[i : i + 8])))
+            for i in range(0, 56, 8)
+        ]
+        runs[xla] = np.array(steps), _state(xbm.memory), model.get_weights()
+    (plain, plain_state, plain_weights), (xla, xla_state, xla_weights) = runs[False], runs[True]
+    assert np.all(plain > 0.0)
+    np.testing.assert_allclose(xla, plain, rtol=RTOL32)
+    assert int(plain_state["filled"]) == 20 and int(plain_state["pointer"]) == 48 % 20
+    assert int(plain_state["step"]) == 7
+    for key in ("labels", "pointer", "filled", "step"):
+        np.testing.assert_array_equal(xla_state[key], plain_state[key], err_msg=key)
+    # Every slot holds a written (unit) row.
+    np.testing.assert_allclose(np.linalg.norm(plain_state["embeddings"], axis=1), 1.0, rtol=1e-5)
+    _assert_close_at_scale(xla_state["embeddings"], plain_state["embeddings"])
+    for got, want in zip(xla_weights, plain_weights, strict=True):
+        _assert_close_at_scale(got, want)
+
+
+def _assert_close_at_scale(got, want):
+    """Within 1e-5 relative to the array's scale (its largest magnitude): after 7 SGD steps
+    float32 rounding leaves ~1e-6 on every entry, also on the small ones (a 0.0757 entry of a
+    unit row differed by 1.2e-6 on TensorFlow)."""
+    want = np.asarray(want)
+    scale = float(np.abs(want).max()) if want.size else 0.0
+    np.testing.assert_allclose(got, want, rtol=RTOL32, atol=RTOL32 * scale)
+
+
+@pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not compile PyTorch with XLA")
+def test_a_call_under_xla(rng):
+    """TensorFlow: a ``tf.function(jit_compile=True)`` of a call is the eager call, and writes
+    the memory. JAX: a `jax.jit` outside a train step is refused by name (the variables' writes
+    would leak the trace; a Keras train step carries them out)."""
+    x, y = random_batch(rng, b=8)
+    make = losses.TripletSemiHardLoss
+    eager, compiled = (CrossBatchMemory(make(), memory_size=10) for _ in range(2))
+    compiled.memory.build(x.shape)  # (a traced call needs it built, as in a model)
+    call = backends.compiled(lambda labels, rows: compiled(labels, rows))
+    if backends.BACKEND == "jax":
+        with pytest.raises(ValueError, match="CrossBatchMemory under jax.jit outside"):
+            call(y, x)
+        return
+    for _ in range(3):  # the ring wraps at the third
+        x, y = random_batch(rng, b=8)
+        assert_close(to_numpy(call(y, x)), to_numpy(eager(y, x)), RTOL32)
+    for variable, other in zip(compiled.memory.weights, eager.memory.weights, strict=True):
+        np.testing.assert_array_equal(to_numpy(variable), to_numpy(other))
+    assert int(to_numpy(compiled.memory.filled)) == 10
+
+
+@pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not compile PyTorch with XLA")
+def test_a_loss_without_ref_mask_declines_xla(rng):
+    # A loss of one's own without ``accepts_ref_mask`` gets the filled rows sliced: the memory
+    # layer's supports_jit=False makes Keras compile the model without XLA even when asked, so
+    # fit keeps filling the memory; a call under the backend's XLA is refused by name.
+    xbm = CrossBatchMemory(MeanPositiveDistance(), memory_size=10)
+    assert not xbm.memory.supports_jit
     model = _model(xbm)
     model.compile(keras.optimizers.SGD(0.1), loss=xbm, jit_compile=True)
     assert not model.jit_compile
@@ -152,9 +232,10 @@ def test_xla_is_declined_in_fit_and_refused_by_name_when_called(rng):
     model.train_on_batch(x, y)
     assert int(to_numpy(xbm.memory.filled)) == 8
     embeddings = model.predict(x, verbose=0)
-    with pytest.raises(ValueError, match="CrossBatchMemory cannot run under XLA"):
+    with pytest.raises(ValueError, match="cannot run under XLA.*MeanPositiveDistance.*ref_mask"):
         backends.compiled(lambda labels, rows: xbm(labels, rows))(y, embeddings)
     assert int(to_numpy(xbm.memory.filled)) == 8
+    assert CrossBatchMemory(losses.TripletHardLoss(), memory_size=10).memory.supports_jit
 
 
 @pytest.mark.skipif(not _backend.jax_without_x64(), reason="JAX without 64-bit types only")
@@ -167,9 +248,10 @@ def test_labels_outside_int32_are_refused_on_jax_without_x64(rng):
     assert not xbm.memory.built  # refused before the memory was touched
     xbm(y, x)
     assert xbm.memory.labels.dtype == "int32"  # JAX has no int64 without x64
-    # In fit too (the uncompiled train step hands the loss the NumPy labels).
+    # In an uncompiled fit too (its train step hands the loss the NumPy labels; a jitted one
+    # gets them from Keras already converted to int32, wrapped: docs/guide/backends.md).
     model = _model(xbm)
-    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm, jit_compile=False)
     inputs = rng.standard_normal((8, 5)).astype(np.float32)
     with pytest.raises(ValueError, match="y_true"):
         model.fit(inputs, np.arange(8) % 3 + 2**40, batch_size=8, verbose=0)
@@ -239,7 +321,9 @@ class MeanPositiveDistance(keras.losses.Loss):
         ops = keras.ops
         y_true, ref_labels = ops.reshape(y_true, [-1]), ops.reshape(ref_labels, [-1])
         d2 = ops.sum(ops.square(y_pred[:, None, :] - ref_embeddings[None, :, :]), axis=-1)
-        itself = ops.one_hot(ops.arange(ops.shape(y_pred)[0]) + ref_offset, d2.shape[1])
+        # (No static reference count: a traced step slices the memory's filled rows.)
+        columns = ops.arange(ops.shape(ref_labels)[0])
+        itself = ops.equal((ops.arange(ops.shape(y_pred)[0]) + ref_offset)[:, None], columns)
         same = ops.cast(ops.equal(y_true[:, None], ref_labels[None, :]), d2.dtype)
         positives = same * (1.0 - ops.cast(itself, d2.dtype))
         return [losses.LossPart(ops.sum(d2 * positives), ops.sum(positives))]

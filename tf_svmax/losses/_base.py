@@ -53,7 +53,9 @@ class LabelLoss(keras.losses.Loss):
     (`tf_svmax.losses.LossPart`: sums and their normalizers over the anchors), whose totals
     and counts add up over disjoint anchor sets. A batch-level loss whose split is not over
     reference rows (pairs, proxies) may define `reference_parts` alone, with
-    ``splits_anchors``: the replica split uses it, `CrossBatchMemory` does not.
+    ``splits_anchors``: the replica split uses it, `CrossBatchMemory` does not. A loss with
+    ``accepts_ref_mask = True`` also takes ``ref_mask`` there (a bool `[R]`: the reference rows
+    in use, the others as if absent; see `tf_svmax.losses.triplet_semihard_loss`).
     """
 
     # One value per sample (`call` returns `[B]`) rather than one scalar per batch.
@@ -62,6 +64,9 @@ class LabelLoss(keras.losses.Loss):
     # and `reference_parts` gives its value's parts for them (`CrossBatchMemory` wraps such
     # losses).
     accepts_reference_rows = False
+    # Whether `call` and `reference_parts` also take ``ref_mask`` (the reference rows in use):
+    # `CrossBatchMemory` then passes its whole fixed-size bank, which compiles under XLA.
+    accepts_ref_mask = False
     # Whether the replica split applies (see above): set by losses that accept reference rows
     # and by batch-level ones whose `reference_parts` splits something else (pairs, proxies).
     splits_anchors = False
@@ -89,7 +94,9 @@ class LabelLoss(keras.losses.Loss):
             reduce = self._per_sample if self.per_sample else self._batch_level
             return reduce(context, local, y_true, y_pred, weights)
 
-    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
+    def reference_parts(
+        self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0, ref_mask=None
+    ):
         """The value's parts (a list of `LossPart`) for the anchors `y_true`, `y_pred`
         against the reference rows: ``sum(total / count)`` is the value, and the totals and
         counts of disjoint anchor sets add up. None here: no reference rows."""
@@ -219,7 +226,9 @@ class PerSampleLabelLoss(LabelLoss):
 
     per_sample = True
 
-    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
+    def reference_parts(
+        self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0, ref_mask=None
+    ):
         if not self.accepts_reference_rows:
             return None
         if self.reduction not in ("sum", "sum_over_batch_size"):
@@ -228,9 +237,7 @@ class PerSampleLabelLoss(LabelLoss):
                     "reduction", "'sum' or 'sum_over_batch_size' (one value)", self.reduction
                 )
             )
-        references = dict(
-            ref_labels=ref_labels, ref_embeddings=ref_embeddings, ref_offset=ref_offset
-        )
+        references = _references(ref_labels, ref_embeddings, ref_offset, ref_mask)
         values = self.call(y_true, y_pred, **references)
         count = None if self.reduction == "sum" else ops.shape(values)[0]
         return [_common.LossPart(ops.sum(values), count)]
@@ -260,18 +267,12 @@ class LossFunctionWrapper:
     def call(self, y_true, y_pred, **references):
         return self._fn(y_true, y_pred, **references, **self._fn_kwargs())
 
-    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
+    def reference_parts(
+        self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0, ref_mask=None
+    ):
+        references = _references(ref_labels, ref_embeddings, ref_offset, ref_mask)
         if self._parts_fn is None:
-            return super().reference_parts(
-                y_true,
-                y_pred,
-                ref_labels=ref_labels,
-                ref_embeddings=ref_embeddings,
-                ref_offset=ref_offset,
-            )
-        references = dict(
-            ref_labels=ref_labels, ref_embeddings=ref_embeddings, ref_offset=ref_offset
-        )
+            return super().reference_parts(y_true, y_pred, **references)
         parts, _ = self._parts_fn(y_true, y_pred, **references, **self._fn_kwargs())
         return parts
 
@@ -281,6 +282,15 @@ class LossFunctionWrapper:
             value = getattr(self, key)
             config[key] = keras.saving.serialize_keras_object(value) if callable(value) else value
         return config
+
+
+def _references(ref_labels, ref_embeddings, ref_offset, ref_mask):
+    """The reference rows as keyword arguments; ``ref_mask`` only when given (a loss of one's
+    own that `CrossBatchMemory` wraps without ``accepts_ref_mask`` need not take it)."""
+    references = dict(ref_labels=ref_labels, ref_embeddings=ref_embeddings, ref_offset=ref_offset)
+    if ref_mask is not None:
+        references["ref_mask"] = ref_mask
+    return references
 
 
 def deserialize_callable(value):

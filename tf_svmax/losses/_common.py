@@ -86,6 +86,55 @@ def anchors_and_references(
     return x, labels, (start, count), dtype
 
 
+def reference_mask(ref_mask, x, rows):
+    """``(x, valid)``: the reference set `x` (from `anchors_and_references`, the anchors at
+    ``rows``) with its rows outside `ref_mask` zeroed, and the bool `[R]` rows that are
+    references (None, and `x` unchanged, when `ref_mask` is None: every row is one).
+
+    `ref_mask` is a bool `[R]` over the reference rows: a False row is neither a positive nor a
+    negative of any anchor, as if it were absent (the losses also leave it out of their masked
+    reductions and their normalizers). Zeroing its embedding makes that hold whatever it holds
+    (NaN, inf) and gives it a zero gradient. The anchors' own rows are always references: a
+    False there is refused where the mask's values are known (eagerly), and counts as True
+    inside a trace (`jit_compile`, `jax.jit`), where they are not.
+    """
+    if ref_mask is None:
+        return x, None
+    if rows is None:
+        raise ValueError(
+            checks.invalid("ref_mask", "None without ref_labels and ref_embeddings", "<mask>")
+        )
+    mask = checks.to_tensor(ref_mask, "ref_mask")
+    dtype = keras.backend.standardize_dtype(mask.dtype)
+    shape = checks.static_shape(mask)
+    if dtype != "bool" or (shape is not None and len(shape) != 1):
+        raise ValueError(
+            checks.invalid(
+                "ref_mask",
+                "a bool vector [R] (one entry per reference row)",
+                f"<tensor of dtype {dtype} and shape {shape}>",
+            )
+        )
+    mask = checks.same_rows(mask, x, "ref_mask", "ref_embeddings", unit="entry")
+    start, count = rows
+    index = ops.arange(ops.shape(x)[0], dtype="int32")
+    own = ops.logical_and(index >= start, index < start + count)
+    values = _backend.concrete_values(mask)
+    if values is not None:
+        own_values = _backend.concrete_values(own)
+        if own_values is not None and not np.all(values[own_values]):
+            row = int(np.flatnonzero(own_values & ~values)[0])
+            raise ValueError(
+                checks.invalid(
+                    "ref_mask",
+                    "True at the anchors' own rows (ref_offset .. ref_offset + batch_size - 1)",
+                    f"<mask False at row {row}>",
+                )
+            )
+    valid = ops.logical_or(mask, own)
+    return ops.where(valid[:, None], x, ops.zeros_like(x)), valid
+
+
 def _is_zero(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value == 0
 
@@ -167,16 +216,20 @@ def label_masks(labels):
     return same, ops.logical_and(same, ops.logical_not(eye))
 
 
-def anchor_masks(labels, rows=None):
+def anchor_masks(labels, rows=None, valid=None):
     """``(positives, negatives)`` of the anchors ``rows = (start, count)`` (all rows when None)
-    against the whole set: boolean `[count, B]`; positives exclude each anchor itself."""
+    against the whole set: boolean `[count, B]`; positives exclude each anchor itself. `valid`
+    (bool `[B]`, `reference_mask`): only those columns are positives or negatives."""
     if rows is None:
         same, positives = label_masks(labels)
         return positives, ops.logical_not(same)
     start, count = rows
     same = ops.equal(labels[start : start + count, None], labels[None, :])
     itself = ops.cast(ops.one_hot(ops.arange(count) + start, ops.shape(labels)[0]), "bool")
-    return ops.logical_and(same, ops.logical_not(itself)), ops.logical_not(same)
+    positives, negatives = ops.logical_and(same, ops.logical_not(itself)), ops.logical_not(same)
+    if valid is None:
+        return positives, negatives
+    return ops.logical_and(positives, valid[None, :]), ops.logical_and(negatives, valid[None, :])
 
 
 def positive_pair_count(labels, dtype):
@@ -187,23 +240,40 @@ def positive_pair_count(labels, dtype):
     return ops.cast(same, dtype) - ops.cast(ops.shape(labels)[0], dtype)
 
 
-def masked_max(data, mask, axis=1):
+def masked_max(data, mask, axis=1, valid=None):
     """Max of `data` over `mask` along `axis` (kept); the minimum along `axis` where it is empty.
 
     Written as ``max((data - min) * mask) + min``, the formulation tensorflow-addons uses: the
     values are the masked maxima, and at exact ties (a masked-out entry ties with the shifted
     zero) TensorFlow's max gradient is split among the tied entries exactly as in TFA.
+
+    `valid` (bool, broadcast against `data`; `reference_mask`): the entries that exist; the
+    others take part in neither reduction nor tie (as if `data` had only the valid ones).
     """
     data = ops.convert_to_tensor(data)
-    low = _reduce(ops.min, data, axis)
-    return _reduce(ops.max, (data - low) * ops.cast(mask, data.dtype), axis) + low
+    if valid is None:
+        low = _reduce(ops.min, data, axis)
+        return _reduce(ops.max, (data - low) * ops.cast(mask, data.dtype), axis) + low
+    low = _reduce(ops.min, _outside(valid, data, np.inf), axis)
+    shifted = _outside(valid, (data - low) * ops.cast(mask, data.dtype), -np.inf)
+    return _reduce(ops.max, shifted, axis) + low
 
 
-def masked_min(data, mask, axis=1):
-    """Min of `data` over `mask` along `axis` (kept); the maximum where it is empty."""
+def masked_min(data, mask, axis=1, valid=None):
+    """Min of `data` over `mask` along `axis` (kept); the maximum where it is empty. `valid` as
+    in `masked_max`."""
     data = ops.convert_to_tensor(data)
-    high = _reduce(ops.max, data, axis)
-    return _reduce(ops.min, (data - high) * ops.cast(mask, data.dtype), axis) + high
+    if valid is None:
+        high = _reduce(ops.max, data, axis)
+        return _reduce(ops.min, (data - high) * ops.cast(mask, data.dtype), axis) + high
+    high = _reduce(ops.max, _outside(valid, data, -np.inf), axis)
+    shifted = _outside(valid, (data - high) * ops.cast(mask, data.dtype), np.inf)
+    return _reduce(ops.min, shifted, axis) + high
+
+
+def _outside(valid, data, fill):
+    """`data` with `fill` (an identity of the reduction that follows) where `valid` is False."""
+    return ops.where(valid, data, ops.full_like(data, fill))
 
 
 def _reduce(reduction, data, axis):

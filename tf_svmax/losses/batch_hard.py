@@ -42,6 +42,7 @@ def batch_hard_triplet_loss(
     ref_labels=None,
     ref_embeddings=None,
     ref_offset=0,
+    ref_mask=None,
 ):
     """Per-anchor batch-hard triplet loss.
 
@@ -67,6 +68,8 @@ def batch_hard_triplet_loss(
         (a replica's anchors of a gathered global batch, a batch against a cross-batch memory).
       ref_embeddings: Optional `[m, D]` reference embeddings (with `ref_labels`).
       ref_offset: The anchors' first row among the references (default 0).
+      ref_mask: Optional bool `[m]`: the reference rows in use (default: all), as in
+        `tf_svmax.losses.triplet_semihard_loss` (a False row is no positive and no negative).
 
     Returns:
       `[B]` losses in the embeddings' dtype (half precision computed in float32).
@@ -76,11 +79,16 @@ def batch_hard_triplet_loss(
     x, labels, rows, dtype = _common.anchors_and_references(
         labels, embeddings, ref_labels, ref_embeddings, ref_offset, "labels", "embeddings"
     )
+    x, valid = _common.reference_mask(ref_mask, x, rows)
     dist = distances.distance_matrix(x, metric, rows=rows)
-    positives, negatives = _common.anchor_masks(labels, rows)
+    positives, negatives = _common.anchor_masks(labels, rows, valid)
 
     # Farthest positive (0 where there is none) and closest negative.
-    farthest_positive = _row_reduce("max", dist * ops.cast(positives, dist.dtype))
+    positive_dist = dist * ops.cast(positives, dist.dtype)
+    if valid is not None:
+        # A column not in use ties with no zero of the max (its gradient is split as without it).
+        positive_dist = ops.where(valid[None, :], positive_dist, float("-inf"))
+    farthest_positive = _row_reduce("max", positive_dist)
     has_negative = ops.any(negatives, axis=1)
     closest_negative = _row_reduce("min", ops.where(negatives, dist, float("inf")))
     # +inf for anchors without negatives; replaced before any arithmetic touches it.
@@ -120,6 +128,7 @@ class BatchHardTripletLoss(LossFunctionWrapper, PerSampleLabelLoss):
 
     splits_anchors = True
     accepts_reference_rows = True
+    accepts_ref_mask = True
 
     def __init__(self, margin=0.2, metric="euclidean", name="batch_hard_triplet", **kwargs):
         fn_kwargs = {

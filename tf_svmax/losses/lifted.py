@@ -4,7 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from tf_svmax import checks
+from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
 from tf_svmax.ops import distances
@@ -19,6 +19,7 @@ def lifted_struct_loss(
     ref_labels=None,
     ref_embeddings=None,
     ref_offset=0,
+    ref_mask=None,
 ):
     """Lifted structured loss over all positive pairs of the batch.
 
@@ -47,6 +48,9 @@ def lifted_struct_loss(
         rows when the classes are scattered.
       ref_embeddings: Optional `[m, dim]` reference embeddings (with `ref_labels`).
       ref_offset: The anchors' first row among the references (default 0).
+      ref_mask: Optional bool `[m]`: the reference rows in use (default: all), as in
+        `tf_svmax.losses.triplet_semihard_loss` (a False row is in no pair and no negative
+        sum, as if absent).
 
     Returns:
       A scalar of the embeddings' dtype. 0 when the batch has no positive pair, and pairs with
@@ -55,26 +59,34 @@ def lifted_struct_loss(
       tensorflow-addons' is not (it differentiates through the shift).
     """
     parts, dtype = _lifted_parts(
-        labels, embeddings, margin, squared, ref_labels, ref_embeddings, ref_offset
+        labels, embeddings, margin, squared, ref_labels, ref_embeddings, ref_offset, ref_mask
     )
     return ops.cast(_common.mean_of_parts(parts), dtype)
 
 
-def _lifted_parts(labels, embeddings, margin, squared, ref_labels, ref_embeddings, ref_offset):
+def _lifted_parts(
+    labels, embeddings, margin, squared, ref_labels, ref_embeddings, ref_offset, ref_mask=None
+):
     """``([LossPart(0.25 * sum of squared hinges, #positive pairs / 2)], dtype)`` of
     `lifted_struct_loss`'s anchors."""
     x, labels, anchors, dtype = _common.anchors_and_references(
         labels, embeddings, ref_labels, ref_embeddings, ref_offset, "labels", "embeddings"
     )
+    x, valid = _common.reference_mask(ref_mask, x, anchors)
     if anchors is None:
         window, own = None, None
     else:
-        window = _class_window(labels, anchors)
+        if keras.backend.backend() == "jax" and _backend.in_xla_context():
+            # Under `jax.jit` a slice's bounds must be static: every row (the same pairs, only
+            # more distance rows computed).
+            window = (0, labels.shape[0])
+        else:
+            window = _class_window(labels, anchors, valid)
         # The anchors' place in the window (they are its rows own .. own + count - 1).
         own = anchors[0] - window[0]
     pdist = distances.pairwise_distance(x, squared=squared, rows=window)  # [n, b]
-    positives, negatives = _common.anchor_masks(labels, window)
-    shift, scaled = _negative_sums(margin, pdist, negatives)  # [n, 1] each
+    positives, negatives = _common.anchor_masks(labels, window, valid)
+    shift, scaled = _negative_sums(margin, pdist, negatives, valid)  # [n, 1] each
     row_shift, column_shift = shift, ops.transpose(shift)
     row_scaled, column_scaled = scaled, ops.transpose(scaled)
     if window is not None:
@@ -105,19 +117,21 @@ def _lifted_parts(labels, embeddings, margin, squared, ref_labels, ref_embedding
     if anchors is None:
         num_pairs = _common.positive_pair_count(labels, x.dtype) / 2.0
     else:
-        first_rows, _ = _common.anchor_masks(labels, anchors)
+        first_rows, _ = _common.anchor_masks(labels, anchors, valid)
         num_pairs = ops.cast(ops.count_nonzero(first_rows), x.dtype) / 2.0
     return [_common.LossPart(total, num_pairs)], dtype
 
 
-def _class_window(labels, anchors):
+def _class_window(labels, anchors, valid=None):
     """``(start, size)``: the smallest range of rows holding the rows ``anchors = (start,
-    count)`` and every row of their classes (``(start, 0)`` for no anchors)."""
+    count)`` and every (`valid`) row of their classes (``(start, 0)`` for no anchors)."""
     start, count = anchors
     b = ops.shape(labels)[0]
     own_labels = labels[start : start + count]
     # Rows sharing a class with an anchor (the anchors among them): a [count, b] comparison.
     needed = ops.any(ops.equal(own_labels[:, None], labels[None, :]), axis=0)
+    if valid is not None:
+        needed = ops.logical_and(needed, valid)
     index = ops.arange(b, dtype="int32")
     first = ops.min(ops.where(needed, index, b))
     end = ops.max(ops.where(needed, index + 1, 0))
@@ -125,13 +139,15 @@ def _class_window(labels, anchors):
     return ops.where(has_anchors, first, start), ops.where(has_anchors, end - first, 0)
 
 
-def _negative_sums(margin, pdist, negatives):
+def _negative_sums(margin, pdist, negatives, valid=None):
     """Per row: ``sum_{k in neg} exp(margin - d_k)`` as ``(shift, scaled)``, each `[n, 1]`,
-    the sum being ``scaled * exp(shift)`` (kept apart so that exp() stays in range)."""
+    the sum being ``scaled * exp(shift)`` (kept apart so that exp() stays in range); `valid`:
+    the columns in use (None: all)."""
     diff = margin - pdist
+    columns = None if valid is None else valid[None, :]
     # The shifts only keep exp() in range; the log-sum-exp is invariant to them, so they carry no
     # gradient (letting it flow breaks at ties between two rows' shifts, as it does in TFA).
-    shift = ops.stop_gradient(_common.masked_max(diff, negatives))  # [n, 1]
+    shift = ops.stop_gradient(_common.masked_max(diff, negatives, valid=columns))  # [n, 1]
     # The exponent is masked before exp: an unselected overflow would still poison the gradient.
     zero = ops.zeros_like(diff)
     exponent = ops.where(negatives, diff - shift, zero)
@@ -161,6 +177,7 @@ class LiftedStructLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
     splits_anchors = True
     accepts_reference_rows = True
+    accepts_ref_mask = True
 
     def __init__(self, margin=1.0, squared=False, name="lifted_struct_loss", **kwargs):
         fn_kwargs = dict(

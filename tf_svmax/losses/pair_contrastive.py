@@ -54,11 +54,11 @@ def _l2_normalize(x):
     return distances._l2_normalize_rows(x)
 
 
-def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows):
+def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows, valid=None):
     """``(positive, negative)`` `[count, n]` pair terms of the anchors `rows` against every
-    row, 0 outside the pairs of their kind (and at the anchor itself)."""
+    (`valid`) row, 0 outside the pairs of their kind (and at the anchor itself)."""
     matrix = _pair_matrix(x, metric, rows)
-    positives, negatives = _common.anchor_masks(labels, rows)
+    positives, negatives = _common.anchor_masks(labels, rows, valid)
     if metric in SIMILARITIES:
         positive, negative = pos_margin - matrix, matrix - neg_margin
     else:
@@ -88,6 +88,7 @@ def all_pairs_contrastive_loss(
     ref_labels=None,
     ref_embeddings=None,
     ref_offset=0,
+    ref_mask=None,
 ):
     """Contrastive loss over every ordered pair ``(a, r)`` of distinct rows, averaged over the
     non-zero pair terms (pytorch-metric-learning's `ContrastiveLoss` with its default
@@ -132,6 +133,8 @@ def all_pairs_contrastive_loss(
         pytorch-metric-learning).
       ref_embeddings: Optional `[m, dim]` reference embeddings (with `ref_labels`).
       ref_offset: The anchors' first row among the references (default 0).
+      ref_mask: Optional bool `[m]`: the reference rows in use (default: all), as in
+        `triplet_semihard_loss` (a False row is in no pair and in no count).
 
     Differences from pytorch-metric-learning 2.9: ``"euclidean"`` does not L2-normalize (its
     `LpDistance` does by default; normalize the embeddings, e.g. with
@@ -152,14 +155,21 @@ def all_pairs_contrastive_loss(
       (positives ``1 - 0.6`` twice: mean 0.4; negatives ``0.8 - 0.5`` twice, the pairs of
       similarity 0 past the margin: mean 0.3.)
     """
-    parts, dtype = _contrastive_parts(
-        y_true, y_pred, pos_margin, neg_margin, metric, ref_labels, ref_embeddings, ref_offset
-    )
+    references = (ref_labels, ref_embeddings, ref_offset, ref_mask)
+    parts, dtype = _contrastive_parts(y_true, y_pred, pos_margin, neg_margin, metric, *references)
     return ops.cast(_common.mean_of_parts(parts), dtype)
 
 
 def _contrastive_parts(
-    y_true, y_pred, pos_margin, neg_margin, metric, ref_labels, ref_embeddings, ref_offset
+    y_true,
+    y_pred,
+    pos_margin,
+    neg_margin,
+    metric,
+    ref_labels,
+    ref_embeddings,
+    ref_offset,
+    ref_mask=None,
 ):
     """``([positive, negative], dtype)``: two `LossPart` s, each the sum of the anchors' pair
     terms of that kind and the number of them above 0 (a NaN sum gives NaN: a NaN term fails
@@ -171,7 +181,8 @@ def _contrastive_parts(
     x, labels, rows, dtype = _common.anchors_and_references(
         y_true, y_pred, ref_labels, ref_embeddings, ref_offset
     )
-    positive, negative = _pair_terms(x, labels, metric, pos_margin, neg_margin, rows)
+    x, valid = _common.reference_mask(ref_mask, x, rows)
+    positive, negative = _pair_terms(x, labels, metric, pos_margin, neg_margin, rows, valid)
     # The counts are of a comparison: no gradient flows through them.
     parts = [
         _common.LossPart(ops.sum(positive), _non_zero(positive), keep_nan=True),
@@ -198,6 +209,7 @@ class AllPairsContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
     splits_anchors = True
     accepts_reference_rows = True
+    accepts_ref_mask = True
 
     def __init__(
         self,

@@ -22,11 +22,12 @@ from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, deseria
 from tf_svmax.ops import distances
 
 
-def _anchor_distances(embeddings, labels, distance_metric, rows):
+def _anchor_distances(embeddings, labels, distance_metric, rows, valid=None):
     """``(pdist, positives, negatives)``, each `[count, b]`: the rows of the anchors
-    ``rows = (start, count)`` (all rows when None) against the whole set."""
+    ``rows = (start, count)`` (all rows when None) against the whole set (its `valid` columns,
+    `_common.reference_mask`)."""
     pdist = distances.distance_matrix(embeddings, distance_metric, rows=rows)
-    positives, negatives = _common.anchor_masks(labels, rows)
+    positives, negatives = _common.anchor_masks(labels, rows, valid)
     return ops.cast(pdist, embeddings.dtype), positives, negatives
 
 
@@ -39,6 +40,7 @@ def triplet_semihard_loss(
     ref_labels=None,
     ref_embeddings=None,
     ref_offset=0,
+    ref_mask=None,
 ):
     """Triplet loss with semi-hard negative mining (FaceNet), averaged over positive pairs.
 
@@ -71,6 +73,13 @@ def triplet_semihard_loss(
         the place of the reference rows ``ref_offset .. ref_offset + batch_size - 1`` (the
         references hold the anchors, as with Keras' `circle` ``remove_diagonal``), and an
         anchor is never its own positive.
+      ref_mask: Optional bool `[m]` over the reference rows (with them; default: all True): a
+        False row is no positive and no negative of any anchor, as if it were absent (the
+        value and gradients of the references without it; its own gradient is 0), so a
+        fixed-size reference set with a data-dependent number of rows in use compiles under
+        XLA (`tf_svmax.losses.CrossBatchMemory`). The anchors' own rows must be True (a False
+        there is refused when the mask is known, and taken as True inside a trace). A
+        callable `distance_metric` gets all m rows, the masked ones zeroed.
 
     Returns:
       A scalar of the embeddings' dtype (float16/bfloat16 computed in float32). 0 when the
@@ -80,28 +89,37 @@ def triplet_semihard_loss(
       >>> triplet_semihard_loss([0, 0], [[0.0, 1.0], [1.0, 0.0]])  # 2.4142137
     """
     parts, dtype = _semihard_parts(
-        y_true, y_pred, margin, distance_metric, ref_labels, ref_embeddings, ref_offset
+        y_true, y_pred, margin, distance_metric, ref_labels, ref_embeddings, ref_offset, ref_mask
     )
     return ops.cast(_common.mean_of_parts(parts), dtype)
 
 
 def _semihard_parts(
-    y_true, y_pred, margin, distance_metric, ref_labels, ref_embeddings, ref_offset
+    y_true,
+    y_pred,
+    margin,
+    distance_metric,
+    ref_labels,
+    ref_embeddings,
+    ref_offset,
+    ref_mask=None,
 ):
     """``([LossPart(sum of hinge terms, #positive pairs)], dtype)`` of `triplet_semihard_loss`'s
     anchors."""
     embeddings, labels, anchors, dtype = _common.anchors_and_references(
         y_true, y_pred, ref_labels, ref_embeddings, ref_offset
     )
-    count = _positive_pairs_of(labels, anchors, embeddings.dtype)
+    embeddings, valid = _common.reference_mask(ref_mask, embeddings, anchors)
+    count = _positive_pairs_of(labels, anchors, embeddings.dtype, valid)
+    columns = None if valid is None else valid[None, :]
 
     def share(x, rows):
         """The anchors `rows`' sum of hinge terms."""
-        pdist, positives, negatives = _anchor_distances(x, labels, distance_metric, rows)
+        pdist, positives, negatives = _anchor_distances(x, labels, distance_metric, rows, valid)
         # The closest negative farther than the positive, where there is one.
-        closest_farther, farther_exists = _closest_farther(pdist, negatives)
+        closest_farther, farther_exists = _closest_farther(pdist, negatives, columns)
         # Fallback: the farthest negative of the anchor (its nearest point if it has none).
-        farthest_negative = _common.masked_max(pdist, negatives)
+        farthest_negative = _common.masked_max(pdist, negatives, valid=columns)
         semi_hard = ops.where(farther_exists, closest_farther, farthest_negative)
         loss_matrix = margin + pdist - semi_hard
         positives_f = ops.cast(positives, pdist.dtype)
@@ -251,9 +269,11 @@ def _tf_blockwise(share, x, rows):
     return blockwise(x)
 
 
-def _closest_farther(pdist, negatives):
+def _closest_farther(pdist, negatives, valid=None):
     """``(value, exists)`` `[m, b]`: for anchor row a and column p, the smallest ``pdist[a, k]``
-    over negatives k with ``pdist[a, k] > pdist[a, p]``, and whether there is one.
+    over negatives k with ``pdist[a, k] > pdist[a, p]``, and whether there is one. `valid`
+    (bool `[1, b]`, `_common.reference_mask`): the columns that exist (b, the row maximum and
+    its ties below are over those only; `negatives` holds none of the others).
 
     Each row's negative distances are sorted once; a binary search of ``pdist[a, p]`` finds the
     first larger one: O(m b log b) time, O(m b) memory.
@@ -279,12 +299,13 @@ def _closest_farther(pdist, negatives):
     # argument: JAX refuses a traced value closed over from outside it.
     @ops.custom_gradient
     def closest_farther(pdist):
-        count, high, order, first, end, least = _search_rows(pdist, negatives)
+        count, high, order, first, end, least = _search_rows(pdist, negatives, valid)
 
         def grad(*args, upstream=None):
             # TensorFlow and JAX pass the upstream gradient positionally, PyTorch by name.
             upstream = args[0] if upstream is None else upstream
-            return _gradient_rows(pdist, upstream, count, high, order, first, end, least)
+            searched = (count, high, order, first, end, least)
+            return _gradient_rows(pdist, upstream, *searched, valid=valid)
 
         return least + high, grad
 
@@ -321,7 +342,7 @@ def _searchsorted_rows(ordered, values, side):
     )
 
 
-def _search_rows(pdist, negatives):
+def _search_rows(pdist, negatives, valid=None):
     """Forward of `_closest_farther` on some anchor rows: ``(count, high, order, first, end,
     least)``: the row's number of negatives and maximum, the sort order of its negatives, the
     first sorted negative farther than each column, the end of its tie group, and its distance
@@ -337,7 +358,9 @@ def _search_rows(pdist, negatives):
     # TFA compares the candidates shifted by the row maximum, d - h: distances that differ
     # only below h's rounding step tie there, so the tie group is found among the shifted
     # values (sorted too: the shift is monotone), and the value is (d - h) + h as in TFA.
-    high = _backend.reduce_with_identity(ops.max, pdist, 1, keepdims=True)  # no rows: -inf
+    # (Over the valid columns only: a masked column is no point of the row.)
+    rows_max = pdist if valid is None else ops.where(valid, pdist, ops.full_like(pdist, -np.inf))
+    high = _backend.reduce_with_identity(ops.max, rows_max, 1, keepdims=True)  # no rows: -inf
     shifted = ordered - high
     least = ops.take_along_axis(shifted, ops.minimum(first, b - 1), axis=1)
     # Never +inf, even where unused (no candidate).
@@ -346,14 +369,15 @@ def _search_rows(pdist, negatives):
     return count, high, order, first, end, least
 
 
-def _gradient_rows(pdist, upstream, count, high, order, first, end, least):
+def _gradient_rows(pdist, upstream, count, high, order, first, end, least, valid=None):
     """Backward of `_closest_farther` on some anchor rows (see its docstring)."""
     m, b = ops.shape(pdist)[0], ops.shape(pdist)[1]
     if isinstance(m, int) and m == 0:
         # No anchor rows (an empty share of the anchors): nothing to spread, and PyTorch's
         # segment sum refuses empty data.
         return ops.zeros_like(pdist)
-    b_f = ops.cast(b, pdist.dtype)
+    # b: the row's number of points (TFA's batch size), the valid columns with a mask.
+    b_f = ops.cast(b if valid is None else ops.sum(ops.cast(valid, "int32")), pdist.dtype)
     exists = first < count
     zeros = ops.zeros_like(upstream)
     # At the row maximum (or with no candidate) the shifted min 0 ties with every entry.
@@ -376,7 +400,10 @@ def _gradient_rows(pdist, upstream, count, high, order, first, end, least):
     # What reaches the row maximum: 1 - (#candidates tied at it) / b of the upstream.
     candidates = ops.where(exists, ops.cast(count - first, pdist.dtype), ops.zeros_like(least))
     to_high = ops.where(at_high, upstream * (1.0 - candidates / b_f), zeros)
-    is_high = ops.cast(ops.equal(pdist, high), pdist.dtype)
+    is_high = ops.equal(pdist, high)
+    if valid is not None:
+        is_high = ops.logical_and(is_high, valid)
+    is_high = ops.cast(is_high, pdist.dtype)
     share = ops.sum(to_high, axis=1, keepdims=True) / ops.sum(is_high, axis=1, keepdims=True)
     return direct + share * is_high
 
@@ -391,6 +418,7 @@ def triplet_hard_loss(
     ref_labels=None,
     ref_embeddings=None,
     ref_offset=0,
+    ref_mask=None,
 ):
     """Batch-hard triplet loss: hardest positive and hardest negative per anchor, averaged.
 
@@ -405,29 +433,41 @@ def triplet_hard_loss(
       margin: Margin term.
       soft: Use the soft (softplus) margin.
       distance_metric: As in `triplet_semihard_loss`.
-      ref_labels, ref_embeddings, ref_offset: Optional reference rows, as in
-        `triplet_semihard_loss`: each anchor's hardest positive and negative are among them,
-        and the mean is over the anchors.
+      ref_labels, ref_embeddings, ref_offset, ref_mask: Optional reference rows (and which
+        of them are in use), as in `triplet_semihard_loss`: each anchor's hardest positive and
+        negative are among them (the nearest and farthest points of the fallbacks too), and
+        the mean is over the anchors.
 
     Returns:
       A scalar of the embeddings' dtype.
     """
-    parts, dtype = _hard_parts(
-        y_true, y_pred, margin, soft, distance_metric, ref_labels, ref_embeddings, ref_offset
-    )
+    references = (ref_labels, ref_embeddings, ref_offset, ref_mask)
+    parts, dtype = _hard_parts(y_true, y_pred, margin, soft, distance_metric, *references)
     return ops.cast(_common.mean_of_parts(parts), dtype)
 
 
 def _hard_parts(
-    y_true, y_pred, margin, soft, distance_metric, ref_labels, ref_embeddings, ref_offset
+    y_true,
+    y_pred,
+    margin,
+    soft,
+    distance_metric,
+    ref_labels,
+    ref_embeddings,
+    ref_offset,
+    ref_mask=None,
 ):
     """``([LossPart(sum of the anchors' terms, #anchors)], dtype)`` of `triplet_hard_loss`."""
     embeddings, labels, rows, dtype = _common.anchors_and_references(
         y_true, y_pred, ref_labels, ref_embeddings, ref_offset
     )
-    pdist, positives, negatives = _anchor_distances(embeddings, labels, distance_metric, rows)
-    hard_negatives = _common.masked_min(pdist, negatives)
-    hard_positives = _common.masked_max(pdist, positives)
+    embeddings, valid = _common.reference_mask(ref_mask, embeddings, rows)
+    pdist, positives, negatives = _anchor_distances(
+        embeddings, labels, distance_metric, rows, valid
+    )
+    columns = None if valid is None else valid[None, :]
+    hard_negatives = _common.masked_min(pdist, negatives, valid=columns)
+    hard_positives = _common.masked_max(pdist, positives, valid=columns)
     if soft:
         per_anchor = ops.softplus(hard_positives - hard_negatives)
     else:
@@ -445,12 +485,12 @@ def _hinge(x):
     return ops.where(x >= 0.0, x, ops.zeros_like(x))
 
 
-def _positive_pairs_of(labels, rows, dtype):
+def _positive_pairs_of(labels, rows, dtype, valid=None):
     """Ordered positive pairs ``(a, p)``, ``p != a``, of the anchors ``rows = (start, count)``
-    against the whole set (all anchors when None)."""
+    against the whole set (all anchors when None; its `valid` rows only)."""
     if rows is None:
         return _common.positive_pair_count(labels, dtype)
-    positives, _ = _common.anchor_masks(labels, rows)
+    positives, _ = _common.anchor_masks(labels, rows, valid)
     return ops.cast(ops.count_nonzero(positives), dtype)
 
 
@@ -464,6 +504,7 @@ class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
     splits_anchors = True
     accepts_reference_rows = True
+    accepts_ref_mask = True
 
     def __init__(self, margin=1.0, distance_metric="L2", name="triplet_semihard_loss", **kwargs):
         fn_kwargs = dict(
@@ -483,6 +524,7 @@ class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
     splits_anchors = True
     accepts_reference_rows = True
+    accepts_ref_mask = True
 
     def __init__(
         self, margin=1.0, soft=False, distance_metric="L2", name="triplet_hard_loss", **kwargs

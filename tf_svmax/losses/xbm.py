@@ -41,7 +41,10 @@ class CrossBatchMemoryBank(_state_layers.StateLayer):
     Put it in the model after the embeddings (it returns its input unchanged); it is built
     with their width. Its variables are non-trainable and, under `tf.distribute`, synchronized
     on read (each replica writes its own copy the same gathered rows: no communication; a
-    checkpoint saves the first replica's copy and restores it to all).
+    checkpoint saves the first replica's copy and restores it to all). It compiles under XLA
+    (there its loss reads all `size` rows, those not filled masked out) unless its
+    `CrossBatchMemory` wraps a loss without ``accepts_ref_mask``, which sets
+    ``supports_jit = False`` here (Keras then compiles the model without XLA).
 
     Args:
       size: The number of memory rows (M).
@@ -53,10 +56,6 @@ class CrossBatchMemoryBank(_state_layers.StateLayer):
         # Python-side, read when the loss is traced: the `training` flag of the latest forward
         # pass (None: never called in a model, as when the loss is called directly).
         self.last_training = None
-        # A memory of a data-dependent number of rows cannot be compiled by XLA; this makes
-        # Keras compile a model that holds the layer without XLA (jit_compile "auto" or True;
-        # on JAX an uncompiled train step).
-        self.supports_jit = False
 
     def build(self, input_shape):
         dim = input_shape[-1]
@@ -96,11 +95,18 @@ class CrossBatchMemoryBank(_state_layers.StateLayer):
     def compute_output_shape(self, input_shape):
         return input_shape
 
-    def rows(self, count):
-        """``(embeddings, labels)``: the first `count` (<= filled) memory rows, no gradient."""
+    def rows(self, count=None):
+        """``(embeddings, labels)``: the first `count` (<= filled; None: all `size`) memory
+        rows, no gradient."""
         embeddings = ops.convert_to_tensor(self.embeddings)
         labels = ops.convert_to_tensor(self.labels)
-        return ops.stop_gradient(embeddings[:count]), ops.stop_gradient(labels[:count])
+        if count is not None:
+            embeddings, labels = embeddings[:count], labels[:count]
+        return ops.stop_gradient(embeddings), ops.stop_gradient(labels)
+
+    def in_use(self, count):
+        """Bool `[size]`: the first `count` rows (those `rows(count)` reads)."""
+        return ops.arange(self.size, dtype=self.filled.dtype) < ops.cast(count, self.filled.dtype)
 
     def advance(self, embeddings, labels, write):
         """One training step: counts it and, where `write` (a bool scalar), writes the rows
@@ -164,8 +170,8 @@ def _after(value, fn):
 
 
 def _tracing():
-    """True while a TensorFlow function is traced (a JAX trace is refused before this; PyTorch
-    runs eagerly). TensorFlow is imported here, not at module level."""
+    """True while a TensorFlow function is traced (PyTorch runs eagerly; a JAX trace takes the
+    masked path or is refused before this). TensorFlow is imported here, not at module level."""
     if _backend.BACKEND != "tensorflow":
         return False
     import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
@@ -289,12 +295,21 @@ class CrossBatchMemory(keras.losses.Loss):
     memory layer's last forward pass had ``training=False``) gives the plain batch loss and
     changes nothing. `reset` empties the memory and restarts the warm-up.
 
-    Backends: TensorFlow, JAX and PyTorch, without XLA: the memory layer opts the model out of
-    `jit_compile` (on JAX the train step then runs uncompiled, and the loss's writes reach the
-    layer's variables as any non-trainable weight's), and a call under XLA (a
-    ``tf.function(jit_compile=True)``, a `jax.jit`) is refused by name, since the number of
-    filled rows is data-dependent. The labels are stored as int64, as int32 on JAX without
-    64-bit types, where labels outside int32 are refused (never wrapped into another class).
+    Backends: TensorFlow, JAX and PyTorch, under XLA too (``jit_compile=True`` on TensorFlow, in
+    `fit` or a `tf.function` of a call; JAX's default jitted train step, while a `jax.jit` of a
+    direct call is refused by name, its writes would leak the trace): under XLA the loss reads
+    the whole bank, a fixed ``b + M`` reference rows, with ``ref_mask`` marking the filled ones
+    (a data-dependent number; the others as if absent, see
+    `tf_svmax.losses.triplet_semihard_loss`), elsewhere the filled rows only (the same value up
+    to float rounding, fewer distances while the memory fills); the writes are scatters on
+    explicit slots. In a JAX train step they reach the layer's variables because the model
+    tracks the layer. A wrapped loss of one's own without ``accepts_ref_mask`` gets the filled
+    rows sliced instead: then the memory layer opts the model out of `jit_compile` (on JAX an
+    uncompiled train step) and a call under XLA is refused by name. The labels are stored as
+    int64, as int32 on JAX without 64-bit types, where labels outside int32 are refused (never
+    wrapped into another class) wherever the loss sees them; a jitted JAX `fit` step gets the
+    labels from Keras already converted to int32 (wrapped: enable 64-bit types, or
+    ``jit_compile=False``, for such labels).
 
     Under `tf.distribute` (``loss.global_batch=True``, required) the memory holds the global
     batch's rows in replica order, identical on every replica; each replica computes its own
@@ -307,7 +322,8 @@ class CrossBatchMemory(keras.losses.Loss):
         whose ``accepts_reference_rows`` is True: `call` and `reference_parts` take
         ``ref_labels``, ``ref_embeddings``, ``ref_offset``, see `tf_svmax.losses.LabelLoss`),
         such as those above, with ``global_batch=True`` and, for a per-sample loss, reduction
-        ``"sum"`` or ``"sum_over_batch_size"``.
+        ``"sum"`` or ``"sum_over_batch_size"``. With ``accepts_ref_mask`` (the five above)
+        it also takes ``ref_mask`` and the memory runs under XLA (see Backends).
       memory_size: M, the number of memory rows (the paper: up to the dataset's size).
       start_step: Training steps before the memory is used (the paper: 1,000 on SOP). Start
         it once the embedding drifts slowly: on the glyph set, a memory started 50 or 150
@@ -347,6 +363,12 @@ class CrossBatchMemory(keras.losses.Loss):
                 )
             )
         self.memory = memory
+        # Under XLA a loss that takes `ref_mask` reads the whole bank (a fixed shape); another
+        # one can only read the filled rows, a data-dependent number XLA cannot compile, so the
+        # layer then makes Keras compile a model that holds it without XLA (jit_compile "auto"
+        # or True; on JAX an uncompiled train step).
+        self._masked = bool(getattr(loss, "accepts_ref_mask", False))
+        memory.supports_jit = self._masked
         super().__init__(name=name, reduction="sum_over_batch_size", dtype=loss.dtype)
 
     def reset(self):
@@ -360,16 +382,31 @@ class CrossBatchMemory(keras.losses.Loss):
                     "sample_weight", "None (the memory's rows have no weights)", "<weights>"
                 )
             )
-        if _backend.in_xla_context():
+        xla = _backend.in_xla_context()
+        if xla:
             if _shape_only_trace(self.memory):
                 # Keras' symbolic build on JAX (`jax.eval_shape` of the loss, before the first
                 # step, state discarded) needs only the value's shape and dtype: a scalar.
                 return ops.cast(ops.sum(ops.convert_to_tensor(y_pred)) * 0, self.dtype)
-            raise ValueError(
-                "CrossBatchMemory cannot run under XLA (jit_compile=True, or any jax.jit trace): "
-                "the memory's filled rows are a data-dependent number. Compile the model with "
-                "jit_compile=False (the default for a model that holds the memory layer)."
-            )
+            if not self._masked:
+                raise ValueError(
+                    "CrossBatchMemory cannot run under XLA (jit_compile=True, or any jax.jit "
+                    f"trace) around {type(self.loss).__name__}, a loss without "
+                    "accepts_ref_mask: its filled rows are a data-dependent number. Compile the "
+                    "model with jit_compile=False (the default for a model that holds the "
+                    "memory layer of such a loss), or give the loss a ref_mask argument."
+                )
+            if (
+                _backend.BACKEND == "jax"
+                and not _backend.in_stateless_scope()
+                and self.memory.last_training is not False
+            ):
+                raise ValueError(
+                    "CrossBatchMemory under jax.jit outside a Keras train step: the memory's "
+                    "writes would leak the trace (JAX keeps a variable's new value only through "
+                    "the state a train step returns). Train with model.fit (jitted by default, "
+                    "the memory layer in the model), or call the loss eagerly."
+                )
         with keras.name_scope(self.name):
             y_pred = ops.cast(ops.convert_to_tensor(y_pred), self.loss.dtype)
             labels = _integer_labels(y_true, y_pred)
@@ -380,13 +417,21 @@ class CrossBatchMemory(keras.losses.Loss):
             training = memory.last_training is not False
             batch = ops.shape(y_pred)[0]
             active = ops.convert_to_tensor(memory.step) >= self.start_step
-            used = 0
+            used, masked = 0, {}
             if training:
                 used = ops.where(active, ops.convert_to_tensor(memory.filled), 0)
-                if _backend.BACKEND != "tensorflow":
+            if training and xla:
+                # Under XLA (a loss that takes `ref_mask`, above) the whole bank, its rows past
+                # the filled ones masked out: fixed shapes. Elsewhere the filled rows are sliced
+                # (fewer distances while the memory fills, none in the warm-up).
+                memory_x, memory_y = memory.rows()
+                in_batch = ops.ones_like(labels, dtype="bool")
+                masked["ref_mask"] = ops.concatenate([in_batch, memory.in_use(used)], axis=0)
+            else:
+                if training and _backend.BACKEND != "tensorflow":
                     # Known here (no jit, above): a Python count slices on JAX and PyTorch.
                     used = int(ops.convert_to_numpy(used))
-            memory_x, memory_y = memory.rows(used)
+                memory_x, memory_y = memory.rows(used)
             reference_x = ops.concatenate([y_pred, ops.cast(memory_x, y_pred.dtype)], axis=0)
             reference_y = ops.concatenate([labels, ops.cast(memory_y, labels.dtype)], axis=0)
             if context is None:
@@ -401,6 +446,7 @@ class CrossBatchMemory(keras.losses.Loss):
                 ref_labels=reference_y,
                 ref_embeddings=reference_x,
                 ref_offset=start,
+                **masked,
             )
             value = ops.cast(mean_of_parts(parts, _summed_over(replicas, context)), self.dtype)
             if training:

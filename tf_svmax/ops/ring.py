@@ -23,8 +23,13 @@ def ring_slots(pointer, count, size):
     `index_dtype`), and where the oldest row is afterwards."""
     dtype = index_dtype()
     pointer = ops.cast(pointer, dtype)
+    # A Python count stays one for `arange`: under `jax.jit` its length must be static (a cast
+    # count is a traced value there).
+    steps = ops.arange(count, dtype=dtype) if isinstance(count, int) else None
     count = ops.cast(count, dtype)
-    slots = (pointer + ops.arange(count, dtype=dtype)) % size
+    if steps is None:
+        steps = ops.arange(count, dtype=dtype)
+    slots = (pointer + steps) % size
     return slots, (pointer + count) % size
 
 
