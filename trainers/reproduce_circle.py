@@ -121,8 +121,8 @@ def frame_steps(train_steps, frames):
 
 def frame_recorder(images, labels, steps, folder):
     """A Keras callback that saves the model's embedding of `images` at the given steps (step 0
-    before training), and their `labels` (``labels.npy``) beside them. (Made here, not at
-    import: the program's flags are checked before Keras loads.)"""
+    before training), and their `labels` (``labels.npy``) beside them. (Made as a run trains,
+    not at import: the grid plans its runs before Keras loads.)"""
     import keras
 
     class FrameRecorder(keras.callbacks.Callback):
