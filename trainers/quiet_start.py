@@ -5,14 +5,15 @@
     quiet_start.import_tensorflow()  # once the flags are checked, before the training code
 
 The programs define, parse and check their flags without Keras or TensorFlow (``--help`` and a
-refused flag never import them: `trainers.harness.cli.main`, `trainers.harness.grid.main` and
-the reports' ``main`` call this first when the work starts, before importing the training
-code). TensorFlow 2.21 writes INFO lines to stderr while its libraries load ("oneDNN custom
-operations are on ...", twice, after absl's "All log messages before absl::InitializeLog()
-..."), before its logging reads ``TF_CPP_MIN_LOG_LEVEL``: every run began with them.
-`import_tensorflow` sets ``TF_CPP_MIN_LOG_LEVEL`` to 2 unless the user set it, imports
-TensorFlow with stderr captured, and writes back every captured line that level does not
-hide (``TF_CPP_MIN_LOG_LEVEL=0`` shows them all, as TensorFlow would).
+refused flag never import them: `trainers.harness.cli.main`, a grid's
+`trainers.harness.grid.Runs` (once its planned runs are accepted) and the reports' ``main``
+call this first when the work starts, before importing the training code). TensorFlow 2.21
+writes INFO lines to stderr while its libraries load ("oneDNN custom operations are on ...",
+twice, after absl's "All log messages before absl::InitializeLog() ..."), before its logging
+reads ``TF_CPP_MIN_LOG_LEVEL``: every run began with them. `import_tensorflow` sets
+``TF_CPP_MIN_LOG_LEVEL`` to 2 unless the user set it, imports TensorFlow with stderr captured,
+and writes back every captured line that level does not hide (``TF_CPP_MIN_LOG_LEVEL=0`` shows
+them all, as TensorFlow would).
 """
 
 import os

@@ -39,11 +39,11 @@ from typing import ClassVar
 import numpy as np
 from absl import flags
 
-from trainers import retrieval
+from trainers import quiet_start, retrieval
 from trainers.harness import flags as harness_flags
 from trainers.harness import grid
 from trainers.harness.config import ConfigError
-from trainers.harness.flags import number_at_least, option, positive_int
+from trainers.harness.flags import non_negative_number, number_at_least, option, positive_int
 from trainers.harness.plots import pyplot, save_figure
 from trainers.harness.tables import mean_std
 
@@ -67,7 +67,9 @@ class CircleGrid(grid.GridConfig):
         "--protocol=original only: epochs of n_train // 32 steps (default 200, the original's).",
         check=positive_int,
     )
-    svmax_lambda: float = option(1.0, "SVMax weight of the svmax runs (paper, contrastive: 1).")
+    svmax_lambda: float = option(
+        1.0, "SVMax weight of the svmax runs (paper, contrastive: 1).", check=non_negative_number
+    )
     frames: int = option(
         6,
         "Snapshots of the test embedding (first and last included): evenly spaced steps, or "
@@ -119,8 +121,8 @@ def frame_steps(train_steps, frames):
 
 def frame_recorder(images, labels, steps, folder):
     """A Keras callback that saves the model's embedding of `images` at the given steps (step 0
-    before training), and their `labels` (``labels.npy``) beside them. (Made here, not at
-    import: the program's flags are checked before Keras loads.)"""
+    before training), and their `labels` (``labels.npy``) beside them. (Made as a run trains,
+    not at import: the grid plans its runs before Keras loads.)"""
     import keras
 
     class FrameRecorder(keras.callbacks.Callback):
@@ -211,6 +213,18 @@ def original_config(base, epochs, num_train):
     )
 
 
+def train_with_frames(config, frame_images, steps):
+    """`retrieval.train_retrieval` of `config`, recording the embedding of `frame_images` test
+    images (the same in every run) at `steps` in ``<output_dir>/frames``. Reads the data and
+    the training code when called: as the run trains."""
+    test_images, test_labels = retrieval.EMBEDDED[config.dataset]()["test"]
+    rng = np.random.default_rng(0)  # the same test images in every run
+    subset = np.sort(rng.choice(len(test_images), min(frame_images, len(test_images)), False))
+    folder = os.path.join(config.output_dir, "frames")
+    recorder = frame_recorder(test_images[subset], test_labels[subset], steps, folder)
+    return retrieval.train_retrieval(config, callbacks=[recorder])
+
+
 def planned_run(base, regularizer, seed, frame_images, steps, svmax_lambda, prefix=""):
     """One run of the grid, recording the frames of the same test images as every other."""
     name = f"{prefix}{regularizer}_seed{seed}"
@@ -221,17 +235,12 @@ def planned_run(base, regularizer, seed, frame_images, steps, svmax_lambda, pref
         seed=seed,
         output_dir=os.path.join(base.output_dir, name),
     )
-    folder = os.path.join(config.output_dir, "frames")
-    test_images, test_labels = retrieval.EMBEDDED[config.dataset]()["test"]
-    rng = np.random.default_rng(0)  # the same test images in every run
-    subset = np.sort(rng.choice(len(test_images), min(frame_images, len(test_images)), False))
-    recorder = frame_recorder(test_images[subset], test_labels[subset], steps, folder)
     return grid.Planned(
         regularizer,
-        retrieval.train_retrieval,
+        train_with_frames,
         retrieval.resolve,
         config,
-        dict(callbacks=[recorder]),
+        dict(frame_images=frame_images, steps=steps),
     )
 
 
@@ -431,6 +440,10 @@ def reproduce(grid_config):
                 "--protocol=ours for a number of steps)"
             )
         epochs = ORIGINAL_EPOCHS if g.epochs is None else g.epochs
+        # An epoch is every full batch of the training images: the data decide the steps. They
+        # are resized by TensorFlow, imported first (quietly); nothing below refuses this
+        # protocol's runs that the checks above let through.
+        quiet_start.import_tensorflow()
         num_train = len(retrieval.EMBEDDED["digits_closed"]()["train"][1])
         base = original_config(base, epochs, num_train)
         steps_per_epoch = base.train_steps // epochs

@@ -127,7 +127,12 @@ def planned_run(base, overrides, seed):
     """One run of the grid: `base` with `overrides` and `seed`, in the folder `run_name`."""
     config = dataclasses.replace(base, seed=seed, **overrides)
     config = dataclasses.replace(config, output_dir=os.path.join(base.output_dir, run_name(config)))
-    return grid.Planned(run_name(config), gan_mog.train_gan_mog, gan_mog.resolve, config)
+    return grid.Planned(
+        run_name(config),
+        lambda c: gan_mog.train_gan_mog(c),  # the training code, read as the run trains
+        gan_mog.resolve,
+        config,
+    )
 
 
 def mixture_text(mixture, config):

@@ -245,7 +245,7 @@ def reproduce(config):
         planned += [
             grid.Planned(
                 ("contrastive", method),
-                contrastive.train_contrastive,
+                lambda c: contrastive.train_contrastive(c),  # read as the run trains
                 contrastive.resolve,
                 contrastive_config(config, method, seed),
             )
@@ -254,7 +254,7 @@ def reproduce(config):
         planned += [
             grid.Planned(
                 ("xml", lam),
-                retrieval.train_retrieval,
+                lambda c: retrieval.train_retrieval(c),  # read as the run trains
                 retrieval.resolve,
                 xml_config(config, lam, seed),
             )

@@ -142,7 +142,8 @@ def plan(config, base):
                     planned.append(
                         grid.Planned(
                             (loss, label, lr),
-                            retrieval.train_retrieval,
+                            # the training code, read as the run trains
+                            lambda c: retrieval.train_retrieval(c),
                             retrieval.resolve,
                             run_config,
                         )
@@ -154,9 +155,9 @@ def run_all(config, base):
     """Refuses the grid's impossible runs, then trains it. Returns ``{"untrained": {seed:
     evaluation}, "runs": [results], (loss, row label, lr): [(status, final evaluation or None,
     trace) per seed]}`` and the `grid.Runs`."""
-    import keras  # imported with the training code (after the flags were checked)
+    runs = grid.Runs(PROGRAM, plan(config, base))  # refuses every run, imports TensorFlow
+    import keras  # the training code's (after every run was accepted)
 
-    runs = grid.Runs(PROGRAM, plan(config, base))  # refuses every run before any trains
     out = {"untrained": {}}
     for seed in config.seeds:
         # Every run of a seed builds the same seeded network, so one step-0 evaluation per seed

@@ -201,7 +201,7 @@ def reproduce(config):
     planned = [
         grid.Planned(
             (setting, mode),
-            two_head.train_two_head,
+            lambda c: two_head.train_two_head(c),  # the training code, read as the run trains
             two_head.resolve,
             dataclasses.replace(
                 base,

@@ -44,10 +44,40 @@ DRIVER = textwrap.dedent(
     """
 ).format(heavy=HEAVY)
 
+# Runs the grid trainers.<argv[1]> as DRIVER does, stopped where TensorFlow is first imported,
+# and writes the function importing it and the heavy modules imported by then to the file named
+# by argv[2].
+PLANNER = textwrap.dedent(
+    """
+    import json, runpy, sys
+    from trainers import quiet_start
+    program, report, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
+
+    class Stopped(BaseException):
+        pass
+
+    def stop():
+        caller = sys._getframe(1)
+        heavy = sorted(name for name in {heavy} if name in sys.modules)
+        where = caller.f_globals["__name__"] + "." + caller.f_code.co_qualname
+        with open(report, "w") as file:
+            json.dump({{"caller": where, "heavy": heavy}}, file)
+        raise Stopped
+
+    quiet_start.import_tensorflow = stop
+    sys.argv = [program, *flags]
+    try:
+        runpy.run_module("trainers." + program, run_name="__main__", alter_sys=True)
+    except Stopped:
+        pass
+    """
+).format(heavy=HEAVY)
+
 # One refusal per program, of every kind: (flags, what stderr must name). A bad enum value and
 # a non-number are absl's (at parsing); a value a validator refuses and a flag combination are
 # the config's (`harness.flags.validate`, the trainer's `check`, the grid's options and the
-# trainer flags it borrows).
+# trainer flags it borrows). A grid's combinations are its own (`reproduce`) and its runs'
+# (their trainer's `resolve`, through `grid.Runs`), refused while it plans, before TensorFlow.
 REFUSED = {
     "train_retrieval": [
         (("--train_steps=0",), "Invalid value for argument `--train_steps`"),
@@ -70,26 +100,55 @@ REFUSED = {
     "reproduce_table1": [
         (("--seeds=-1",), "Invalid value for argument `--seeds`"),
         (("--train_steps=0",), "Invalid value for argument `--train_steps`"),  # the trainer's
+        (
+            ("--train_steps=600", "--eval_every=7"),
+            "--train_steps (600) must be a multiple of --eval_every (7)",
+        ),
+        (("--dataset=cub200",), "--dataset=cub200 needs --data_dir"),
     ],
-    "reproduce_two_head": [(("--modes=bogus",), "Invalid value for argument `--modes`")],
+    "reproduce_two_head": [
+        (("--modes=bogus",), "Invalid value for argument `--modes`"),
+        (("--backbone=resnet50",), "--dataset=glyphs has small grey images; --backbone=resnet50"),
+        (("--weights=imagenet",), "--weights=imagenet: --backbone=small_cnn_bn has no ImageNet"),
+    ],
     "reproduce_gan_mog": [
         (("--sweep_seeds=x",), "--sweep_seeds expects a comma-separated list"),
         (("--learning_rate=-1",), "Invalid value for argument `--learning_rate`"),
+        (("--mixture_seed=3",), "--mixture_seed applies to --mixture=random only"),
+        (
+            ("--train_steps=10", "--eval_every=3"),
+            "--train_steps (10) must be a multiple of --eval_every (3)",
+        ),
     ],
-    "reproduce_circle": [(("--frames=1",), "Invalid value for argument `--frames`")],
-    "reproduce_lorac_xml": [(("--xml_lambda=2",), "Invalid value for argument `--xml_lambda`")],
+    "reproduce_circle": [
+        (("--frames=1",), "Invalid value for argument `--frames`"),
+        (("--svmax_lambda=-1",), "Invalid value for argument `--svmax_lambda`"),
+        (("--train_steps=5",), "--protocol=original counts --epochs, not --train_steps"),
+        (("--dataset=glyphs",), "--protocol=original trains on digits_closed"),
+        (("--protocol=ours", "--epochs=3"), "--epochs is for --protocol=original"),
+        (("--protocol=ours", "--dataset=cub200"), "--dataset must be an embedded set"),
+    ],
+    "reproduce_lorac_xml": [
+        (("--xml_lambda=2",), "Invalid value for argument `--xml_lambda`"),
+        (("--xml_train_steps=9",), "--train_steps (9) must be a multiple of --eval_every (2)"),
+        (
+            ("--contrastive_train_steps=9",),
+            "--train_steps (9) must be a multiple of --eval_every (2)",
+        ),
+    ],
     "glyphs_report": [(("--sample_instances=abc",), "flag --sample_instances=abc")],
     "glyphs_pretrain_report": [(("--sample_instances=abc",), "flag --sample_instances=abc")],
 }
 
 
-def _run(tmp_path, program, *flags):
-    """``(report, stdout, stderr)`` of the program run with `flags` in `tmp_path` (its default
-    --output_dir is checked for writing there), without a TF_CPP_MIN_LOG_LEVEL of the caller's."""
+def _run(tmp_path, program, *flags, driver=DRIVER):
+    """``(report, stdout, stderr)`` of the program run by `driver` with `flags` in `tmp_path`
+    (its default --output_dir is checked for writing there), without a TF_CPP_MIN_LOG_LEVEL of
+    the caller's."""
     report = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     done = subprocess.run(
-        [sys.executable, "-c", DRIVER, program, str(report), *flags],
+        [sys.executable, "-c", driver, program, str(report), *flags],
         cwd=tmp_path,
         env=env | {"PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -134,3 +193,29 @@ def test_a_refused_flag_imports_no_keras_tensorflow_jax_or_torch(tmp_path, progr
     assert message in stderr, stderr[-3000:]
     assert stdout == ""
     assert not _tensorflow_lines(stderr), stderr[-3000:]
+
+
+RUNS = "trainers.harness.grid.Runs.__init__"  # imports TensorFlow once every run is accepted
+
+
+@pytest.mark.parametrize(
+    "program, flags, importer",
+    [
+        ("reproduce_table1", (), RUNS),
+        ("reproduce_two_head", (), RUNS),
+        ("reproduce_gan_mog", (), RUNS),
+        ("reproduce_circle", ("--protocol=ours",), RUNS),
+        # TensorFlow resizes the digits, whose number decides the steps of an epoch.
+        ("reproduce_circle", ("--protocol=original",), "__main__.reproduce"),
+        ("reproduce_lorac_xml", (), RUNS),
+    ],
+)
+def test_a_grid_plans_its_runs_without_keras_tensorflow_jax_or_torch(
+    tmp_path, program, flags, importer
+):
+    """The default grid is planned (its runs made and resolved by `grid.Runs`) before anything
+    imports Keras, TensorFlow, JAX or PyTorch: a refusal comes before TensorFlow, which is
+    first imported by `quiet_start`, so without its start-up lines."""
+    report, stdout, stderr = _run(tmp_path, program, *flags, driver=PLANNER)
+    assert report == {"caller": importer, "heavy": []}, stderr[-3000:]
+    assert not list(tmp_path.rglob("config.json")), "a run started"  # stopped before any run

@@ -4,7 +4,9 @@ A `reproduce_*` program declares its own options as a frozen `GridConfig` subcla
 grid's output_dir, seeds and table, plus its rows and settings), borrows the flags of the
 trainer it runs, and hands `main` the function that plans, trains and writes. Its runs are
 one list of `Planned` runs: `Runs` refuses the whole list before the first run trains, then
-`Runs.train` trains it:
+imports TensorFlow; `Runs.train` trains it. Everything before the `Runs` is planning and
+imports no Keras or TensorFlow (a run's ``train`` reads the training code only when called),
+so a grid refuses a flag combination as fast as a trainer refuses a flag:
 
     @dataclasses.dataclass(frozen=True)
     class Grid(grid.GridConfig):
@@ -15,7 +17,12 @@ one list of `Planned` runs: `Runs` refuses the whole list before the first run t
     def reproduce(config):
         base = harness_flags.config_from_flags(two_head.TwoHeadConfig)
         planned = [
-            grid.Planned((setting, mode), two_head.train_two_head, two_head.resolve, run_config)
+            grid.Planned(
+                (setting, mode),
+                lambda c: two_head.train_two_head(c),  # the training code, read as it trains
+                two_head.resolve,
+                dataclasses.replace(base, mode=mode, output_dir=...),
+            )
             for ...
         ]
         runs = grid.Runs(PROGRAM, planned)  # ConfigError: a run its trainer refuses
@@ -84,10 +91,10 @@ class GridConfig:
 def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowed):
     """Defines the flags of `config_class` (and of `trainer`'s config fields named in
     ``borrowed["only"]``, with `define_flags`' defaults and help_overrides), parses `argv`,
-    validates the grid config and the borrowed flags' values, then imports TensorFlow
-    (`quiet_start.import_tensorflow`) and runs ``reproduce(config)``; exits with the shared
-    codes. `reproduce` raises `RunRefused` (e.g. `ConfigError`) for what it refuses, before any
-    run (`Runs` refuses its planned runs so: the combinations, once TensorFlow is imported)."""
+    validates the grid config and the borrowed flags' values, then runs ``reproduce(config)``;
+    exits with the shared codes. `reproduce` raises `RunRefused` (e.g. `ConfigError`) for what
+    it refuses, before any run: its own combinations and its planned runs' (`Runs`), before
+    `Runs` imports TensorFlow (`quiet_start.import_tensorflow`) and the training starts."""
     cli.define_program_flags(
         config_class,
         help_overrides={"table": f"Markdown output (default: <output_dir>/{config_class.TABLE})."},
@@ -107,8 +114,7 @@ def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowe
                     trainer, output_dir=config.output_dir
                 )
                 harness_flags.validate(borrowed_values, only=borrowed.get("only"))
-            quiet_start.import_tensorflow()  # the flags are checked: the work starts
-            reproduce(config)
+            reproduce(config)  # plans without Keras; its `Runs` imports TensorFlow
             return cli.EXIT_COMPLETED
 
         return cli.exit_status(
@@ -127,7 +133,12 @@ def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowe
 class Planned:
     """One run of a grid: the table cell it fills (`key`), its trainer's ``train(config,
     **kwargs)`` and ``resolve(config)`` (which raises `ConfigError` for a config the trainer
-    refuses), its config (its own ``output_dir``) and any other arguments of `train`."""
+    refuses), its config (its own ``output_dir``) and any other arguments of `train`.
+
+    A grid plans its runs before TensorFlow is imported: `resolve` is the trainer's Keras-free
+    config function, and `train` reads the training code only when called (e.g. ``lambda
+    config: retrieval.train_retrieval(config)``: reading ``retrieval.train_retrieval`` imports
+    it, `trainers.harness.lazy`)."""
 
     key: Hashable
     train: Callable
@@ -138,14 +149,17 @@ class Planned:
 
 class Runs:
     """A grid's planned runs: refused in full when made (each `Planned.resolve`, before any
-    run trains), then trained one at a time by `train` (a fresh Keras session each), printing
-    progress and keeping their results: all in order (``runs.all``) and per table cell
-    (``runs.cells[key]``, one entry per seed in the order trained)."""
+    run trains), then, the grid accepted, TensorFlow imported (`quiet_start`: the work
+    starts; what the program does before making its `Runs` imports no Keras); then trained one
+    at a time by `train` (a fresh Keras session each), printing progress and keeping their
+    results: all in order (``runs.all``) and per table cell (``runs.cells[key]``, one entry
+    per seed in the order trained)."""
 
     def __init__(self, program, planned):
         self.program, self.planned = program, tuple(planned)
         for run in self.planned:
             run.resolve(run.config)  # ConfigError: the grid is refused, nothing has run
+        quiet_start.import_tensorflow()  # every run is accepted: the work starts
         self.total = len(self.planned)
         self.all, self.cells = [], {}
         self.started = time.perf_counter()
