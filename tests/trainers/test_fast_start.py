@@ -12,18 +12,12 @@ import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
+from tests.trainers.programs import PROGRAMS, ROOT
 from trainers import quiet_start
 
-ROOT = Path(__file__).resolve().parents[2]
-PROGRAMS = sorted(
-    path.stem
-    for path in (ROOT / "trainers").glob("*.py")
-    if 'if __name__ == "__main__"' in path.read_text()
-)
 HEAVY = ("keras", "tensorflow", "jax", "torch")
 
 # Runs trainers.<argv[1]> with argv[2:] as ``python -m`` does and writes its exit status and

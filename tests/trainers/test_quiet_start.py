@@ -6,18 +6,12 @@ the user asks for them."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.trainers.programs import PROGRAMS, ROOT
 from trainers import quiet_start
 
-ROOT = Path(__file__).resolve().parents[2]
-PROGRAMS = sorted(
-    path.stem
-    for path in (ROOT / "trainers").glob("*.py")
-    if 'if __name__ == "__main__"' in path.read_text()
-)
 # What TensorFlow 2.21 printed before every program's --help (twice), whatever
 # TF_CPP_MIN_LOG_LEVEL said.
 START_UP = ("oneDNN", "absl::InitializeLog", "port.cc", "cpu_feature_guard")
