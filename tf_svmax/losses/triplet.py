@@ -342,6 +342,19 @@ def _searchsorted_rows(ordered, values, side):
     )
 
 
+def _take_rows(x, indices):
+    """``x[i, indices[i, j]]`` of `x` `[m, b]` at in-range int32 positions `indices` `[m, n]`
+    (sort orders, search results): `tf.gather` with ``batch_dims=1`` on TensorFlow, as the
+    original wrote it (Keras' `take_along_axis` adds an int64 cast, two broadcasts and a
+    negative-index `where` over `[m, n]` there, each call: about 5 % of the semi-hard step at
+    b = 144), `keras.ops.take_along_axis` elsewhere."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
+
+        return tf.gather(x, indices, batch_dims=1)
+    return ops.take_along_axis(x, indices, axis=1)
+
+
 def _search_rows(pdist, negatives, valid=None):
     """Forward of `_closest_farther` on some anchor rows: ``(count, high, order, first, end,
     least)``: the row's number of negatives and maximum, the sort order of its negatives, the
@@ -351,7 +364,7 @@ def _search_rows(pdist, negatives, valid=None):
     # Each row's negatives in increasing order, +inf after them.
     keys = ops.where(negatives, pdist, ops.full_like(pdist, np.inf))
     order = ops.cast(_stable_argsort_rows(keys), "int32")
-    ordered = ops.take_along_axis(keys, order, axis=1)
+    ordered = _take_rows(keys, order)
     count = ops.sum(ops.cast(negatives, "int32"), axis=1, keepdims=True)
     # The first negative strictly farther than the positive.
     first = _searchsorted_rows(ordered, pdist, side="right")
@@ -362,7 +375,7 @@ def _search_rows(pdist, negatives, valid=None):
     rows_max = pdist if valid is None else ops.where(valid, pdist, ops.full_like(pdist, -np.inf))
     high = _backend.reduce_with_identity(ops.max, rows_max, 1, keepdims=True)  # no rows: -inf
     shifted = ordered - high
-    least = ops.take_along_axis(shifted, ops.minimum(first, b - 1), axis=1)
+    least = _take_rows(shifted, ops.minimum(first, b - 1))
     # Never +inf, even where unused (no candidate).
     least = ops.where(first < count, least, ops.zeros_like(least))
     end = _searchsorted_rows(shifted, least, side="right")
