@@ -175,14 +175,26 @@ def matmul(a, b, *, transpose_a=False, transpose_b=False):
 def reduce_with_identity(reduction, x, axis, keepdims=False):
     """``reduction(x, axis)`` for `reduction` `keras.ops.max` or `keras.ops.min`, also over an
     empty axis (a batch of no anchor rows), where it gives the identity (-inf for max, +inf for
-    min): Keras' ``initial`` argument, which also skips TensorFlow's eager "empty tensor"
-    assertion and JAX's error. Not on PyTorch: Keras 3.15.1 builds the ``initial`` tensor there
-    with `torch.full` on the CPU whatever the input's device, so a CUDA input fails ("Expected
-    all tensors to be on the same device"); its shapes are concrete, so an input with no
-    entries (whose reduction Keras refuses) is answered by `keras.ops.full` (on Keras' device)
-    and any other by the plain reduction."""
+    min); NaN propagates. Per backend:
+
+    - TensorFlow: `tf.reduce_max`/`tf.reduce_min`, which give the identity over an empty axis
+      themselves (Keras' `ops.max` asserts a non-empty tensor when eager, and with ``initial``
+      adds a `maximum` and its gradient's select over the result: the original's graph is the
+      plain reduction);
+    - JAX: Keras' ``initial`` argument (JAX refuses an empty reduction without it);
+    - PyTorch: not ``initial``: Keras 3.15.1 builds that tensor with `torch.full` on the CPU
+      whatever the input's device, so a CUDA input fails ("Expected all tensors to be on the
+      same device"). Its shapes are concrete: an input with no entries (whose reduction Keras
+      refuses) is answered by `keras.ops.full` (on Keras' device), any other by the plain
+      reduction.
+    """
+    if BACKEND == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
+
+        reduce = tf.reduce_min if reduction is ops.min else tf.reduce_max
+        return reduce(x, axis=axis, keepdims=keepdims)
     identity = float("inf") if reduction is ops.min else float("-inf")
-    if BACKEND != "torch":
+    if BACKEND == "jax":
         return reduction(x, axis=axis, keepdims=keepdims, initial=identity)
     if 0 not in x.shape:
         return reduction(x, axis=axis, keepdims=keepdims)

@@ -108,13 +108,7 @@ def batch_hard_triplet_loss(
 
 def _row_reduce(kind, data):
     """``max`` / ``min`` of `data` along axis 1, also for a batch of no anchor rows (a replica
-    without anchors): `tf.reduce_max`/`min` on TensorFlow (Keras' `ops.max` asserts a non-empty
-    tensor there when eager), `_backend.reduce_with_identity` elsewhere (JAX refuses an empty
-    reduction without the identity)."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
-
-        return (tf.reduce_max if kind == "max" else tf.reduce_min)(data, axis=1)
+    without anchors): `_backend.reduce_with_identity`."""
     return _backend.reduce_with_identity(ops.max if kind == "max" else ops.min, data, 1)
 
 

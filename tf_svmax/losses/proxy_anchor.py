@@ -40,12 +40,7 @@ def _log1p_sum_exp(z, mask, axis):
 
 def _max(data, axis):
     """``max`` along `axis` (kept), also over an empty axis (a batch of no rows: -inf):
-    `tf.reduce_max` on TensorFlow (Keras' `ops.max` asserts a non-empty tensor there when
-    eager), `_backend.reduce_with_identity` elsewhere (JAX refuses an empty reduction)."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
-
-        return tf.reduce_max(data, axis=axis, keepdims=True)
+    `_backend.reduce_with_identity`."""
     return _backend.reduce_with_identity(ops.max, data, axis, keepdims=True)
 
 
