@@ -143,6 +143,11 @@ MASK_CASES = (
     (2, 16, 12, 4),
     (3, 9, 2, 5),
 )
+# The masking is keras.ops code shared by the backends: TensorFlow runs every case, JAX and
+# PyTorch two (JAX's eager gradients of the semi-hard search take ~9 s a case on a 2-core CPU,
+# the long pole of CI's backend step).
+if backends.BACKEND != "tensorflow":
+    MASK_CASES = MASK_CASES[::2]  # anchors first (the memory's layout) and last
 
 
 def _masked_case(seed, n, offset, b):
