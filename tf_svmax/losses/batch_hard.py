@@ -88,9 +88,11 @@ def batch_hard_triplet_loss(
     if valid is not None:
         # A column not in use ties with no zero of the max (its gradient is split as without it).
         positive_dist = ops.where(valid[None, :], positive_dist, float("-inf"))
-    farthest_positive = _row_reduce("max", positive_dist)
+    farthest_positive = _backend.reduce_with_identity(ops.max, positive_dist, 1)
     has_negative = ops.any(negatives, axis=1)
-    closest_negative = _row_reduce("min", ops.where(negatives, dist, float("inf")))
+    closest_negative = _backend.reduce_with_identity(
+        ops.min, ops.where(negatives, dist, float("inf")), 1
+    )
     # +inf for anchors without negatives; replaced before any arithmetic touches it.
     closest_negative = ops.where(has_negative, closest_negative, ops.zeros_like(closest_negative))
     diff = farthest_positive - closest_negative
@@ -104,12 +106,6 @@ def batch_hard_triplet_loss(
         loss = ops.where(shifted < 0.0, ops.zeros_like(shifted), shifted)
     loss = ops.where(has_negative, loss, ops.zeros_like(loss))
     return ops.cast(loss, dtype)
-
-
-def _row_reduce(kind, data):
-    """``max`` / ``min`` of `data` along axis 1, also for a batch of no anchor rows (a replica
-    without anchors): `_backend.reduce_with_identity`."""
-    return _backend.reduce_with_identity(ops.max if kind == "max" else ops.min, data, 1)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

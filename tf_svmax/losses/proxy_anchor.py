@@ -27,7 +27,9 @@ from tf_svmax.ops.ole import class_labels
 
 def _log1p_sum_exp(z, mask, axis):
     """``log(1 + sum_{mask} exp(z))`` along `axis`, stable, 0 for an empty mask."""
-    top = _max(ops.where(mask, z, float("-inf")), axis=axis)
+    top = _backend.reduce_with_identity(
+        ops.max, ops.where(mask, z, float("-inf")), axis, keepdims=True
+    )
     # Shift by max(top, 0) so both the 1 and the exponentials stay <= 1; an empty mask has
     # top = -inf, replaced by 0 before any arithmetic.
     finite_top = ops.where(ops.isfinite(top), top, ops.zeros_like(top))
@@ -36,12 +38,6 @@ def _log1p_sum_exp(z, mask, axis):
     terms = ops.where(mask, ops.exp(ops.where(mask, z - shift, zero)), zero)
     total = ops.exp(-shift) + ops.sum(terms, axis=axis, keepdims=True)
     return ops.squeeze(ops.log(total) + shift, axis=axis)
-
-
-def _max(data, axis):
-    """``max`` along `axis` (kept), also over an empty axis (a batch of no rows: -inf):
-    `_backend.reduce_with_identity`."""
-    return _backend.reduce_with_identity(ops.max, data, axis, keepdims=True)
 
 
 _LABELS_MESSAGE = (
