@@ -125,13 +125,14 @@ def test_the_loss_functions_refuse_bad_arguments_by_name():
 
 
 @pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not use XLA on PyTorch")
-def test_ole_loss_function_under_xla_needs_num_classes(rng):
+def test_ole_loss_function_under_xla_with_and_without_num_classes(rng):
+    """Both static layouts XLA compiles (C class slots, or one per row) give the reference."""
     x = rng.standard_normal((16, 6)).astype(np.float32)
     labels = _labels(16, 4)
-    with pytest.raises(ValueError, match=r"num_classes=C"):
-        backends.compiled(lambda e: ole_loss(labels, e))(x)
-    got = backends.to_numpy(backends.compiled(lambda e: ole_loss(labels, e, num_classes=4))(x))
-    assert _relative_error(got, 0.25 * ole_reference(labels, x.astype(np.float64))[0]) < RTOL
+    want = 0.25 * ole_reference(labels, x.astype(np.float64))[0]
+    for static in ({}, {"num_classes": 4}):
+        got = backends.to_numpy(backends.compiled(lambda e, s=static: ole_loss(labels, e, **s))(x))
+        assert _relative_error(got, want) < RTOL, static
 
 
 def test_the_loss_functions_have_string_names_but_no_tensorflow_addons_ones(rng):
@@ -252,12 +253,9 @@ def test_fit_with_ole_and_svmax_decreases_the_loss(rng):
     keras.utils.set_random_seed(0)
     x = rng.standard_normal((64, 12)).astype(np.float32)
     model = _embedding_model()
-    # OLE's class count is data-dependent: never under XLA (TensorFlow's jit_compile=True).
-    # Keras traces every JAX loss, so there OLE takes the static class count (labels 0..7).
-    static = {"num_classes": 8} if backends.BACKEND == "jax" else {}
     model.compile(
         optimizer=keras.optimizers.SGD(0.5),
-        loss=RegularizedLoss(OLELoss(lambda_=1.0, **static), [SVMaxLoss(lambda_=1.0)]),
+        loss=RegularizedLoss(OLELoss(lambda_=1.0), [SVMaxLoss(lambda_=1.0)]),
         jit_compile=False,
     )
     losses = model.fit(x, _labels(64, 8), batch_size=64, epochs=8, verbose=0).history["loss"]
@@ -265,19 +263,23 @@ def test_fit_with_ole_and_svmax_decreases_the_loss(rng):
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.parametrize("num_classes", [8, None])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_one_sgd_step_of_fit_with_ole_num_classes_equals_the_numpy_step(rng, compiled):
-    """``OLELoss(num_classes=8)`` on ``x @ W``, classes 6 and 7 absent from the batch: one SGD
-    step of `fit` (on JAX too, where Keras traces every loss; compiled: XLA on TensorFlow and
-    JAX) moves W by ``-lr * x^T (dL/dy)``, dL/dy from the float64 reference of the original."""
+def test_one_sgd_step_of_fit_with_ole_equals_the_numpy_step(rng, compiled, num_classes):
+    """``OLELoss(num_classes=8)`` on ``x @ W``, classes 6 and 7 absent from the batch, and
+    ``OLELoss()`` on labels that are no class ids: one SGD step of `fit` (on JAX too, where
+    Keras traces every loss; compiled: XLA on TensorFlow and JAX, with its static layouts)
+    moves W by ``-lr * x^T (dL/dy)``, dL/dy from the float64 reference of the original."""
     x = rng.standard_normal((30, 12)).astype(np.float32)
     labels = _labels(30, 6)[rng.permutation(30)]
+    if num_classes is None:
+        labels = labels * 1000 - 7
     model = _linear_model(rng)
     w0 = backends.to_numpy(model.layers[0].kernel).astype(np.float64)
     lr = 1.0  # a step as large as the gradient: float32 weights keep its digits
     model.compile(
         optimizer=keras.optimizers.SGD(lr),
-        loss=OLELoss(lambda_=0.5, num_classes=8),
+        loss=OLELoss(lambda_=0.5, num_classes=num_classes),
         **_compile_kwargs(compiled),
     )
     history = model.fit(x, labels, batch_size=30, epochs=1, shuffle=False, verbose=0)
@@ -285,26 +287,6 @@ def test_one_sgd_step_of_fit_with_ole_num_classes_equals_the_numpy_step(rng, com
     assert _relative_error(history.history["loss"][0], 0.5 * value) < RTOL
     step = backends.to_numpy(model.layers[0].kernel) - w0
     assert _relative_error(step, -lr * x.T.astype(np.float64) @ (0.5 * d_y)) < RTOL
-
-
-@pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not use XLA on PyTorch")
-def test_ole_under_xla_refuses_with_the_fix(rng):
-    """Without `num_classes`: TensorFlow's jit_compile=True refuses, naming num_classes and
-    jit_compile=False. JAX: `fit` traces the loss even with jit_compile=False and
-    run_eagerly=True; the refusal names OLELoss(num_classes=C)."""
-    model = _embedding_model()
-    model.compile(optimizer="sgd", loss=OLELoss(), jit_compile=True)
-    x = rng.standard_normal((16, 12)).astype(np.float32)
-    if backends.BACKEND == "tensorflow":
-        fix = r"num_classes=C.*jit_compile=False"
-    else:
-        fix = r"OLELoss\(num_classes=C\)"
-    with pytest.raises(ValueError, match=fix):
-        model.fit(x, _labels(16, 4), batch_size=16, epochs=1, verbose=0)
-    if backends.BACKEND == "jax":
-        model.compile(optimizer="sgd", loss=OLELoss(), run_eagerly=True)
-        with pytest.raises(ValueError, match=fix):
-            model.fit(x, _labels(16, 4), batch_size=16, epochs=1, verbose=0)
 
 
 @pytest.mark.parametrize(
@@ -344,8 +326,8 @@ def test_a_keras_file_loads_and_evaluates_the_same_on_the_other_backends(rng, tm
     x = rng.standard_normal((32, 12)).astype(np.float32)
     y = rng.permutation(np.arange(32) % 6)  # classes 0..5 of 8: two are absent
     model = _embedding_model()
-    # A Keras loss inside ours, SVMax, and OLE with its static class count (JAX's evaluate
-    # traces the loss, which OLE's data-dependent class count cannot pass).
+    # A Keras loss inside ours, SVMax, and OLE with its static class count (its argument saved
+    # and restored too).
     model.compile(
         optimizer=keras.optimizers.SGD(0.05),
         loss=RegularizedLoss(

@@ -3,8 +3,8 @@ independent float64 NumPy/SciPy reference of the original (benchmarks/reference_
 
 float64 cases run on TensorFlow and PyTorch; on JAX they are skipped with the reason asserted
 (`_float64_or_skip`): JAX has no float64 unless `jax_enable_x64` is set, a process-wide switch.
-There the loss itself computes in float32 and warns; the float32 cases hold it to 1e-5. OLE runs
-compiled only with a static `num_classes` (otherwise a data-dependent class set); the other
+There the loss itself computes in float32 and warns; the float32 cases hold it to 1e-5. Under XLA
+OLE takes a static class layout (`num_classes`, or one slot per row without it); the other
 `tf.function` cases are TensorFlow's.
 """
 
@@ -299,11 +299,33 @@ def test_half_precision_inputs_are_cast_back(rng, dtype):
 
 
 @pytest.mark.skipif(B == "torch", reason="Keras does not compile PyTorch with XLA")
-def test_xla_compilation_is_refused_with_the_fix_in_the_message(rng):
-    x = rng.standard_normal((8, 4)).astype(np.float32)
-    fn = backends.compiled(lambda x: svmax_ops.ole_loss(np.repeat(np.arange(2), 4), x))
-    with pytest.raises(ValueError, match=r"XLA.*num_classes=C.*jit_compile=False"):
-        fn(x)
+def test_xla_without_num_classes_matches_the_reference(rng):
+    """Under XLA without `num_classes` (one class slot per row): any label values, in any
+    order, give the reference's value and gradient."""
+    cases = [(name, labels, x) for name, labels, x, _ in _static_cases(rng)]
+    labels = np.array([7, -3, 7, 2**30, -3, 2**30, 9])
+    cases.append(("large_labels", labels, rng.standard_normal((7, 4))))
+    for name, labels, x in cases:
+        x32 = x.astype(np.float32)
+        fn = backends.compiled(lambda x, labels=labels: svmax_ops.ole_loss(labels, x))
+        value, (grad,) = backends.value_and_grad(fn, x32)
+        ref_value, ref_grad = ole_reference(labels, x32.astype(np.float64))
+        _assert_close(value, grad, ref_value, ref_grad, "float32", err_msg=name)
+
+
+@pytest.mark.skipif(B == "torch", reason="Keras does not compile PyTorch with XLA")
+def test_xla_without_num_classes_gives_nan_for_non_integral_labels(rng):
+    """Inside a compiled function non-integral float labels (refused eagerly) make the value
+    and gradient NaN, as labels outside [0, num_classes) do."""
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    labels = np.array([0, 0, 1, 1, 2, 2.5], np.float32)
+    value, grad = _compiled_value_and_grad(labels, x, num_classes=None)
+    assert np.isnan(value) and np.isnan(grad).all()
+    # Integral floats are class labels like any other.
+    labels = np.array([0, 0, 1, 1, 2, 2], np.float32)
+    value, grad = _compiled_value_and_grad(labels, x, num_classes=None)
+    ref_value, ref_grad = ole_reference(labels, x.astype(np.float64))
+    _assert_close(value, grad, ref_value, ref_grad, "float32")
 
 
 def _static_cases(rng):
@@ -375,9 +397,9 @@ def test_static_num_classes_out_of_range_inside_xla_gives_nan(rng):
     assert np.isnan(value) and np.isnan(grad).all()
 
 
-def _compiled_value_and_grad(labels, x):
-    """Value and gradient of `ole_loss(labels, x, num_classes=3)` with the labels an input of
-    the compiled function (not a constant folded in at trace time)."""
+def _compiled_value_and_grad(labels, x, num_classes=3):
+    """Value and gradient of `ole_loss(labels, x, num_classes=num_classes)` with the labels an
+    input of the compiled function (not a constant folded in at trace time)."""
     if B == "tensorflow":
         import tensorflow as tf
 
@@ -385,14 +407,16 @@ def _compiled_value_and_grad(labels, x):
         def step(labels, x):
             with tf.GradientTape() as tape:
                 tape.watch(x)
-                value = svmax_ops.ole_loss(labels, x, num_classes=3)
+                value = svmax_ops.ole_loss(labels, x, num_classes=num_classes)
             return value, tape.gradient(value, x)
 
         value, grad = step(tf.constant(labels), tf.constant(x))
         return value.numpy(), grad.numpy()
     import jax
 
-    fn = jax.jit(jax.value_and_grad(lambda x, y: svmax_ops.ole_loss(y, x, num_classes=3)))
+    fn = jax.jit(
+        jax.value_and_grad(lambda x, y: svmax_ops.ole_loss(y, x, num_classes=num_classes))
+    )
     value, grad = fn(x, labels)
     return np.asarray(value), np.asarray(grad)
 

@@ -3,7 +3,7 @@
 
 import keras
 
-from tf_svmax import _backend, checks, ops
+from tf_svmax import checks, ops
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
 
 
@@ -78,15 +78,14 @@ def ole_loss(y_true, y_pred, *, lambda_=0.25, delta=1.0, threshold=1e-6, num_cla
       delta: Floor on each class's nuclear norm (paper: 1.0).
       threshold: Singular values below it are dropped from the subgradient (original: 1e-6).
       num_classes: None (labels may be any integers), or the static number of classes C, the
-        labels then being class ids in ``[0, C)``: what XLA needs (see `tf_svmax.ops.ole_loss`
-        and `OLELoss`).
+        labels then being class ids in ``[0, C)``: XLA's layout with C SVDs instead of one per
+        row of the batch (see `tf_svmax.ops.ole_loss` and `OLELoss`).
 
     Returns:
       A scalar of the dtype of `y_pred`; 0 for a batch with no rows.
 
     Raises:
-      ValueError: `y_true` is None, an argument is invalid, or a JAX trace without
-        `num_classes` (the number of classes in a batch is data-dependent).
+      ValueError: `y_true` is None or an argument is invalid.
 
     Example:
       >>> ole_loss([0, 0, 1, 1], [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
@@ -95,16 +94,6 @@ def ole_loss(y_true, y_pred, *, lambda_=0.25, delta=1.0, threshold=1e-6, num_cla
     if y_true is None:
         raise ValueError(checks.invalid("y_true", "integer class labels", None))
     lambda_ = checks.check_non_negative_number(lambda_, "lambda_")
-    traced = keras.backend.backend() == "jax" and _backend.in_xla_context()
-    if traced and num_classes is None:
-        # ops.ole_loss refuses too, but its advice (jit_compile=False) does not help on JAX.
-        raise ValueError(
-            "OLELoss (ole_loss) without num_classes cannot run inside a JAX trace (jax.jit, "
-            "jax.eval_shape), so not in model.fit/evaluate on the JAX backend, which traces "
-            "every loss: the number of classes in a batch is data-dependent. Pass the static "
-            "number of classes, OLELoss(num_classes=C) with labels in [0, C), or call it "
-            "eagerly (loss(y, features) or jax.grad of it)."
-        )
     return lambda_ * ops.ole_loss(
         y_true, y_pred, delta=delta, threshold=threshold, num_classes=num_classes
     )
@@ -123,8 +112,8 @@ class OLELoss(LossFunctionWrapper, BatchPenaltyLoss):
       delta: Floor on each class's nuclear norm (paper: 1.0).
       threshold: Singular values below it are dropped from the subgradient (original: 1e-6).
       num_classes: None (labels may be any integers), or the static number of classes C, the
-        labels then being class ids in ``[0, C)``: what XLA needs (`fit` on JAX,
-        ``jit_compile=True`` on TensorFlow), at the cost of C SVDs of the `[N, D]` batch (see
+        labels then being class ids in ``[0, C)``: under XLA (`fit` on JAX, ``jit_compile=True``
+        on TensorFlow) C SVDs of the `[N, D]` batch instead of N, one per row (see
         `tf_svmax.ops.ole_loss`).
       name: Loss name.
 
@@ -135,15 +124,14 @@ class OLELoss(LossFunctionWrapper, BatchPenaltyLoss):
       >>> model = keras.Model(inputs, {"logits": logits, "features": features})
       >>> model.compile("sgd", loss={
       ...     "logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      ...     "features": tf_svmax.losses.OLELoss()}, jit_compile=False)
+      ...     "features": tf_svmax.losses.OLELoss(num_classes=10)})
 
-    Backends: the number of classes in a batch is data-dependent, which XLA cannot compile, so
-    without `num_classes` OLE never runs under XLA. TensorFlow: `fit` with
-    ``jit_compile=False``. PyTorch: `fit` (Keras runs PyTorch eagerly). JAX: Keras traces every
-    JAX loss (``jax.eval_shape`` to build the compiled loss, even with ``run_eagerly=True``), so
-    `model.fit`/`evaluate` need ``OLELoss(num_classes=C)``; without it the loss runs only when
-    called eagerly (``loss(y, features)``, `jax.grad` of it) and a trace raises a ValueError
-    naming `num_classes`. With `num_classes` it runs everywhere, `jit_compile=True` included.
+    Backends: the number of classes in a batch is data-dependent, which XLA cannot compile
+    (`fit` on JAX, where Keras traces every loss; ``jit_compile=True`` on TensorFlow). Under XLA
+    the loss takes a static layout instead, the same value and gradient: C SVDs of the batch
+    with `num_classes`, N (one per row) without it, which costs more for large batches (a
+    RuntimeWarning says so once). Without XLA (TensorFlow's ``jit_compile=False``, PyTorch,
+    a direct call on JAX) one SVD per class present.
     """
 
     def __init__(

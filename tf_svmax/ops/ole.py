@@ -22,13 +22,14 @@ directions in the gradient. The batch term, the costliest part, uses float32 eig
 float32 inputs on TensorFlow when the batch is well conditioned (see `_batch_term`) and a float64
 SVD otherwise (and on the other backends, see `_float32_shortcut`).
 
-Backends: the number of classes in a batch is data-dependent, which XLA cannot compile, so
-`ole_loss` refuses to be traced under XLA (``jit_compile=True`` on TensorFlow, any ``jax.jit``
-on JAX, which includes every `fit` on JAX) unless it is given a static ``num_classes``. With
-``num_classes = C`` the labels are class ids in ``[0, C)`` and the layout is static: every class
-gets all N rows, those of other classes zeroed (``[C, N, D]``, the same nonzero singular values),
-and classes absent from the batch are left out of the sum. That compiles everywhere, at the
-price of C SVDs of N x D matrices instead of one per present class of its own rows.
+Backends: the number of classes in a batch is data-dependent, which XLA cannot compile
+(``jit_compile=True`` on TensorFlow, any ``jax.jit`` on JAX, which includes every `fit` on JAX).
+With a static ``num_classes = C`` the labels are class ids in ``[0, C)`` and the layout is
+static: every class gets all N rows, those of other classes zeroed (``[C, N, D]``, the same
+nonzero singular values), and classes absent from the batch are left out of the sum. That
+compiles everywhere, at the price of C SVDs of N x D matrices instead of one per present class
+of its own rows. Under XLA without ``num_classes`` the same static layout takes one slot per row
+(each class in the slot of its first row, `first_row_ids`): N SVDs of N x D, the same value.
 
 JAX without ``jax_enable_x64`` has no float64: there the loss is computed in float32 and says so
 once (a RuntimeWarning); float32 cannot tell the 1e-6 threshold from rounding noise, so
@@ -52,8 +53,9 @@ def class_labels(labels, arg="labels"):
     """Flattens `labels` to `[N]` int64, accepting integer tensors and integral-valued floats.
 
     TensorFlow: a tensor, checked in the graph (an InvalidArgumentError when a traced function
-    runs). JAX and PyTorch: a NumPy array (the labels are concrete there, since `ole_loss` never
-    runs under XLA), checked at once (a ValueError); int64 labels stay int64 on JAX too.
+    runs). JAX and PyTorch: a NumPy array (the labels are concrete there: under XLA `ole_loss`
+    takes `first_row_ids` instead), checked at once (a ValueError); int64 labels stay int64 on
+    JAX too.
     """
     if keras.backend.backend() == "tensorflow":
         return _tf_class_labels(labels, arg)
@@ -242,6 +244,50 @@ def static_class_ids(labels, num_classes, x, arg="labels"):
     return values.astype(np.int32)
 
 
+def first_row_ids(labels):
+    """Under XLA without `num_classes`: each row's class as the index of the first row with its
+    label (`[N]` int32 in ``[0, N)``), so that ``num_classes = N`` is a static class layout. The
+    slots of rows that start no class stay empty and are left out, as absent classes are with
+    `num_classes`: the value and gradient of the dynamic layout, at the price of N SVDs of
+    `[N, D]` per call. Non-integral float labels (refused eagerly) become -1, which makes the
+    loss NaN (`_static_class_layout`). Called inside the custom gradient, as that is."""
+    labels = ops.convert_to_tensor(labels)
+    rows = _guards.static_or_dynamic_shape(labels)[0]
+    index = ops.arange(rows, dtype="int32")
+    same = ops.equal(labels[:, None], labels[None, :])
+    ids = ops.min(ops.where(same, index[None, :], ops.cast(rows, "int32")), axis=1)
+    if "float" in _guards.dtype_name(labels):
+        ids = ops.where(ops.equal(labels, ops.round(labels)), ids, -ops.ones_like(ids))
+    return ids
+
+
+def _traced_labels(labels, x, arg="labels"):
+    """`labels` as `[N]`, one per row of `x`, for `first_row_ids` (inside a trace, where the
+    values may be unknown: shape and dtype checked), said once to cost N SVDs."""
+    values = _backend.concrete_values(labels)  # labels fixed when traced: kept as NumPy
+    labels = ops.convert_to_tensor(labels) if values is None else values
+    shape = checks.static_shape(labels) if values is None else values.shape
+    if shape is None or len(shape) > 2 or (len(shape) == 2 and shape[1] != 1):
+        raise ValueError(
+            checks.invalid(arg, "class labels of shape [N] or [N, 1]", f"<tensor of shape {shape}>")
+        )
+    dtype = _guards.dtype_name(labels) if values is None else values.dtype.name
+    if not ("int" in dtype or "float" in dtype):
+        raise TypeError(checks.invalid(arg, "integer class labels", f"<tensor of dtype {dtype}>"))
+    checks.warn_once(
+        "ole-xla-slots",
+        "tf_svmax: ole_loss under XLA without num_classes takes one class slot per row: N SVDs "
+        "of the [N, D] batch per step instead of one per class. Pass num_classes=C (labels in "
+        "[0, C)) for C SVDs.",
+    )
+    if values is not None:
+        # NumPy, converted inside the custom gradient: on JAX a tensor made here, inside a
+        # `jax.jit` trace, and closed over could not be lowered when the jitted loss is
+        # differentiated (as `static_class_ids`).
+        return _same_rows(values.reshape(-1), x)
+    return checks.same_rows(ops.reshape(labels, (-1,)), x, arg, "embeddings", unit="label")
+
+
 # The float32 shortcut for the batch term is taken only when every singular value is at least
 # this fraction of the largest (condition number <= 100). float32 eigenvectors mix directions
 # whose singular values are below ~sqrt(eps32) * s_1 and are accurate to ~eps32 * s_1 / gap
@@ -295,18 +341,19 @@ def _gather_rows(per_class, coords, k_max):
     return ops.take(flat, coords[:, 0] * k_max + coords[:, 1], axis=0)
 
 
-def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None):
+def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_row=False):
     @ops.custom_gradient
     def forward(x):
         dtype = _guards.dtype_name(x)
         all_finite, x_safe = _guards.finite_guard(x)
         rows, cols = _guards.static_or_dynamic_shape(x)
-        if num_classes is None:
+        if num_classes is None and not per_row:
             coords, classes, k_max = _class_layout(labels)
             present = None
         else:
-            classes = num_classes
-            coords, k_max, present, valid = _static_class_layout(labels, num_classes, rows)
+            # per_row (XLA without num_classes): one class slot per row.
+            ids, classes = (first_row_ids(labels), rows) if per_row else (labels, num_classes)
+            coords, k_max, present, valid = _static_class_layout(ids, classes, rows)
             # Labels outside [0, num_classes) inside a compiled function (an eager call refused
             # them already): the loss and its gradient are NaN, as for non-finite embeddings.
             all_finite = ops.logical_and(all_finite, valid)
@@ -398,19 +445,18 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6, num_classes=None)
       delta: Floor on each class's nuclear norm (paper: 1.0). Float >= 0.
       threshold: Singular values below it are dropped from the subgradient (original: 1e-6).
       num_classes: None (default: labels may be any integers), or the static number of classes
-        C, the labels then being class ids in ``[0, C)``: a static layout that XLA compiles
-        (`jit_compile=True`, `jax.jit`, `fit` on JAX), computing C SVDs of `[N, D]` (see the
-        module docstring). A label outside ``[0, C)`` is a ValueError eagerly and makes the
-        loss and its gradient NaN inside a compiled function.
+        C, the labels then being class ids in ``[0, C)``: the static layout XLA compiles
+        (`jit_compile=True`, `jax.jit`, `fit` on JAX) with C SVDs of `[N, D]` (see the module
+        docstring; without it XLA computes N of them, one per row). A label outside ``[0, C)``
+        is a ValueError eagerly and makes the loss and its gradient NaN inside a compiled
+        function.
 
     Returns:
       A scalar of the dtype of `embeddings` (computed in float64; in float32 on JAX without
       `jax_enable_x64`); 0 for a batch with no rows.
 
     Raises:
-      ValueError: bad rank, mismatched batch sizes, a negative `delta`/`threshold`, or tracing
-        under XLA (`jit_compile=True`, `jax.jit`) without `num_classes`: XLA cannot compile a
-        data-dependent class set.
+      ValueError: bad rank, mismatched batch sizes, a negative `delta`/`threshold`.
 
     Example:
       >>> x = keras.random.normal([8, 16])
@@ -420,18 +466,14 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6, num_classes=None)
     threshold = checks.check_non_negative_number(threshold, "threshold")
     if num_classes is not None:
         num_classes = checks.check_positive_int(num_classes, "num_classes")
+    per_row = False
     x, dtype = checks.float_matrix(embeddings, "embeddings", min_rows=0)
     if num_classes is not None:
         labels = static_class_ids(labels, num_classes, x)
     elif _backend.in_xla_context():
-        # The set of classes in a batch has a data-dependent size (unique, bincount), which
-        # XLA cannot compile; fail at trace time with the fix rather than deep inside XLA.
-        raise ValueError(
-            "ole_loss cannot run under XLA (jit_compile=True, or jax.jit; on JAX every fit): "
-            "the number of classes in a batch is data-dependent. Pass the static number of "
-            "classes, num_classes=C (labels in [0, C)), or run without XLA (TensorFlow and "
-            "PyTorch: model.compile(..., jit_compile=False))."
-        )
+        # XLA cannot compile the data-dependent class set (unique, bincount): one static slot
+        # per row instead, each class in the slot of its first row.
+        labels, per_row = _traced_labels(labels, x), True
     else:
         labels = _same_rows(class_labels(labels), x)
     compute = _compute_dtype()
@@ -442,6 +484,6 @@ def ole_loss(labels, embeddings, *, delta=1.0, threshold=1e-6, num_classes=None)
     x_compute = ops.cast(x, compute)
     value = checks.zero_unless_rows(
         x_compute,
-        lambda: _ole(labels, x_compute, delta, threshold, shortcut, num_classes),
+        lambda: _ole(labels, x_compute, delta, threshold, shortcut, num_classes, per_row),
     )
     return ops.cast(value, dtype)
