@@ -291,6 +291,38 @@ def test_a_function_name_and_an_unknown_name():
         L.get("tf_svmax>NoSuchLoss")
 
 
+# Stand-ins for `keras.losses.get`: Keras 3.15's string lookup (its module table only) and a
+# Keras that also consults the public registrations (keras-team/keras#20112).
+_KERAS_GET = """
+def get(identifier):
+    obj = ALL_OBJECTS_DICT.get(identifier)
+    if obj is None and PUBLIC:
+        obj = keras.saving.get_registered_object(identifier)
+    if obj is None:
+        raise ValueError(f"Could not interpret loss identifier: {identifier}")
+    return obj() if isinstance(obj, type) else obj
+"""
+
+
+@pytest.mark.parametrize("public", [False, True], ids=["table-only", "registrations"])
+def test_the_name_table_is_written_only_where_keras_needs_it(monkeypatch, public):
+    """The string names go into Keras' private table only when its `losses.get` does not
+    resolve the public registrations itself (the shim retires on such a Keras)."""
+    from tf_svmax.losses import _registry
+
+    namespace = {"ALL_OBJECTS_DICT": {}, "PUBLIC": public, "keras": keras}
+    exec(_KERAS_GET, namespace)
+    monkeypatch.setattr(keras.losses, "get", namespace["get"])
+    _registry.install([L.TripletSemiHardLoss, L.OLELoss])
+    table = namespace["ALL_OBJECTS_DICT"]
+    assert table == (
+        {}
+        if public
+        else {"tf_svmax>TripletSemiHardLoss": L.TripletSemiHardLoss, "tf_svmax>OLELoss": L.OLELoss}
+    )
+    assert type(keras.losses.get("tf_svmax>OLELoss")) is L.OLELoss
+
+
 def test_compile_with_a_string_name_trains():
     x, w0 = _data(5, 12)
     model = _linear_model(w0)

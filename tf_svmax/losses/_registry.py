@@ -10,7 +10,16 @@ loss identifier"). So the names of our losses (``"tf_svmax>ClassName"``, the nam
 use, registered publicly as well) are also added to that table, reached through
 `keras.losses.get`'s module globals so that nothing imports `keras.src`; the table is the same on
 every backend. If a future Keras moves the table, string lookup in `compile` is skipped (a
-RuntimeWarning says so) and `tf_svmax.losses.get` and loading saved files keep working.
+RuntimeWarning says so) and `tf_svmax.losses.get` and loading saved files keep working; if a
+future Keras resolves registered names itself (asked in keras-team/keras#20112; not so in 3.15.1
+nor in its 3.16.0 development tree of August 2026), nothing is written.
+
+Why this private touch is kept (issue 41 asked for public API only): dropping it would break
+``compile(loss="tf_svmax>Name")`` in users' code, which the migration guide offers TFA users
+(Keras 2 resolved registered names there). A `.keras` file compiled so does not need it: loading
+deserializes the stored name through the public registrations. It is the library's one write
+into Keras' private state, done once at import, tested (tests/losses/test_loss_classes_backends.py)
+on every backend.
 """
 
 import warnings
@@ -33,7 +42,20 @@ def install(classes, functions=()):
     _install(list(classes) + list(functions))
 
 
+def _keras_resolves(name):
+    """Whether `keras.losses.get` resolves `name` (a registered object's name) by itself."""
+    try:
+        keras.losses.get(name)
+    except ValueError:
+        return False
+    return True
+
+
 def _install(classes):
+    if classes and _keras_resolves(next(iter(names(classes)))):
+        # A Keras whose string lookup consults the public registrations (keras-team/keras#20112)
+        # needs no entry in its private table: this shim retires itself there.
+        return
     table = getattr(keras.losses.get, "__globals__", {}).get("ALL_OBJECTS_DICT")
     if not isinstance(table, dict):
         warnings.warn(
