@@ -345,6 +345,21 @@ def warn_once(key, message):
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
+def same_width(x, width, arg, whose):
+    """Raises a ValueError naming `arg` unless the last dimension of tensor `x`, where known
+    statically, is `width` (`whose`: what fixed it, e.g. "embedding_dim"); the library's one
+    check of an embedding width against a layer's state."""
+    shape = static_shape(x)
+    if shape and shape[-1] is not None and shape[-1] != width:
+        raise ValueError(
+            invalid(
+                arg,
+                f"[batch_size, {width}] rows (the width of {whose})",
+                f"<tensor of shape {shape}>",
+            )
+        )
+
+
 def same_rows(first, second, first_arg, second_arg, unit="row"):
     """`first`, checked to have one `unit` (row, label, weight) per row of `second`: a
     ValueError naming `first_arg` when both row counts are known statically (always on JAX and

@@ -146,7 +146,7 @@ def test_bad_labels_are_refused_by_name(rng):
     for labels in ([0, 5], [0.0, 1.7], np.array([0, 2**32 + 1])):
         with pytest.raises(ValueError, match=r"`y_true`"):
             loss(labels, x)
-    with pytest.raises(ValueError, match=r"\[batch_size, 2\] features"):
+    with pytest.raises(ValueError, match=r"`y_pred`.*\[batch_size, 2\] rows.*embedding_dim"):
         loss([0, 1], np.ones((2, 3), np.float32))
 
 

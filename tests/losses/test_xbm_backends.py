@@ -259,6 +259,15 @@ def test_labels_outside_int32_are_refused_on_jax_without_x64(rng):
     # memory is not read back here.)
 
 
+def test_embeddings_of_another_width_than_the_memory_are_refused_by_name(rng):
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=12)
+    x, y = random_batch(rng)
+    xbm(y, x)
+    wider = np.concatenate([x, x], axis=1)
+    with pytest.raises(ValueError, match=rf"`y_pred`.*\[batch_size, {x.shape[1]}\] rows.*memory"):
+        xbm(y, wider)
+
+
 def test_labels_above_2_to_the_31_stay_distinct_where_int64_exists(rng):
     if _backend.jax_without_x64():
         pytest.skip("JAX without 64-bit types refuses them (test above)")

@@ -198,16 +198,6 @@ class CenterLoss(keras.losses.Loss):
             return self._tf_call(y_true, y_pred, sample_weight)
         return self._ops_call(y_true, y_pred, sample_weight)
 
-    def _check_width(self, x):
-        if x.shape[-1] is not None and x.shape[-1] != self.embedding_dim:
-            raise ValueError(
-                checks.invalid(
-                    "y_pred",
-                    f"[batch_size, {self.embedding_dim}] features (embedding_dim)",
-                    f"<tensor of shape {x.shape}>",
-                )
-            )
-
     # TensorFlow ---------------------------------------------------------------------------------
 
     def _labels(self, y_true):
@@ -251,7 +241,7 @@ class CenterLoss(keras.losses.Loss):
             _, (x, labels, sample_weight) = replicas.gather_global_batch(
                 self.global_batch, x, labels, sample_weight
             )
-            self._check_width(x)
+            checks.same_width(x, self.embedding_dim, "y_pred", "embedding_dim")
             centers_before = tf.convert_to_tensor(self.centers)
             batch_centers = tf.gather(centers_before, labels)
             value = self.lambda_ * self._sum_and_update(x, batch_centers, labels, centers_before)
@@ -340,7 +330,7 @@ class CenterLoss(keras.losses.Loss):
             x = ops.cast(ops.convert_to_tensor(y_pred), "float32")
             x, _ = checks.float_matrix(x, "y_pred", min_rows=0)
             labels, valid = self._ops_labels(y_true, x)
-            self._check_width(x)
+            checks.same_width(x, self.embedding_dim, "y_pred", "embedding_dim")
             centers_before = ops.convert_to_tensor(self.centers)
             batch_centers = ops.take(centers_before, labels, axis=0)
             if jax:

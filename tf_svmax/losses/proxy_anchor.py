@@ -135,24 +135,26 @@ def _proxy_terms(labels, s, with_positive, alpha, delta):
     return pos, ops.sum(neg_terms)
 
 
-def _own_proxy_parts(labels, similarities, ref_labels, ref_similarities, ref_offset, alpha, delta):
-    """`ProxyAnchorLoss.reference_parts`: the terms of the proxies ``[start C / B, (start +
-    count) C / B)`` of the rows `similarities` (the reference rows ``ref_offset ..`` of the
-    whole batch's `ref_similarities`), over every row, with their counts (of proxies with a
-    positive, and of proxies). Disjoint row ranges covering the batch map to disjoint proxy
-    ranges covering the C proxies, so the parts add up to the loss, and each does ``count /
-    B`` of the work."""
+def _own_proxy_parts(
+    labels, similarities, *, ref_labels, ref_embeddings, ref_offset=0, alpha, delta
+):
+    """`ProxyAnchorLoss`'s ``parts_fn``: ``(parts, dtype)``, the terms of the proxies ``[start
+    C / B, (start + count) C / B)`` of the rows `similarities` (the reference rows
+    ``ref_offset ..`` of the whole batch's similarities, `ref_embeddings`), over every row, with
+    their counts (of proxies with a positive, and of proxies). Disjoint row ranges covering the
+    batch map to disjoint proxy ranges covering the C proxies, so the parts add up to the loss,
+    and each does ``count / B`` of the work."""
     s, labels, rows, _ = _common.anchors_and_references(
-        labels, similarities, ref_labels, ref_similarities, ref_offset, "labels", "similarities"
+        labels, similarities, ref_labels, ref_embeddings, ref_offset, "labels", "similarities"
     )
-    s, _ = _similarities(s)
+    s, dtype = _similarities(s)
     labels, with_positive = _proxy_labels(labels, s)
     first, last = _own_proxies(rows, ops.shape(s)[0], ops.shape(s)[1])
     s, with_positive = s[:, first:last], with_positive[first:last]
     labels = labels - ops.cast(first, labels.dtype)  # classes outside give all-zero rows
     pos, neg = _proxy_terms(labels, s, with_positive, alpha, delta)
     own_count = ops.sum(ops.cast(with_positive, s.dtype))
-    return [_common.LossPart(pos, own_count), _common.LossPart(neg, last - first)]
+    return [_common.LossPart(pos, own_count), _common.LossPart(neg, last - first)], dtype
 
 
 def _own_proxies(anchors, rows, classes):
@@ -189,9 +191,6 @@ class ProxyAnchorLoss(LossFunctionWrapper, BatchPenaltyLoss):
             alpha=checks.check_non_negative_number(alpha, "alpha"),
             delta=checks.check_non_negative_number(delta, "delta"),
         )
-        super().__init__(proxy_anchor_loss, fn_kwargs, name=name, **kwargs)
-
-    def reference_parts(self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0):
-        return _own_proxy_parts(
-            y_true, y_pred, ref_labels, ref_embeddings, ref_offset, self.alpha, self.delta
+        super().__init__(
+            proxy_anchor_loss, fn_kwargs, parts_fn=_own_proxy_parts, name=name, **kwargs
         )

@@ -468,14 +468,7 @@ class CrossBatchMemory(keras.losses.Loss):
                     "memory=model.get_layer(<the layer's name>)))."
                 )
             memory.build(y_pred.shape)
-        if y_pred.shape[-1] is not None and y_pred.shape[-1] != memory.dim:
-            raise ValueError(
-                checks.invalid(
-                    "y_pred",
-                    f"embeddings of width {memory.dim} (the memory's)",
-                    f"<tensor of shape {y_pred.shape}>",
-                )
-            )
+        checks.same_width(y_pred, memory.dim, "y_pred", "the memory")
         return memory
 
     def get_config(self):
