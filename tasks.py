@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -197,6 +198,10 @@ def main(argv):
     lint = call([str(PYTHON), "-m", "ruff", "check", "."])
     if lint:
         return lint
+    # The other backends' runs start first, at a lower CPU priority: they take what the
+    # TensorFlow suite's workers leave idle (a worker waiting on its last slow test, a trainer's
+    # subprocess starting), then the whole machine once it ends.
+    backends = start_backend_runs(rest)
     # --durations: the slowest tests in every run's log, to keep the suite's time in view.
     status = call(
         [str(PYTHON), "-m", "pytest", "-q", "--durations=20", "tests", *pytest_workers(rest), *rest]
@@ -204,8 +209,9 @@ def main(argv):
     if status == 5:
         print("tasks.py: pytest collected no tests; that is a failure here.", file=sys.stderr)
         status = 1
-    backends = backend_runs(rest)
-    return status or backends
+    # Waited for whatever the suite gave: no backend run outlives this command.
+    backend_status_ = finish_backend_runs(backends, rest)
+    return status or backend_status_
 
 
 def backend_status(backend, status, chosen):
@@ -220,24 +226,53 @@ def backend_status(backend, status, chosen):
     return status
 
 
-def backend_runs(rest):
-    """The core's tests once per other backend (tests/conftest.py's ALL_BACKENDS), each in its own
-    process (Keras fixes its backend at import), all at once, each one's output printed whole when
-    it ends; the first failing status, else 0."""
+# How much lower the other backends' runs are scheduled than the TensorFlow suite (`nice`).
+BACKEND_NICENESS = 10
+
+
+def start_backend_runs(rest):
+    """Starts the core's tests once per other backend (tests/conftest.py's ALL_BACKENDS), each in
+    its own process (Keras fixes its backend at import), all at once and at a lower priority;
+    `finish_backend_runs` waits for them."""
     import tempfile
 
     runs = {}
     for backend in OTHER_BACKENDS:
         log = tempfile.TemporaryFile(mode="w+")
-        command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", *rest]
+        command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        command += ["--durations=10", "tests", *rest]
         env = {**os.environ, "KERAS_BACKEND": backend}
-        runs[backend] = (subprocess.Popen(command, env=env, stdout=log, stderr=log), log)
-    print(f"[tasks] the backend-neutral core's tests on {', '.join(OTHER_BACKENDS)}", flush=True)
+        process = subprocess.Popen(
+            command, env=env, stdout=log, stderr=log, preexec_fn=_lower_priority
+        )
+        runs[backend] = (process, log, time.monotonic())
+    print(
+        f"[tasks] the backend-neutral core's tests on {', '.join(OTHER_BACKENDS)} started "
+        f"(niceness {BACKEND_NICENESS}; their output follows the TensorFlow suite's)",
+        flush=True,
+    )
+    return runs
+
+
+def _lower_priority():
+    """In a backend run's child process, before it starts: `nice` it (where the OS has nice)."""
+    if hasattr(os, "nice"):
+        os.nice(BACKEND_NICENESS)
+
+
+def finish_backend_runs(runs, rest):
+    """Waits for `start_backend_runs`' processes, printing each one's output whole with its wall
+    time; the first failing status, else 0."""
     statuses = []
-    for backend, (process, log) in runs.items():
+    for backend, (process, log, started) in runs.items():
         status = call_wait(process)
         log.seek(0)
-        print(f"[tasks] KERAS_BACKEND={backend}:\n{log.read().rstrip()}", flush=True)
+        minutes = (time.monotonic() - started) / 60
+        print(
+            f"[tasks] KERAS_BACKEND={backend} (ended {minutes:.1f} min after it started):\n"
+            f"{log.read().rstrip()}",
+            flush=True,
+        )
         statuses.append(backend_status(backend, status, chosen=bool(rest)))
     return next((s for s in statuses if s), 0)
 
