@@ -201,14 +201,12 @@ def _static_class_layout(labels, num_classes, rows):
     return coords, rows, present, valid
 
 
-def static_class_ids(labels, num_classes, x, arg="labels"):
-    """`labels` (`[N]` or `[N, 1]`, integers or integral floats) as `[N]` class ids for a static
-    `num_classes`, one per row of `x`. Where the values are known (eagerly) a label outside
-    ``[0, num_classes)`` or a non-integral float is a ValueError naming `arg`, and the ids come
-    back as int32 NumPy (on JAX a tensor made here, inside a `jax.jit` trace, and closed over by
-    the custom gradient could not be lowered when that jitted loss is differentiated); inside a
-    trace they stay a tensor, checked by `_static_class_layout` (the loss is NaN where that check
-    fails)."""
+def _label_vector(labels, x, arg):
+    """``(labels [N], values)``: `labels` (`[N]` or `[N, 1]`, integers or floats) flattened and
+    checked to hold one label per row of `x`, and their values as NumPy where known (then the
+    labels are that NumPy array: on JAX a tensor made inside a `jax.jit` trace and closed over
+    by the custom gradient could not be lowered when the jitted loss is differentiated), else
+    None (a tensor whose row count a TensorFlow graph checks when it runs)."""
     values = _backend.concrete_values(labels)
     shape = checks.static_shape(ops.convert_to_tensor(labels)) if values is None else values.shape
     if shape is None or len(shape) > 2 or (len(shape) == 2 and shape[1] != 1):
@@ -220,7 +218,7 @@ def static_class_ids(labels, num_classes, x, arg="labels"):
         raise TypeError(checks.invalid(arg, "integer class labels", f"<tensor of dtype {dtype}>"))
     if values is None:
         labels = ops.reshape(labels, (-1,))
-        return checks.same_rows(labels, x, arg, "embeddings", unit="label")
+        return checks.same_rows(labels, x, arg, "embeddings", unit="label"), None
     values = values.reshape(-1)
     rows = checks.static_shape(x)[0]
     if rows is not None and len(values) != rows:
@@ -228,6 +226,20 @@ def static_class_ids(labels, num_classes, x, arg="labels"):
             f"Invalid value for argument `{arg}`. Expected one label per row of `embeddings` "
             f"({rows}). Received: {len(values)} labels."
         )
+    return values, values
+
+
+def static_class_ids(labels, num_classes, x, arg="labels"):
+    """`labels` (`[N]` or `[N, 1]`, integers or integral floats) as `[N]` class ids for a static
+    `num_classes`, one per row of `x`. Where the values are known (eagerly) a label outside
+    ``[0, num_classes)`` or a non-integral float is a ValueError naming `arg`, and the ids come
+    back as int32 NumPy (on JAX a tensor made here, inside a `jax.jit` trace, and closed over by
+    the custom gradient could not be lowered when that jitted loss is differentiated); inside a
+    trace they stay a tensor, checked by `_static_class_layout` (the loss is NaN where that check
+    fails)."""
+    labels, values = _label_vector(labels, x, arg)
+    if values is None:
+        return labels
     if values.dtype.kind == "f" and not np.array_equal(values, np.round(values)):
         raise ValueError(_NON_INTEGRAL.format(arg))
     outside = values[(values < 0) | (values >= num_classes)]
@@ -239,9 +251,7 @@ def static_class_ids(labels, num_classes, x, arg="labels"):
                 f"<labels including {outside[0]!r}>",
             )
         )
-    if rows is None:  # a TensorFlow graph's unknown row count: checked when it runs
-        return checks.same_rows(values.astype(np.int32), x, arg, "embeddings", unit="label")
-    return values.astype(np.int32)
+    return _rows_checked_when_unknown(values.astype(np.int32), x, arg)
 
 
 def first_row_ids(labels):
@@ -264,28 +274,23 @@ def first_row_ids(labels):
 def _traced_labels(labels, x, arg="labels"):
     """`labels` as `[N]`, one per row of `x`, for `first_row_ids` (inside a trace, where the
     values may be unknown: shape and dtype checked), said once to cost N SVDs."""
-    values = _backend.concrete_values(labels)  # labels fixed when traced: kept as NumPy
-    labels = ops.convert_to_tensor(labels) if values is None else values
-    shape = checks.static_shape(labels) if values is None else values.shape
-    if shape is None or len(shape) > 2 or (len(shape) == 2 and shape[1] != 1):
-        raise ValueError(
-            checks.invalid(arg, "class labels of shape [N] or [N, 1]", f"<tensor of shape {shape}>")
-        )
-    dtype = _guards.dtype_name(labels) if values is None else values.dtype.name
-    if not ("int" in dtype or "float" in dtype):
-        raise TypeError(checks.invalid(arg, "integer class labels", f"<tensor of dtype {dtype}>"))
     checks.warn_once(
         "ole-xla-slots",
         "tf_svmax: ole_loss under XLA without num_classes takes one class slot per row: N SVDs "
         "of the [N, D] batch per step instead of one per class. Pass num_classes=C (labels in "
         "[0, C)) for C SVDs.",
     )
-    if values is not None:
-        # NumPy, converted inside the custom gradient: on JAX a tensor made here, inside a
-        # `jax.jit` trace, and closed over could not be lowered when the jitted loss is
-        # differentiated (as `static_class_ids`).
-        return _same_rows(values.reshape(-1), x)
-    return checks.same_rows(ops.reshape(labels, (-1,)), x, arg, "embeddings", unit="label")
+    labels, values = _label_vector(labels, x, arg)
+    # Known values stay NumPy, converted inside the custom gradient (as `static_class_ids`).
+    return labels if values is None else _rows_checked_when_unknown(values, x, arg)
+
+
+def _rows_checked_when_unknown(values, x, arg):
+    """NumPy labels `values`, or where a TensorFlow graph does not know the row count of `x`,
+    a tensor of them checked against it when it runs."""
+    if checks.static_shape(x)[0] is None:
+        return checks.same_rows(values, x, arg, "embeddings", unit="label")
+    return values
 
 
 # The float32 shortcut for the batch term is taken only when every singular value is at least
