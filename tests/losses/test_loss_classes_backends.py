@@ -341,15 +341,17 @@ LOAD_SCRIPT = textwrap.dedent(
     import keras
     import numpy as np
     import tf_svmax.losses
-    path, x_path = sys.argv[1], sys.argv[2]
-    model = keras.saving.load_model(path)
-    loss = model.loss
-    print(json.dumps({
-        "backend": keras.backend.backend(),
-        "loss": type(loss).__name__,
-        "config": loss.get_config(),
-        "prediction": np.asarray(model.predict(np.load(x_path), verbose=0)).tolist(),
-    }))
+    x = np.load(sys.argv[1])
+    results = []
+    for path in sys.argv[2:]:
+        model = keras.saving.load_model(path)
+        results.append({
+            "backend": keras.backend.backend(),
+            "loss": type(model.loss).__name__,
+            "config": model.loss.get_config(),
+            "prediction": np.asarray(model.predict(x, verbose=0)).tolist(),
+        })
+    print(json.dumps(results))
     """
 )
 
@@ -360,32 +362,45 @@ def _other_backends():
     return [b for b in others if importlib.util.find_spec(modules[b]) is not None]
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: L.TripletSemiHardLoss(margin=0.3, distance_metric="angular"),
-        lambda: L.RegularizedLoss(L.PKNpairLoss(l2_reg=0.01), [L.SVMaxLoss(lambda_=0.2)]),
-    ],
-    ids=["semihard", "pk_npair+svmax"],
-)
-def test_a_keras_file_saved_here_loads_and_predicts_the_same_on_the_other_backends(make, tmp_path):
+# Saved here, loaded on each other backend (one process per backend for all of them: each
+# process start imports a backend, seconds apiece).
+SAVED_LOSSES = {
+    "semihard": lambda: L.TripletSemiHardLoss(margin=0.3, distance_metric="angular"),
+    "pk_npair+svmax": lambda: L.RegularizedLoss(
+        L.PKNpairLoss(l2_reg=0.01), [L.SVMaxLoss(lambda_=0.2)]
+    ),
+}
+
+
+def test_keras_files_saved_here_load_and_predict_the_same_on_the_other_backends(tmp_path):
     x, w0 = _data(4, 12)
-    model = _linear_model(w0)
-    model.compile(optimizer="sgd", loss=make())
-    model.fit(x, np.repeat(np.arange(6), 2), batch_size=12, epochs=1, shuffle=False, verbose=0)
-    path, x_path = tmp_path / "model.keras", tmp_path / "x.npy"
-    model.save(path)
+    x_path = tmp_path / "x.npy"
     np.save(x_path, x)
-    expected = backends.to_numpy(model.predict(x, verbose=0))
-    config = json.loads(json.dumps(model.loss.get_config()))
+    paths, expected = [], []
+    for name, make in SAVED_LOSSES.items():
+        model = _linear_model(w0)
+        model.compile(optimizer="sgd", loss=make())
+        model.fit(x, np.repeat(np.arange(6), 2), batch_size=12, epochs=1, shuffle=False, verbose=0)
+        paths.append(tmp_path / f"{name}.keras")
+        model.save(paths[-1])
+        config = json.loads(json.dumps(model.loss.get_config()))
+        expected.append((type(model.loss).__name__, config, model.predict(x, verbose=0)))
     others = _other_backends()
     assert others, "no other Keras backend is installed"
     for backend in others:
-        got = backends.run_script(LOAD_SCRIPT, path, x_path, backend=backend, cwd=backends.ROOT)
-        assert got["backend"] == backend
-        assert got["loss"] == type(model.loss).__name__
-        assert got["config"] == config
-        np.testing.assert_allclose(np.asarray(got["prediction"]), expected, rtol=1e-6, atol=1e-6)
+        got = backends.run_script(LOAD_SCRIPT, x_path, *paths, backend=backend, cwd=backends.ROOT)
+        for result, (loss, config, prediction), name in zip(
+            got, expected, SAVED_LOSSES, strict=True
+        ):
+            assert result["backend"] == backend, name
+            assert result["loss"] == loss and result["config"] == config, name
+            np.testing.assert_allclose(
+                np.asarray(result["prediction"]),
+                backends.to_numpy(prediction),
+                rtol=1e-6,
+                atol=1e-6,
+                err_msg=f"{name} on {backend}",
+            )
 
 
 STATE_LAYERS = {
