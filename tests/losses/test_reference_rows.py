@@ -311,6 +311,8 @@ SUBSET_CASES = (
     (4, 11),
     (5, 14),
 )
+if backends.BACKEND != "tensorflow":
+    SUBSET_CASES = SUBSET_CASES[:1]  # JAX's eager gradients: ~2 s a case on CI's CPU
 
 
 def _subset_case(seed, n):
@@ -319,6 +321,7 @@ def _subset_case(seed, n):
     keep = rng.random(n) < 0.55
     keep[:2] = True  # classes 0 and 1 (random_batch's first rows): every anchor has a negative
     x[~keep] *= 5.0  # far rows: were they read, they would be the farthest negatives
+    x[np.flatnonzero(~keep)[0]] = np.nan  # and one that would poison everything
     return x, y, keep
 
 
@@ -408,4 +411,3 @@ def test_the_mask_argument_is_checked(rng):
         fn(y[3:7], x[3:7], **refs, ref_mask=mask.astype(np.int8))
     with pytest.raises(ValueError, match="`ref_mask`.*bool vector.*shape"):
         fn(y[3:7], x[3:7], **refs, ref_mask=mask[:, None])
-
