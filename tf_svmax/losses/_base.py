@@ -222,7 +222,8 @@ class PerSampleLabelLoss(LabelLoss):
     of its own rows (computed on the global batch). Subclasses that set ``splits_anchors``
     and ``accepts_reference_rows`` compute only this replica's rows against the global batch
     (``call`` with their reference rows), and their `reference_parts` is the values' sum over
-    the anchors and, for ``"sum_over_batch_size"``, their number.
+    the anchors and, for ``"sum_over_batch_size"``, their number (with ``ref_mask``, of those
+    in use: a dropped anchor is not counted).
     """
 
     per_sample = True
