@@ -163,3 +163,29 @@ def run_script(script, *args, backend, cwd):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compiled_value_and_grad(fn, x, *args):
+    """``(value, d value / d x)`` of the scalar ``fn(x, *args)`` inside the backend's compiler
+    (XLA on TensorFlow, ``jit_compile=True``, and JAX, ``jax.jit``; PyTorch eagerly), `args`
+    passed as data (traced, not constants); NumPy in, NumPy out."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        @tf.function(jit_compile=True)
+        def step(x, *args):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                value = fn(x, *args)
+            return value, tape.gradient(value, x)
+
+        value, grad = step(tf.constant(x), *[tf.constant(a) for a in args])
+        return to_numpy(value), to_numpy(grad)
+    if BACKEND == "jax":
+        import jax
+
+        value, grad = jax.jit(jax.value_and_grad(fn))(x, *args)
+        return to_numpy(value), to_numpy(grad)
+    tensors = [keras.ops.convert_to_tensor(a) for a in args]
+    value, (grad,) = value_and_grad(lambda z: fn(z, *tensors), x)
+    return value, grad

@@ -1,7 +1,9 @@
 """XMLLoss (seed 004, Eq. 2.10-2.11) on every Keras backend (TensorFlow, JAX, PyTorch) against a
-float64 NumPy composition of the ridge fit and an explicit-loop batch-hard reference: value and
-gradient eagerly, one SGD step of `fit` where the backend can run it (TensorFlow without XLA,
-PyTorch), and the refusals where it cannot (XLA; any JAX trace, which `fit` always is)."""
+float64 NumPy composition of the ridge fit and explicit-loop ranking references (batch-hard,
+tensorflow-addons' hard triplet): value and gradient eagerly and under XLA (TensorFlow
+``jit_compile=True``, ``jax.jit``), one SGD step of `fit` in each mode the backend has (JAX's
+default jitted step included), and the refusal under XLA of a ranking loss without
+``ref_mask``."""
 
 import keras
 import numpy as np
@@ -11,7 +13,8 @@ from keras import ops
 
 from tests import backends
 from tests import reference_ranking as ref
-from tf_svmax.losses import BatchHardTripletLoss, XMLLoss
+from tests.reference_xbm import ref_hard
+from tf_svmax.losses import BatchHardTripletLoss, PKContrastiveLoss, TripletHardLoss, XMLLoss
 from tf_svmax.losses.xml import class_halves
 
 # float32 against float64 references, relative to the largest reference entry.
@@ -24,8 +27,24 @@ def _base():
     return BatchHardTripletLoss(margin="soft", metric="sqeuclidean")
 
 
-def _xml(**kwargs):
-    return XMLLoss(_base(), num_prototypes=M, lambda_=LAMBDA, ridge=RIDGE, **kwargs)
+def _xml(base=None, **kwargs):
+    base = _base() if base is None else base
+    return XMLLoss(base, num_prototypes=M, lambda_=LAMBDA, ridge=RIDGE, **kwargs)
+
+
+def _batch_hard_reference(y, x):
+    return ref.batch_hard(y, x, "soft", "sqeuclidean").mean()
+
+
+def _hard_reference(y, x):
+    return ref_hard(y, x, len(y))  # tensorflow-addons' hard triplet: L2, margin 1
+
+
+# The ranking losses XMLLoss wraps under XLA here: (loss, its float64 NumPy reference).
+BASES = {
+    "batch_hard": (_base, _batch_hard_reference),
+    "hard": (TripletHardLoss, _hard_reference),
+}
 
 
 def _ridge(z, y):
@@ -33,9 +52,10 @@ def _ridge(z, y):
     return scipy.linalg.lstsq(a, np.concatenate([y, np.zeros((z.shape[1], y.shape[1]))]))[0]
 
 
-def _reference(labels, y_pred):
+def _reference(labels, y_pred, f=_batch_hard_reference):
     """Eq. 2.11 in float64: halves by first appearance, each predicted from the ridge fit to
-    the other, L2-normalised, the base loss the mean of the explicit-loop batch-hard rows."""
+    the other, L2-normalised, the ranking loss `f` (default: the mean of the explicit-loop
+    batch-hard rows)."""
     y_pred = np.asarray(y_pred, np.float64)
     emb, hist = y_pred[:, :-M], y_pred[:, -M:]
     _, first_rows = np.unique(labels, return_index=True)
@@ -45,10 +65,6 @@ def _reference(labels, y_pred):
     for part in (first, ~first):
         predicted[part] = hist[part] @ _ridge(hist[~part], emb[~part])
     predicted /= np.linalg.norm(predicted, axis=1, keepdims=True)
-
-    def f(y, x):
-        return ref.batch_hard(y, x, "soft", "sqeuclidean").mean()
-
     cross = f(labels[first], predicted[first]) + f(labels[~first], predicted[~first])
     return (1 - LAMBDA) * f(labels, emb) + LAMBDA * cross
 
@@ -77,6 +93,35 @@ def test_value_and_gradient_match_numpy(rng):
     assert _relative_error(grad, want) < RTOL
 
 
+def test_class_halves_under_xla_are_the_eager_ones(rng):
+    """`class_halves` traced for XLA (keras.ops only) = eagerly (NumPy or tf.unique), on
+    float, repeated and scattered labels, one class and no rows included."""
+    cases = [
+        np.array([5, 5, 2, 2, 9, 9, 1, 1, 4, 4], "int32"),
+        rng.integers(0, 7, 25).astype("int64"),
+        np.array([3.5, -1.0, 3.5, 2.25, -1.0], "float32"),
+        np.array([4, 4, 4], "int32"),
+        np.zeros([0], "int32"),
+    ]
+    for labels in cases:
+        eager = backends.to_numpy(class_halves(ops.convert_to_tensor(labels)))
+        traced = backends.to_numpy(backends.compiled(class_halves)(labels))
+        np.testing.assert_array_equal(traced, eager)
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_value_and_gradient_under_xla_match_numpy(rng, base):
+    """TensorFlow ``jit_compile=True`` and ``jax.jit`` (PyTorch: eagerly): each half is the
+    ranking loss with the half as ``ref_mask``; the value and gradient are the reference's."""
+    make, f = BASES[base]
+    labels, y_pred = _batch(rng, classes=5, k=3)  # 3 classes in the first half, 2 in the other
+    xml = _xml(make())
+    value, grad = backends.compiled_value_and_grad(lambda y: xml(labels, y), y_pred)
+    assert _relative_error(value, _reference(labels, y_pred, f)) < RTOL
+    want = backends.numpy_gradient(lambda y: _reference(labels, y, f), y_pred)
+    assert _relative_error(grad, want) < RTOL
+
+
 def test_zero_lambda_is_the_base_loss_on_every_backend_and_under_xla(rng):
     labels, y_pred = _batch(rng)
     xml = XMLLoss(_base(), num_prototypes=M, lambda_=0.0)
@@ -91,35 +136,58 @@ def _model(rng):
     return model
 
 
-@pytest.mark.skipif(backends.BACKEND == "jax", reason="JAX traces every loss in fit (below)")
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_one_sgd_step_of_fit_equals_the_numpy_step(rng, compiled):
-    """One full-batch SGD step moves W by ``-lr * x^T dL/dy``; "compiled" is a TensorFlow graph
-    (tf.function, no XLA: the halves' sizes are data-dependent); PyTorch runs eagerly."""
+# fit's modes per backend: "eager" (run_eagerly; on JAX Keras still traces the loss once for
+# its symbolic build, which takes the XLA path), "graph" (TensorFlow's tf.function without XLA;
+# PyTorch ignores jit_compile), "xla" (TensorFlow jit_compile=True, JAX's default jitted step).
+FIT_MODES = {
+    "tensorflow": ("eager", "graph", "xla"),
+    "jax": ("eager", "xla"),
+    "torch": ("eager", "graph"),
+}[backends.BACKEND]
+FIT_KWARGS = {
+    "eager": {"run_eagerly": True},
+    "graph": {"jit_compile": False},
+    "xla": {"jit_compile": True} if backends.BACKEND == "tensorflow" else {},
+}
+
+
+# (mode, ranking loss): batch-hard in every mode; under XLA also tensorflow-addons' hard triplet
+# on TensorFlow (JAX compiles a second train step for it: CI's long pole).
+FIT_CASES = [(mode, "batch_hard") for mode in FIT_MODES] + (
+    [("xla", "hard")] if backends.BACKEND == "tensorflow" else []
+)
+
+
+@pytest.mark.parametrize(("mode", "base"), FIT_CASES)
+def test_one_sgd_step_of_fit_equals_the_numpy_step(rng, mode, base):
+    """One full-batch SGD step moves W by ``-lr * x^T dL/dy``."""
+    make, f = BASES[base]
     labels, _ = _batch(rng)
     x = rng.standard_normal((len(labels), 12)).astype(np.float32)
     model = _model(rng)
     w0 = backends.to_numpy(model.layers[0].kernel).astype(np.float64)
     lr = 1.0  # a step as large as the gradient: float32 weights keep its digits
-    kwargs = {"jit_compile": False} if compiled else {"run_eagerly": True}
-    model.compile(optimizer=keras.optimizers.SGD(lr), loss=_xml(), **kwargs)
+    model.compile(optimizer=keras.optimizers.SGD(lr), loss=_xml(make()), **FIT_KWARGS[mode])
     history = model.fit(x, labels, batch_size=len(labels), shuffle=False, verbose=0)
     y = x.astype(np.float64) @ w0
-    assert _relative_error(history.history["loss"][0], _reference(labels, y)) < RTOL
-    d_y = backends.numpy_gradient(lambda y: _reference(labels, y), y)
+    assert _relative_error(history.history["loss"][0], _reference(labels, y, f)) < RTOL
+    d_y = backends.numpy_gradient(lambda y: _reference(labels, y, f), y)
     step = backends.to_numpy(model.layers[0].kernel) - w0
     assert _relative_error(step, -lr * x.T.astype(np.float64) @ d_y) < RTOL
 
 
 @pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not use XLA on PyTorch")
-def test_xla_and_jax_fit_are_refused_with_the_fix(rng):
+def test_a_loss_without_ref_mask_is_refused_under_xla_with_the_fix(rng):
+    """A P x K loss (no ``ref_mask``) under XLA: the message names the losses that run there
+    and the other fix (TensorFlow: jit_compile=False; JAX: call it eagerly)."""
     labels, _ = _batch(rng)
     x = rng.standard_normal((len(labels), 12)).astype(np.float32)
     model = _model(rng)
-    fix = "jit_compile=False" if backends.BACKEND == "tensorflow" else "On JAX call it eagerly"
-    for kwargs in ({"jit_compile": True},) + (
-        ({"jit_compile": False}, {"run_eagerly": True}) if backends.BACKEND == "jax" else ()
-    ):
-        model.compile(optimizer="sgd", loss=_xml(), **kwargs)
-        with pytest.raises(ValueError, match=f"XMLLoss cannot .*{fix}"):
-            model.fit(x, labels, batch_size=len(labels), verbose=0)
+    fix = "jit_compile=False" if backends.BACKEND == "tensorflow" else "call it eagerly"
+    message = (
+        "XMLLoss around PKContrastiveLoss cannot .*TripletSemiHardLoss, TripletHardLoss, "
+        f"LiftedStructLoss, BatchHardTripletLoss or AllPairsContrastiveLoss.*{fix}"
+    )
+    model.compile(optimizer="sgd", loss=_xml(PKContrastiveLoss()), jit_compile=True)
+    with pytest.raises(ValueError, match=message):
+        model.fit(x, labels, batch_size=len(labels), verbose=0)

@@ -55,7 +55,8 @@ class LabelLoss(keras.losses.Loss):
     reference rows (pairs, proxies) may define `reference_parts` alone, with
     ``splits_anchors``: the replica split uses it, `CrossBatchMemory` does not. A loss with
     ``accepts_ref_mask = True`` also takes ``ref_mask`` there (a bool `[R]`: the reference rows
-    in use, the others as if absent; see `tf_svmax.losses.triplet_semihard_loss`).
+    in use, the others as if absent, as references and, at the anchors' own rows, as anchors;
+    see `tf_svmax.losses.triplet_semihard_loss`).
     """
 
     # One value per sample (`call` returns `[B]`) rather than one scalar per batch.
@@ -221,7 +222,8 @@ class PerSampleLabelLoss(LabelLoss):
     of its own rows (computed on the global batch). Subclasses that set ``splits_anchors``
     and ``accepts_reference_rows`` compute only this replica's rows against the global batch
     (``call`` with their reference rows), and their `reference_parts` is the values' sum over
-    the anchors and, for ``"sum_over_batch_size"``, their number.
+    the anchors and, for ``"sum_over_batch_size"``, their number (with ``ref_mask``, of those
+    in use: a dropped anchor is not counted).
     """
 
     per_sample = True
@@ -239,7 +241,12 @@ class PerSampleLabelLoss(LabelLoss):
             )
         references = _references(ref_labels, ref_embeddings, ref_offset, ref_mask)
         values = self.call(y_true, y_pred, **references)
-        count = None if self.reduction == "sum" else ops.shape(values)[0]
+        count = None
+        if self.reduction != "sum":
+            # The anchors in use: a dropped one (its own row outside `ref_mask`) is not counted.
+            anchors = (ref_offset, ops.shape(values)[0])
+            mask = None if ref_mask is None else ops.convert_to_tensor(ref_mask)
+            count = _common.anchor_count(values, anchors, mask)
         return [_common.LossPart(ops.sum(values), count)]
 
 

@@ -88,15 +88,16 @@ def anchors_and_references(
 
 def reference_mask(ref_mask, x, rows):
     """``(x, valid)``: the reference set `x` (from `anchors_and_references`, the anchors at
-    ``rows``) with its rows outside `ref_mask` zeroed, and the bool `[R]` rows that are
-    references (None, and `x` unchanged, when `ref_mask` is None: every row is one).
+    ``rows``) with its rows outside `ref_mask` zeroed, and the bool `[R]` rows in use (None,
+    and `x` unchanged, when `ref_mask` is None: every row is).
 
-    `ref_mask` is a bool `[R]` over the reference rows: a False row is neither a positive nor a
-    negative of any anchor, as if it were absent (the losses also leave it out of their masked
-    reductions and their normalizers). Zeroing its embedding makes that hold whatever it holds
-    (NaN, inf) and gives it a zero gradient. The anchors' own rows are always references: a
-    False there is refused where the mask's values are known (eagerly), and counts as True
-    inside a trace (`jit_compile`, `jax.jit`), where they are not.
+    `ref_mask` is a bool `[R]` over the reference rows: a False row is as if absent, as a
+    reference and as an anchor. It is neither a positive nor a negative of any anchor; when it
+    is an anchor's own row (``ref_offset ..``), that anchor is dropped: no term, not counted
+    in any normalizer (`anchor_masks` gives it no positive and no negative, `anchor_count`
+    leaves it out). So the set against itself with a mask S is the loss on the rows of S
+    alone (an empty S: 0). Zeroing the masked rows' embeddings makes that hold whatever they
+    hold (NaN, inf) and gives them a zero gradient.
     """
     if ref_mask is None:
         return x, None
@@ -116,23 +117,26 @@ def reference_mask(ref_mask, x, rows):
             )
         )
     mask = checks.same_rows(mask, x, "ref_mask", "ref_embeddings", unit="entry")
+    return ops.where(mask[:, None], x, ops.zeros_like(x)), mask
+
+
+def anchors_in_use(rows, valid):
+    """Bool `[count]`: which anchors ``rows = (start, count)`` have their own reference row in
+    use (`valid`, `reference_mask`); None when every row is (`valid` None)."""
+    if valid is None:
+        return None
     start, count = rows
-    index = ops.arange(ops.shape(x)[0], dtype="int32")
-    own = ops.logical_and(index >= start, index < start + count)
-    values = _backend.concrete_values(mask)
-    if values is not None:
-        own_values = _backend.concrete_values(own)
-        if own_values is not None and not np.all(values[own_values]):
-            row = int(np.flatnonzero(own_values & ~values)[0])
-            raise ValueError(
-                checks.invalid(
-                    "ref_mask",
-                    "True at the anchors' own rows (ref_offset .. ref_offset + batch_size - 1)",
-                    f"<mask False at row {row}>",
-                )
-            )
-    valid = ops.logical_or(mask, own)
-    return ops.where(valid[:, None], x, ops.zeros_like(x)), valid
+    return valid[start : start + count]
+
+
+def anchor_count(labels, rows, valid=None):
+    """The number of anchors ``rows = (start, count)`` (all rows when None) in use: the mean
+    over anchors' normalizer (an int, or an int32 scalar tensor with a mask)."""
+    if rows is None:
+        return ops.size(labels)
+    if valid is None:
+        return rows[1]
+    return ops.count_nonzero(anchors_in_use(rows, valid))
 
 
 def _is_zero(value):
@@ -219,7 +223,8 @@ def label_masks(labels):
 def anchor_masks(labels, rows=None, valid=None):
     """``(positives, negatives)`` of the anchors ``rows = (start, count)`` (all rows when None)
     against the whole set: boolean `[count, B]`; positives exclude each anchor itself. `valid`
-    (bool `[B]`, `reference_mask`): only those columns are positives or negatives."""
+    (bool `[B]`, `reference_mask`): only those columns are positives or negatives, and an
+    anchor whose own row is not valid has neither (it is dropped)."""
     if rows is None:
         same, positives = label_masks(labels)
         return positives, ops.logical_not(same)
@@ -229,7 +234,8 @@ def anchor_masks(labels, rows=None, valid=None):
     positives, negatives = ops.logical_and(same, ops.logical_not(itself)), ops.logical_not(same)
     if valid is None:
         return positives, negatives
-    return ops.logical_and(positives, valid[None, :]), ops.logical_and(negatives, valid[None, :])
+    in_use = ops.logical_and(anchors_in_use(rows, valid)[:, None], valid[None, :])
+    return ops.logical_and(positives, in_use), ops.logical_and(negatives, in_use)
 
 
 def positive_pair_count(labels, dtype):

@@ -69,7 +69,9 @@ def batch_hard_triplet_loss(
       ref_embeddings: Optional `[m, D]` reference embeddings (with `ref_labels`).
       ref_offset: The anchors' first row among the references (default 0).
       ref_mask: Optional bool `[m]`: the reference rows in use (default: all), as in
-        `tf_svmax.losses.triplet_semihard_loss` (a False row is no positive and no negative).
+        `tf_svmax.losses.triplet_semihard_loss` (a False row is no positive and no negative;
+        an anchor whose own row is False is dropped: its value is 0, and the class'
+        ``"sum_over_batch_size"`` counts only the anchors in use).
 
     Returns:
       `[B]` losses in the embeddings' dtype (half precision computed in float32).

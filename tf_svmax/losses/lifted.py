@@ -50,7 +50,7 @@ def lifted_struct_loss(
       ref_offset: The anchors' first row among the references (default 0).
       ref_mask: Optional bool `[m]`: the reference rows in use (default: all), as in
         `tf_svmax.losses.triplet_semihard_loss` (a False row is in no pair and no negative
-        sum, as if absent).
+        sum, as if absent; a False at an anchor's own row drops that anchor's pairs).
 
     Returns:
       A scalar of the embeddings' dtype. 0 when the batch has no positive pair, and pairs with
@@ -130,9 +130,12 @@ def _class_window(labels, anchors, valid=None):
     own_labels = labels[start : start + count]
     # Rows sharing a class with an anchor (the anchors among them): a [count, b] comparison.
     needed = ops.any(ops.equal(own_labels[:, None], labels[None, :]), axis=0)
-    if valid is not None:
-        needed = ops.logical_and(needed, valid)
     index = ops.arange(b, dtype="int32")
+    if valid is not None:
+        # The rows in use, and the anchors' own rows even when dropped (the window holds the
+        # anchors: their rows are sliced from it; a dropped one has no pair there).
+        own = ops.logical_and(index >= start, index < start + count)
+        needed = ops.logical_and(needed, ops.logical_or(valid, own))
     first = ops.min(ops.where(needed, index, b))
     end = ops.max(ops.where(needed, index + 1, 0))
     has_anchors = count > 0

@@ -134,7 +134,8 @@ def all_pairs_contrastive_loss(
       ref_embeddings: Optional `[m, dim]` reference embeddings (with `ref_labels`).
       ref_offset: The anchors' first row among the references (default 0).
       ref_mask: Optional bool `[m]`: the reference rows in use (default: all), as in
-        `triplet_semihard_loss` (a False row is in no pair and in no count).
+        `triplet_semihard_loss` (a False row is in no pair and in no count; a False at an
+        anchor's own row drops that anchor's pairs).
 
     Differences from pytorch-metric-learning 2.9: ``"euclidean"`` does not L2-normalize (its
     `LpDistance` does by default; normalize the embeddings, e.g. with

@@ -77,8 +77,10 @@ def triplet_semihard_loss(
         False row is no positive and no negative of any anchor, as if it were absent (the
         value and gradients of the references without it; its own gradient is 0), so a
         fixed-size reference set with a data-dependent number of rows in use compiles under
-        XLA (`tf_svmax.losses.CrossBatchMemory`). The anchors' own rows must be True (a False
-        there is refused when the mask is known, and taken as True inside a trace). A
+        XLA (`tf_svmax.losses.CrossBatchMemory`). A False at an anchor's own row drops that
+        anchor (no term, not counted among the positive pairs, a zero gradient): the set
+        against itself (``ref_labels=y_true, ref_embeddings=y_pred``) with a mask S is the
+        loss on the rows of S alone (`tf_svmax.losses.XMLLoss`' class halves under XLA). A
         callable `distance_metric` gets all m rows, the masked ones zeroed.
 
     Returns:
@@ -449,7 +451,8 @@ def triplet_hard_loss(
       ref_labels, ref_embeddings, ref_offset, ref_mask: Optional reference rows (and which
         of them are in use), as in `triplet_semihard_loss`: each anchor's hardest positive and
         negative are among them (the nearest and farthest points of the fallbacks too), and
-        the mean is over the anchors.
+        the mean is over the anchors (those in use: a False `ref_mask` at an anchor's own row
+        drops it).
 
     Returns:
       A scalar of the embeddings' dtype.
@@ -485,8 +488,12 @@ def _hard_parts(
         per_anchor = ops.softplus(hard_positives - hard_negatives)
     else:
         per_anchor = _hinge(hard_positives - hard_negatives + margin)
-    # Mean over the anchors; 0 for none (an uneven last batch under tf.distribute).
-    anchors = ops.size(labels) if rows is None else rows[1]
+    in_use = _common.anchors_in_use(rows, valid)
+    if in_use is not None:
+        # A dropped anchor (its own row masked) has no positive and no negative: no term.
+        per_anchor = ops.where(in_use[:, None], per_anchor, ops.zeros_like(per_anchor))
+    # Mean over the anchors (in use); 0 for none (an uneven last batch under tf.distribute).
+    anchors = _common.anchor_count(labels, rows, valid)
     return [_common.LossPart(ops.sum(per_anchor), anchors)], dtype
 
 

@@ -11,11 +11,16 @@ The model's output is the embedding with the histograms appended: ``concat([embe
 `tf_svmax.ops.prototype_histograms` of the backbone's last convolutional map).
 
 Backends: the two halves have data-dependent sizes (the classes of the batch, then the rows of
-each half). TensorFlow finds them in the graph (``tf.unique``, ``tf.boolean_mask``), so `fit`
-runs as before, ``jit_compile=True`` excepted. On PyTorch (eager) and JAX they are found in NumPy
-from the concrete labels: PyTorch runs `fit`; JAX computes XMLLoss only eagerly (``loss(y, x)``,
-`jax.grad` of it), because Keras traces every JAX loss, `fit` and `evaluate` included, and a
-trace has no concrete labels: there it raises a ValueError saying so.
+each half). Under XLA (``jit_compile=True`` on TensorFlow; on JAX every `fit` and `evaluate`,
+which trace the loss, and any `jax.jit`) the halves are boolean masks over the whole batch,
+computed with `keras.ops` (each class ranked by its first row), and each half's cross term is
+the ranking loss on the batch against itself with the half as ``ref_mask`` (the loss on that
+half alone: `tf_svmax.losses.triplet_semihard_loss`): fixed shapes, the same value and
+gradient. This needs a ranking loss that takes ``ref_mask`` (``accepts_ref_mask``:
+TripletSemiHardLoss, TripletHardLoss, LiftedStructLoss, BatchHardTripletLoss,
+AllPairsContrastiveLoss); with another one XMLLoss under XLA raises a ValueError saying what
+to do. Outside XLA the halves are sliced: in the graph on TensorFlow (``tf.unique``,
+``tf.boolean_mask``), in NumPy from the concrete labels on PyTorch and eager JAX.
 """
 
 import keras
@@ -23,35 +28,42 @@ import numpy as np
 from keras import ops
 
 from tf_svmax import _backend, checks
+from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, PerSampleLabelLoss
 from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss
 from tf_svmax.ops import prototypes
 
+# The ranking losses XMLLoss runs under XLA: those that take `ref_mask` (`accepts_ref_mask`).
+_XLA_LOSSES = (
+    "TripletSemiHardLoss, TripletHardLoss, LiftedStructLoss, BatchHardTripletLoss or "
+    "AllPairsContrastiveLoss"
+)
 _TRACED = {
     "jax": (
-        "XMLLoss cannot run inside a JAX trace (jax.jit, jax.eval_shape), so not in "
-        "model.fit/evaluate on the JAX backend, which traces every loss: the sizes of its two "
-        "class halves depend on the labels' values. On JAX call it eagerly (loss(y, y_pred) or "
+        "XMLLoss around {loss} cannot run inside a JAX trace (jax.jit, jax.eval_shape), so not "
+        "in model.fit/evaluate on the JAX backend, which traces every loss: {loss} takes no "
+        "ref_mask, and the sizes of the two class halves depend on the labels' values. Use "
+        f"{_XLA_LOSSES} (they run under XLA), or on JAX call it eagerly (loss(y, y_pred) or "
         "jax.grad of it), or train with KERAS_BACKEND=tensorflow or torch."
     ),
     "tensorflow": (
-        "XMLLoss cannot be compiled by XLA (jit_compile=True): the sizes of its two class halves "
-        "depend on the labels' values. Compile the model with jit_compile=False (Keras enables "
-        "XLA by default on GPUs)."
+        "XMLLoss around {loss} cannot be compiled by XLA (jit_compile=True): {loss} takes no "
+        "ref_mask, and the sizes of the two class halves depend on the labels' values. Use "
+        f"{_XLA_LOSSES} (they run under XLA), or compile the model with jit_compile=False "
+        "(Keras enables XLA by default on GPUs)."
     ),
 }
 
 
-def _refuse_xla():
-    """A ValueError saying what to do when traced for XLA (no data-dependent shapes there)."""
-    if _backend.in_xla_context():
-        raise ValueError(_TRACED[keras.backend.backend()])
+def _xla_refusal(loss):
+    """The ValueError saying what to do under XLA around `loss`, a loss without ``ref_mask``
+    (its halves would have data-dependent shapes, which XLA cannot compile)."""
+    return ValueError(_TRACED[keras.backend.backend()].format(loss=type(loss).__name__))
 
 
 def _numpy_labels(labels):
-    """JAX and PyTorch: the labels' values as a flat NumPy array (they run XML eagerly); a
-    ValueError inside a JAX trace, where the values are unknown."""
-    _refuse_xla()
+    """JAX and PyTorch: the labels' values as a flat NumPy array (outside XLA they run XML
+    eagerly)."""
     if ops.is_tensor(labels):
         labels = ops.convert_to_numpy(labels)
     return np.asarray(labels).reshape(-1)
@@ -60,7 +72,10 @@ def _numpy_labels(labels):
 def class_halves(labels):
     """`[B]` bool: the rows whose class is among the first ceil(C/2) classes in order of first
     appearance (the two halves have disjoint classes). A tensor on TensorFlow (computed in the
-    graph), a NumPy array on JAX and PyTorch (from the concrete labels)."""
+    graph) and under XLA (`traced_class_halves`), a NumPy array on PyTorch and eager JAX (from
+    the concrete labels)."""
+    if _backend.in_xla_context():
+        return traced_class_halves(labels)
     if keras.backend.backend() != "tensorflow":
         labels = _numpy_labels(labels)
         _, first = np.unique(labels, return_index=True)
@@ -73,6 +88,24 @@ def class_halves(labels):
     _, index = tf.unique(labels)
     classes = tf.reduce_max(index) + 1
     return index < (classes + 1) // 2
+
+
+def traced_class_halves(labels):
+    """`[B]` bool tensor, `class_halves` with `keras.ops` only (under XLA: no data-dependent
+    shape): each row's class is the index of its label's first row (as
+    `tf_svmax.ops.ole.first_row_ids`), the classes are ranked by those first rows (a cumsum),
+    and the first half holds the ranks below ceil(C/2)."""
+    labels = ops.reshape(ops.convert_to_tensor(labels), [-1])
+    if labels.shape[0] == 0:
+        return ops.zeros([0], "bool")  # no rows (JAX refuses a min over none)
+    rows = ops.shape(labels)[0]
+    index = ops.arange(rows, dtype="int32")
+    same = ops.equal(labels[:, None], labels[None, :])
+    first_row = ops.min(ops.where(same, index[None, :], rows), axis=1)  # [B], in [0, B)
+    starts = ops.cast(ops.equal(first_row, index), "int32")  # the rows that start a class
+    rank = ops.cumsum(starts) - 1  # at a class's first row: its rank by first appearance
+    classes = ops.sum(starts)
+    return ops.take(rank, first_row) < (classes + 1) // 2
 
 
 def _rows(x, mask):
@@ -89,6 +122,25 @@ def _batch_value(loss, labels, embeddings):
     """The loss's batch-level value on these rows (its `call`, averaged if per sample)."""
     value = ops.convert_to_tensor(loss.call(labels, embeddings))
     return ops.mean(value) if len(value.shape) else value
+
+
+def _masked_value(loss, labels, embeddings, part):
+    """`_batch_value` of the rows where `part` holds, with fixed shapes: the loss on the whole
+    batch against itself with `part` as ``ref_mask`` (the other rows dropped as anchors and as
+    references), a per-sample loss averaged over the rows of `part` (0 for none)."""
+    value = ops.convert_to_tensor(
+        loss.call(
+            labels,
+            embeddings,
+            ref_labels=labels,
+            ref_embeddings=embeddings,
+            ref_offset=0,
+            ref_mask=part,
+        )
+    )
+    if not len(value.shape):
+        return value
+    return _common.safe_mean_over(ops.sum(value), ops.count_nonzero(part))
 
 
 _RANKING_LOSS = (
@@ -127,7 +179,9 @@ class XMLLoss(BatchPenaltyLoss):
         a function or `ProxyAnchorLoss` is refused. It is evaluated through its `call` on each
         part, so the parts never mix. Each half must be
         a batch the loss accepts (P x K losses: P / 2 classes per half, so P even or, for the
-        pair losses that pair classes, P a multiple of 4).
+        pair losses that pair classes, P a multiple of 4). Under XLA (``jit_compile=True``,
+        JAX's `fit`) it must take ``ref_mask``: TripletSemiHardLoss, TripletHardLoss,
+        LiftedStructLoss, BatchHardTripletLoss or AllPairsContrastiveLoss (see the module).
       num_prototypes: m, the trailing columns of ``y_pred`` that hold the histograms (paper:
         64 CUB/CARS, 128 SOP/InShop).
       lambda_: Weight of the cross-batch term (paper: 0.01); 0 gives `loss` exactly.
@@ -152,12 +206,15 @@ class XMLLoss(BatchPenaltyLoss):
         base = _batch_value(self.loss, labels, embeddings)
         if not self.lambda_:
             return base  # a Python branch: lambda = 0 is the base loss exactly
-        _refuse_xla()
+        xla = _backend.in_xla_context()
+        if xla and not getattr(self.loss, "accepts_ref_mask", False):
+            raise _xla_refusal(self.loss)
         first = class_halves(labels)
+        second = ~first
         # Each half predicted by the prototypes fitted to the other one.
         predicted = ops.where(
             first[:, None],
-            prototypes.cross_batch_embeddings(histograms, embeddings, ~first, ridge=self.ridge),
+            prototypes.cross_batch_embeddings(histograms, embeddings, second, ridge=self.ridge),
             prototypes.cross_batch_embeddings(histograms, embeddings, first, ridge=self.ridge),
         )
         if self.normalize:
@@ -166,8 +223,13 @@ class XMLLoss(BatchPenaltyLoss):
             # arithmetic of `tf.math.l2_normalize(predicted, 1, epsilon=1e-12)`, the original.
             squared = ops.sum(ops.square(predicted), axis=1, keepdims=True)
             predicted = predicted * ops.rsqrt(ops.maximum(squared, 1e-12))
+        if xla:
+            # Fixed shapes: each half as the ranking loss' ref_mask over the whole batch.
+            cross = _masked_value(self.loss, labels, predicted, first)
+            cross += _masked_value(self.loss, labels, predicted, second)
+            return (1.0 - self.lambda_) * base + self.lambda_ * cross
         cross = 0.0
-        for part in (first, ~first):
+        for part in (first, second):
             rows = _rows(predicted, part)
             cross += checks.zero_unless_rows(
                 rows,
