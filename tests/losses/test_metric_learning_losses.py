@@ -272,7 +272,7 @@ def test_row_mismatch_names_y_true_eagerly_and_in_a_traced_step(name, make, y_tr
 
 
 def test_center_loss_names_the_feature_width():
-    with pytest.raises(ValueError, match=r"\[batch_size, 4\] features"):
+    with pytest.raises(ValueError, match=r"`y_pred`.*\[batch_size, 4\] rows.*embedding_dim"):
         losses.CenterLoss(3, 4)(np.array([0, 1, 2]), np.ones((3, 5), "float32"))
 
 
