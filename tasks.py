@@ -198,10 +198,6 @@ def main(argv):
     lint = call([str(PYTHON), "-m", "ruff", "check", "."])
     if lint:
         return lint
-    # The other backends' runs start first, at a lower CPU priority: they take what the
-    # TensorFlow suite's workers leave idle (a worker waiting on its last slow test, a trainer's
-    # subprocess starting), then the whole machine once it ends.
-    backends = start_backend_runs(rest)
     # --durations: the slowest tests in every run's log, to keep the suite's time in view.
     status = call(
         [str(PYTHON), "-m", "pytest", "-q", "--durations=20", "tests", *pytest_workers(rest), *rest]
@@ -209,9 +205,11 @@ def main(argv):
     if status == 5:
         print("tasks.py: pytest collected no tests; that is a failure here.", file=sys.stderr)
         status = 1
-    # Waited for whatever the suite gave: no backend run outlives this command.
-    backend_status_ = finish_backend_runs(backends, rest)
-    return status or backend_status_
+    # After the suite, not beside it: started with it (niced +10) on CI's 2 cores, they slowed
+    # the suite from ~18 to 22.9 min and still ended 6.3 min after it (29.2 min of tests; in
+    # sequence the run before took 17.9 + 9.5 = 27.4 min).
+    backends = finish_backend_runs(start_backend_runs(rest), rest)
+    return status or backends
 
 
 def backend_status(backend, status, chosen):
@@ -226,14 +224,10 @@ def backend_status(backend, status, chosen):
     return status
 
 
-# How much lower the other backends' runs are scheduled than the TensorFlow suite (`nice`).
-BACKEND_NICENESS = 10
-
-
 def start_backend_runs(rest):
     """Starts the core's tests once per other backend (tests/conftest.py's ALL_BACKENDS), each in
-    its own process (Keras fixes its backend at import), all at once and at a lower priority;
-    `finish_backend_runs` waits for them."""
+    its own process (Keras fixes its backend at import), all at once; `finish_backend_runs`
+    waits for them."""
     import tempfile
 
     runs = {}
@@ -242,22 +236,10 @@ def start_backend_runs(rest):
         command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
         command += ["--durations=10", "tests", *rest]
         env = {**os.environ, "KERAS_BACKEND": backend}
-        process = subprocess.Popen(
-            command, env=env, stdout=log, stderr=log, preexec_fn=_lower_priority
-        )
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=log)
         runs[backend] = (process, log, time.monotonic())
-    print(
-        f"[tasks] the backend-neutral core's tests on {', '.join(OTHER_BACKENDS)} started "
-        f"(niceness {BACKEND_NICENESS}; their output follows the TensorFlow suite's)",
-        flush=True,
-    )
+    print(f"[tasks] the backend-neutral core's tests on {', '.join(OTHER_BACKENDS)}", flush=True)
     return runs
-
-
-def _lower_priority():
-    """In a backend run's child process, before it starts: `nice` it (where the OS has nice)."""
-    if hasattr(os, "nice"):
-        os.nice(BACKEND_NICENESS)
 
 
 def finish_backend_runs(runs, rest):

@@ -135,15 +135,15 @@ def test_a_backend_run_without_tests_fails_unless_the_selection_chose_none(capsy
     assert status("torch", 5, chosen=True) == 0  # `tasks.py test tests/test_tasks.py`
 
 
-def test_the_backend_runs_start_before_the_suite_at_a_lower_priority_and_are_waited_for(capsys):
+def test_each_backend_run_is_its_own_process_and_finishing_prints_its_log(capsys):
     """Each other backend gets its own pytest process (KERAS_BACKEND set, the selection passed
-    on, `nice`d in the child); finishing prints each log and returns the first failure."""
+    on); finishing prints each log with its time and returns the first failure."""
     tasks = _tasks_module()
     started = []
 
     class Process:
-        def __init__(self, command, env, stdout, stderr, preexec_fn):
-            started.append((command, env["KERAS_BACKEND"], preexec_fn))
+        def __init__(self, command, env, stdout, stderr):
+            started.append((command, env["KERAS_BACKEND"]))
             stdout.write(f"log of {env['KERAS_BACKEND']}")
             self.code = 1 if env["KERAS_BACKEND"] == "torch" else 0
 
@@ -156,9 +156,9 @@ def test_the_backend_runs_start_before_the_suite_at_a_lower_priority_and_are_wai
         runs = tasks.start_backend_runs(["-k", "svmax"])
     finally:
         tasks.subprocess.Popen = original
-    assert [backend for _, backend, _ in started] == list(tasks.OTHER_BACKENDS)
-    for command, _, preexec_fn in started:
-        assert command[-3:] == ["tests", "-k", "svmax"] and preexec_fn is tasks._lower_priority
+    assert [backend for _, backend in started] == list(tasks.OTHER_BACKENDS)
+    for command, _ in started:
+        assert command[-3:] == ["tests", "-k", "svmax"]
     assert tasks.finish_backend_runs(runs, ["-k", "svmax"]) == (1 if "torch" in runs else 0)
     out = capsys.readouterr().out
     assert all(f"KERAS_BACKEND={b} (ended" in out and f"log of {b}" in out for b in runs)
