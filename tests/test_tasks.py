@@ -157,8 +157,9 @@ def test_each_backend_run_is_its_own_process_and_finishing_prints_its_log(capsys
     finally:
         tasks.subprocess.Popen = original
     assert [backend for _, backend in started] == list(tasks.OTHER_BACKENDS)
-    for command, _ in started:
-        assert command[-3:] == ["tests", "-k", "svmax"]
+    for command, backend in started:
+        workers = tasks.pytest_workers([]) if backend in tasks.SPLIT_BACKENDS else []
+        assert command[-3 - len(workers) :] == ["tests", *workers, "-k", "svmax"]
     assert tasks.finish_backend_runs(runs, ["-k", "svmax"]) == (1 if "torch" in runs else 0)
     out = capsys.readouterr().out
     assert all(f"KERAS_BACKEND={b} (ended" in out and f"log of {b}" in out for b in runs)
