@@ -32,6 +32,7 @@ from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, PerSampleLabelLoss
 from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss
 from tf_svmax.ops import prototypes
+from tf_svmax.ops.ole import first_row_ids
 
 # The ranking losses XMLLoss runs under XLA: those that take `ref_mask` (`accepts_ref_mask`).
 _XLA_LOSSES = (
@@ -92,16 +93,14 @@ def class_halves(labels):
 
 def traced_class_halves(labels):
     """`[B]` bool tensor, `class_halves` with `keras.ops` only (under XLA: no data-dependent
-    shape): each row's class is the index of its label's first row (as
-    `tf_svmax.ops.ole.first_row_ids`), the classes are ranked by those first rows (a cumsum),
+    shape): each row's class is the index of its label's first row
+    (`tf_svmax.ops.ole.first_row_ids`), the classes are ranked by those first rows (a cumsum),
     and the first half holds the ranks below ceil(C/2)."""
     labels = ops.reshape(ops.convert_to_tensor(labels), [-1])
     if labels.shape[0] == 0:
         return ops.zeros([0], "bool")  # no rows (JAX refuses a min over none)
-    rows = ops.shape(labels)[0]
-    index = ops.arange(rows, dtype="int32")
-    same = ops.equal(labels[:, None], labels[None, :])
-    first_row = ops.min(ops.where(same, index[None, :], rows), axis=1)  # [B], in [0, B)
+    first_row = first_row_ids(labels)  # [B], in [0, B)
+    index = ops.arange(ops.shape(labels)[0], dtype="int32")
     starts = ops.cast(ops.equal(first_row, index), "int32")  # the rows that start a class
     rank = ops.cumsum(starts) - 1  # at a class's first row: its rank by first appearance
     classes = ops.sum(starts)

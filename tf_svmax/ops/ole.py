@@ -255,17 +255,23 @@ def static_class_ids(labels, num_classes, x, arg="labels"):
 
 
 def first_row_ids(labels):
-    """Under XLA without `num_classes`: each row's class as the index of the first row with its
-    label (`[N]` int32 in ``[0, N)``), so that ``num_classes = N`` is a static class layout. The
-    slots of rows that start no class stay empty and are left out, as absent classes are with
-    `num_classes`: the value and gradient of the dynamic layout, at the price of N SVDs of
-    `[N, D]` per call. Non-integral float labels (refused eagerly) become -1, which makes the
-    loss NaN (`_static_class_layout`). Called inside the custom gradient, as that is."""
+    """Each row's class as the index of the first row with its label: `[N]` int32 in ``[0, N)``,
+    with fixed shapes (XLA). Under XLA without `num_classes` that makes ``num_classes = N`` a
+    static class layout: the slots of rows that start no class stay empty and are left out, as
+    absent classes are with `num_classes`, the value and gradient of the dynamic layout at the
+    price of N SVDs of `[N, D]` per call. Also `tf_svmax.losses.XMLLoss`' class halves."""
     labels = ops.convert_to_tensor(labels)
     rows = _guards.static_or_dynamic_shape(labels)[0]
     index = ops.arange(rows, dtype="int32")
     same = ops.equal(labels[:, None], labels[None, :])
-    ids = ops.min(ops.where(same, index[None, :], ops.cast(rows, "int32")), axis=1)
+    return ops.min(ops.where(same, index[None, :], ops.cast(rows, "int32")), axis=1)
+
+
+def _first_row_class_ids(labels):
+    """`first_row_ids` for `_static_class_layout`, called inside the custom gradient (as that
+    is): non-integral float labels (refused eagerly) become -1, which makes the loss NaN."""
+    labels = ops.convert_to_tensor(labels)
+    ids = first_row_ids(labels)
     if "float" in _guards.dtype_name(labels):
         ids = ops.where(ops.equal(labels, ops.round(labels)), ids, -ops.ones_like(ids))
     return ids
@@ -357,7 +363,9 @@ def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_ro
             present = None
         else:
             # per_row (XLA without num_classes): one class slot per row.
-            ids, classes = (first_row_ids(labels), rows) if per_row else (labels, num_classes)
+            ids, classes = (
+                (_first_row_class_ids(labels), rows) if per_row else (labels, num_classes)
+            )
             coords, k_max, present, valid = _static_class_layout(ids, classes, rows)
             # Labels outside [0, num_classes) inside a compiled function (an eager call refused
             # them already): the loss and its gradient are NaN, as for non-finite embeddings.
