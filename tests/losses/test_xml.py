@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tf_svmax.losses import (
     BatchHardTripletLoss,
+    NpairsLoss,
     PKContrastiveLoss,
     ProxyAnchorLoss,
     TripletHardLoss,
@@ -119,6 +120,8 @@ def test_bad_arguments_are_named(kwargs, name):
         "tf_svmax>triplet_hard_loss",
         "no_such_loss",
         ProxyAnchorLoss(),  # y_pred are proxy similarities, not embeddings
+        NpairsLoss(),  # y_pred is a similarity matrix, not embeddings
+        "tf_svmax>NpairsMultilabelLoss",  # the same, and multi-hot y_true
         XMLLoss(TripletHardLoss(), num_prototypes=2),
     ],
 )

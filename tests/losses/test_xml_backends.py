@@ -1,9 +1,9 @@
 """XMLLoss (seed 004, Eq. 2.10-2.11) on every Keras backend (TensorFlow, JAX, PyTorch) against a
 float64 NumPy composition of the ridge fit and explicit-loop ranking references (batch-hard,
-tensorflow-addons' hard triplet): value and gradient eagerly and under XLA (TensorFlow
-``jit_compile=True``, ``jax.jit``), one SGD step of `fit` in each mode the backend has (JAX's
-default jitted step included), and the refusal under XLA of a ranking loss without
-``ref_mask``."""
+tensorflow-addons' hard triplet, the P x K pair losses): value and gradient eagerly and under
+XLA (TensorFlow ``jit_compile=True``, ``jax.jit``), one SGD step of `fit` in each mode the
+backend has (JAX's default jitted step included), and the refusal under XLA of a loss that
+neither takes ``ref_mask`` nor works on class blocks."""
 
 import keras
 import numpy as np
@@ -14,7 +14,15 @@ from keras import ops
 from tests import backends
 from tests import reference_ranking as ref
 from tests.reference_xbm import ref_hard
-from tf_svmax.losses import BatchHardTripletLoss, PKContrastiveLoss, TripletHardLoss, XMLLoss
+from tf_svmax.losses import (
+    BatchHardTripletLoss,
+    PKAngularLoss,
+    PKContrastiveLoss,
+    PKNpairLoss,
+    SVMaxLoss,
+    TripletHardLoss,
+    XMLLoss,
+)
 from tf_svmax.losses.xml import class_halves
 
 # float32 against float64 references, relative to the largest reference entry.
@@ -46,6 +54,21 @@ BASES = {
     "hard": (TripletHardLoss, _hard_reference),
 }
 
+# The P x K pair losses (no ref_mask: under XLA each half is a static block of rows), with their
+# float64 references (tests/reference_ranking.py's loops) and a batch of distinct class blocks:
+# (loss, reference, P, K). P x 4 contrastive pairs classes two by two, so each half needs an
+# even number of classes (P = 8: 4 + 4); the N-pair and angular losses take any P (5: 3 + 2).
+PK_BASES = {
+    "pk_contrastive": (
+        PKContrastiveLoss,
+        lambda y, x: ref.pk_contrastive(y, x, 1.0).mean(),
+        8,
+        4,
+    ),
+    "pk_npair": (PKNpairLoss, lambda y, x: ref.pk_npair(y, x, 0.002).mean(), 5, 2),
+    "pk_angular": (PKAngularLoss, lambda y, x: ref.pk_angular(y, x, 45.0, 0.002).mean(), 5, 2),
+}
+
 
 def _ridge(z, y):
     a = np.concatenate([z, np.sqrt(RIDGE) * np.eye(z.shape[1])])
@@ -72,6 +95,14 @@ def _reference(labels, y_pred, f=_batch_hard_reference):
 def _batch(rng, classes=4, k=4):
     labels = np.repeat(np.array([7, 2, 9, 4, 11, 0])[:classes], k)[rng.permutation(classes * k)]
     return labels.astype("int32"), rng.standard_normal((classes * k, E + M)).astype(np.float32)
+
+
+def _block_batch(rng, classes, k, labels=None):
+    """A P x K batch: `classes` consecutive blocks of `k` rows, distinct labels unless given."""
+    if labels is None:
+        labels = rng.permutation(40)[:classes] * 3 - 7  # distinct, not 0..P-1, some negative
+    labels = np.repeat(np.asarray(labels), k).astype("int32")
+    return labels, rng.standard_normal((len(labels), E + M)).astype(np.float32)
 
 
 def _relative_error(got, expected):
@@ -176,18 +207,77 @@ def test_one_sgd_step_of_fit_equals_the_numpy_step(rng, mode, base):
     assert _relative_error(step, -lr * x.T.astype(np.float64) @ d_y) < RTOL
 
 
+def test_one_sgd_step_of_fit_around_a_pk_loss_equals_the_numpy_step(rng):
+    """XMLLoss(PKContrastiveLoss()) in `fit` as the retrieval trainer uses it, under XLA
+    (TensorFlow ``jit_compile=True``, JAX's default jitted step; PyTorch's default step)."""
+    make, f, classes, k = PK_BASES["pk_contrastive"]
+    labels, _ = _block_batch(rng, classes, k)
+    x = rng.standard_normal((len(labels), 12)).astype(np.float32)
+    model = _model(rng)
+    w0 = backends.to_numpy(model.layers[0].kernel).astype(np.float64)
+    lr = 1.0
+    model.compile(optimizer=keras.optimizers.SGD(lr), loss=_xml(make()), **FIT_KWARGS["xla"])
+    history = model.fit(x, labels, batch_size=len(labels), shuffle=False, verbose=0)
+    y = x.astype(np.float64) @ w0
+    assert _relative_error(history.history["loss"][0], _reference(labels, y, f)) < RTOL
+    d_y = backends.numpy_gradient(lambda y: _reference(labels, y, f), y)
+    step = backends.to_numpy(model.layers[0].kernel) - w0
+    assert _relative_error(step, -lr * x.T.astype(np.float64) @ d_y) < RTOL
+
+
+@pytest.mark.parametrize("base", PK_BASES)
+def test_pk_losses_under_xla_match_numpy(rng, base):
+    """A P x K loss takes no ``ref_mask``: under XLA each half is a static block of rows (the
+    first ceil(P / 2) class blocks, the rest), the class halves when the blocks hold distinct
+    classes. Value and gradient (labels traced too) are the reference's, as eagerly."""
+    make, f, classes, k = PK_BASES[base]
+    labels, y_pred = _block_batch(rng, classes, k)
+    xml = _xml(make())
+    want = _reference(labels, y_pred, f)
+    want_grad = backends.numpy_gradient(lambda y: _reference(labels, y, f), y_pred)
+    value, grad = backends.compiled_value_and_grad(lambda y, y_true: xml(y_true, y), y_pred, labels)
+    assert _relative_error(value, want) < RTOL
+    assert _relative_error(grad, want_grad) < RTOL
+    value, (grad,) = backends.value_and_grad(lambda y: xml(labels, y), y_pred)
+    assert _relative_error(value, want) < RTOL
+    assert _relative_error(grad, want_grad) < RTOL
+
+
+def test_pk_blocks_that_repeat_a_class_are_nan_under_xla_and_right_eagerly(rng):
+    """Blocks 7, 3, 7, 5, 3 (a class fills two blocks): the class halves {7, 3} and {5} are no
+    prefix of blocks, which is all XLA's static shapes allow, so the compiled loss is NaN
+    (loud, as OLE's out-of-range class ids); eagerly it is the reference."""
+    make, f, _, k = PK_BASES["pk_npair"]
+    labels, y_pred = _block_batch(rng, 5, k, labels=[7, 3, 7, 5, 3])
+    xml = _xml(make())
+    compiled_xml = backends.compiled(lambda y, y_true: xml(y_true, y))
+    eager = backends.to_numpy(xml(labels, ops.convert_to_tensor(y_pred)))
+    assert _relative_error(eager, _reference(labels, y_pred, f)) < RTOL
+    compiled = backends.to_numpy(compiled_xml(y_pred, labels))
+    if backends.BACKEND == "torch":  # no XLA: the eager path
+        assert _relative_error(compiled, eager) < RTOL
+    else:
+        assert np.isnan(compiled)
+    # Blocks 7, 3, 5, 5: halves {7, 3} and {5} are the first two blocks and the last two.
+    labels, y_pred = _block_batch(rng, 4, k, labels=[7, 3, 5, 5])
+    compiled = backends.to_numpy(compiled_xml(y_pred, labels))
+    assert _relative_error(compiled, _reference(labels, y_pred, f)) < RTOL
+
+
 @pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not use XLA on PyTorch")
-def test_a_loss_without_ref_mask_is_refused_under_xla_with_the_fix(rng):
-    """A P x K loss (no ``ref_mask``) under XLA: the message names the losses that run there
-    and the other fix (TensorFlow: jit_compile=False; JAX: call it eagerly)."""
+def test_a_loss_without_ref_mask_or_class_blocks_is_refused_under_xla_with_the_fix(rng):
+    """SVMaxLoss under XLA (neither ``ref_mask`` nor class blocks): the message names the
+    losses that run there and the other fix (TensorFlow: jit_compile=False; JAX: call it
+    eagerly)."""
     labels, _ = _batch(rng)
     x = rng.standard_normal((len(labels), 12)).astype(np.float32)
     model = _model(rng)
     fix = "jit_compile=False" if backends.BACKEND == "tensorflow" else "call it eagerly"
     message = (
-        "XMLLoss around PKContrastiveLoss cannot .*TripletSemiHardLoss, TripletHardLoss, "
-        f"LiftedStructLoss, BatchHardTripletLoss or AllPairsContrastiveLoss.*{fix}"
+        "XMLLoss around SVMaxLoss cannot .*TripletSemiHardLoss, TripletHardLoss, "
+        "LiftedStructLoss, BatchHardTripletLoss, AllPairsContrastiveLoss, PKContrastiveLoss, "
+        f"PKNpairLoss or PKAngularLoss.*{fix}"
     )
-    model.compile(optimizer="sgd", loss=_xml(PKContrastiveLoss()), jit_compile=True)
+    model.compile(optimizer="sgd", loss=_xml(SVMaxLoss()), jit_compile=True)
     with pytest.raises(ValueError, match=message):
         model.fit(x, labels, batch_size=len(labels), verbose=0)

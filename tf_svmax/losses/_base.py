@@ -71,6 +71,9 @@ class LabelLoss(keras.losses.Loss):
     # Whether the replica split applies (see above): set by losses that accept reference rows
     # and by batch-level ones whose `reference_parts` splits something else (pairs, proxies).
     splits_anchors = False
+    # K when the loss' batches are P classes x K consecutive rows (the P x K pair losses), else
+    # None: `XMLLoss` then takes its class halves as static blocks of rows under XLA.
+    class_block_rows = None
 
     def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
         self.global_batch = checks.check_bool(global_batch, "global_batch")

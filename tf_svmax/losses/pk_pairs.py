@@ -324,6 +324,8 @@ class PKContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
     gather of the embeddings that any split would still need.
     """
 
+    class_block_rows = 4  # `batch_k`, which must be 4
+
     def __init__(self, margin=1.0, batch_k=4, name="pk_contrastive", **kwargs):
         fn_kwargs = dict(
             margin=checks.check_non_negative_number(margin, "margin"),
@@ -343,6 +345,7 @@ class PKNpairLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """
 
     splits_anchors = True
+    class_block_rows = 2
 
     def __init__(self, l2_reg=0.002, name="pk_npair", **kwargs):
         fn_kwargs = dict(l2_reg=checks.check_non_negative_number(l2_reg, "l2_reg"))
@@ -364,6 +367,7 @@ class PKAngularLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """
 
     splits_anchors = True
+    class_block_rows = 2
 
     def __init__(self, alpha=45.0, l2_reg=0.002, name="pk_angular", **kwargs):
         fn_kwargs = dict(

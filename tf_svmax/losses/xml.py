@@ -16,11 +16,16 @@ which trace the loss, and any `jax.jit`) the halves are boolean masks over the w
 computed with `keras.ops` (each class ranked by its first row), and each half's cross term is
 the ranking loss on the batch against itself with the half as ``ref_mask`` (the loss on that
 half alone: `tf_svmax.losses.triplet_semihard_loss`): fixed shapes, the same value and
-gradient. This needs a ranking loss that takes ``ref_mask`` (``accepts_ref_mask``:
+gradient. That needs a ranking loss that takes ``ref_mask`` (``accepts_ref_mask``:
 TripletSemiHardLoss, TripletHardLoss, LiftedStructLoss, BatchHardTripletLoss,
-AllPairsContrastiveLoss); with another one XMLLoss under XLA raises a ValueError saying what
-to do. Outside XLA the halves are sliced: in the graph on TensorFlow (``tf.unique``,
-``tf.boolean_mask``), in NumPy from the concrete labels on PyTorch and eager JAX.
+AllPairsContrastiveLoss). The P x K pair losses (``class_block_rows``: PKContrastiveLoss,
+PKNpairLoss, PKAngularLoss) take no mask but fixed blocks of K rows per class: there the halves
+are the first ceil(P / 2) blocks and the rest, static slices, which are the class halves when
+the P blocks hold distinct classes (as `tf_svmax.data.pk_batches` makes them); where a class
+fills blocks in both halves they are not, and the loss is NaN under XLA (eagerly it is right).
+Around any other loss XMLLoss under XLA raises a ValueError saying what to do. Outside XLA
+the halves are sliced: in the graph on TensorFlow (``tf.unique``, ``tf.boolean_mask``), in
+NumPy from the concrete labels on PyTorch and eager JAX.
 """
 
 import keras
@@ -30,26 +35,29 @@ from keras import ops
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, PerSampleLabelLoss
+from tf_svmax.losses.npairs import NpairsLoss, NpairsMultilabelLoss
 from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss
 from tf_svmax.ops import prototypes
 from tf_svmax.ops.ole import first_row_ids
 
-# The ranking losses XMLLoss runs under XLA: those that take `ref_mask` (`accepts_ref_mask`).
+# The ranking losses XMLLoss runs under XLA: those that take `ref_mask` (`accepts_ref_mask`)
+# and the P x K ones (`class_block_rows`).
 _XLA_LOSSES = (
-    "TripletSemiHardLoss, TripletHardLoss, LiftedStructLoss, BatchHardTripletLoss or "
-    "AllPairsContrastiveLoss"
+    "TripletSemiHardLoss, TripletHardLoss, LiftedStructLoss, BatchHardTripletLoss, "
+    "AllPairsContrastiveLoss, PKContrastiveLoss, PKNpairLoss or PKAngularLoss"
 )
+_NO_HALVES = "takes no ref_mask and works on no P x K class blocks"
 _TRACED = {
     "jax": (
         "XMLLoss around {loss} cannot run inside a JAX trace (jax.jit, jax.eval_shape), so not "
-        "in model.fit/evaluate on the JAX backend, which traces every loss: {loss} takes no "
-        "ref_mask, and the sizes of the two class halves depend on the labels' values. Use "
+        "in model.fit/evaluate on the JAX backend, which traces every loss: {loss} "
+        f"{_NO_HALVES}, and the sizes of the two class halves depend on the labels' values. Use "
         f"{_XLA_LOSSES} (they run under XLA), or on JAX call it eagerly (loss(y, y_pred) or "
         "jax.grad of it), or train with KERAS_BACKEND=tensorflow or torch."
     ),
     "tensorflow": (
-        "XMLLoss around {loss} cannot be compiled by XLA (jit_compile=True): {loss} takes no "
-        "ref_mask, and the sizes of the two class halves depend on the labels' values. Use "
+        "XMLLoss around {loss} cannot be compiled by XLA (jit_compile=True): {loss} "
+        f"{_NO_HALVES}, and the sizes of the two class halves depend on the labels' values. Use "
         f"{_XLA_LOSSES} (they run under XLA), or compile the model with jit_compile=False "
         "(Keras enables XLA by default on GPUs)."
     ),
@@ -58,7 +66,7 @@ _TRACED = {
 
 def _xla_refusal(loss):
     """The ValueError saying what to do under XLA around `loss`, a loss without ``ref_mask``
-    (its halves would have data-dependent shapes, which XLA cannot compile)."""
+    or class blocks (its halves would have data-dependent shapes, which XLA cannot compile)."""
     return ValueError(_TRACED[keras.backend.backend()].format(loss=type(loss).__name__))
 
 
@@ -123,6 +131,32 @@ def _batch_value(loss, labels, embeddings):
     return ops.mean(value) if len(value.shape) else value
 
 
+def _halves_value(loss, labels, embeddings, halves, take):
+    """The sum of `_batch_value` on each half's rows (``take(x, half)``), 0 for an empty half."""
+    cross = 0.0
+    for half in halves:
+        rows = take(embeddings, half)
+        cross += checks.zero_unless_rows(
+            rows, lambda rows=rows, half=half: _batch_value(loss, take(labels, half), rows)
+        )
+    return cross
+
+
+def _block_halves_value(loss, labels, embeddings, first):
+    """`_halves_value` under XLA around a loss on P x K class blocks (``class_block_rows`` K):
+    the halves as static slices, the first ceil(P / 2) blocks and the rest. They are the class
+    halves `first` when the P blocks hold distinct classes; where a class fills blocks in both
+    (their sizes then depend on the labels, which fixed shapes cannot hold), NaN: loud, as
+    OLE's out-of-range class ids under XLA."""
+    k = loss.class_block_rows
+    rows = ops.shape(labels)[0]
+    split = (rows // k + 1) // 2 * k
+    halves = (slice(None, split), slice(split, None))
+    cross = _halves_value(loss, labels, embeddings, halves, lambda x, half: x[half])
+    in_blocks = ops.all(ops.equal(first, ops.arange(rows) < split))
+    return ops.where(in_blocks, cross, ops.full_like(cross, float("nan")))
+
+
 def _masked_value(loss, labels, embeddings, part):
     """`_batch_value` of the rows where `part` holds, with fixed shapes: the loss on the whole
     batch against itself with `part` as ``ref_mask`` (the other rows dropped as anchors and as
@@ -146,15 +180,17 @@ _RANKING_LOSS = (
     "a ranking loss on class labels and embeddings: an instance (or 'tf_svmax>ClassName' name) "
     "of a tf_svmax.losses metric-learning loss such as TripletHardLoss() or PKContrastiveLoss(); "
     "Keras' losses compare y_true with y_pred element-wise, ProxyAnchorLoss takes proxy "
-    "similarities, and for a function use its class (TripletHardLoss for triplet_hard_loss)"
+    "similarities, NpairsLoss and NpairsMultilabelLoss a similarity matrix (PKNpairLoss takes "
+    "embeddings), and for a function use its class (TripletHardLoss for triplet_hard_loss)"
 )
 
 
 def _ranking_loss(loss):
     """`loss` (resolved if a name or config) if XML can evaluate it on each half through its
     `call`: one of the library's label-aware losses on embeddings (`BatchPenaltyLoss`,
-    `PerSampleLabelLoss`), not another `XMLLoss` nor `ProxyAnchorLoss` (whose ``y_pred`` are
-    not embeddings); anything else would fail on shapes or mean something else."""
+    `PerSampleLabelLoss`), not another `XMLLoss` nor `ProxyAnchorLoss` and the N-pair losses
+    (whose ``y_pred`` are not embeddings); anything else would fail on shapes or mean
+    something else."""
     resolved = loss
     if isinstance(loss, (str, dict)):
         try:
@@ -162,7 +198,7 @@ def _ranking_loss(loss):
         except ValueError:  # an unknown name: the error below says what is expected
             resolved = None
     if isinstance(resolved, (BatchPenaltyLoss, PerSampleLabelLoss)) and not isinstance(
-        resolved, (XMLLoss, ProxyAnchorLoss)
+        resolved, (XMLLoss, ProxyAnchorLoss, NpairsLoss, NpairsMultilabelLoss)
     ):
         return resolved
     raise ValueError(checks.invalid("loss", _RANKING_LOSS, loss))
@@ -174,13 +210,15 @@ class XMLLoss(BatchPenaltyLoss):
 
     Args:
       loss: The ranking loss (a `tf_svmax.losses` instance, e.g. `PKContrastiveLoss()`, or
-        its ``"tf_svmax>ClassName"`` name): a loss on class labels and embeddings; a Keras loss,
-        a function or `ProxyAnchorLoss` is refused. It is evaluated through its `call` on each
-        part, so the parts never mix. Each half must be
-        a batch the loss accepts (P x K losses: P / 2 classes per half, so P even or, for the
-        pair losses that pair classes, P a multiple of 4). Under XLA (``jit_compile=True``,
-        JAX's `fit`) it must take ``ref_mask``: TripletSemiHardLoss, TripletHardLoss,
-        LiftedStructLoss, BatchHardTripletLoss or AllPairsContrastiveLoss (see the module).
+        its ``"tf_svmax>ClassName"`` name): a loss on class labels and embeddings; a Keras
+        loss, a function, `ProxyAnchorLoss` or an N-pair loss on a similarity matrix is
+        refused. It is evaluated through its `call` on each part, so the parts never mix.
+        Each half must be a batch the loss accepts (P x K losses: P / 2 classes per half, so
+        P even or, for the pair losses that pair classes, P a multiple of 4). Under XLA
+        (``jit_compile=True``, JAX's `fit`) it must take ``ref_mask`` (TripletSemiHardLoss,
+        TripletHardLoss, LiftedStructLoss, BatchHardTripletLoss, AllPairsContrastiveLoss) or
+        be a P x K loss (PKContrastiveLoss, PKNpairLoss, PKAngularLoss: NaN where a class
+        fills blocks in both halves); see the module.
       num_prototypes: m, the trailing columns of ``y_pred`` that hold the histograms (paper:
         64 CUB/CARS, 128 SOP/InShop).
       lambda_: Weight of the cross-batch term (paper: 0.01); 0 gives `loss` exactly.
@@ -206,7 +244,8 @@ class XMLLoss(BatchPenaltyLoss):
         if not self.lambda_:
             return base  # a Python branch: lambda = 0 is the base loss exactly
         xla = _backend.in_xla_context()
-        if xla and not getattr(self.loss, "accepts_ref_mask", False):
+        masked = getattr(self.loss, "accepts_ref_mask", False)
+        if xla and not masked and getattr(self.loss, "class_block_rows", None) is None:
             raise _xla_refusal(self.loss)
         first = class_halves(labels)
         second = ~first
@@ -222,18 +261,14 @@ class XMLLoss(BatchPenaltyLoss):
             # arithmetic of `tf.math.l2_normalize(predicted, 1, epsilon=1e-12)`, the original.
             squared = ops.sum(ops.square(predicted), axis=1, keepdims=True)
             predicted = predicted * ops.rsqrt(ops.maximum(squared, 1e-12))
-        if xla:
+        if xla and masked:
             # Fixed shapes: each half as the ranking loss' ref_mask over the whole batch.
             cross = _masked_value(self.loss, labels, predicted, first)
             cross += _masked_value(self.loss, labels, predicted, second)
-            return (1.0 - self.lambda_) * base + self.lambda_ * cross
-        cross = 0.0
-        for part in (first, second):
-            rows = _rows(predicted, part)
-            cross += checks.zero_unless_rows(
-                rows,
-                lambda rows=rows, part=part: _batch_value(self.loss, _rows(labels, part), rows),
-            )
+        elif xla:
+            cross = _block_halves_value(self.loss, labels, predicted, first)
+        else:
+            cross = _halves_value(self.loss, labels, predicted, (first, second), _rows)
         return (1.0 - self.lambda_) * base + self.lambda_ * cross
 
     def get_config(self):
