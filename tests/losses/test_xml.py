@@ -9,8 +9,10 @@ import tensorflow as tf
 from tf_svmax.losses import (
     BatchHardTripletLoss,
     NpairsLoss,
+    OLELoss,
     PKContrastiveLoss,
     ProxyAnchorLoss,
+    SVMaxLoss,
     TripletHardLoss,
     XMLLoss,
     triplet_hard_loss,
@@ -122,6 +124,9 @@ def test_bad_arguments_are_named(kwargs, name):
         ProxyAnchorLoss(),  # y_pred are proxy similarities, not embeddings
         NpairsLoss(),  # y_pred is a similarity matrix, not embeddings
         "tf_svmax>NpairsMultilabelLoss",  # the same, and multi-hot y_true
+        SVMaxLoss(),  # regularizers: beside XML on the embeddings, not inside it
+        "tf_svmax>SpreadOutLoss",
+        OLELoss(),
         XMLLoss(TripletHardLoss(), num_prototypes=2),
     ],
 )

@@ -19,10 +19,10 @@ from tf_svmax.losses import (
     PKAngularLoss,
     PKContrastiveLoss,
     PKNpairLoss,
-    SVMaxLoss,
     TripletHardLoss,
     XMLLoss,
 )
+from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.losses.xml import class_halves
 
 # float32 against float64 references, relative to the largest reference entry.
@@ -264,20 +264,32 @@ def test_pk_blocks_that_repeat_a_class_are_nan_under_xla_and_right_eagerly(rng):
     assert _relative_error(compiled, _reference(labels, y_pred, f)) < RTOL
 
 
+class _OwnRankingLoss(BatchPenaltyLoss):
+    """A ranking loss of one's own with neither ``ref_mask`` nor class blocks: the squared
+    distance of each row to its class' mean."""
+
+    def call(self, y_true, y_pred):
+        same = ops.cast(ops.equal(y_true[:, None], y_true[None, :]), y_pred.dtype)
+        means = ops.matmul(same / ops.sum(same, axis=1, keepdims=True), y_pred)
+        return ops.mean(ops.sum(ops.square(y_pred - means), axis=1))
+
+
 @pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not use XLA on PyTorch")
 def test_a_loss_without_ref_mask_or_class_blocks_is_refused_under_xla_with_the_fix(rng):
-    """SVMaxLoss under XLA (neither ``ref_mask`` nor class blocks): the message names the
-    losses that run there and the other fix (TensorFlow: jit_compile=False; JAX: call it
-    eagerly)."""
-    labels, _ = _batch(rng)
+    """A loss of one's own with neither ``ref_mask`` nor ``class_block_rows`` under XLA: the
+    message names the losses that run there, the two seams and the other fix (TensorFlow:
+    jit_compile=False; JAX: call it eagerly). Eagerly it runs."""
+    labels, y_pred = _batch(rng)
+    xml = _xml(_OwnRankingLoss())
+    assert np.isfinite(backends.to_numpy(xml(labels, ops.convert_to_tensor(y_pred))))
     x = rng.standard_normal((len(labels), 12)).astype(np.float32)
     model = _model(rng)
     fix = "jit_compile=False" if backends.BACKEND == "tensorflow" else "call it eagerly"
     message = (
-        "XMLLoss around SVMaxLoss cannot .*TripletSemiHardLoss, TripletHardLoss, "
+        "XMLLoss around _OwnRankingLoss cannot .*TripletSemiHardLoss, TripletHardLoss, "
         "LiftedStructLoss, BatchHardTripletLoss, AllPairsContrastiveLoss, PKContrastiveLoss, "
-        f"PKNpairLoss or PKAngularLoss.*{fix}"
+        f"PKNpairLoss or PKAngularLoss.*accepts_ref_mask.*class_block_rows.*{fix}"
     )
-    model.compile(optimizer="sgd", loss=_xml(SVMaxLoss()), jit_compile=True)
+    model.compile(optimizer="sgd", loss=xml, jit_compile=True)
     with pytest.raises(ValueError, match=message):
         model.fit(x, labels, batch_size=len(labels), verbose=0)

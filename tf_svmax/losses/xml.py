@@ -23,7 +23,9 @@ PKNpairLoss, PKAngularLoss) take no mask but fixed blocks of K rows per class: t
 are the first ceil(P / 2) blocks and the rest, static slices, which are the class halves when
 the P blocks hold distinct classes (as `tf_svmax.data.pk_batches` makes them); where a class
 fills blocks in both halves they are not, and the loss is NaN under XLA (eagerly it is right).
-Around any other loss XMLLoss under XLA raises a ValueError saying what to do. Outside XLA
+Every ranking loss of the library is one of these; around one's own that is neither (it may
+take ``ref_mask`` or declare ``class_block_rows``), XMLLoss under XLA raises a ValueError saying
+what to do. Outside XLA
 the halves are sliced: in the graph on TensorFlow (``tf.unique``, ``tf.boolean_mask``), in
 NumPy from the concrete labels on PyTorch and eager JAX.
 """
@@ -37,6 +39,8 @@ from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, PerSampleLabelLoss
 from tf_svmax.losses.npairs import NpairsLoss, NpairsMultilabelLoss
 from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss
+from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
+from tf_svmax.losses.spread_out import SpreadOutLoss
 from tf_svmax.ops import prototypes
 from tf_svmax.ops.ole import first_row_ids
 
@@ -47,19 +51,23 @@ _XLA_LOSSES = (
     "AllPairsContrastiveLoss, PKContrastiveLoss, PKNpairLoss or PKAngularLoss"
 )
 _NO_HALVES = "takes no ref_mask and works on no P x K class blocks"
+_USE = (
+    f"Use {_XLA_LOSSES} (they run under XLA; a loss of one's own does if it takes ref_mask, "
+    "with accepts_ref_mask = True, or declares class_block_rows)"
+)
 _TRACED = {
     "jax": (
         "XMLLoss around {loss} cannot run inside a JAX trace (jax.jit, jax.eval_shape), so not "
         "in model.fit/evaluate on the JAX backend, which traces every loss: {loss} "
-        f"{_NO_HALVES}, and the sizes of the two class halves depend on the labels' values. Use "
-        f"{_XLA_LOSSES} (they run under XLA), or on JAX call it eagerly (loss(y, y_pred) or "
-        "jax.grad of it), or train with KERAS_BACKEND=tensorflow or torch."
+        f"{_NO_HALVES}, and the sizes of the two class halves depend on the labels' values. "
+        f"{_USE}, or on JAX call it eagerly (loss(y, y_pred) or jax.grad of it), or train with "
+        "KERAS_BACKEND=tensorflow or torch."
     ),
     "tensorflow": (
         "XMLLoss around {loss} cannot be compiled by XLA (jit_compile=True): {loss} "
-        f"{_NO_HALVES}, and the sizes of the two class halves depend on the labels' values. Use "
-        f"{_XLA_LOSSES} (they run under XLA), or compile the model with jit_compile=False "
-        "(Keras enables XLA by default on GPUs)."
+        f"{_NO_HALVES}, and the sizes of the two class halves depend on the labels' values. "
+        f"{_USE}, or compile the model with jit_compile=False (Keras enables XLA by default on "
+        "GPUs)."
     ),
 }
 
@@ -176,12 +184,24 @@ def _masked_value(loss, labels, embeddings, part):
     return _common.safe_mean_over(ops.sum(value), ops.count_nonzero(part))
 
 
+# Label losses that are no ranking loss on embeddings (see `_ranking_loss`).
+_NOT_RANKING = (
+    ProxyAnchorLoss,
+    NpairsLoss,
+    NpairsMultilabelLoss,
+    SVMaxLoss,
+    SpreadOutLoss,
+    OLELoss,
+)
+
 _RANKING_LOSS = (
     "a ranking loss on class labels and embeddings: an instance (or 'tf_svmax>ClassName' name) "
     "of a tf_svmax.losses metric-learning loss such as TripletHardLoss() or PKContrastiveLoss(); "
     "Keras' losses compare y_true with y_pred element-wise, ProxyAnchorLoss takes proxy "
     "similarities, NpairsLoss and NpairsMultilabelLoss a similarity matrix (PKNpairLoss takes "
-    "embeddings), and for a function use its class (TripletHardLoss for triplet_hard_loss)"
+    "embeddings), SVMaxLoss, SpreadOutLoss and OLELoss are regularizers (give them the "
+    "embeddings beside XML: a second model output, as the retrieval trainer does), and for a "
+    "function use its class (TripletHardLoss for triplet_hard_loss)"
 )
 
 
@@ -189,8 +209,9 @@ def _ranking_loss(loss):
     """`loss` (resolved if a name or config) if XML can evaluate it on each half through its
     `call`: one of the library's label-aware losses on embeddings (`BatchPenaltyLoss`,
     `PerSampleLabelLoss`), not another `XMLLoss` nor `ProxyAnchorLoss` and the N-pair losses
-    (whose ``y_pred`` are not embeddings); anything else would fail on shapes or mean
-    something else."""
+    (whose ``y_pred`` are not embeddings) nor a regularizer (SVMax, spread-out, OLE: penalties
+    on the embeddings, not the metric-learning loss of Eq. 2.11); anything else would fail on
+    shapes or mean something else."""
     resolved = loss
     if isinstance(loss, (str, dict)):
         try:
@@ -198,7 +219,7 @@ def _ranking_loss(loss):
         except ValueError:  # an unknown name: the error below says what is expected
             resolved = None
     if isinstance(resolved, (BatchPenaltyLoss, PerSampleLabelLoss)) and not isinstance(
-        resolved, (XMLLoss, ProxyAnchorLoss, NpairsLoss, NpairsMultilabelLoss)
+        resolved, (XMLLoss, *_NOT_RANKING)
     ):
         return resolved
     raise ValueError(checks.invalid("loss", _RANKING_LOSS, loss))
@@ -211,14 +232,15 @@ class XMLLoss(BatchPenaltyLoss):
     Args:
       loss: The ranking loss (a `tf_svmax.losses` instance, e.g. `PKContrastiveLoss()`, or
         its ``"tf_svmax>ClassName"`` name): a loss on class labels and embeddings; a Keras
-        loss, a function, `ProxyAnchorLoss` or an N-pair loss on a similarity matrix is
-        refused. It is evaluated through its `call` on each part, so the parts never mix.
-        Each half must be a batch the loss accepts (P x K losses: P / 2 classes per half, so
-        P even or, for the pair losses that pair classes, P a multiple of 4). Under XLA
-        (``jit_compile=True``, JAX's `fit`) it must take ``ref_mask`` (TripletSemiHardLoss,
-        TripletHardLoss, LiftedStructLoss, BatchHardTripletLoss, AllPairsContrastiveLoss) or
-        be a P x K loss (PKContrastiveLoss, PKNpairLoss, PKAngularLoss: NaN where a class
-        fills blocks in both halves); see the module.
+        loss, a function, `ProxyAnchorLoss`, an N-pair loss on a similarity matrix or a
+        regularizer (`SVMaxLoss`, `SpreadOutLoss`, `OLELoss`) is refused. It is evaluated
+        through its `call` on each part, so the parts never mix. Each half must be a batch
+        the loss accepts (P x K losses: P / 2 classes per half, so P even or, for the pair
+        losses that pair classes, P a multiple of 4). Under XLA (``jit_compile=True``, JAX's
+        `fit`) it must take ``ref_mask`` (TripletSemiHardLoss, TripletHardLoss,
+        LiftedStructLoss, BatchHardTripletLoss, AllPairsContrastiveLoss) or be a P x K loss
+        (PKContrastiveLoss, PKNpairLoss, PKAngularLoss: NaN where a class fills blocks in
+        both halves); see the module.
       num_prototypes: m, the trailing columns of ``y_pred`` that hold the histograms (paper:
         64 CUB/CARS, 128 SOP/InShop).
       lambda_: Weight of the cross-batch term (paper: 0.01); 0 gives `loss` exactly.
