@@ -1,6 +1,6 @@
 """XMLLoss (seed 004, Eq. 2.10-2.11) on every Keras backend (TensorFlow, JAX, PyTorch) against a
-float64 NumPy composition of the ridge fit and explicit-loop ranking references (batch-hard,
-tensorflow-addons' hard triplet, the P x K pair losses): value and gradient eagerly and under
+float64 NumPy composition of the ridge fit and explicit-loop ranking references (the five losses
+that take ``ref_mask``, the P x K pair losses): value and gradient eagerly and under
 XLA (TensorFlow ``jit_compile=True``, ``jax.jit``), one SGD step of `fit` in each mode the
 backend has (JAX's default jitted step included), and the refusal under XLA of a loss that
 neither takes ``ref_mask`` nor works on class blocks."""
@@ -13,13 +13,16 @@ from keras import ops
 
 from tests import backends
 from tests import reference_ranking as ref
-from tests.reference_xbm import ref_hard
+from tests.reference_xbm import ref_contrastive, ref_hard, ref_lifted, ref_semihard
 from tf_svmax.losses import (
+    AllPairsContrastiveLoss,
     BatchHardTripletLoss,
+    LiftedStructLoss,
     PKAngularLoss,
     PKContrastiveLoss,
     PKNpairLoss,
     TripletHardLoss,
+    TripletSemiHardLoss,
     XMLLoss,
 )
 from tf_svmax.losses._base import BatchPenaltyLoss
@@ -48,10 +51,14 @@ def _hard_reference(y, x):
     return ref_hard(y, x, len(y))  # tensorflow-addons' hard triplet: L2, margin 1
 
 
-# The ranking losses XMLLoss wraps under XLA here: (loss, its float64 NumPy reference).
+# The five ranking losses that take ref_mask (XMLLoss masks its halves for them under XLA):
+# (loss, its float64 NumPy reference of tests/reference_ranking.py or tests/reference_xbm.py).
 BASES = {
     "batch_hard": (_base, _batch_hard_reference),
     "hard": (TripletHardLoss, _hard_reference),
+    "semihard": (TripletSemiHardLoss, lambda y, x: ref_semihard(y, x, len(y))),
+    "lifted": (LiftedStructLoss, lambda y, x: ref_lifted(y, x, len(y))),
+    "contrastive": (AllPairsContrastiveLoss, lambda y, x: ref_contrastive(y, x, len(y))),
 }
 
 # The P x K pair losses (no ref_mask: under XLA each half is a static block of rows), with their
