@@ -196,22 +196,27 @@ FIT_CASES = [(mode, "batch_hard") for mode in FIT_MODES] + (
 )
 
 
-@pytest.mark.parametrize(("mode", "base"), FIT_CASES)
-def test_one_sgd_step_of_fit_equals_the_numpy_step(rng, mode, base):
-    """One full-batch SGD step moves W by ``-lr * x^T dL/dy``."""
-    make, f = BASES[base]
-    labels, _ = _batch(rng)
+def _assert_one_sgd_step_is_the_numpy_step(rng, labels, base, f, fit_kwargs):
+    """One full-batch SGD step of `fit` with ``_xml(base)`` moves W by ``-lr * x^T dL/dy``,
+    dL/dy from the reference `f`, and reports the reference's loss."""
     x = rng.standard_normal((len(labels), 12)).astype(np.float32)
     model = _model(rng)
     w0 = backends.to_numpy(model.layers[0].kernel).astype(np.float64)
     lr = 1.0  # a step as large as the gradient: float32 weights keep its digits
-    model.compile(optimizer=keras.optimizers.SGD(lr), loss=_xml(make()), **FIT_KWARGS[mode])
+    model.compile(optimizer=keras.optimizers.SGD(lr), loss=_xml(base), **fit_kwargs)
     history = model.fit(x, labels, batch_size=len(labels), shuffle=False, verbose=0)
     y = x.astype(np.float64) @ w0
     assert _relative_error(history.history["loss"][0], _reference(labels, y, f)) < RTOL
     d_y = backends.numpy_gradient(lambda y: _reference(labels, y, f), y)
     step = backends.to_numpy(model.layers[0].kernel) - w0
     assert _relative_error(step, -lr * x.T.astype(np.float64) @ d_y) < RTOL
+
+
+@pytest.mark.parametrize(("mode", "base"), FIT_CASES)
+def test_one_sgd_step_of_fit_equals_the_numpy_step(rng, mode, base):
+    make, f = BASES[base]
+    labels, _ = _batch(rng)
+    _assert_one_sgd_step_is_the_numpy_step(rng, labels, make(), f, FIT_KWARGS[mode])
 
 
 def test_one_sgd_step_of_fit_around_a_pk_loss_equals_the_numpy_step(rng):
@@ -219,17 +224,7 @@ def test_one_sgd_step_of_fit_around_a_pk_loss_equals_the_numpy_step(rng):
     (TensorFlow ``jit_compile=True``, JAX's default jitted step; PyTorch's default step)."""
     make, f, classes, k = PK_BASES["pk_contrastive"]
     labels, _ = _block_batch(rng, classes, k)
-    x = rng.standard_normal((len(labels), 12)).astype(np.float32)
-    model = _model(rng)
-    w0 = backends.to_numpy(model.layers[0].kernel).astype(np.float64)
-    lr = 1.0
-    model.compile(optimizer=keras.optimizers.SGD(lr), loss=_xml(make()), **FIT_KWARGS["xla"])
-    history = model.fit(x, labels, batch_size=len(labels), shuffle=False, verbose=0)
-    y = x.astype(np.float64) @ w0
-    assert _relative_error(history.history["loss"][0], _reference(labels, y, f)) < RTOL
-    d_y = backends.numpy_gradient(lambda y: _reference(labels, y, f), y)
-    step = backends.to_numpy(model.layers[0].kernel) - w0
-    assert _relative_error(step, -lr * x.T.astype(np.float64) @ d_y) < RTOL
+    _assert_one_sgd_step_is_the_numpy_step(rng, labels, make(), f, FIT_KWARGS["xla"])
 
 
 @pytest.mark.parametrize("base", PK_BASES)
