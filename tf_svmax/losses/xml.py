@@ -25,9 +25,8 @@ the P blocks hold distinct classes (as `tf_svmax.data.pk_batches` makes them); w
 fills blocks in both halves they are not, and the loss is NaN under XLA (eagerly it is right).
 Every ranking loss of the library is one of these; around one's own that is neither (it may
 take ``ref_mask`` or declare ``class_block_rows``), XMLLoss under XLA raises a ValueError saying
-what to do. Outside XLA
-the halves are sliced: in the graph on TensorFlow (``tf.unique``, ``tf.boolean_mask``), in
-NumPy from the concrete labels on PyTorch and eager JAX.
+what to do. Outside XLA the halves are sliced: in the graph on TensorFlow (``tf.unique``,
+``tf.boolean_mask``), in NumPy from the concrete labels on PyTorch and eager JAX.
 """
 
 import keras
