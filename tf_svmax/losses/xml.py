@@ -265,8 +265,8 @@ class XMLLoss(BatchPenaltyLoss):
         if not self.lambda_:
             return base  # a Python branch: lambda = 0 is the base loss exactly
         xla = _backend.in_xla_context()
-        masked = getattr(self.loss, "accepts_ref_mask", False)
-        if xla and not masked and getattr(self.loss, "class_block_rows", None) is None:
+        masked = self.loss.accepts_ref_mask
+        if xla and not masked and self.loss.class_block_rows is None:
             raise _xla_refusal(self.loss)
         first = class_halves(labels)
         second = ~first
