@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 
+from tests import machine
 from tf_svmax import data, models
 from trainers import pretraining, retrieval
 from trainers.harness.run_dir import RunRefused
@@ -171,19 +172,12 @@ def test_cli_refuses_bad_flags_before_any_work(tmp_path):
         assert phrase in text, phrase
 
 
-def _memory_gib():
-    """This machine's memory as /proc/meminfo reports it (MemTotal, kB)."""
-    with open("/proc/meminfo") as f:
-        (line,) = [row for row in f if row.startswith("MemTotal:")]
-    return int(line.split()[1]) * 1024 / 2**30
-
-
 def test_cli_refuses_an_images_per_class_whose_images_cannot_fit_in_memory(tmp_path):
     """100,000 images per class of the over 1,000 pretraining classes, 32 x 32 float32, are at
     least 381 GiB: refused before rendering (exit 2, not numpy's "Unable to allocate" after
     it), saying what it needs and what the machine has."""
     images = 1000 * 100_000 * 32 * 32 * 4 / 2**30  # GiB, a lower bound of the rendered set
-    if images < _memory_gib():
+    if images < machine.memory_gib():
         pytest.skip("this machine could hold the set")
     with pytest.raises(pretraining.ConfigError, match="--images_per_class=100000") as caught:
         pretraining.resolve(pretraining.PretrainConfig(output_dir="x", images_per_class=100_000))
@@ -191,7 +185,7 @@ def test_cli_refuses_an_images_per_class_whose_images_cannot_fit_in_memory(tmp_p
         float(v.replace(",", "")) for v in re.findall(r"([\d,.]+) GiB", str(caught.value))
     ]
     assert needed >= images - 0.1
-    assert available == pytest.approx(_memory_gib(), rel=0.01)
+    assert available == pytest.approx(machine.memory_gib(), rel=0.01)
     never = tmp_path / "never"
     done = _cli("--images_per_class=100000", f"--output_dir={never}")
     assert done.returncode == 2, done.stderr[-2000:]

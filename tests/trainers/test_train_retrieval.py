@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import machine
 from tests import reference_ranking as rr
 from tests import reference_spectral as ref
 from tests.data import fake_trees
@@ -850,9 +851,7 @@ def test_xbm_refusals(kwargs, message):
 def test_an_xbm_size_whose_memory_cannot_fit_is_refused_saying_what_it_needs():
     """--xbm_size=1e9 rows of 128 float32 are at least 477 GiB: refused with the flags (exit 2
     before any data), not a ResourceExhaustedError once training began."""
-    with open("/proc/meminfo") as f:
-        (line,) = [row for row in f if row.startswith("MemTotal:")]
-    memory_gib = int(line.split()[1]) * 1024 / 2**30
+    memory_gib = machine.memory_gib()
     bank_gib = 10**9 * 128 * 4 / 2**30  # the memory's embeddings alone
     if bank_gib < memory_gib:
         pytest.skip("this machine could hold the memory")
