@@ -2,9 +2,9 @@
 library that need TensorFlow (installed, or as the backend).
 
 Keras fixes its backend at its first import (``KERAS_BACKEND``, else ``~/.keras/keras.json``).
-The backend-neutral core runs on TensorFlow, JAX and PyTorch; what is TensorFlow by nature
-(tf.data input, tf.distribute gathers, TensorFlow train steps and checkpoints) and what is not yet
-ported say so here instead of failing deep inside a stack.
+The backend-neutral library runs on TensorFlow, JAX and PyTorch; what is TensorFlow by nature
+(tf.data input, tf.distribute gathers, TensorFlow train steps and checkpoints) says so here
+instead of failing deep inside a stack.
 
 Also the library's per-backend probes and dispatch, asked while computing: whether a trace will be
 compiled by XLA (`in_xla_context`), whether JAX runs without 64-bit types (`jax_without_x64`),
