@@ -29,7 +29,14 @@ ALL_BACKENDS = (
     "losses/test_tfa_functions_backends.py",
     "losses/test_xbm_backends.py",
     "losses/test_xml_backends.py",
+    "metrics/test_callbacks.py",
+    "metrics/test_classification.py",
+    "metrics/test_kmeans.py",
+    "metrics/test_retrieval.py",
     "metrics/test_spectral_metrics_backends.py",
+    "models/test_backbones.py",
+    "models/test_heads_backends.py",
+    "models/test_two_head.py",
     "ops/test_custom_gradient_errors.py",
     "ops/test_distances.py",
     "ops/test_ole.py",
@@ -37,6 +44,7 @@ ALL_BACKENDS = (
     "ops/test_ring.py",
     "ops/test_spectral.py",
     "regularizers/test_spectral_regularizers_backends.py",
+    "training/test_schedules.py",
 )
 
 
