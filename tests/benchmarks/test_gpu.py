@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from benchmarks import gpu_worker
+from benchmarks import gpu_records, gpu_worker
 from tests.benchmarks import ROOT, run_program
 
 TINY = gpu_worker.GRIDS["tiny"]
@@ -228,3 +228,61 @@ def test_pytorch_metric_learning_peers_run_where_it_installs(tiny_run, pml_site)
         for loss in ("hard", "lifted", "batch_hard", "contrastive_pairs"):
             peer = gpu_worker.PML_PEER_OF[loss]
             assert values[(loss, b)] == pytest.approx(values[(peer, b)], rel=1e-5), (loss, b)
+
+
+def _row(backend, section, measurement, b, d, ms, *, peer=False, mb=None, **extra):
+    implementation = "peer" if peer else "tf_svmax"
+    return {
+        "backend": backend,
+        "section": section,
+        "measurement": measurement,
+        "implementation": implementation,
+        "b": b,
+        "d": d,
+        "status": "ok",
+        "median_ms": ms,
+        "peak_memory_mb": mb,
+        **extra,
+    }
+
+
+def test_goals_from_issue_58s_h200_figures():
+    """The issue's own H200 figures (its table) put through `add_ratios` and `goals`: the held
+    and failed verdicts it implies, and None where a peer is missing."""
+    rows = [
+        _row("torch", "svmax", "torch.linalg.svdvals", 144, 128, 4.35, peer=True),
+        _row("jax", "svmax", "auto", 144, 128, 0.39, grad_rel_error=7.5e-4),  # TF32 default
+        _row("torch", "svmax", "auto", 144, 128, 2.78, grad_rel_error=2.9e-6),
+        _row("jax", "svmax", "auto", 4096, 512, 5.0),  # no svdvals row at this shape
+        _row("torch", "ole", "batched torch.linalg.svdvals", 144, 128, 15.2, peer=True),
+        _row("jax", "ole", "tf_svmax.ops.ole_loss", 144, 128, 1.6, classes=36),
+        _row("torch", "mining", "pml_semihard", 4096, 128, 629.0, peer=True, mb=2600.0),
+        _row("jax", "mining", "semihard", 4096, 128, 5.4, mb=580.0),
+        _row("torch", "mining", "pml_batch_hard", 4096, 128, 3.6, peer=True, mb=100.0),
+        _row("jax", "mining", "batch_hard", 4096, 128, 0.65, mb=50.0),
+        _row("jax", "mining", "lifted", 8192, 128, 2.1, mb=5000.0),
+    ]
+    verdicts = {
+        (g["goal"].split(" ")[0], g["backend"], g["case"]): (g["measured"], g["held"])
+        for g in gpu_records.goals(gpu_records.add_ratios(rows))
+    }
+    approx = pytest.approx
+    assert verdicts[("SVMax", "jax", "b=144, d=128")] == (approx(0.39 / 4.35), True)
+    assert verdicts[("SVMax", "torch", "b=144, d=128")] == (approx(2.78 / 4.35), False)
+    assert verdicts[("SVMax", "jax", "b=4096, d=512")] == (None, None)
+    assert verdicts[("OLE", "jax", "b=144, d=128, classes=36")] == (approx(1.6 / 15.2), True)
+    goals = gpu_records.goals(rows)
+    semihard = [g for g in goals if g["goal"].startswith("semi-hard")]
+    assert [(g["measured"], g["held"]) for g in semihard] == [
+        (approx(5.4 / 629.0), True),
+        (approx(580.0 / 2600.0), True),
+    ]
+    assert verdicts[("batch-hard", "jax", "b=4096, d=128")] == (approx(0.65 / 3.6), True)
+    assert verdicts[("lifted", "jax", "b=8192, d=128")] == (5000.0, False)
+    gradients = [g for g in goals if g["goal"].startswith("float32 gradient")]
+    assert [(g["backend"], g["held"]) for g in gradients] == [
+        ("jax", False),
+        ("torch", True),
+        ("jax", None),
+        ("jax", None),
+    ]
