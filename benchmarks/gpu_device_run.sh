@@ -13,7 +13,7 @@
 #   PYTHON                    python3
 #   GPU_RUN_SKIP_INSTALL      1: no wheels to install (they are installed already)
 #   GPU_RUN_GRID              full (or tiny)
-#   GPU_RUN_BENCH_BUDGET_S    210: benchmarks.gpu --time_budget_s
+#   GPU_RUN_BENCH_BUDGET_S    240: benchmarks.gpu --time_budget_s
 #   GPU_RUN_TOTAL_S           530: the whole script's limit; the tests get what is left of it
 #   GPU_RUN_TESTS             tests (pytest's arguments: files or folders)
 #   GPU_RUN_TEST_WORKERS      6: pytest-xdist workers per backend (0: none)
@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 started=$SECONDS
 PYTHON=${PYTHON:-python3}
 GRID=${GPU_RUN_GRID:-full}
-BUDGET=${GPU_RUN_BENCH_BUDGET_S:-210}
+BUDGET=${GPU_RUN_BENCH_BUDGET_S:-240}
 TOTAL=${GPU_RUN_TOTAL_S:-530}
 TESTS=${GPU_RUN_TESTS:-tests}
 WORKERS=${GPU_RUN_TEST_WORKERS:-6}

@@ -76,25 +76,33 @@ MIN_CASE_S = 1.0
 
 def plan(grid, backend):
     """The cases of `backend` on `grid` (a `GRIDS` entry), in the order they run: each a dict of
-    section, measurement, implementation ("tf_svmax" or "peer") and its sizes."""
+    section, measurement, implementation ("tf_svmax" or "peer") and its sizes.
+
+    What issue 58's goals read comes first, so that a slow run (a tight time budget, long
+    compilations) loses the least: SVMax's ``"auto"`` beside the SVD peer at every shape, OLE,
+    the mining losses and their peers (each series in increasing b), the training step, then the
+    other SVMax methods."""
+    svmax = grid["svmax_shapes"]
     cases = []
-    for b, d in grid["svmax_shapes"]:
-        for method in SVMAX_METHODS:
-            cases.append(_case("svmax", method, "tf_svmax", b=b, d=d))
+    for b, d in svmax:
+        cases.append(_case("svmax", "auto", "tf_svmax", b=b, d=d))
         cases.append(_case("svmax", SVD_PEERS[backend], "peer", b=b, d=d))
     k = grid["ole_rows_per_class"]
     for classes in grid["ole_classes"]:
         sizes = {"b": classes * k, "d": grid["ole_dim"], "classes": classes}
         cases.append(_case("ole", "tf_svmax.ops.ole_loss", "tf_svmax", **sizes))
         cases.append(_case("ole", OLE_PEERS[backend], "peer", **sizes))
-    p, size = grid["fit_classes"], grid["fit_image_size"]
-    cases.append(_case("fit", FIT, "tf_svmax", b=4 * p, d=128, classes=p, image_size=size))
     for b in grid["mining_batches"]:
         for loss in MINING:
             cases.append(_case("mining", loss, "tf_svmax", b=b, d=grid["mining_dim"]))
         if backend == "torch":
             for peer in PML:
                 cases.append(_case("mining", peer, "peer", b=b, d=grid["mining_dim"]))
+    p, size = grid["fit_classes"], grid["fit_image_size"]
+    cases.append(_case("fit", FIT, "tf_svmax", b=4 * p, d=128, classes=p, image_size=size))
+    for b, d in svmax:
+        for method in SVMAX_METHODS[1:]:
+            cases.append(_case("svmax", method, "tf_svmax", b=b, d=d))
     return cases
 
 
@@ -474,11 +482,15 @@ def time_call(call, grid, deadline):
 
 
 def predicted_seconds(case, previous, grid):
-    """What `case` will take, from its series' previous (smaller) case: the mining losses grow
-    as b squared. None without a previous case."""
+    """What `case` will take, from its series' last measured (smaller) case: the mining losses
+    grow as b squared, the spectral ones at most as b x d. None without a measured case."""
     if previous is None or previous.get("status") != "ok":
         return None
-    once = previous["median_ms"] / 1e3 * (case["b"] / previous["b"]) ** 2
+    if case["section"] == "mining":
+        growth = (case["b"] / previous["b"]) ** 2
+    else:
+        growth = case["b"] * case["d"] / (previous["b"] * previous["d"])
+    once = previous["median_ms"] / 1e3 * growth
     return (previous.get("compile_s") or 0.0) + once * (grid["warmup"] + 3)
 
 
@@ -548,7 +560,7 @@ def run(spec):
             out.flush()
 
         emit({"environment": {**records.environment(), "runtime": steps.runtime()}})
-        last = {}  # (section, measurement) -> the series' previous row
+        last = {}  # (section, measurement) -> the series' last measured (or out of memory) row
         for case in plan(grid, spec["backend"]):
             series = (case["section"], case["measurement"])
             previous = last.get(series)
@@ -559,7 +571,8 @@ def run(spec):
             else:
                 row = {"backend": steps.name, "device": steps.device, **case}
                 row.update(status="skipped", reason=reason)
-            last[series] = row
+            if row["status"] != "skipped" or row["reason"].startswith("out of memory"):
+                last[series] = row
             emit({"row": row})
 
 
