@@ -13,8 +13,9 @@ backward, median of `repeats` after the warm-ups, the device synchronised before
   b in {1,024; 4,096; 8,192; 16,384}, d = 128: time and peak device memory, against
   pytorch-metric-learning's counterparts in the PyTorch process ("absent" where it is not
   installed; a case out of memory is recorded and the run goes on);
-* one ``train_on_batch`` of the retrieval trainer's default model (small_cnn, contrastive
-  36 x 4 + SVMax);
+* one ``train_on_batch`` of the retrieval trainer's default model, loss and optimizer
+  (small_cnn, contrastive 36 x 4 + SVMax), compiled as the trainer does (``jit_compile=False``)
+  and, on JAX, with XLA;
 * for the spectral paths, the float32 value and gradient error against a float64 NumPy/SciPy
   reference, under the backend's default precision (JAX's TF32 products on a GPU).
 

@@ -68,7 +68,8 @@ PML_PEER_OF = {
     "contrastive_pairs": "pml_contrastive",
 }
 PML = ("pml_semihard", "pml_batch_hard", "pml_lifted", "pml_contrastive")
-FIT = "train_on_batch: small_cnn + PKContrastiveLoss + SVMaxLoss"
+FIT = "train_on_batch: retrieval trainer's default model, jit_compile=False"
+FIT_XLA = "train_on_batch: retrieval trainer's default model, jit_compile=True"
 STATUSES = ("ok", "out of memory", "failed", "skipped", "absent")
 # A case is not started with less than this left before the deadline (seconds).
 MIN_CASE_S = 1.0
@@ -99,7 +100,10 @@ def plan(grid, backend):
             for peer in PML:
                 cases.append(_case("mining", peer, "peer", b=b, d=grid["mining_dim"]))
     p, size = grid["fit_classes"], grid["fit_image_size"]
-    cases.append(_case("fit", FIT, "tf_svmax", b=4 * p, d=128, classes=p, image_size=size))
+    fit = {"b": 4 * p, "d": 128, "classes": p, "image_size": size}
+    cases.append(_case("fit", FIT, "tf_svmax", jit_compile=False, **fit))
+    if backend == "jax":  # PyTorch's jit_compile=True is torch.compile: minutes, not measured
+        cases.append(_case("fit", FIT_XLA, "tf_svmax", jit_compile=True, **fit))
     for b, d in svmax:
         for method in SVMAX_METHODS[1:]:
             cases.append(_case("svmax", method, "tf_svmax", b=b, d=d))
@@ -406,38 +410,40 @@ def pml_program(steps, case):
 
 
 def fit_program(steps, case):
-    """One `train_on_batch` of the retrieval trainer's default model and loss (small_cnn, 128-d
-    unit embeddings, contrastive P x 4 + SVMax at the paper's lambda, SGD with momentum 0.9).
+    """One `train_on_batch` of the retrieval trainer's model, loss, optimizer and metrics as
+    `train_retrieval` builds them from its defaults (small_cnn, 128-d unit embeddings,
+    contrastive P x 4 + SVMax at the paper's lambda, SGD with momentum 0.9 at the paper's
+    schedule, the SVMax metrics), P = the case's classes, on random images of the glyph set's
+    shape (32 x 32 grey), compiled with the case's `jit_compile` (the trainer's default: False)."""
+    import dataclasses
+    import tempfile
 
-    `tf_svmax.models` runs on TensorFlow only today, so the backbone is rebuilt here layer for
-    layer (`tf_svmax.models.backbones._small_cnn_map`: three 3 x 3 convolutions of 32, 64, 128
-    filters with ReLU, each followed by 2 x 2 max pooling, global average pooling, Dense(128),
-    unit normalisation); the loss comes from the trainer's own table."""
-    import keras
+    from tf_svmax import metrics, models
+    from trainers.retrieval.config import RetrievalConfig, resolve
+    from trainers.retrieval.model import build_loss, build_optimizer, build_training_model
 
-    from tf_svmax import losses
-    from trainers.retrieval.ranking import RANKING
-
+    with tempfile.TemporaryDirectory() as folder:  # the config checks its output folder
+        config = RetrievalConfig(output_dir=folder, batch_p=case["classes"])
+        config = resolve(dataclasses.replace(config, jit_compile=case["jit_compile"]))
     size = case["image_size"]
-    inputs = keras.Input((size, size, 1))
-    h = inputs
-    for filters in (32, 64, 128):
-        h = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(h)
-        if h.shape[1] >= 4:
-            h = keras.layers.MaxPooling2D(2)(h)
-    h = keras.layers.Dense(case["d"])(keras.layers.GlobalAveragePooling2D()(h))
-    model = keras.Model(inputs, keras.layers.UnitNormalization()(h))
-    record = RANKING["contrastive"]
-    ranking = getattr(losses, record.constructor)(
-        **dict(record.arguments), **{record.margin_argument: record.margin}
+    embedding = models.build_embedding_model(
+        config.backbone,
+        input_shape=(size, size, 1),
+        embedding_dim=config.embedding_dim,
+        weights=config.weights,
     )
+    model = build_training_model(config, embedding, config.batch_p)
+    optimizer, _ = build_optimizer(config)
     model.compile(
-        optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-        loss=losses.RegularizedLoss(ranking, [losses.SVMaxLoss(lambda_=record.svmax_lambda)]),
+        optimizer=optimizer,
+        loss=build_loss(config),
+        metrics=metrics.svmax_metrics(),
+        jit_compile=config.jit_compile,
     )
     rng = np.random.default_rng(0)
-    images = rng.uniform(size=(case["b"], size, size, 1)).astype(np.float32)
-    labels = pk_labels(case["b"])
+    b = config.batch_p * config.batch_k
+    images = rng.uniform(size=(b, size, size, 1)).astype(np.float32)
+    labels = pk_labels(b, config.batch_k)
     start = time.perf_counter()
     model.train_on_batch(images, labels)  # builds the optimizer and (JAX) compiles the step
     compile_s = time.perf_counter() - start
