@@ -5,8 +5,9 @@
     python3 tasks.py test    # set up .venv (first time only), then lint and the test suite
 
 Setup creates the virtual environment ``.venv`` in the repository and installs the package
-in it (editable) with TensorFlow: ``tensorflow[and-cuda]`` where ``nvidia-smi`` runs,
-``tensorflow-cpu`` elsewhere (``TF_SVMAX_TENSORFLOW=cpu`` or ``gpu`` overrides the choice).
+in it (editable) with the trainers' extra and TensorFlow: ``tensorflow[and-cuda]`` where
+``nvidia-smi`` runs, ``tensorflow-cpu`` elsewhere (``TF_SVMAX_TENSORFLOW=cpu`` or ``gpu``
+overrides the choice).
 It is done again only when pyproject.toml or that choice changed. Arguments after the verb go
 to the trainer (``python3 tasks.py run --dataset=digits``) or to pytest
 (``python3 tasks.py test -x``).
@@ -127,7 +128,7 @@ def install(commands, run=subprocess.run):
 def setup():
     """Creates .venv and installs the package with TensorFlow and the test tools, unless the
     stamp says this exact setup is already there; exits with a sentence where it cannot."""
-    extras = f"{tensorflow_extra()},testtools"
+    extras = f"{tensorflow_extra()},trainers,testtools"
     wanted = setup_stamp(extras)
     if PYTHON.exists() and STAMP.exists() and STAMP.read_text() == wanted:
         return

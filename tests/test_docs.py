@@ -297,3 +297,21 @@ def test_each_guide_page_opens_with_its_purpose_and_an_example(page):
     purpose = opening.split("```")[0].split("\n", 1)[1]
     words = len(purpose.split())
     assert 10 <= words <= 80, f"{page.name}: {words} words before the example (a few sentences)"
+
+
+# tf_svmax is installed from its repository's clone (or a wheel built there), not from PyPI.
+PIP_FROM_PYPI = re.compile(r"pip install[^`\n]*[\"' ]tf_svmax\[")
+
+
+def test_install_commands_install_from_the_clone_and_torch_as_its_cpu_build():
+    """Issue 59: `pip install "tf_svmax[jax]"` cannot work (the package is not on PyPI), and
+    `[torch]` alone pulled 5.9 GB of CUDA wheels on a CPU machine."""
+    pages = {path: path.read_text(encoding="utf-8") for path in PAGES}
+    from_pypi = [str(p.relative_to(ROOT)) for p, t in pages.items() if PIP_FROM_PYPI.search(t)]
+    assert not from_pypi, f"pip install of tf_svmax[...] from PyPI in {from_pypi}"
+    cpu_torch = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+    for name in ("README.md", "docs/getting-started.md", "docs/guide/backends.md"):
+        text = pages[ROOT / name]
+        assert 'pip install ".[jax]"' in text, name
+        assert cpu_torch in text or "getting-started.md#" in text, name
+    assert cpu_torch in pages[ROOT / "docs" / "getting-started.md"]

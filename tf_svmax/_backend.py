@@ -23,7 +23,11 @@ NEUTRAL = (
     "tf_svmax.ops, tf_svmax.checks, tf_svmax.regularizers, and the losses and spectral metrics "
     "that the Backends page lists"
 )
-INSTALL = "pip install 'tf_svmax[cpu]' (or 'tf_svmax[gpu]', or your own tensorflow>=2.16)"
+# tf_svmax is installed from its repository's clone, not from PyPI.
+INSTALL = (
+    "pip install -e '.[cpu]' in the clone of the repository (or '.[gpu]', or your own "
+    "tensorflow>=2.16)"
+)
 
 
 def require_tensorflow(module):

@@ -239,3 +239,27 @@ def test_a_flagfile_that_is_not_utf8_is_refused_naming_it(tmp_path, program):
         f"{program}: refused: Invalid value for argument `--flagfile`. Expected a UTF-8 text "
         "file (byte b'\\xe9' at offset 14 is not). Received: --flagfile='latin1.flags'"
     ]
+
+
+# DRIVER with `trainers` extra packages made uninstalled (argv[3] names them, comma-separated).
+WITHOUT = "import sys\nfor name in sys.argv.pop(3).split(','):\n    sys.modules[name] = None\n"
+
+
+@pytest.mark.parametrize("program", ["train_gan_mog", "reproduce_gan_mog", "glyphs_report"])
+def test_without_the_trainers_extra_a_program_says_which_extra_before_any_work(tmp_path, program):
+    """The trainers' packages are an extra, not the core's (issue 59): a program run without
+    them refuses in one line naming it, where it would start the work."""
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT + DRIVER, program, str(report), "matplotlib,PIL"],
+        cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert json.loads(report.read_text()) == {"code": 2, "heavy": []}, done.stderr[-3000:]
+    assert done.stderr.splitlines() == [
+        f"{program}: refused: the trainers need matplotlib, pillow, which the `trainers` extra "
+        'installs: pip install -e ".[trainers]" in the clone of the repository.'
+    ]
