@@ -5,8 +5,9 @@
     python3 tasks.py test    # set up .venv (first time only), then lint and the test suite
 
 Setup creates the virtual environment ``.venv`` in the repository and installs the package
-in it (editable) with TensorFlow: ``tensorflow[and-cuda]`` where ``nvidia-smi`` runs,
-``tensorflow-cpu`` elsewhere (``TF_SVMAX_TENSORFLOW=cpu`` or ``gpu`` overrides the choice).
+in it (editable) with the trainers' extra and TensorFlow: ``tensorflow[and-cuda]`` where
+``nvidia-smi`` runs, ``tensorflow-cpu`` elsewhere (``TF_SVMAX_TENSORFLOW=cpu`` or ``gpu``
+overrides the choice).
 It is done again only when pyproject.toml or that choice changed. Arguments after the verb go
 to the trainer (``python3 tasks.py run --dataset=digits``) or to pytest
 (``python3 tasks.py test -x``).
@@ -16,6 +17,7 @@ has sudo without a password, and otherwise stops before any test with the comman
 Both verbs run from the repository root, so the main job writes ``runs/`` there.
 """
 
+import errno
 import hashlib
 import os
 import shutil
@@ -68,28 +70,79 @@ def setup_stamp(extras):
     return f"{extras} {' '.join(BACKEND_PACKAGES)} {digest}"
 
 
+def has_pip(python):
+    """Whether `python` exists and runs pip (a .venv whose creation stopped half way, e.g. where
+    Debian's python3-venv is missing, has a python without pip)."""
+    if not Path(python).exists():
+        return False
+    done = subprocess.run([str(python), "-m", "pip", "--version"], capture_output=True)
+    return done.returncode == 0
+
+
+# What creating a folder raises where this user may not write.
+NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def make_venv(folder=VENV, create=venv.create):
+    """Creates the virtual environment `folder` where it is missing or has no pip (made anew:
+    an earlier setup stopped half way); returns an error sentence, or None once it runs pip.
+    `create` is `venv.create` unless given (the tests give it)."""
+    python = Path(folder) / "bin" / "python"
+    if has_pip(python):
+        return None
+    again = " anew (the one there has no pip: an earlier setup stopped)" if python.exists() else ""
+    print(f"[tasks] creating the virtual environment {folder}{again}", flush=True)
+    try:
+        create(folder, with_pip=True, clear=True)
+    except OSError as error:
+        if error.errno not in NOT_WRITABLE:
+            return f"tasks.py: could not create {folder} ({error})."
+        return (
+            f"tasks.py: this user cannot write {error.filename or Path(folder).parent} "
+            f"({error.strerror}), where the setup creates {folder}; run tasks.py in a clone "
+            "this user can write (git clone the repository), or as the checkout's owner."
+        )
+    except subprocess.CalledProcessError as error:  # ensurepip failed
+        return (
+            f"tasks.py: could not install pip into {folder} ({error}). On Debian/Ubuntu the venv "
+            "module's pip is a separate package: sudo apt install python3-venv, then run this "
+            "command again."
+        )
+    return None
+
+
+def install(commands, run=subprocess.run):
+    """Runs the pip `commands` in order; returns an error sentence at the first that fails
+    (its output is above it), else None."""
+    for command in commands:
+        status = run(command, cwd=ROOT).returncode
+        if status:
+            return (
+                f"tasks.py: `{' '.join(command)}` failed (exit status {status}; its output "
+                f"is above). Fix what it says and run this command again; if {VENV} itself is "
+                f"broken, delete it (rm -rf {VENV}) and run again."
+            )
+    return None
+
+
 def setup():
     """Creates .venv and installs the package with TensorFlow and the test tools, unless the
-    stamp says this exact setup is already there."""
-    extras = f"{tensorflow_extra()},testtools"
+    stamp says this exact setup is already there; exits with a sentence where it cannot."""
+    extras = f"{tensorflow_extra()},trainers,testtools"
     wanted = setup_stamp(extras)
     if PYTHON.exists() and STAMP.exists() and STAMP.read_text() == wanted:
         return
-    if not PYTHON.exists():
-        print(f"[tasks] creating the virtual environment {VENV}", flush=True)
-        try:
-            venv.create(VENV, with_pip=True, clear=True)
-        except (subprocess.CalledProcessError, OSError) as error:
-            sys.exit(
-                f"tasks.py: could not create {VENV} ({error}). On Debian/Ubuntu the venv module "
-                "is a separate package: sudo apt install python3-venv"
-            )
+    problem = make_venv()
+    if problem:
+        sys.exit(problem)
     print(f"[tasks] installing tf_svmax[{extras}] into {VENV} (a few minutes, once)", flush=True)
     pip = [str(PYTHON), "-m", "pip", "install", "--quiet"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[{extras}]"], check=True, cwd=ROOT)
-    print(f"[tasks] installing the other Keras backends for their tests: {BACKEND_PACKAGES}")
-    subprocess.run([*pip, *BACKEND_PACKAGES], check=True, cwd=ROOT)
+    problem = install([[*pip, "--upgrade", "pip"], [*pip, "-e", f"{ROOT}[{extras}]"]])
+    if not problem:
+        print(f"[tasks] installing the other Keras backends for their tests: {BACKEND_PACKAGES}")
+        problem = install([[*pip, *BACKEND_PACKAGES]])
+    if problem:
+        sys.exit(problem)
     STAMP.write_text(wanted)
 
 

@@ -2,18 +2,29 @@
 runs this in a fresh virtual environment holding ``tf_svmax[jax]`` only, with ``python -I`` and
 ``KERAS_BACKEND=jax``. Usage: python -I backend_smoke.py
 
-Checks that TensorFlow is absent and never imported, that the backend-neutral core gives NumPy's
-singular values and a finite SVMax gradient under jax.jit, that one `fit` step of a small model
-whose loss is TripletSemiHardLoss + SVMaxLoss runs, and that a TensorFlow-only package
-(tf_svmax.models) refuses in one sentence. Exits non-zero with a message on the first failure.
+Checks that TensorFlow and the trainers extra's packages are absent and TensorFlow never
+imported, that the backend-neutral core gives
+NumPy's singular values and a finite SVMax gradient under jax.jit, that one `fit` step of a
+small model whose loss is TripletSemiHardLoss + SVMaxLoss runs, and that a TensorFlow-only
+package (tf_svmax.models) refuses in one sentence. Exits non-zero with a message on the first
+failure.
 """
 
 import importlib.util
 import sys
 
+# The `trainers` extra's packages, which tf_svmax[jax] must not pull (issue 59).
+TRAINERS_ONLY = ("tensorboard", "matplotlib", "PIL", "fontTools")
+
 
 def fail(message):
     sys.exit(f"backend smoke: FAILED: {message}")
+
+
+def check_without_the_trainers_extra():
+    present = [name for name in TRAINERS_ONLY if importlib.util.find_spec(name) is not None]
+    if present:
+        fail(f"tf_svmax[jax] installed {present}, which belong to the trainers extra")
 
 
 def main():
@@ -27,6 +38,7 @@ def main():
 
     if keras.backend.backend() != "jax":
         fail(f"Keras runs on {keras.backend.backend()!r}, not jax (KERAS_BACKEND)")
+    check_without_the_trainers_extra()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(12, 8)).astype("float32")
     s = np.asarray(tf_svmax.ops.singular_values(x))

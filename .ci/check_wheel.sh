@@ -4,6 +4,7 @@
 # the wheel with its cpu extra into a fresh virtual environment and runs .ci/wheel_smoke.py there
 # (import, one fit step with a tf_svmax loss, .keras save/load, equal predictions), then with its
 # jax extra into another, without TensorFlow, and runs .ci/backend_smoke.py on KERAS_BACKEND=jax.
+# Neither takes the trainers extra: the core must work without it.
 # Everything happens in a temporary directory outside the checkout, which is left untouched.
 #
 #   .ci/check_wheel.sh          # by hand, from anywhere; CI (.ci/run) calls it after the tests
@@ -107,7 +108,7 @@ for field, value in expected.items():
     if metadata[field] != value:
         problems.append(f"METADATA {field} is {metadata[field]!r}, expected {value!r}")
 extras = set(metadata.get_all("Provides-Extra") or [])
-if not {"cpu", "gpu", "jax", "torch", "docs", "testtools", "test", "bench"} <= extras:
+if not {"cpu", "gpu", "jax", "torch", "trainers", "docs", "testtools", "test", "bench"} <= extras:
     problems.append(f"METADATA extras are {sorted(extras)}")
 if not (metadata.get_payload() or "").lstrip().startswith("#"):
     problems.append("METADATA has no README (Markdown) as its long description")

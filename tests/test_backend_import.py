@@ -215,8 +215,8 @@ def test_tf_data_input_without_tensorflow_names_the_install_command():
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
         "ImportError: tf_svmax.data needs TensorFlow, which is not installed in this "
-        "environment: pip install 'tf_svmax[cpu]' (or 'tf_svmax[gpu]', or your own "
-        "tensorflow>=2.16)."
+        "environment: pip install -e '.[cpu]' in the clone of the repository (or '.[gpu]', or "
+        "your own tensorflow>=2.16)."
     ), done.stderr[-2000:]
 
 

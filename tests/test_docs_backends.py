@@ -1,8 +1,9 @@
 """The README's and the documentation's Python examples on Keras' JAX and PyTorch backends: each
-runs as written in a fresh process of this backend and prints what its comments say, the same
-check as tests/test_docs.py makes on TensorFlow. An example that is TensorFlow by nature says so
-on its first line (``# TensorFlow backend only: <why>``, which a reader sees too); it must then
-fail here, so that the line never outlives the reason.
+runs as written in a fresh process of this backend and prints what its comments say, with no
+Python warning it does not announce: the same checks as tests/test_docs.py makes on
+TensorFlow. An example that is TensorFlow by nature says so on its first line
+(``# TensorFlow backend only: <why>``, which a reader sees too); it must then fail here, so that
+the line never outlives the reason.
 
 Runs in the JAX and PyTorch processes (tests/conftest.py ALL_BACKENDS); on TensorFlow,
 tests/test_docs.py runs every example."""
@@ -10,7 +11,7 @@ tests/test_docs.py runs every example."""
 import pytest
 
 from tests import backends
-from tests.test_docs import BLOCKS, EXAMPLES, check_printed, run
+from tests.test_docs import BLOCKS, EXAMPLES, check_no_warnings, check_printed, run
 
 TENSORFLOW_ONLY = "# TensorFlow backend only: "
 
@@ -36,6 +37,7 @@ def test_each_example_runs_on_this_backend_and_prints_what_it_says(block, tmp_pa
         f"(an example that is TensorFlow by nature starts with {TENSORFLOW_ONLY!r} and why)"
     )
     check_printed(block, done.stdout)
+    check_no_warnings(block, done.stderr)
     assert backends.BACKEND in done.stdout or "keras.backend.backend()" not in block
 
 

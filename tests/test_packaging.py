@@ -66,3 +66,37 @@ def test_the_test_extras_take_the_docs_tools_and_test_is_cpu_plus_testtools():
     assert extras["docs"]
     assert "tf_svmax[docs]" in extras["testtools"]
     assert set(extras["test"]) == set(extras["cpu"]) | set(extras["testtools"])
+
+
+# What only the trainers and the glyph set need (issue 59: a JAX- or PyTorch-only install pulled
+# them for parts that do not run there). Keras itself depends on absl-py.
+TRAINERS_ONLY = {"absl-py", "tensorboard", "matplotlib", "pillow", "fonttools"}
+
+
+def _names(requirements):
+    """The distribution names of `requirements` (lower case, without extras and versions)."""
+    import re
+
+    return {re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_the_core_needs_only_what_the_library_imports_and_the_trainers_extra_the_rest():
+    project = _pyproject()["project"]
+    extras = project["optional-dependencies"]
+    assert _names(project["dependencies"]) == {"keras", "numpy", "scikit-learn"}
+    assert _names(extras["trainers"]) == TRAINERS_ONLY
+    for extra in ("jax", "torch"):
+        assert not _names(extras[extra]) & TRAINERS_ONLY, extra
+    # The test suite runs the trainers: both test extras take them.
+    assert "tf_svmax[trainers]" in extras["testtools"]
+
+
+def test_tasks_py_installs_the_trainers_extra_and_the_wheel_check_the_core_without_it():
+    tasks = (ROOT / "tasks.py").read_text(encoding="utf-8")
+    assert 'extras = f"{tensorflow_extra()},trainers,testtools"' in tasks
+    # The installed wheel's checks run without it: the core must not need it.
+    check_wheel = (ROOT / ".ci" / "check_wheel.sh").read_text(encoding="utf-8")
+    assert '"$WHEEL[cpu]"' in check_wheel and '"$WHEEL[jax]"' in check_wheel
+    assert '"trainers"' in check_wheel  # among the extras the wheel's METADATA must list
+    smoke = (ROOT / ".ci" / "backend_smoke.py").read_text(encoding="utf-8")
+    assert "TRAINERS_ONLY" in smoke and "check_without_the_trainers_extra()" in smoke

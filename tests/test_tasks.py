@@ -163,3 +163,53 @@ def test_each_backend_run_is_its_own_process_and_finishing_prints_its_log(capsys
     assert tasks.finish_backend_runs(runs, ["-k", "svmax"]) == (1 if "torch" in runs else 0)
     out = capsys.readouterr().out
     assert all(f"KERAS_BACKEND={b} (ended" in out and f"log of {b}" in out for b in runs)
+
+
+def test_a_venv_without_pip_is_made_anew_not_a_traceback_at_every_rerun(tmp_path, capsys):
+    """Issue 59: a .venv left with a python but no pip (its setup stopped) made every rerun end
+    in pip's traceback; setup now sees it and creates it anew."""
+    import venv
+
+    tasks = _tasks_module()
+    folder = tmp_path / ".venv"
+    venv.create(folder, with_pip=False, symlinks=True)  # what a stopped setup leaves
+    assert (folder / "bin" / "python").exists() and not tasks.has_pip(folder / "bin" / "python")
+    created = []
+    problem = tasks.make_venv(folder, create=lambda *a, **k: created.append((a, k)))
+    assert problem is None and created == [((folder,), {"with_pip": True, "clear": True})]
+    assert "anew (the one there has no pip" in capsys.readouterr().out
+    assert tasks.make_venv(Path(sys.prefix), create=None) is None  # one with pip is kept
+
+
+def test_a_checkout_this_user_cannot_write_is_said_so_not_python3_venv(tmp_path):
+    import errno
+
+    tasks = _tasks_module()
+    folder = tmp_path / ".venv"
+
+    def refused(path, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    problem = tasks.make_venv(folder, create=refused)
+    assert problem.startswith(f"tasks.py: this user cannot write {folder} (Permission denied)")
+    assert "clone this user can write" in problem and "python3-venv" not in problem
+
+    def no_ensurepip(path, **kwargs):
+        raise subprocess.CalledProcessError(1, ["python", "-m", "ensurepip"])
+
+    assert "sudo apt install python3-venv" in tasks.make_venv(folder, create=no_ensurepip)
+
+
+def test_a_failing_pip_step_is_one_sentence_that_names_it_and_how_to_start_anew():
+    tasks = _tasks_module()
+    ran = []
+
+    def run(command, cwd):
+        ran.append(command)
+        return subprocess.CompletedProcess(command, 1 if "torch" in command else 0)
+
+    problem = tasks.install([["python", "-m", "pip", "jax"], ["python", "-m", "pip", "torch"]], run)
+    assert len(ran) == 2
+    assert problem.startswith("tasks.py: `python -m pip torch` failed (exit status 1")
+    assert f"delete it (rm -rf {tasks.VENV})" in problem
+    assert tasks.install([["python", "-m", "pip", "jax"]], run) is None

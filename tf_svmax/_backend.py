@@ -23,7 +23,11 @@ NEUTRAL = (
     "tf_svmax.ops, tf_svmax.checks, tf_svmax.losses, tf_svmax.regularizers, tf_svmax.metrics, "
     "tf_svmax.models and the schedules of tf_svmax.training"
 )
-INSTALL = "pip install 'tf_svmax[cpu]' (or 'tf_svmax[gpu]', or your own tensorflow>=2.16)"
+# tf_svmax is installed from its repository's clone, not from PyPI.
+INSTALL = (
+    "pip install -e '.[cpu]' in the clone of the repository (or '.[gpu]', or your own "
+    "tensorflow>=2.16)"
+)
 
 
 def require_tensorflow(module):

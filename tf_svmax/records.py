@@ -6,6 +6,7 @@ Shared by the trainers (``results.json``) and the benchmarks (``benchmarks/resul
     >>> records.write_json("out/result.json", {"seconds": 1.5, **records.environment()})
 """
 
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -100,6 +101,12 @@ def write_json(path, payload):
     reader (or a run killed mid-write) never sees a half-written file."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, default=_plain)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(payload, f, indent=2, default=_plain)
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk, an unserializable value, Ctrl-C: the old file stays, the half one goes.
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise

@@ -16,10 +16,20 @@ and writes back every captured line that level does not hide (``TF_CPP_MIN_LOG_L
 them all, as TensorFlow would).
 """
 
+import importlib.util
 import os
 import re
 import sys
 import tempfile
+
+# What the programs need beyond the library's core: pyproject's `trainers` extra (module ->
+# distribution; absl-py comes with Keras).
+TRAINERS_EXTRA = {
+    "tensorboard": "tensorboard",
+    "matplotlib": "matplotlib",
+    "PIL": "pillow",
+    "fontTools": "fonttools",
+}
 
 # A line of TensorFlow's C++ logging: severity letter, date, time, thread, file:line.
 _LOG_LINE = re.compile(r"^([IWE])\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.]+:\d+\] ")
@@ -42,8 +52,31 @@ def _shown(line, level):
     return match is None or _LEVELS[match.group(1)] >= level
 
 
+def _installed(module):
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # sys.modules holds None for it: an import of it fails
+        return False
+
+
+def check_trainers_extra():
+    """Exits with status 2 and one line on stderr where a package of the `trainers` extra is
+    missing (the library installed without it), before any work."""
+    missing = [dist for module, dist in TRAINERS_EXTRA.items() if not _installed(module)]
+    if missing:
+        program = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+        print(
+            f"{program}: refused: the trainers need {', '.join(missing)}, which the `trainers` "
+            'extra installs: pip install -e ".[trainers]" in the clone of the repository.',
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 def import_tensorflow():
-    """Imports TensorFlow (once) without the start-up lines TF_CPP_MIN_LOG_LEVEL hides."""
+    """Imports TensorFlow (once) without the start-up lines TF_CPP_MIN_LOG_LEVEL hides; first
+    checks that the `trainers` extra is installed (`check_trainers_extra`)."""
+    check_trainers_extra()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if "tensorflow" in sys.modules or _level() < 1:
         import tensorflow  # noqa: F401

@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -240,3 +241,25 @@ def test_bad_arguments_are_refused_by_name(kwargs, message):
 def test_default_cache_dir_is_the_users_cache():
     expected = os.path.join(os.path.expanduser("~"), ".cache", "tf_svmax")
     assert glyphs.default_cache_dir() == expected
+
+
+@pytest.mark.parametrize(
+    "load, what",
+    [
+        (data.load_glyphs_open_set, "The glyph set (load_glyphs_open_set)"),
+        (data.load_glyph_pretraining, "The glyph pretraining set (load_glyph_pretraining)"),
+    ],
+)
+def test_without_the_trainers_extra_the_glyph_sets_name_it_in_one_sentence(
+    load, what, monkeypatch, tmp_path
+):
+    """Pillow and fontTools are the `trainers` extra's, not the core's (issue 59): a JAX-only
+    install gets one sentence naming the extra, not an ImportError from inside the renderer."""
+    monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL now raises ModuleNotFoundError
+    monkeypatch.setitem(sys.modules, "fontTools", None)
+    with pytest.raises(ModuleNotFoundError) as raised:
+        load(cache_dir=tmp_path)
+    assert str(raised.value) == (
+        f"{what} needs pillow, fonttools, which the `trainers` extra installs: "
+        'pip install ".[trainers]" (in the clone of the repository).'
+    )

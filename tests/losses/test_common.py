@@ -59,3 +59,23 @@ def test_labels_that_are_not_numbers_are_refused():
         _common.flat_labels(np.zeros((3, 2), "int32"), np.zeros((3, 4), "float32"))
     with pytest.raises(ValueError, match="one label per row of `y_pred`"):
         _common.flat_labels(np.zeros(3, "int32"), np.zeros((4, 4), "float32"))
+
+
+def test_the_counts_warn_on_no_backend():
+    """Keras' PyTorch `count_nonzero` transposes its result (`Tensor.T`), which PyTorch
+    deprecates on a 0-D tensor with a UserWarning at every call: a full count must not go
+    through it (issue 59: the README's triplet example printed it)."""
+    import warnings
+
+    from tf_svmax import losses
+
+    embeddings = np.random.default_rng(0).normal(size=(6, 4)).astype("float32")
+    valid = np.array([True, False, True, True, True, True])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pairs = _common.positive_pair_count(LABELS, "float32")
+        anchors = _common.anchor_count(LABELS, (1, 3), valid)
+        for loss in (losses.triplet_semihard_loss, losses.lifted_struct_loss):
+            loss(LABELS[:3], embeddings[:3], ref_labels=LABELS, ref_embeddings=embeddings)
+            loss(LABELS, embeddings)
+    assert backends.to_numpy(pairs) == 8 and backends.to_numpy(anchors) == 2

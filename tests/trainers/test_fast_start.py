@@ -78,13 +78,24 @@ REFUSED = {
         (("--weights=imagenet",), "--weights=imagenet: --backbone=small_cnn has no ImageNet"),
         (("--xbm_start_step=5",), "--xbm_start_step needs --xbm_size > 0"),
         (("--dataset=cub200",), "--dataset=cub200 needs --data_dir"),
+        # Issue 59: these passed the checks, then ended in a traceback (exit 1).
+        (("--embedding_dim=1000000000000",), "--embedding_dim=1000000000000 (a Dense kernel"),
+        (("--seed=4294967296",), "`--seed`. Expected an int in [0, 2**32 - 1 = 4294967295]"),
+        (("--output_dir=runs/" + "n" * 300,), "names have at most 255 bytes"),
     ],
     "train_two_head": [
         (("--mode=bogus",), "flag --mode=bogus: value should be one of"),
         (("--mode=softmax", "--regularizer_lambda=1"), "--mode=softmax has no regularizer term"),
     ],
-    "train_contrastive": [(("--temperature=warm",), "flag --temperature=warm")],
-    "train_gan_mog": [(("--unroll_steps=3",), "--variant=unrolled only")],
+    "train_contrastive": [
+        (("--temperature=warm",), "flag --temperature=warm"),
+        (("--embedding_dim=10000000000",), "--embedding_dim=10000000000 (a Dense kernel"),
+    ],
+    "train_gan_mog": [
+        (("--unroll_steps=3",), "--variant=unrolled only"),
+        (("--hidden_units=1000000",), "--hidden_units=1000000 (a Dense kernel"),
+        (("--seed=4294967296",), "`--seed`. Expected an int in [0, 2**32 - 1 = 4294967295]"),
+    ],
     "pretrain_glyphs": [
         (
             ("--images_per_class=4", "--held_out_per_class=4"),
@@ -93,6 +104,7 @@ REFUSED = {
     ],
     "reproduce_table1": [
         (("--seeds=-1",), "Invalid value for argument `--seeds`"),
+        (("--seeds=0,4294967296",), "`--seeds`. Expected an int in [0, 2**32 - 1"),
         (("--train_steps=0",), "Invalid value for argument `--train_steps`"),  # the trainer's
         (
             ("--train_steps=600", "--eval_every=7"),
@@ -213,3 +225,41 @@ def test_a_grid_plans_its_runs_without_keras_tensorflow_jax_or_torch(
     report, stdout, stderr = _run(tmp_path, program, *flags, driver=PLANNER)
     assert report == {"caller": importer, "heavy": []}, stderr[-3000:]
     assert not list(tmp_path.rglob("config.json")), "a run started"  # stopped before any run
+
+
+@pytest.mark.parametrize("program", ["train_gan_mog", "reproduce_gan_mog"])
+def test_a_flagfile_that_is_not_utf8_is_refused_naming_it(tmp_path, program):
+    """absl reads a --flagfile as UTF-8 and raised a bare UnicodeDecodeError (exit 1) on one
+    that is not (issue 59)."""
+    (tmp_path / "latin1.flags").write_bytes("--seed=1\n# caf\xe9\n".encode("latin-1"))
+    report, stdout, stderr = _run(tmp_path, program, "--flagfile=latin1.flags")
+    assert report == {"code": 2, "heavy": []}, stderr[-3000:]
+    assert "Traceback" not in stderr and stdout == ""
+    assert stderr.splitlines() == [
+        f"{program}: refused: Invalid value for argument `--flagfile`. Expected a UTF-8 text "
+        "file (byte b'\\xe9' at offset 14 is not). Received: --flagfile='latin1.flags'"
+    ]
+
+
+# DRIVER with `trainers` extra packages made uninstalled (argv[3] names them, comma-separated).
+WITHOUT = "import sys\nfor name in sys.argv.pop(3).split(','):\n    sys.modules[name] = None\n"
+
+
+@pytest.mark.parametrize("program", ["train_gan_mog", "reproduce_gan_mog", "glyphs_report"])
+def test_without_the_trainers_extra_a_program_says_which_extra_before_any_work(tmp_path, program):
+    """The trainers' packages are an extra, not the core's (issue 59): a program run without
+    them refuses in one line naming it, where it would start the work."""
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT + DRIVER, program, str(report), "matplotlib,PIL"],
+        cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert json.loads(report.read_text()) == {"code": 2, "heavy": []}, done.stderr[-3000:]
+    assert done.stderr.splitlines() == [
+        f"{program}: refused: the trainers need matplotlib, pillow, which the `trainers` extra "
+        'installs: pip install -e ".[trainers]" in the clone of the repository.'
+    ]

@@ -459,3 +459,54 @@ def test_iterations_equal_the_pytorch_original(tmp_path, setting):
         np.abs(a - b).max() for a, b in zip(gan.generator.get_weights(), before, strict=True)
     )
     assert moved > 1e-2  # lr 0.025 over 3 steps: the comparison is not of unmoved weights
+
+
+# Runs trainers.train_gan_mog with argv[2:] as ``python -m`` does, its records' writer failing
+# as on a full disk from its argv[1]-th write on (config.json is the first, then results.json
+# at each evaluation: the 4th is step 4's, after step 2's checkpoint).
+FULL_DISK = """
+import errno, runpy, sys
+from tf_svmax import records
+write_json, calls, full_from = records.write_json, [], int(sys.argv[1])
+
+def write_until_full(path, payload):
+    calls.append(path)
+    if len(calls) >= full_from:
+        raise OSError(errno.ENOSPC, "No space left on device", path + ".tmp")
+    write_json(path, payload)
+
+records.write_json = write_until_full
+sys.argv = ["train_gan_mog", *sys.argv[2:]]
+runpy.run_module("trainers.train_gan_mog", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_full_disk_fails_with_status_1_keeps_the_run_and_the_same_command_resumes(tmp_path):
+    """Issue 59: a full disk during a commit gave a traceback (exit 1); now one line says what
+    is kept, and the same command, with space again, resumes and completes."""
+    out = tmp_path / "run"
+    flags = [f"--output_dir={out}", "--train_steps=4", "--eval_every=2", "--batch_size=32"]
+    flags += ["--noise_dim=8", "--hidden_units=16", "--num_samples=300", "--verbose=0"]
+
+    def run(full_from):
+        return subprocess.run(
+            [sys.executable, "-c", FULL_DISK, str(full_from), *flags],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    full = run(full_from=4)
+    assert full.returncode == 1, full.stderr[-3000:]
+    assert "Traceback" not in full.stderr, full.stderr[-3000:]
+    assert full.stderr.splitlines()[-1].startswith(
+        f"train_gan_mog: failed: the disk is full (No space left on device writing "
+        f"{out / 'results.json'}.tmp). Nothing written before is lost"
+    )
+    record = json.loads((out / "results.json").read_text())
+    assert record["status"] == "running" and [e["step"] for e in record["evaluations"]] == [0, 2]
+    resumed = run(full_from=10**6)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    record = json.loads((out / "results.json").read_text())
+    assert record["status"] == "completed" and record["resumed_at_steps"] == [2]

@@ -33,7 +33,7 @@ import zlib
 
 import numpy as np
 
-from tf_svmax import checks
+from tf_svmax import _extras, checks
 
 # Bumped whenever the generator's output changes for the same arguments (part of the cache key).
 GENERATOR_VERSION = 1
@@ -311,6 +311,10 @@ def render_classes(characters, coverage, *, seed, images_per_class, image_size):
     return images, labels, characters
 
 
+# What drawing the set (and naming its cache file) needs beyond the core: the `trainers` extra.
+RENDERING = {"matplotlib": "matplotlib", "PIL": "pillow", "fontTools": "fonttools"}
+
+
 def default_cache_dir():
     """``~/.cache/tf_svmax`` (the user's cache directory)."""
     return os.path.join(os.path.expanduser("~"), ".cache", "tf_svmax")
@@ -375,6 +379,7 @@ def load_glyphs_open_set(*, seed=0, images_per_class=32, image_size=32, cache_di
     seed, images_per_class, image_size = check_render_settings(
         seed, images_per_class, image_size, cache_dir
     )
+    _extras.require(RENDERING, "The glyph set (load_glyphs_open_set)")
     settings = {"seed": seed, "images_per_class": images_per_class, "image_size": image_size}
     path = None
     if cache_dir is not False:

@@ -38,7 +38,7 @@ import unicodedata
 
 import numpy as np
 
-from tf_svmax import checks
+from tf_svmax import _extras, checks
 from tf_svmax.data import glyphs
 
 # Bumped whenever the generator's output changes for the same arguments (part of the cache key).
@@ -449,6 +449,7 @@ def load_glyph_pretraining(
                 held_out_per_class,
             )
         )
+    _extras.require(glyphs.RENDERING, "The glyph pretraining set (load_glyph_pretraining)")
     settings = {"seed": seed, "images_per_class": images_per_class, "image_size": image_size}
     path = key = None
     if cache_dir is not False:

@@ -136,7 +136,14 @@ def anchor_count(labels, rows, valid=None):
         return ops.size(labels)
     if valid is None:
         return rows[1]
-    return ops.count_nonzero(anchors_in_use(rows, valid))
+    return count_true(anchors_in_use(rows, valid))
+
+
+def count_true(mask):
+    """The number of True entries of a boolean `mask`, an int32 scalar. Not
+    ``ops.count_nonzero(mask)``: Keras' PyTorch version transposes its result, which PyTorch
+    deprecates on a 0-D tensor with a UserWarning at every call."""
+    return ops.sum(ops.cast(mask, "int32"))
 
 
 def _is_zero(value):
@@ -242,7 +249,7 @@ def positive_pair_count(labels, dtype):
     """Ordered positive pairs ``(a, p)``, ``a != p``, of the batch (``sum_c n_c (n_c - 1)``),
     counted without a float `[B, B]` mask (a unique-with-counts would be O(B) but has no XLA
     kernel on TensorFlow)."""
-    same = ops.count_nonzero(ops.equal(labels[:, None], labels[None, :]))
+    same = count_true(ops.equal(labels[:, None], labels[None, :]))
     return ops.cast(same, dtype) - ops.cast(ops.shape(labels)[0], dtype)
 
 

@@ -118,7 +118,7 @@ def _lifted_parts(
         num_pairs = _common.positive_pair_count(labels, x.dtype) / 2.0
     else:
         first_rows, _ = _common.anchor_masks(labels, anchors, valid)
-        num_pairs = ops.cast(ops.count_nonzero(first_rows), x.dtype) / 2.0
+        num_pairs = ops.cast(_common.count_true(first_rows), x.dtype) / 2.0
     return [_common.LossPart(total, num_pairs)], dtype
 
 

@@ -511,7 +511,7 @@ def _positive_pairs_of(labels, rows, dtype, valid=None):
     if rows is None:
         return _common.positive_pair_count(labels, dtype)
     positives, _ = _common.anchor_masks(labels, rows, valid)
-    return ops.cast(ops.count_nonzero(positives), dtype)
+    return ops.cast(_common.count_true(positives), dtype)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

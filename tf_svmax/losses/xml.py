@@ -180,7 +180,7 @@ def _masked_value(loss, labels, embeddings, part):
     )
     if not len(value.shape):
         return value
-    return _common.safe_mean_over(ops.sum(value), ops.count_nonzero(part))
+    return _common.safe_mean_over(ops.sum(value), _common.count_true(part))
 
 
 # Label losses that are no ranking loss on embeddings (see `_ranking_loss`).

@@ -7,8 +7,10 @@ import math
 import tf_svmax_args as models  # the library's backbone names, without Keras
 from tf_svmax_args import LORAC_PRIORS as PRIORS  # `tf_svmax.losses.lorac.PRIORS`
 from trainers.harness.config import (
+    MIN_BACKBONE_FEATURES,
     ConfigError,
     RunConfig,
+    check_dense_fits,
     check_fields,
     output_dir_option,
     resolve_cadence,
@@ -121,6 +123,8 @@ def resolve(config):
     """The config with every default filled in, checked; raises ConfigError naming flags."""
     c = config
     check_fields(c)
+    check_dense_fits("--hidden_units", c.hidden_units, MIN_BACKBONE_FEATURES, "features")
+    check_dense_fits("--embedding_dim", c.embedding_dim, c.hidden_units, "hidden units")
     if c.method != "lorac":
         set_flags = [
             flag

@@ -6,6 +6,7 @@ import dataclasses
 from trainers.harness.config import (
     ConfigError,
     RunConfig,
+    check_dense_fits,
     check_fields,
     output_dir_option,
     resolve_cadence,
@@ -123,6 +124,7 @@ def resolve(config):
     """The config with defaults filled in, checked; raises ConfigError naming the flags."""
     c = config
     check_fields(c)
+    check_dense_fits("--hidden_units", c.hidden_units, c.hidden_units, "hidden units")
     unroll_fields = ("unroll_steps", "unroll_gradient", "unroll_real", "unroll_adam_state")
     given = [
         f"--{name}={getattr(c, name)}" for name in unroll_fields if getattr(c, name) is not None

@@ -138,7 +138,9 @@ class RingGAN(keras.Model):
 def build_gan(config):
     """The compiled `RingGAN` of a resolved config (weights seeded by ``config.seed``)."""
     keras.utils.set_random_seed(config.seed)
-    seed = config.seed * 16
+    # 16 seeds per run; modulo 2**32 (the + 12 of the last layer still fits): Keras' JAX seed
+    # state is uint32, and config.seed may be up to 2**32 - 1 (unchanged below 2**28).
+    seed = config.seed * 16 % 2**32
     generator = mlp(
         config.noise_dim, config.hidden_units, 2, config.generator_activation, seed, "generator"
     )

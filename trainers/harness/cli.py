@@ -13,11 +13,13 @@ refused flag return in under a second, without TensorFlow's start-up lines. Tens
 imported (`trainers.quiet_start`) when the run starts, then the training code.
 
 Exit status: 0 completed, 1 diverged (non-finite loss) or failed (a named cause, e.g. a corrupt
-image), 2 refused (a flag absl cannot parse, a flag combination the trainer cannot run, an
---output_dir in use by another run or holding another configuration), 130 interrupted (Ctrl-C;
-the same command resumes).
+image, a full disk), 2 refused (a flag absl cannot parse, a flag combination the trainer cannot
+run, an --output_dir in use by another run or holding another configuration), 130 interrupted
+(Ctrl-C; the same command resumes).
 """
 
+import errno
+import os
 import sys
 
 from absl import flags, logging
@@ -62,10 +64,35 @@ def define_program_flags(config_class, **kwargs):
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[flag])
 
 
+# What a write into a full disk (or over the user's quota) raises: OSError with one of these
+# errno values, or a framework's own error carrying its text (TensorFlow's file writers raise a
+# ResourceExhaustedError "...; No space left on device").
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(error):
+    """Whether `error` is a write into a full disk or over the quota (see `DISK_FULL`)."""
+    if isinstance(error, OSError) and error.errno in DISK_FULL:
+        return True
+    return any(os.strerror(code) in str(error) for code in DISK_FULL)
+
+
+def disk_full_message(error):
+    """One sentence for `disk_full`'s `error`: what is kept and how to go on."""
+    where = f" writing {error.filename}" if getattr(error, "filename", None) else ""
+    reason = error.strerror if isinstance(error, OSError) else str(error).strip().splitlines()[-1]
+    return (
+        f"the disk is full ({reason}{where}). Nothing written before is lost: results.json "
+        "keeps the evaluations it recorded (its status stays 'running') and the last complete "
+        "checkpoint is kept; free some space and run the same command to resume."
+    )
+
+
 def exit_status(name, body, interrupted):
     """``body()``'s exit status, or the shared one of what it raised, with a line on stderr:
-    2 refused (`RunRefused`, `FlagValueError`), 1 failed (`RunFailed`), 130 interrupted
-    (Ctrl-C; ``interrupted()`` says where the work stopped and how to resume it)."""
+    2 refused (`RunRefused`, `FlagValueError`), 1 failed (`RunFailed`, a full disk),
+    130 interrupted (Ctrl-C; ``interrupted()`` says where the work stopped and how to resume
+    it)."""
     try:
         return body()
     except (RunRefused, harness_flags.FlagValueError) as error:
@@ -73,6 +100,11 @@ def exit_status(name, body, interrupted):
         return EXIT_REFUSED
     except RunFailed as error:
         print(f"{name}: failed: {error}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except Exception as error:
+        if not disk_full(error):
+            raise
+        print(f"{name}: failed: {disk_full_message(error)}", file=sys.stderr)
         return EXIT_DIVERGED
     except KeyboardInterrupt:
         print(f"\n{name}: {interrupted()}", file=sys.stderr)

@@ -12,6 +12,7 @@ from trainers.harness.flags import (
     non_negative_int,
     option,
     positive_int,
+    random_seed,
     validate,
     writable_folder,
 )
@@ -68,7 +69,7 @@ class RunConfig:
     seed: int = option(
         0,
         "Seed of the run: the initial weights, the batches and every other random draw.",
-        check=non_negative_int,
+        check=random_seed,
     )
     verbose: int = verbose_option()
 
@@ -210,6 +211,22 @@ def check_fits_in_memory(needed_bytes, what):
             f"{what} needs at least {needed_bytes / GIB:,.1f} GiB of memory; this machine has "
             f"{available / GIB:,.1f} GiB. Use a smaller value."
         )
+
+
+# The fewest features a backbone of `tf_svmax.models` hands its embedding head (the small ones'
+# and mnist_toy's 128; the applications' 1,024 and more).
+MIN_BACKBONE_FEATURES = 128
+
+
+def check_dense_fits(flag, units, fan_in, inputs="inputs"):
+    """Raises ConfigError when a Dense layer of `units` (the value of `flag`) on `fan_in`
+    `inputs` cannot fit in memory: its float32 kernel, its gradient and the optimizer's slot
+    (three copies; a lower bound of what training it allocates)."""
+    check_fits_in_memory(
+        3 * 4 * fan_in * units,
+        f"{flag}={units} (a Dense kernel of {fan_in:,} {inputs} x {units:,} float32, with its "
+        "gradient and the optimizer's slot)",
+    )
 
 
 # The side image files are resized to for a small backbone (any size works there): CUB's and

@@ -131,16 +131,49 @@ positive_number = checks.check_positive_number
 rate = checks.check_rate
 fraction = checks.check_fraction
 
+# The largest seed every backend takes: NumPy's legacy seeding (`keras.utils.set_random_seed`)
+# and Keras' JAX seed state are uint32.
+SEED_MAX = 2**32 - 1
+
+
+def random_seed(value, name):
+    """An int in [0, 2**32 - 1]: a seed every backend's random state can hold."""
+    if checks.check_non_negative_int(value, name) > SEED_MAX:
+        raise ValueError(checks.invalid(name, f"an int in [0, 2**32 - 1 = {SEED_MAX}]", value))
+    return int(value)
+
+
+def _too_long_name(path, existing):
+    """The first part of `path` below `existing` whose name is longer than the file system
+    there allows (NAME_MAX, in bytes), or None."""
+    limit = os.pathconf(existing, "PC_NAME_MAX")
+    for part in os.path.relpath(path, existing).split(os.sep):
+        if len(os.fsencode(part)) > limit:
+            return part, limit
+    return None
+
 
 def writable_folder(value, name):
     """A folder path this process can write: an existing folder, or one it can create (the
     nearest existing ancestor is a folder where a trial folder can be made and removed; that
-    catches /dev/null, a file, /proc and read-only places before any work)."""
+    catches /dev/null, a file, /proc and read-only places before any work; and no folder name
+    to create is longer than the file system allows)."""
     if not isinstance(value, str) or not value:
         raise ValueError(checks.invalid(name, "a folder path", value))
-    existing = os.path.abspath(value)
+    path = existing = os.path.abspath(value)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
+    too_long = os.path.isdir(existing) and _too_long_name(path, existing)
+    if too_long:
+        part, limit = too_long
+        raise ValueError(
+            checks.invalid(
+                name,
+                f"a folder path whose names have at most {limit} bytes (the file system's limit; "
+                f"one has {len(os.fsencode(part))})",
+                value,
+            )
+        )
     if not os.path.isdir(existing):
         raise ValueError(
             checks.invalid(name, f"a folder path ({existing} is a file, not a folder)", value)
@@ -218,10 +251,40 @@ def identity(config_dict, config_class):
 HELP_FLAGS = ("-?", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 
+def flagfiles(argv):
+    """The files that ``--flagfile=PATH`` and ``--flagfile PATH`` in `argv` name."""
+    names = []
+    for i, arg in enumerate(argv):
+        for prefix in ("--flagfile=", "-flagfile="):
+            if arg.startswith(prefix):
+                names.append(arg[len(prefix) :])
+        if arg in ("--flagfile", "-flagfile") and i + 1 < len(argv):
+            names.append(argv[i + 1])
+    return names
+
+
+def flagfile_refusal(argv, error):
+    """The refusal of a --flagfile absl could not decode (it reads them as UTF-8, and raises
+    `error`, a UnicodeDecodeError naming no file): names the first of `argv`'s that is not
+    UTF-8 (or, for one named inside another, says so)."""
+    reason = f"byte {error.object[error.start : error.start + 1]!r} at offset {error.start}"
+    for name in flagfiles(argv):
+        try:
+            with open(name, "rb") as file:
+                file.read().decode("utf-8")
+        except UnicodeDecodeError as bad:
+            reason = f"byte {bad.object[bad.start : bad.start + 1]!r} at offset {bad.start}"
+            return checks.invalid("--flagfile", f"a UTF-8 text file ({reason} is not)", name)
+        except OSError:
+            continue  # absl reports a missing file itself
+    return checks.invalid("--flagfile", f"UTF-8 text files ({reason} is not)", flagfiles(argv))
+
+
 def run(main, argv=None):
     """`absl.app.run(main)` with the trainers' exit codes where absl exits before `main`: 0
-    after printing help, 2 for a flag it cannot parse (absl exits 1 for both, and the trainers
-    define exit status 1 as "diverged")."""
+    after printing help, 2 for a flag it cannot parse or a --flagfile that is not UTF-8 text
+    (absl exits 1 for the first two and raises for the last, and the trainers define exit
+    status 1 as "diverged")."""
     from absl import app
 
     argv = sys.argv if argv is None else argv
@@ -233,6 +296,12 @@ def run(main, argv=None):
 
     try:
         app.run(main_ran, argv=argv)
+    except UnicodeDecodeError as error:
+        if ran:
+            raise
+        program = os.path.splitext(os.path.basename(argv[0]))[0]
+        print(f"{program}: refused: {flagfile_refusal(argv, error)}", file=sys.stderr)
+        raise SystemExit(2) from None
     except SystemExit as done:
         if done.code == 1 and not ran:
             asked = any(arg.split("=")[0] in HELP_FLAGS for arg in argv[1:])

@@ -54,7 +54,7 @@ import numpy as np
 from trainers import quiet_start
 from trainers.harness import cli
 from trainers.harness import flags as harness_flags
-from trainers.harness.flags import non_negative_int, option, writable_folder
+from trainers.harness.flags import option, random_seed, writable_folder
 from trainers.harness.run_dir import RunFailed, RunRefused
 from trainers.harness.tables import mean_std
 
@@ -65,8 +65,8 @@ def output_dir_option(default):
 
 
 def seeds_option(default, help="Seeds; every cell is the mean ± std over them."):  # noqa: A002
-    """The grid's `seeds` field: a non-empty list of seeds >= 0."""
-    return option(tuple(default), help, check=non_negative_int)
+    """The grid's `seeds` field: a non-empty list of seeds in [0, 2**32 - 1]."""
+    return option(tuple(default), help, check=random_seed)
 
 
 @dataclasses.dataclass(frozen=True)

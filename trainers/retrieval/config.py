@@ -17,8 +17,10 @@ import tf_svmax_args as checks  # the library's validators and backbone names, w
 import tf_svmax_args as models
 from tf_svmax_args import KMEANS_INITS  # `tf_svmax.metrics.kmeans.INITS`
 from trainers.harness.config import (
+    MIN_BACKBONE_FEATURES,
     ConfigError,
     ImageDataConfig,
+    check_dense_fits,
     check_fits_in_memory,
     output_dir_option,
     resolve_image_run,
@@ -263,6 +265,7 @@ def resolve_before_data(config):
     loss's pairs, XML's halves, the memory's size) take the flag's P, else the paper's."""
     c = config
     shared = resolve_image_run(c, EMBEDDED, DEFAULT_STEPS[c.dataset])  # the harness' checks
+    check_dense_fits("--embedding_dim", c.embedding_dim, MIN_BACKBONE_FEATURES, "features")
     if c.decoded_cache and c.dataset in EMBEDDED:
         raise ConfigError(
             f"--decoded_cache caches decoded image files; --dataset={c.dataset} is already in "

@@ -17,8 +17,10 @@ import tf_svmax_args as checks  # the library's validators and backbone names, w
 import tf_svmax_args as models
 from tf_svmax_args import KMEANS_INITS  # `tf_svmax.metrics.kmeans.INITS`
 from trainers.harness.config import (
+    MIN_BACKBONE_FEATURES,
     ConfigError,
     ImageDataConfig,
+    check_dense_fits,
     output_dir_option,
     resolve_image_run,
 )
@@ -175,6 +177,7 @@ def resolve(config):
     of its split when it reads it (`trainers.two_head.inputs.check_classes`)."""
     c = config
     shared = resolve_image_run(c, EMBEDDED, DEFAULT_STEPS[c.dataset])  # the harness' checks
+    check_dense_fits("--embedding_dim", c.embedding_dim, MIN_BACKBONE_FEATURES, "features")
     if c.mode == "softmax" and c.regularizer_lambda not in (None, 0.0):
         raise ConfigError(
             "--mode=softmax has no regularizer term; --regularizer_lambda="
