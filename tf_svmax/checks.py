@@ -387,6 +387,24 @@ def same_rows(first, second, first_arg, second_arg, unit="row"):
     )
 
 
+def row_weights(weights, rows_of, rows_arg):
+    """`weights` (a loss' `sample_weight`), checked to be a scalar or one weight per row of
+    `rows_of`, shaped `[B]` or `[B, 1]`: a ValueError naming `sample_weight` otherwise (a
+    `[B, 2]` weight would broadcast against the per-row losses, another length fail inside a
+    product naming no argument). The row count as `same_rows` checks it."""
+    weights = to_tensor(weights, "sample_weight")
+    shape = static_shape(weights)
+    if shape is not None and (len(shape) > 2 or (len(shape) == 2 and shape[1] != 1)):
+        raise ValueError(
+            invalid(
+                "sample_weight",
+                f"a scalar or one weight per row of `{rows_arg}` ([B] or [B, 1])",
+                f"<tensor of shape {shape}>",
+            )
+        )
+    return same_rows(weights, rows_of, "sample_weight", rows_arg, "weight")
+
+
 def integer_floats(values, arg, expected):
     """`values` unchanged when it is not a float tensor or every entry is a finite integer
     (0.0, -3.0); otherwise a ValueError naming `arg`, `expected` and the first offending

@@ -117,6 +117,10 @@ def test_keras_class_reduces_and_weights_as_the_numpy_mean(rng):
     assert _relative_error(got, np.mean(want * weights)) < RTOL
     with pytest.raises(ValueError, match="argument `sample_weight`"):
         LORACLoss()(None, y_pred, sample_weight=np.ones(3, np.float32))
+    # Two weights per instance: named, not broadcast nor a raw shape error (issue 59 item 10).
+    rows = len(y_pred["queries"])
+    with pytest.raises(ValueError, match=rf"`sample_weight`.*\[B, 1\].*shape \({rows}, 2\)"):
+        LORACLoss()(None, y_pred, sample_weight=np.ones((rows, 2), np.float32))
     with pytest.raises(ValueError, match="argument `y_pred`.*a mapping"):
         LORACLoss()(None, (q, k, neg))
 
