@@ -229,3 +229,16 @@ def test_large_ints_and_fractions_are_numbers():
     assert checks.check_positive_number(10**400, "beta", allow_inf=True) == math.inf
     with pytest.raises(ValueError, match=r"`lambda_`. Expected a float in \[0, 1\]"):
         checks.check_fraction(fractions.Fraction(3, 2), "lambda_")
+
+
+@pytest.mark.parametrize(
+    "labels", [np.array(list("aabbcc")), list("aabbcc"), np.array(list("aabbcc"), dtype=object)]
+)
+def test_string_labels_are_refused_naming_the_argument(labels):
+    """Strings are refused naming `y_true` on every backend (JAX and PyTorch failed converting
+    them with an error naming no argument, issue 59 item 10)."""
+    from tf_svmax.losses import TripletSemiHardLoss
+
+    x = np.random.default_rng(0).standard_normal((6, 3)).astype("float32")
+    with pytest.raises(TypeError, match=r"argument `y_true`. Expected numbers"):
+        TripletSemiHardLoss()(labels, x)

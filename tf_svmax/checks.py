@@ -258,9 +258,23 @@ def to_tensor(x, arg, *, exact=False):
     """`x` as a tensor of the backend (`keras.ops.convert_to_tensor`); on JAX without 64-bit
     types, a ValueError naming `arg` instead of a silent narrowing (`_narrowing_checked`:
     integers outside int32 always, float64 values float32 cannot hold where `exact`)."""
+    _refuse_text(x, arg)
     if _backend.jax_without_x64():
         x = _narrowing_checked(x, arg, exact)
     return ops.convert_to_tensor(x)
+
+
+def _refuse_text(x, arg):
+    """A TypeError naming `arg` for strings (a NumPy array, list or tuple of them): JAX and
+    PyTorch would fail converting them with an error naming no argument."""
+    if isinstance(x, (list, tuple, str, bytes)):
+        x = np.asarray(x)
+    if (
+        isinstance(x, np.ndarray)
+        and x.dtype.kind in "USO"
+        and (x.dtype.kind != "O" or any(isinstance(v, (str, bytes)) for v in x.flat))
+    ):
+        raise TypeError(invalid(arg, "numbers", f"<array of dtype {x.dtype}>"))
 
 
 def checked_when_run(x, assertion, shape=None):
