@@ -426,8 +426,9 @@ def integer_floats(values, arg, expected):
     InvalidArgumentError in a traced TensorFlow function). For labels that are cast to
     integers, where 0.1 and 0.9 would silently become one class.
 
-    Under `jax.jit` the values are not known while tracing and JAX has no run-time assertion:
-    there they are returned unchecked (check them before the step, or eagerly)."""
+    Under `jax.jit` the values are not known while tracing and JAX has no run-time assertion,
+    nor XLA on TensorFlow: there they are returned unchecked (check them before the step, or
+    eagerly; a caller may make its value NaN for them, as `CrossBatchMemory` does)."""
     values = to_tensor(values, arg, exact=True)
     if not keras.backend.is_float_dtype(_dtype_name(values)):
         return values
@@ -455,6 +456,10 @@ def _tf_integer_floats(values, arg, expected):
     TensorFlow is imported here, not at module level."""
     import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
 
+    if _backend.in_xla_context():
+        # XLA has no kernel for the message's `tf.strings.format` and drops assertions: unchecked
+        # there, as in a JAX trace (see `integer_floats`).
+        return values
     flat = tf.reshape(values, [-1])
     bad = tf.logical_not(tf.math.is_finite(flat) & tf.equal(flat, tf.round(flat)))
     # The first offending entry, padded so that an empty or valid tensor still indexes something
