@@ -12,10 +12,11 @@ check its flags (``--help``, a refused value) before any of that starts. It is t
   (`tf_svmax.models` and the others import them from here), and the backbone-weights file
   check (`tf_svmax.models.check_weights_file` and its `WeightsFileError`).
 
-NumPy is imported for NumPy scalars (``np.integer``, ``np.bool_``, ``np.isfinite``): the
+NumPy is imported for NumPy scalars (``np.integer``, ``np.bool_``, ``np.errstate``): the
 validators take them as the library does.
 """
 
+import math
 import numbers
 import os
 import sys
@@ -30,21 +31,37 @@ def invalid(arg, expected, received):
     return f"Invalid value for argument `{arg}`. Expected {expected}. Received: {arg}={received!r}"
 
 
+def _as_float(value, arg, expected):
+    """`value` as the Python float the library computes with, raising ValueError (`expected`)
+    unless it is a real number (Python, NumPy or `fractions.Fraction`; not a bool). An int or
+    a NumPy long double beyond float's range is +-inf, as it would be in the computation (NumPy's
+    `isfinite` refuses a Python int past 2**64 with a raw TypeError, and took ``1e400`` as a
+    long double for finite)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(invalid(arg, expected, value))
+    try:
+        # `over="ignore"`: a long double past float's range becomes inf, checked by the caller.
+        with np.errstate(over="ignore"):
+            return float(value)
+    except OverflowError:  # a Python int (or Fraction) past float's range
+        return math.inf if value > 0 else -math.inf
+
+
 def check_non_negative_number(value, arg):
     """Returns `value` as a Python float, raising ValueError unless it is a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(invalid(arg, "a float >= 0", value))
-    if not np.isfinite(value) or value < 0:
+    number = _as_float(value, arg, "a float >= 0")
+    if not math.isfinite(number) or number < 0:
         raise ValueError(invalid(arg, "a finite float >= 0", value))
-    return float(value)
+    return number
 
 
 def check_finite_number(value, arg):
     """Returns `value` as a Python float, raising ValueError unless it is a finite real number
     (Python or NumPy, not a bool; negative allowed, e.g. a triplet margin)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+    number = _as_float(value, arg, "a finite float")
+    if not math.isfinite(number):
         raise ValueError(invalid(arg, "a finite float", value))
-    return float(value)
+    return number
 
 
 def check_choice(value, arg, choices):
@@ -59,27 +76,28 @@ def check_positive_number(value, arg, allow_inf=False):
     (Python or NumPy, not a bool): finite, or also ``inf`` where `allow_inf` (a scale whose
     infinity means "no term", e.g. LORAC's ``beta``)."""
     expected = "a float > 0 (or inf)" if allow_inf else "a finite float > 0"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    number = _as_float(value, arg, expected)
+    if math.isnan(number) or number <= 0 or (math.isinf(number) and not allow_inf):
         raise ValueError(invalid(arg, expected, value))
-    if np.isnan(value) or value <= 0 or (np.isinf(value) and not allow_inf):
-        raise ValueError(invalid(arg, expected, value))
-    return float(value)
+    return number
 
 
 def check_fraction(value, arg):
     """Returns `value` as a Python float, raising ValueError unless it is a real number in
     [0, 1] (a share, a mixing weight, an EMA momentum)."""
-    if check_non_negative_number(value, arg) > 1:
+    number = check_non_negative_number(value, arg)
+    if number > 1:
         raise ValueError(invalid(arg, "a float in [0, 1]", value))
-    return float(value)
+    return number
 
 
 def check_rate(value, arg):
     """Returns `value` as a Python float, raising ValueError unless it is a real number in
     (0, 1] (an update rate: 0 would never move, above 1 overshoots the target)."""
-    if check_non_negative_number(value, arg) == 0 or value > 1:
+    number = check_non_negative_number(value, arg)
+    if number == 0 or number > 1:
         raise ValueError(invalid(arg, "a float in (0, 1]", value))
-    return float(value)
+    return number
 
 
 def check_positive_int(value, arg):

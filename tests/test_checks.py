@@ -3,6 +3,8 @@ shape is known before the run (always on JAX and PyTorch), TensorFlow's run-time
 where it is not, and no silent narrowing of 64-bit labels on JAX."""
 
 import ast
+import fractions
+import math
 from pathlib import Path
 
 import keras
@@ -197,3 +199,46 @@ def test_integer_floats_refuses_fractions_and_non_finite_entries_eagerly():
     np.testing.assert_array_equal(
         backends.to_numpy(checks.integer_floats(ints, "y_true", expected)), ints
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (10**400, "1000000"),  # a Python int past float's range: inf
+        (np.longdouble("1e400"), r"1e\+400"),  # a long double past float's range: inf
+        (float("nan"), "nan"),
+    ],
+)
+def test_numbers_past_float_range_are_refused_naming_the_argument(value, shown):
+    """A number the library would compute with as inf (or NaN) is refused with the argument's
+    name, never NumPy's raw ``isfinite`` TypeError nor passed as finite (issue 59 item 10)."""
+    for check in (checks.check_non_negative_number, checks.check_finite_number):
+        with pytest.raises(ValueError, match=rf"`lambda_`. Expected a finite float.*{shown}"):
+            check(value, "lambda_")
+    with pytest.raises(ValueError, match=r"`beta`. Expected a finite float > 0"):
+        checks.check_positive_number(value, "beta")
+
+
+def test_large_ints_and_fractions_are_numbers():
+    """Python ints past 2**64 within float's range and `fractions.Fraction` are real numbers,
+    read as the float the library computes with (`float(value)`, the reference)."""
+    assert checks.check_non_negative_number(10**20, "lambda_") == float(10**20)
+    assert checks.check_finite_number(-(10**30), "margin") == -1e30
+    assert checks.check_fraction(fractions.Fraction(1, 3), "lambda_") == 1 / 3
+    assert checks.check_rate(fractions.Fraction(1, 2), "alpha") == 0.5
+    assert checks.check_positive_number(10**400, "beta", allow_inf=True) == math.inf
+    with pytest.raises(ValueError, match=r"`lambda_`. Expected a float in \[0, 1\]"):
+        checks.check_fraction(fractions.Fraction(3, 2), "lambda_")
+
+
+@pytest.mark.parametrize(
+    "labels", [np.array(list("aabbcc")), list("aabbcc"), np.array(list("aabbcc"), dtype=object)]
+)
+def test_string_labels_are_refused_naming_the_argument(labels):
+    """Strings are refused naming `y_true` on every backend (JAX and PyTorch failed converting
+    them with an error naming no argument, issue 59 item 10)."""
+    from tf_svmax.losses import TripletSemiHardLoss
+
+    x = np.random.default_rng(0).standard_normal((6, 3)).astype("float32")
+    with pytest.raises(TypeError, match=r"argument `y_true`. Expected numbers"):
+        TripletSemiHardLoss()(labels, x)

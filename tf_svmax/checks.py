@@ -272,9 +272,23 @@ def to_tensor(x, arg, *, exact=False):
     """`x` as a tensor of the backend (`keras.ops.convert_to_tensor`); on JAX without 64-bit
     types, a ValueError naming `arg` instead of a silent narrowing (`_narrowing_checked`:
     integers outside int32 always, float64 values float32 cannot hold where `exact`)."""
+    _refuse_text(x, arg)
     if _backend.jax_without_x64():
         x = _narrowing_checked(x, arg, exact)
     return ops.convert_to_tensor(x)
+
+
+def _refuse_text(x, arg):
+    """A TypeError naming `arg` for strings (a NumPy array, list or tuple of them): JAX and
+    PyTorch would fail converting them with an error naming no argument."""
+    if isinstance(x, (list, tuple, str, bytes)):
+        x = np.asarray(x)
+    if (
+        isinstance(x, np.ndarray)
+        and x.dtype.kind in "USO"
+        and (x.dtype.kind != "O" or any(isinstance(v, (str, bytes)) for v in x.flat))
+    ):
+        raise TypeError(invalid(arg, "numbers", f"<array of dtype {x.dtype}>"))
 
 
 def checked_when_run(x, assertion, shape=None):
@@ -401,6 +415,24 @@ def same_rows(first, second, first_arg, second_arg, unit="row"):
     )
 
 
+def row_weights(weights, rows_of, rows_arg):
+    """`weights` (a loss' `sample_weight`), checked to be a scalar or one weight per row of
+    `rows_of`, shaped `[B]` or `[B, 1]`: a ValueError naming `sample_weight` otherwise (a
+    `[B, 2]` weight would broadcast against the per-row losses, another length fail inside a
+    product naming no argument). The row count as `same_rows` checks it."""
+    weights = to_tensor(weights, "sample_weight")
+    shape = static_shape(weights)
+    if shape is not None and (len(shape) > 2 or (len(shape) == 2 and shape[1] != 1)):
+        raise ValueError(
+            invalid(
+                "sample_weight",
+                f"a scalar or one weight per row of `{rows_arg}` ([B] or [B, 1])",
+                f"<tensor of shape {shape}>",
+            )
+        )
+    return same_rows(weights, rows_of, "sample_weight", rows_arg, "weight")
+
+
 def integer_floats(values, arg, expected):
     """`values` unchanged when it is not a float tensor or every entry is a finite integer
     (0.0, -3.0); otherwise a ValueError naming `arg`, `expected` and the first offending
@@ -408,8 +440,9 @@ def integer_floats(values, arg, expected):
     InvalidArgumentError in a traced TensorFlow function). For labels that are cast to
     integers, where 0.1 and 0.9 would silently become one class.
 
-    Under `jax.jit` the values are not known while tracing and JAX has no run-time assertion:
-    there they are returned unchecked (check them before the step, or eagerly)."""
+    Under `jax.jit` the values are not known while tracing and JAX has no run-time assertion,
+    nor XLA on TensorFlow: there they are returned unchecked (check them before the step, or
+    eagerly; a caller may make its value NaN for them, as `CrossBatchMemory` does)."""
     values = to_tensor(values, arg, exact=True)
     if not keras.backend.is_float_dtype(_dtype_name(values)):
         return values
@@ -437,6 +470,10 @@ def _tf_integer_floats(values, arg, expected):
     TensorFlow is imported here, not at module level."""
     import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
 
+    if _backend.in_xla_context():
+        # XLA has no kernel for the message's `tf.strings.format` and drops assertions: unchecked
+        # there, as in a JAX trace (see `integer_floats`).
+        return values
     flat = tf.reshape(values, [-1])
     bad = tf.logical_not(tf.math.is_finite(flat) & tf.equal(flat, tf.round(flat)))
     # The first offending entry, padded so that an empty or valid tensor still indexes something

@@ -95,6 +95,17 @@ def test_batched_nuclear_norm_and_its_gradient_match_numpy(rng):
     assert np.isfinite(grad).all()
 
 
+def test_batched_nuclear_norm_of_a_non_finite_matrix_is_nan(rng):
+    """NaN in gives NaN out, on every backend (PyTorch's SVD raised a raw `_LinAlgError`, issue
+    59 item 10); the other matrices keep their norms (NumPy's, the reference)."""
+    x = _unit(rng.standard_normal((3, 4, 7))).astype(np.float32)
+    x[1, 2, 3] = np.nan
+    x[2, 0, 0] = np.inf
+    got = backends.to_numpy(batched_nuclear_norm(x))
+    assert np.isnan(got[1:]).all()
+    assert _relative_error(got[0], np.linalg.svd(x[0].astype(np.float64))[1].sum()) < RTOL
+
+
 def test_keras_class_reduces_and_weights_as_the_numpy_mean(rng):
     q, k, neg = _inputs(rng)
     y_pred = {"queries": q, "positive_keys": k, "negative_keys": neg}
@@ -106,6 +117,10 @@ def test_keras_class_reduces_and_weights_as_the_numpy_mean(rng):
     assert _relative_error(got, np.mean(want * weights)) < RTOL
     with pytest.raises(ValueError, match="argument `sample_weight`"):
         LORACLoss()(None, y_pred, sample_weight=np.ones(3, np.float32))
+    # Two weights per instance: named, not broadcast nor a raw shape error (issue 59 item 10).
+    rows = len(y_pred["queries"])
+    with pytest.raises(ValueError, match=rf"`sample_weight`.*\[B, 1\].*shape \({rows}, 2\)"):
+        LORACLoss()(None, y_pred, sample_weight=np.ones((rows, 2), np.float32))
     with pytest.raises(ValueError, match="argument `y_pred`.*a mapping"):
         LORACLoss()(None, (q, k, neg))
 

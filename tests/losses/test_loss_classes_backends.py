@@ -8,7 +8,7 @@
 * a few more steps stay finite;
 * the string names (``"tf_svmax>Name"``) in `compile` and `tf_svmax.losses.get`;
 * a `.keras` file saved on this backend loads on the two others (a subprocess each) with the
-  same loss config and the same predictions.
+  same loss config, predictions and optimizer state, and trains there (one `fit` step).
 
 Runs once per backend (tests/conftest.py ALL_BACKENDS)."""
 
@@ -333,24 +333,66 @@ def test_compile_with_a_string_name_trains():
     )
 
 
-# --- a .keras file saved here loads on the two other backends ---
+@pytest.mark.parametrize("shape", [(12, 2), (11,), (12, 1, 1)])
+def test_contrastive_sample_weights_other_than_one_per_pair_are_refused(shape):
+    """A `[B, 2]`, `B - 1` or rank-3 weight is refused naming `sample_weight` (Keras broadcast
+    the first and failed raw inside a product on the second, issue 59 item 10); `[B]` and
+    `[B, 1]` weights scale each pair (the NumPy weighted mean, the reference)."""
+    make, y, _, _ = CASES["ContrastiveLoss"]
+    d = np.random.default_rng(3).random((12, 1)).astype("float32") * 2
+    with pytest.raises(ValueError, match=r"argument `sample_weight`"):
+        make()(y, d, sample_weight=np.ones(shape, "float32"))
+    w = np.arange(1, 13, dtype="float32")
+    expected = np.mean(w * [ref_contrastive_sum(y[i], d[i], 1.0) for i in range(12)])
+    for weights in (w, w[:, None]):
+        got = backends.to_numpy(make()(y, d, sample_weight=weights))
+        assert got == pytest.approx(expected, rel=RTOL)
 
+
+# --- a .keras file saved here loads and trains on the two other backends ---
+
+# Each file: loaded, its predictions and loss config reported, then one `fit` step. A file
+# compiled on PyTorch stores PyTorch's own optimizer class (Keras' doing): elsewhere it loads
+# with Keras' public class named in `custom_objects`, as docs/guide/backends.md says. On JAX a
+# `CenterLoss` model saved on TensorFlow (whose centers are the loss' own variable) gets its
+# loss' centers layer appended and is compiled again, as the loss' error message says.
 LOAD_SCRIPT = textwrap.dedent(
     """
     import json, sys
     import keras
     import numpy as np
     import tf_svmax.losses
-    x = np.load(sys.argv[1])
+    x, y = np.load(sys.argv[1]), np.load(sys.argv[2])
+    saved_on = sys.argv[3]
+    custom = {"Adam": keras.optimizers.Adam} if saved_on == "torch" else None
     results = []
-    for path in sys.argv[2:]:
-        model = keras.saving.load_model(path)
-        results.append({
+    for path in sys.argv[4:]:
+        model = keras.saving.load_model(path, custom_objects=custom)
+        loss = model.loss
+        result = {
             "backend": keras.backend.backend(),
-            "loss": type(model.loss).__name__,
-            "config": model.loss.get_config(),
+            "loss": type(loss).__name__,
+            "config": loss.get_config(),
             "prediction": np.asarray(model.predict(x, verbose=0)).tolist(),
-        })
+            "iterations": int(model.optimizer.iterations),
+        }
+        if keras.backend.backend() == "torch":
+            # A file saved on JAX stores `jit_compile=True`: torch.compile here, a minute per
+            # model on a small CPU; the backends page says to switch it off after loading.
+            model.jit_compile = False
+        layer = getattr(loss, "centers_layer", None)
+        if keras.backend.backend() == "jax" and layer is not None and layer not in model.layers:
+            optimizer = model.optimizer
+            model = keras.Sequential([model, layer])
+            model.compile(optimizer=optimizer, loss=loss)
+        before = [np.array(w) for w in model.trainable_weights]
+        history = model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
+        after = [np.array(w) for w in model.trainable_weights]
+        result["fit_loss"] = history.history["loss"][0]
+        result["trained"] = all(np.isfinite(w).all() for w in after) and any(
+            not np.array_equal(a, b) for a, b in zip(after, before)
+        )
+        results.append(result)
     print(json.dumps(results))
     """
 )
@@ -362,45 +404,84 @@ def _other_backends():
     return [b for b in others if importlib.util.find_spec(modules[b]) is not None]
 
 
+def _center_loss():
+    loss = L.CenterLoss(num_classes=6, embedding_dim=4, lambda_=0.5, seed=3)
+    # TensorFlow keeps the centers in the loss; JAX needs (PyTorch takes) its layer in the model.
+    return loss, [] if loss.centers_layer is None else [loss.centers_layer]
+
+
+def _memory_loss():
+    loss = L.CrossBatchMemory(L.TripletSemiHardLoss(), memory_size=24)
+    return loss, [loss.memory]
+
+
 # Saved here, loaded on each other backend (one process per backend for all of them: each
-# process start imports a backend, seconds apiece).
+# process start imports a backend, seconds apiece). name -> () -> (loss, layers after the
+# embeddings); the first step's loss on the other backend is compared where it is this
+# backend's `evaluate` (every loss but the memory's, whose training step reads the memory).
 SAVED_LOSSES = {
-    "semihard": lambda: L.TripletSemiHardLoss(margin=0.3, distance_metric="angular"),
-    "pk_npair+svmax": lambda: L.RegularizedLoss(
-        L.PKNpairLoss(l2_reg=0.01), [L.SVMaxLoss(lambda_=0.2)]
+    "semihard": lambda: (L.TripletSemiHardLoss(margin=0.3, distance_metric="angular"), []),
+    "pk_npair+svmax": lambda: (
+        L.RegularizedLoss(L.PKNpairLoss(l2_reg=0.01), [L.SVMaxLoss(lambda_=0.2)]),
+        [],
     ),
+    "center": _center_loss,
+    "memory": _memory_loss,
 }
 
 
-def test_keras_files_saved_here_load_and_predict_the_same_on_the_other_backends(tmp_path):
+def _portable_config(config):
+    # `centers_name` names the centers layer where there is one (not on TensorFlow).
+    config = json.loads(json.dumps(config))
+    config.pop("centers_name", None)
+    return config
+
+
+def test_keras_files_saved_here_load_and_train_on_the_other_backends(tmp_path):
     x, w0 = _data(4, 12)
-    x_path = tmp_path / "x.npy"
-    np.save(x_path, x)
+    y = np.repeat(np.arange(6), 2)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
     paths, expected = [], []
     for name, make in SAVED_LOSSES.items():
-        model = _linear_model(w0)
-        model.compile(optimizer="sgd", loss=make())
-        model.fit(x, np.repeat(np.arange(6), 2), batch_size=12, epochs=1, shuffle=False, verbose=0)
+        loss, layers = make()
+        model = _linear_model(w0, layers)
+        model.compile(optimizer=keras.optimizers.Adam(0.01), loss=loss)
+        model.fit(x, y, batch_size=12, epochs=1, shuffle=False, verbose=0)
         paths.append(tmp_path / f"{name}.keras")
         model.save(paths[-1])
-        config = json.loads(json.dumps(model.loss.get_config()))
-        expected.append((type(model.loss).__name__, config, model.predict(x, verbose=0)))
+        value = None if name == "memory" else model.evaluate(x, y, batch_size=12, verbose=0)
+        expected.append((loss, model.predict(x, verbose=0), value))
     others = _other_backends()
     assert others, "no other Keras backend is installed"
     for backend in others:
-        got = backends.run_script(LOAD_SCRIPT, x_path, *paths, backend=backend, cwd=backends.ROOT)
-        for result, (loss, config, prediction), name in zip(
+        got = backends.run_script(
+            LOAD_SCRIPT,
+            tmp_path / "x.npy",
+            tmp_path / "y.npy",
+            backends.BACKEND,
+            *paths,
+            backend=backend,
+            cwd=backends.ROOT,
+        )
+        for result, (loss, prediction, value), name in zip(
             got, expected, SAVED_LOSSES, strict=True
         ):
-            assert result["backend"] == backend, name
-            assert result["loss"] == loss and result["config"] == config, name
+            where = f"{name} saved on {backends.BACKEND}, loaded on {backend}"
+            assert result["backend"] == backend, where
+            assert result["loss"] == type(loss).__name__, where
+            assert _portable_config(result["config"]) == _portable_config(loss.get_config()), where
             np.testing.assert_allclose(
                 np.asarray(result["prediction"]),
                 backends.to_numpy(prediction),
                 rtol=1e-6,
                 atol=1e-6,
-                err_msg=f"{name} on {backend}",
+                err_msg=where,
             )
+            # The optimizer's state came along (one step taken before saving), and it trains.
+            assert result["iterations"] == 1 and result["trained"], where
+            if value is not None:
+                assert result["fit_loss"] == pytest.approx(value, rel=RTOL), where
 
 
 STATE_LAYERS = {

@@ -187,6 +187,28 @@ def test_fit_under_xla_matches_fit_without(rng, name):
         _assert_close_at_scale(got, want)
 
 
+@pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not compile PyTorch with XLA")
+def test_float_labels_under_xla(rng):
+    """Under XLA (TensorFlow's ``jit_compile=True``, JAX's jitted step) float labels holding
+    integers train as the integers (TensorFlow failed raw: `tf.strings.format` has no XLA
+    kernel, issue 59 item 10), and a non-integral one, which nothing can refuse there, gives
+    NaN."""
+    x = rng.standard_normal((8, 5)).astype(np.float32)
+    y = np.array([0, 1, 0, 1, 2, 2, 0, 1])
+    values = {}
+    for labels in (y, y.astype(np.float32), np.where(y == 2, 0.5, y).astype(np.float32)):
+        xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=16)
+        model = _model(xbm)
+        model.compile(keras.optimizers.SGD(0.1), loss=xbm, jit_compile=True)
+        values[str(labels.dtype) + str(labels[4])] = [
+            float(to_numpy(model.train_on_batch(x, labels))) for _ in range(2)
+        ]
+    integers, floats, fractions = values.values()
+    assert np.isfinite(integers).all()
+    np.testing.assert_allclose(floats, integers, rtol=RTOL32)
+    assert np.isnan(fractions).all()
+
+
 def _assert_close_at_scale(got, want):
     """Within 1e-5 relative to the array's scale (its largest magnitude): after 7 SGD steps
     float32 rounding leaves ~1e-6 on every entry, also on the small ones (a 0.0757 entry of a
@@ -266,6 +288,28 @@ def test_embeddings_of_another_width_than_the_memory_are_refused_by_name(rng):
     wider = np.concatenate([x, x], axis=1)
     with pytest.raises(ValueError, match=rf"`y_pred`.*\[batch_size, {x.shape[1]}\] rows.*memory"):
         xbm(y, wider)
+
+
+def test_embeddings_of_another_rank_are_refused_by_name(rng):
+    """A rank-3 `y_pred` is refused naming it (it failed raw where it met the memory's rows,
+    issue 59 item 10)."""
+    x, labels = random_batch(rng, 8)
+    with pytest.raises(ValueError, match=r"argument `y_pred`. Expected a rank-2 tensor"):
+        CrossBatchMemory(losses.TripletSemiHardLoss(), 16)(labels, x[:, None, :])
+
+
+def test_an_empty_batch_gives_the_wrapped_loss_value_and_leaves_the_memory(rng):
+    """An empty batch gives the wrapped loss' empty-batch value, 0, with the memory empty (it
+    was refused naming `ref_embeddings`, which the user never passed, issue 59 item 10) or
+    not, and neither writes the memory nor counts a step."""
+    x, labels = random_batch(rng, 8)
+    inner = losses.TripletSemiHardLoss()
+    xbm = CrossBatchMemory(inner, 16)
+    assert float(to_numpy(inner(labels[:0], x[:0]))) == 0.0
+    assert float(to_numpy(xbm(labels[:0], x[:0]))) == 0.0
+    xbm(labels, x)
+    assert float(to_numpy(xbm(labels[:0], x[:0]))) == 0.0
+    assert int(to_numpy(xbm.memory.filled)) == 8 and int(to_numpy(xbm.memory.step)) == 1
 
 
 def test_labels_above_2_to_the_31_stay_distinct_where_int64_exists(rng):

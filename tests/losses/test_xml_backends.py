@@ -295,3 +295,53 @@ def test_a_loss_without_ref_mask_or_class_blocks_is_refused_under_xla_with_the_f
     model.compile(optimizer="sgd", loss=xml, jit_compile=True)
     with pytest.raises(ValueError, match=message):
         model.fit(x, labels, batch_size=len(labels), verbose=0)
+
+
+def test_prototypes_fitted_to_non_finite_histograms_are_nan(rng):
+    """NaN in, NaN out: a fit whose histograms hold NaN or inf gives NaN predictions on every
+    backend (TensorFlow's solve raised "Input matrix is not invertible" in a graph's backward
+    pass, naming no argument, issue 59 item 10); finite ones keep the ridge solution (NumPy's,
+    the reference)."""
+    from tf_svmax.ops.prototypes import fit_prototypes
+
+    z = np.abs(rng.standard_normal((8, 3))).astype(np.float32)
+    y = rng.standard_normal((8, 4)).astype(np.float32)
+    w = np.ones(8, np.float32)
+    want = np.linalg.solve(z.T @ z + 0.05 * np.eye(3), z.T @ y)
+    backends.assert_close(backends.to_numpy(fit_prototypes(z, y, w, ridge=0.05)), want, 1e-4)
+    for bad in (np.nan, np.inf):
+        z_bad = z.copy()
+        z_bad[2, 1] = bad
+        assert np.isnan(backends.to_numpy(fit_prototypes(z_bad, y, w, ridge=0.05))).all()
+
+
+@pytest.mark.skipif(backends.BACKEND != "tensorflow", reason="a TensorFlow graph (no XLA)")
+def test_a_fit_step_on_a_non_finite_batch_in_a_tensorflow_graph_is_nan():
+    """`fit` with ``jit_compile=False`` (a TensorFlow graph) on a batch holding NaN reports NaN
+    (it failed with "Input matrix is not invertible", issue 59 item 10)."""
+    x = np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32)
+    x[0, 0] = np.nan
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(6)])
+    model.compile("sgd", loss=XMLLoss(TripletSemiHardLoss(), 2, lambda_=0.5), jit_compile=False)
+    history = model.fit(x, np.repeat(np.arange(4), 2), batch_size=8, verbose=0)
+    assert np.isnan(history.history["loss"][0])
+
+
+@pytest.mark.skipif(backends.BACKEND != "tensorflow", reason="a TensorFlow graph (no XLA)")
+def test_a_last_batch_of_one_row_in_a_tensorflow_graph_trains():
+    """`fit` with ``jit_compile=False`` over 9 rows in batches of 8: the last batch of one row
+    retraces the step with an unknown batch size, where the gradient of a row-count `tf.cond`
+    around the ranking loss' own conds failed with a bare AssertionError (issue 59 item 10).
+    The graph's losses are the eager ones."""
+    x = np.random.default_rng(0).standard_normal((9, 6)).astype(np.float32)
+    y = np.array([0, 0, 1, 1, 2, 2, 3, 3, 4])
+    losses = {}
+    for eager in (True, False):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(6)])
+        loss = XMLLoss(TripletSemiHardLoss(), 2, lambda_=0.5)
+        model.compile("sgd", loss=loss, run_eagerly=eager, jit_compile=False)
+        history = model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        losses[eager] = history.history["loss"]
+    assert np.isfinite(losses[False]).all()
+    np.testing.assert_allclose(losses[False], losses[True], rtol=backends.RTOL32)

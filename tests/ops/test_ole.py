@@ -397,6 +397,21 @@ def test_static_num_classes_out_of_range_inside_xla_gives_nan(rng):
     assert np.isnan(value) and np.isnan(grad).all()
 
 
+@pytest.mark.skipif(B != "tensorflow", reason="a TensorFlow graph without XLA")
+def test_static_num_classes_out_of_range_in_a_tensorflow_graph_is_refused_by_name(rng):
+    """A `tf.function` without XLA checks the labels when it runs, with the eager message (it
+    failed inside TensorFlow's scatter naming no argument, issue 59 item 10)."""
+    import tensorflow as tf
+
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    labels = np.array([0, 0, 1, 1, 7, 7], np.int32)
+    loss = tf.function(lambda y, e: svmax_ops.ole_loss(y, e, num_classes=4))
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=r"argument `labels`.*\[0, num_classes=4\)"
+    ):
+        loss(tf.constant(labels), tf.constant(x))
+
+
 def _compiled_value_and_grad(labels, x, num_classes=3):
     """Value and gradient of `ole_loss(labels, x, num_classes=num_classes)` with the labels an
     input of the compiled function (not a constant folded in at trace time)."""

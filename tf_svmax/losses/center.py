@@ -72,7 +72,18 @@ class ClassCenters(_state_layers.StateLayer):
         # Python-side, read by the loss when it is called or traced: the `training` flag of the
         # latest forward pass (None: never called in a model, as when the loss is called alone).
         self.last_training = None
+        # Given centers (a loaded loss' config) are the saved ones: see `load_own_variables`.
+        self._centers_given = centers is not None
         self.built = True
+
+    def load_own_variables(self, store):
+        # A file saved on TensorFlow, whose centers are the loss' own variable (no layer there):
+        # Keras asks the loss' layer for variables the file does not hold. Its centers came from
+        # the loss' config, which carries the saved centers, so there is nothing to load.
+        if self._centers_given and not len(store.keys()):
+            _state_layers.weights_loaded(self)
+            return
+        super().load_own_variables(store)
 
     def call(self, inputs, training=None):
         self.last_training = None if training is None else bool(training)
@@ -323,7 +334,9 @@ class CenterLoss(keras.losses.Loss):
                 "CenterLoss on Keras' JAX backend needs its centers layer in the model: "
                 "keras.Sequential([..., loss.centers_layer]) (for a loaded model, "
                 "CenterLoss(num_classes, embedding_dim, centers_layer=model.get_layer(<its "
-                "name>))). A JAX train step carries out only the model's variables, so the "
+                "name>)); one saved on TensorFlow has no such layer: "
+                "keras.Sequential([model, model.loss.centers_layer]), compiled with "
+                "model.loss). A JAX train step carries out only the model's variables, so the "
                 "centers' update would be lost at every step."
             )
         with keras.name_scope(self.name):

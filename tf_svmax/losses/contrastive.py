@@ -54,6 +54,13 @@ class ContrastiveLoss(LossFunctionWrapper, keras.losses.Loss):
         fn_kwargs = {"margin": checks.check_finite_number(margin, "margin")}
         super().__init__(contrastive_loss, fn_kwargs, name=name, reduction=reduction, **kwargs)
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None:
+            # One weight per pair: Keras would broadcast a `[B, 2]` weight and fail with a bare
+            # shape error on another length.
+            sample_weight = checks.row_weights(sample_weight, y_pred, "y_pred")
+        return super().__call__(y_true, y_pred, sample_weight)
+
     def call(self, y_true, y_pred):
         # `[B]` labels with `[B, 1]` distances (a Dense(1) head) are one label per pair, as
         # TFA's Keras 2 class and `compile` read them (Keras aligns the ranks before the

@@ -216,7 +216,7 @@ class LORACLoss(LossFunctionWrapper, keras.losses.Loss):
         if sample_weight is not None:
             # One weight per instance or a scalar: Keras would broadcast a [1] weight and fail
             # with a bare shape error on another length.
-            sample_weight = checks.same_rows(
-                sample_weight, y_pred["queries"], "sample_weight", "y_pred['queries']"
+            sample_weight = checks.row_weights(
+                sample_weight, y_pred["queries"], "y_pred['queries']"
             )
         return super().__call__(ops.zeros([0]), y_pred, sample_weight)

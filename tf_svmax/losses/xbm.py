@@ -228,6 +228,8 @@ _LABELS_EXPECTED = "class labels of an integer dtype (not uint64) or finite floa
 def _integer_labels(y_true, y_pred):
     # The losses' shared check: [N] or [N, 1] numeric labels, one per embedding row (on JAX
     # without 64-bit types it refuses integer labels outside int32: never wrapped silently).
+    # Returns (labels, integral): `integral` is None, or under XLA for float labels a traced
+    # bool, False when one is not an integer.
     labels = flat_labels(y_true, y_pred)
     dtype = keras.backend.standardize_dtype(labels.dtype)
     if dtype in ("bool", "uint64"):
@@ -238,9 +240,13 @@ def _integer_labels(y_true, y_pred):
     labels = checks.integer_floats(labels, "y_true", _LABELS_EXPECTED)
     if _backend.jax_without_x64() and keras.backend.is_float_dtype(dtype):
         _check_int32_range(labels)
+    integral = None
+    if keras.backend.is_float_dtype(dtype) and _backend.in_xla_context():
+        # Unchecked under XLA (no run-time error there): the caller's value is NaN unless true.
+        integral = ops.all(ops.logical_and(ops.isfinite(labels), labels == ops.round(labels)))
     # int64 holds every other integer dtype exactly (labels above 2**24 stay distinct), and
     # integer floats: exact for float64 below 2**53 (JAX without 64-bit types: int32).
-    return ops.cast(labels, index_dtype())
+    return ops.cast(labels, index_dtype()), integral
 
 
 def _check_int32_range(labels):
@@ -334,7 +340,8 @@ class CrossBatchMemory(keras.losses.Loss):
 
     The memory layer must be in the model (it is then built, checkpointed and saved with it);
     class labels of any integer dtype but uint64, or floats holding integers (compared as
-    int64; a float label that is not an integer, such as 0.1, is refused). A model loaded from
+    int64; a float label that is not an integer, such as 0.1, is refused, and gives NaN under
+    XLA, where nothing can be refused; an empty batch gives 0). A model loaded from
     a ``.keras`` file trains on: its compiled loss takes the model's restored memory layer
     (found by the name its config records). A file written before the config recorded it
     needs a recompile with the restored layer:
@@ -408,11 +415,17 @@ class CrossBatchMemory(keras.losses.Loss):
                     "the memory layer in the model), or call the loss eagerly."
                 )
         with keras.name_scope(self.name):
-            y_pred = ops.cast(ops.convert_to_tensor(y_pred), self.loss.dtype)
-            labels = _integer_labels(y_true, y_pred)
+            # `[B, D]`, named here: another rank would fail raw where it meets the memory's rows.
+            y_pred, _ = checks.float_matrix(y_pred, "y_pred", min_rows=0)
+            y_pred = ops.cast(y_pred, self.loss.dtype)
+            labels, integral = _integer_labels(y_true, y_pred)
             local_rows = ops.shape(y_pred)[0]
             replicas = _backend.replicas()
             context, (labels, y_pred) = replicas.gather_global_batch(True, labels, y_pred)
+            if checks.static_shape(y_pred)[0] == 0:
+                # No rows: nothing to mine or write, and no step counted; the wrapped losses'
+                # empty-batch value, a zero connected to `y_pred` (a zero gradient, not None).
+                return ops.cast(ops.sum(y_pred) * 0.0, self.dtype)
             memory = self._built_memory(y_pred)
             training = memory.last_training is not False
             batch = ops.shape(y_pred)[0]
@@ -449,6 +462,8 @@ class CrossBatchMemory(keras.losses.Loss):
                 **masked,
             )
             value = ops.cast(mean_of_parts(parts, _summed_over(replicas, context)), self.dtype)
+            if integral is not None:
+                value = ops.where(integral, value, ops.full_like(value, np.nan))
             if training:
                 # Written after the value is computed (its reads and the label checks first).
                 _after(value, lambda: memory.advance(y_pred, labels, active))

@@ -282,7 +282,11 @@ class XMLLoss(BatchPenaltyLoss):
             # arithmetic of `tf.math.l2_normalize(predicted, 1, epsilon=1e-12)`, the original.
             squared = ops.sum(ops.square(predicted), axis=1, keepdims=True)
             predicted = predicted * ops.rsqrt(ops.maximum(squared, 1e-12))
-        if xla and masked:
+        # A TensorFlow graph of unknown batch size (Keras retraces a step so for a last, smaller
+        # batch) takes the masked form too: the gradient of the halves' row-count `tf.cond`
+        # around the ranking loss' own conds failed there with a bare AssertionError (cond_v2).
+        unknown_rows = checks.static_shape(embeddings)[0] is None
+        if (xla or unknown_rows) and masked:
             # Fixed shapes: each half as the ranking loss' ref_mask over the whole batch.
             cross = _masked_value(self.loss, labels, predicted, first)
             cross += _masked_value(self.loss, labels, predicted, second)

@@ -191,10 +191,14 @@ def _static_class_layout(labels, num_classes, rows):
     Called inside the custom-gradient function: JAX cannot lower a value traced outside it and
     closed over (differentiating a `jax.jit`-compiled loss failed so)."""
     labels = ops.convert_to_tensor(labels)
-    valid = ops.logical_and(ops.all(labels >= 0), ops.all(labels < num_classes))
+    in_range = ops.logical_and(labels >= 0, labels < num_classes)
+    valid = ops.all(in_range)
     if "float" in _guards.dtype_name(labels):
         valid = ops.logical_and(valid, ops.all(ops.equal(labels, ops.round(labels))))
-    labels = ops.cast(labels, "int32")
+    # An id outside [0, num_classes) (possible only in a trace) never reaches the scatter, whose
+    # TensorFlow CPU kernel raises a raw error naming no argument: slot 0 instead, the loss NaN
+    # through `valid`.
+    labels = ops.cast(ops.where(in_range, labels, ops.zeros_like(labels)), "int32")
     coords = ops.stack([labels, ops.arange(rows, dtype="int32")], axis=1)
     ids = ops.arange(num_classes, dtype="int32")
     present = ops.any(ops.equal(labels[None, :], ids[:, None]), axis=1)
@@ -239,7 +243,7 @@ def static_class_ids(labels, num_classes, x, arg="labels"):
     fails)."""
     labels, values = _label_vector(labels, x, arg)
     if values is None:
-        return labels
+        return _ids_checked_when_run(labels, num_classes, arg)
     if values.dtype.kind == "f" and not np.array_equal(values, np.round(values)):
         raise ValueError(_NON_INTEGRAL.format(arg))
     outside = values[(values < 0) | (values >= num_classes)]
@@ -252,6 +256,19 @@ def static_class_ids(labels, num_classes, x, arg="labels"):
             )
         )
     return _rows_checked_when_unknown(values.astype(np.int32), x, arg)
+
+
+def _ids_checked_when_run(labels, num_classes, arg):
+    """Traced `labels`: in a TensorFlow graph, checked to lie in ``[0, num_classes)`` when it
+    runs, with the eager message (an InvalidArgumentError). XLA drops the assertion and JAX
+    has none: there the loss is NaN (`_static_class_layout`)."""
+    message = checks.invalid(arg, f"class ids in [0, num_classes={num_classes})", "<another id>")
+    return checks.checked_when_run(
+        labels,
+        lambda tf: tf.debugging.assert_equal(
+            tf.reduce_all((labels >= 0) & (labels < num_classes)), True, message=message
+        ),
+    )
 
 
 def first_row_ids(labels):

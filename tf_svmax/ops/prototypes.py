@@ -105,10 +105,21 @@ def fit_prototypes(histograms, embeddings, weights, *, ridge=0.05):
     if b is not None and m is not None and b < m:
         # b x b form: Z^T (Z Z^T + ridge I)^{-1} Y (the push-through identity).
         gram = _backend.matmul(z, z, transpose_b=True) + ridge * ops.eye(b, dtype=z.dtype)
-        return _backend.matmul(z, ops.solve(gram, y), transpose_a=True)
+        return _backend.matmul(z, _solve(gram, y), transpose_a=True)
     # m x m form (Eq. 2.8): (Z^T Z + ridge I)^{-1} Z^T Y.
     gram = _backend.matmul(z, z, transpose_a=True) + ridge * ops.eye(ops.shape(z)[1], dtype=z.dtype)
-    return ops.solve(gram, _backend.matmul(z, y, transpose_a=True))
+    return _solve(gram, _backend.matmul(z, y, transpose_a=True))
+
+
+def _solve(gram, rhs):
+    """``gram^{-1} rhs``, NaN where `gram` holds NaN or inf (NaN in, NaN out): TensorFlow's
+    `MatrixSolve` raises "Input matrix is not invertible" on one (in a graph's backward pass),
+    naming no argument. Such a gram is replaced by the identity before the solve (its gradient
+    then 0, not NaN) and the result by NaN after."""
+    finite = ops.all(ops.isfinite(gram))
+    safe = ops.where(finite, gram, ops.eye(ops.shape(gram)[0], dtype=gram.dtype))
+    solution = ops.solve(safe, rhs)
+    return ops.where(finite, solution, ops.full_like(solution, float("nan")))
 
 
 def cross_batch_embeddings(histograms, embeddings, fit_mask, *, ridge=0.05):

@@ -398,9 +398,14 @@ def batched_nuclear_norm(matrices):
     """
     matrices = ops.convert_to_tensor(matrices)
     dtype = keras.backend.standardize_dtype(matrices.dtype)
-    compute = checks.compute_dtype(dtype)
-    norms = ops.sum(ops.svd(ops.cast(matrices, compute), compute_uv=False), axis=-1)
-    return ops.cast(norms, dtype)
+    matrices = ops.cast(matrices, checks.compute_dtype(dtype))
+    # A matrix holding NaN or inf has NaN for its norm, on every backend: PyTorch's SVD raises
+    # on one (a raw `_LinAlgError`), so such matrices are zeroed before it (their gradient is
+    # then 0, not NaN) and their norm set to NaN after.
+    finite = ops.all(ops.isfinite(matrices), axis=(-2, -1))
+    safe = ops.where(finite[..., None, None], matrices, ops.zeros_like(matrices))
+    norms = ops.sum(ops.svd(safe, compute_uv=False), axis=-1)
+    return ops.cast(ops.where(finite, norms, ops.full_like(norms, np.nan)), dtype)
 
 
 def _is_static_int(value):
