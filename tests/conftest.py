@@ -18,6 +18,7 @@ ALL_BACKENDS = (
     "test_backend_ops.py",
     "test_checks.py",
     "test_docs_backends.py",
+    "data/test_pk_sampler.py",
     "losses/test_center_backends.py",
     "losses/test_common.py",
     "losses/test_data_parallel_backends.py",
