@@ -38,6 +38,7 @@ ALL_BACKENDS = (
     "ops/test_ring.py",
     "ops/test_spectral.py",
     "regularizers/test_spectral_regularizers_backends.py",
+    "trainers/harness/test_runtime.py",
 )
 
 

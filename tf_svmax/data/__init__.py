@@ -11,6 +11,7 @@ not installed, reading one raises an ImportError naming the install command).
 """
 
 import importlib
+import typing
 
 from tf_svmax import _backend
 from tf_svmax.data.datasets import (
@@ -32,6 +33,28 @@ from tf_svmax.data.subsets import (
     long_tailed_subset,
     split_per_class,
 )
+
+if typing.TYPE_CHECKING:  # the tf.data names for static readers (the API docs): see __getattr__
+    from tf_svmax.data.augment import random_view
+    from tf_svmax.data.mixtures import (
+        gaussian_ring,
+        gaussian_ring_batch,
+        random_mode_weights,
+        sample_gaussian_ring,
+    )
+    from tf_svmax.data.preprocessing import (
+        cached_image_loader,
+        decode_image,
+        decoded_image_cache,
+        default_resize_size,
+        image_dataset,
+        image_loader,
+        random_crop_and_flip,
+        test_transform,
+        train_transform,
+        unreadable_images,
+    )
+    from tf_svmax.data.sampler import pk_batches, pk_index_batches
 
 # The names whose modules compute with TensorFlow (tf.data, tf.image): module -> names.
 _TF_DATA = {

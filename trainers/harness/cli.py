@@ -31,14 +31,13 @@ EXIT_COMPLETED, EXIT_DIVERGED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 def interrupted_message(config):
     """One line: where the run stopped and how to resume it."""
-    if config is None or "tensorflow" not in sys.modules:  # stopped while checking the flags
+    if config is None or "keras" not in sys.modules:  # stopped while checking the flags
         return "interrupted before the run started."
-    import tensorflow as tf  # imported before the run started
+    from trainers.harness import runtime  # Keras was imported before the run started
 
-    latest = tf.train.latest_checkpoint(layout(config.output_dir)["checkpoints"])
-    if latest is None:
+    step = runtime.latest_checkpoint_step(layout(config.output_dir)["checkpoints"])
+    if not step:
         return "interrupted before the first checkpoint; the same command starts the run anew."
-    step = int(latest.rsplit("-", 1)[-1])
     return (
         f"interrupted; the checkpoint of step {step} in {config.output_dir} is kept. Run the "
         "same command to resume from it."

@@ -11,7 +11,6 @@ import numpy as np
 
 from tf_svmax import data, losses, metrics, models, ops
 from trainers.harness import image_data
-from trainers.harness.distribute import local_copy
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.run_dir import layout
 from trainers.retrieval.config import (
@@ -43,31 +42,32 @@ def train_retrieval(config, *, callbacks=()):
         or its record is damaged (`trainers.harness.run_dir`).
     """
     started = time.perf_counter()
-    config, split, embedding_model, strategy = setup(config)
-    evaluated = local_copy(embedding_model, strategy)  # multi_worker: the chief's own copy
-    with strategy.scope():  # the training head, the loss's state, the optimizer's slots
+    config, split, embedding_model, distribution = setup(config)
+    evaluated = distribution.local_copy(embedding_model)  # multi_worker: the chief's own copy
+    with distribution.scope():  # the training head, the loss's state, the optimizer's slots
         job = _job(config, split, embedding_model, callbacks, evaluated)
+    job.distribution = distribution
     return run_job(job, RetrievalConfig, started)
 
 
 def setup(config):
-    """``(config, (train, test, input_shape, loaders), embedding_model, strategy)``, in the order
-    a run takes them: the config resolved but for P before any data is read (bad flags refused
-    first), the strategy and the seed (`image_data.start`), the split, P settled with its
-    training classes (the one fact of the data the config needs), and the embedding model — so
-    the same config always gives the same initial weights."""
+    """``(config, (train, test, input_shape, loaders), embedding_model, distribution)``, in the
+    order a run takes them: the config resolved but for P before any data is read (bad flags
+    refused first), the distribution and the seed (`image_data.start`), the split, P settled
+    with its training classes (the one fact of the data the config needs), and the embedding
+    model — so the same config always gives the same initial weights."""
     config = resolve_before_data(config)
-    strategy = image_data.start(config)
+    distribution = image_data.start(config)
     split = load_split(config)  # its loaders at the --input_size resolved before the data
     config = with_training_classes(config, num_train_classes=len(np.unique(split[0][1])))
-    with image_data.model_scope(strategy, config):
+    with image_data.model_scope(distribution, config):
         embedding_model = models.build_embedding_model(
             config.backbone,
             input_shape=split[2],
             embedding_dim=config.embedding_dim,
             weights=config.weights,
         )
-    return config, split, embedding_model, strategy
+    return config, split, embedding_model, distribution
 
 
 def _job(config, split, embedding_model, callbacks, evaluated):
