@@ -24,12 +24,15 @@ Nothing here imports TensorFlow on JAX or PyTorch unless tf.data input is asked 
 """
 
 import dataclasses
+import glob
 import importlib.util
+import os
 import sys
 
 import keras
 
 from trainers.harness.config import ConfigError
+from trainers.harness.run_dir import RunRefused
 
 BACKEND = keras.backend.backend()
 
@@ -120,6 +123,7 @@ def open_checkpoints(model, state, directory, *, max_to_keep, keep_in=None):
     Raises:
       RunRefused: checkpoints are on disk but none can be read.
     """
+    _refuse_foreign_checkpoints(directory)
     if on_tensorflow():
         return _TensorFlowCheckpoints(model, state, directory, max_to_keep, keep_in)
     if state:
@@ -130,6 +134,25 @@ def open_checkpoints(model, state, directory, *, max_to_keep, keep_in=None):
     from trainers.harness import keras_runtime
 
     return keras_runtime.WeightsCheckpoints(model, directory, max_to_keep)
+
+
+# Each runtime's checkpoint files (a step's record): TensorFlow's index, Keras' step record.
+_FORMATS = {"tensorflow": "ckpt-*.index", "keras": "ckpt-*.json"}
+
+
+def _refuse_foreign_checkpoints(directory):
+    """Raises RunRefused when `directory` holds the other runtime's checkpoints (a run begun on
+    another backend): resuming would silently start over beside its records."""
+    own, other = ("tensorflow", "keras") if on_tensorflow() else ("keras", "tensorflow")
+    if glob.glob(os.path.join(directory, _FORMATS[other])) and not glob.glob(
+        os.path.join(directory, _FORMATS[own])
+    ):
+        began = "TensorFlow" if other == "tensorflow" else "JAX or PyTorch"
+        raise RunRefused(
+            f"The checkpoints in {directory} were written on {began} (another Keras backend "
+            f"than this process's {BACKEND}); resume the run with the backend it began on, or "
+            "move the folder away to start anew."
+        )
 
 
 def latest_checkpoint_step(directory):

@@ -168,3 +168,15 @@ def test_what_this_backend_cannot_distribute_is_refused_in_one_sentence():
         "devices": [],
         "backend": runtime.BACKEND,
     }
+
+
+def test_a_run_folder_of_another_backend_is_refused(tmp_path):
+    config = ToyConfig(output_dir=str(tmp_path / "run"))
+    with pytest.raises(KeyboardInterrupt):
+        run_job(_job(config, [StopAfter(4)]), ToyConfig, started=0.0)  # checkpoint 3 kept
+    folder = tmp_path / "run" / "checkpoints"
+    for path in folder.iterdir():  # as the run would have left them on the other backend
+        path.unlink()
+    (folder / ("ckpt-3.json" if runtime.on_tensorflow() else "ckpt-3.index")).write_text("{}")
+    with pytest.raises(RunRefused, match="were written on .* resume the run with the backend"):
+        run_job(_job(config), ToyConfig, started=0.0)
