@@ -4,9 +4,9 @@ Keras 3.
 On Keras' TensorFlow backend every subpackage is imported here (and its Keras objects
 registered, so ``.keras`` files load without ``custom_objects``). On JAX and PyTorch the
 backend-neutral part is, and no TensorFlow: `tf_svmax.ops`, `tf_svmax.checks`,
-`tf_svmax.regularizers`, and
-`tf_svmax.losses` and `tf_svmax.metrics` whose TensorFlow-only names refuse one by one; the other
-subpackages refuse with one sentence when imported (`tf_svmax._backend`).
+`tf_svmax.losses`, `tf_svmax.regularizers`, `tf_svmax.metrics` and `tf_svmax.models`; the other
+subpackages refuse with one sentence when imported or, where TensorFlow need only be installed
+(`tf_svmax.data`), import it then (`tf_svmax._backend`).
 """
 
 __version__ = "0.1.0"
@@ -40,14 +40,14 @@ if _backend.BACKEND == "tensorflow":
         "__version__",
     ]
 else:
-    from tf_svmax import checks, losses, metrics, ops, regularizers  # noqa: E402
+    from tf_svmax import checks, losses, metrics, models, ops, regularizers  # noqa: E402
 
-    __all__ = ["checks", "losses", "metrics", "ops", "regularizers", "__version__"]
+    __all__ = ["checks", "losses", "metrics", "models", "ops", "regularizers", "__version__"]
 
     def __getattr__(name):
-        """``tf_svmax.models`` and the other TensorFlow subpackages on JAX/PyTorch: their import's
-        one-sentence refusal instead of an AttributeError."""
-        if name in ("data", "models", "records", "training"):
+        """``tf_svmax.data`` and the other subpackages not imported above on JAX/PyTorch: imported
+        on first use (or their import's one-sentence refusal) instead of an AttributeError."""
+        if name in ("data", "records", "training"):
             import importlib
 
             return importlib.import_module(f"tf_svmax.{name}")

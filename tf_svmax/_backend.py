@@ -75,6 +75,18 @@ def refusing_getattr(package):
     return __getattr__
 
 
+def num_replicas_in_sync():
+    """How many replicas each compute a part of the batch in the current distribution context:
+    the `tf.distribute` strategy's on TensorFlow, else 1 (JAX's `keras.distribution.
+    DataParallel` computes on the global batch, sharded by XLA, so a layer's batch statistics
+    are the global batch's already; PyTorch: one device in Keras 3.15)."""
+    if BACKEND != "tensorflow":
+        return 1
+    import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
+    return tf.distribute.get_strategy().num_replicas_in_sync
+
+
 def jax_without_x64():
     """True on the JAX backend while `jax_enable_x64` is off (its default)."""
     if keras.backend.backend() != "jax":

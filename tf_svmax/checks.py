@@ -60,6 +60,7 @@ __all__ = [
     "invalid",
     "label_kind",
     "label_vector",
+    "mode_weights",
     "progress_verbosity",
     "same_rows",
     "static_shape",
@@ -74,6 +75,19 @@ __all__ = [
 
 
 # NumPy arrays and class labels.
+
+
+def mode_weights(weights, num_modes):
+    """A mixture's `[num_modes]` mode `weights` as a float64 array normalised to sum 1, or None
+    (equal weights) for None; raises ValueError naming `weights` otherwise."""
+    if weights is None:
+        return None
+    w = np.asarray(weights, dtype=np.float64)
+    expected = f"{num_modes} non-negative finite numbers (one per mode) with a positive sum"
+    if w.shape != (num_modes,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        shown = w.tolist() if w.size <= 16 else f"an array of shape {w.shape}"
+        raise ValueError(invalid("weights", expected, shown))
+    return w / w.sum()
 
 
 def finite_matrix(x, arg, *, dtype=np.float64, min_rows=1):

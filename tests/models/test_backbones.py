@@ -1,9 +1,11 @@
-"""The small backbones and their weights files (`tf_svmax/models/backbones.py`)."""
+"""The small backbones and their weights files (`tf_svmax/models/backbones.py`), on every Keras
+backend (tests/conftest.py ALL_BACKENDS)."""
 
 import keras
 import numpy as np
 import pytest
 
+from tests.backends import to_numpy
 from tf_svmax import models
 
 SHAPE = (32, 32, 1)
@@ -63,7 +65,9 @@ def test_a_backbone_weights_file_loads_into_the_embedding_and_two_head_models(ba
     images = rng.uniform(size=(4, *SHAPE)).astype("float32")
     pooled = keras.Model(embedding.input, embedding.get_layer("embedding").input)
     # Random weights blow the deep network up (to ~1e17): a relative tolerance.
-    np.testing.assert_allclose(pooled.predict(images, verbose=0), source(images), rtol=1e-4)
+    np.testing.assert_allclose(
+        pooled.predict(images, verbose=0), to_numpy(source(images)), rtol=1e-4
+    )
 
     two_head = models.build_two_head_model(
         backbone, input_shape=SHAPE, num_classes=3, embedding_dim=8, weights=path

@@ -1,9 +1,11 @@
-"""The two-head model: heads on the pooled and the unpooled map (Eqs. 5.8, 5.9)."""
+"""The two-head model: heads on the pooled and the unpooled map (Eqs. 5.8, 5.9), on every
+Keras backend (tests/conftest.py ALL_BACKENDS)."""
 
 import keras
 import numpy as np
 import pytest
 
+from tests.backends import to_numpy
 from tf_svmax import models
 
 
@@ -13,12 +15,12 @@ def test_logits_on_the_pooled_map_and_embedding_on_the_flattened_map():
         "small_cnn_bn", input_shape=(16, 16, 1), num_classes=7, embedding_dim=12
     )
     x = np.random.default_rng(0).random((5, 16, 16, 1)).astype("float32")
-    out = model(x, training=False)
+    out = {name: to_numpy(value) for name, value in model(x, training=False).items()}
     assert out["logits"].shape == (5, 7) and out["embedding"].shape == (5, 12)
     np.testing.assert_allclose(np.linalg.norm(out["embedding"], axis=1), 1.0, rtol=1e-5)
     # Independent recomputation from the last feature map h.
     h_layer = model.get_layer("flatten_h").input
-    h = np.asarray(keras.Model(model.input, h_layer)(x, training=False))
+    h = to_numpy(keras.Model(model.input, h_layer)(x, training=False))
     pooled = h.mean(axis=(1, 2))
     np.testing.assert_allclose(out["features"], pooled, rtol=1e-5, atol=1e-6)
     w, b = model.get_layer("logits").get_weights()
@@ -39,7 +41,9 @@ def test_single_head_has_no_embedding_and_saves(tmp_path):
     model.save(path)
     x = np.ones((2, 8, 8, 1), "float32")
     np.testing.assert_allclose(
-        keras.saving.load_model(path)(x)["logits"], model(x)["logits"], rtol=1e-6
+        to_numpy(keras.saving.load_model(path)(x)["logits"]),
+        to_numpy(model(x)["logits"]),
+        rtol=1e-6,
     )
 
 

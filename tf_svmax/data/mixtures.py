@@ -22,16 +22,9 @@ def _check(num_modes, radius, std):
     return num_modes, radius, std
 
 
-def check_weights(weights, num_modes):
-    """`weights` as a float64 array normalised to sum 1, or None for equal weights."""
-    if weights is None:
-        return None
-    w = np.asarray(weights, dtype=np.float64)
-    expected = f"{num_modes} non-negative finite numbers (one per mode) with a positive sum"
-    if w.shape != (num_modes,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-        shown = w.tolist() if w.size <= 16 else f"an array of shape {w.shape}"
-        raise ValueError(checks.invalid("weights", expected, shown))
-    return w / w.sum()
+# The validator lives in `tf_svmax.checks` (the NumPy-only metrics, `mode_coverage`, use it on
+# every backend without importing this tf.data module).
+check_weights = checks.mode_weights
 
 
 def random_mode_weights(num_modes=8, *, seed=0):

@@ -51,7 +51,7 @@ def _l2_normalize(x):
         import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
 
         return tf.math.l2_normalize(x, axis=1)
-    return distances._l2_normalize_rows(x)
+    return distances.l2_normalize_rows(x)
 
 
 def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows, valid=None):

@@ -1,11 +1,17 @@
-"""A Keras callback that evaluates retrieval on a held-out split during training."""
+"""A Keras callback that evaluates retrieval on a held-out split during training, on every
+Keras backend (TensorFlow need not be installed)."""
+
+import json
+import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 
-from tf_svmax import checks
+from tf_svmax import _backend, checks
 from tf_svmax.metrics import retrieval
+
+# The summary file in `log_dir`: one JSON object per evaluation, on every backend.
+SCALARS_FILE = "scalars.jsonl"
 
 
 class RetrievalEvaluation(keras.callbacks.Callback):
@@ -14,17 +20,24 @@ class RetrievalEvaluation(keras.callbacks.Callback):
     Per-epoch results are added to the epoch logs as ``<prefix><metric>`` (so they appear in
     ``model.fit(...).history`` and in later callbacks such as `keras.callbacks.CSVLogger`); every
     evaluation is also appended to `self.history` (with its epoch and optimizer step) and, with
-    `log_dir`, written to TensorBoard at the optimizer step.
+    `log_dir`, written there: on every backend as one JSON line per evaluation in
+    ``log_dir/scalars.jsonl`` (``{"step", "epoch", "<prefix><metric>", ...}``), and on the
+    TensorFlow backend also as TensorBoard scalars at the optimizer step. (Not on JAX or PyTorch
+    where TensorFlow happens to be installed: importing it into such a process would initialise
+    its GPUs and take their memory.)
 
     Args:
-      data: Test inputs: an array (with `labels`) or a `tf.data.Dataset` of `(inputs, labels)`
-        batches, iterated in order once per evaluation.
-      labels: `[n]` labels when `data` is an array.
+      data: Test inputs: an array (with `labels`), or an iterable of `(inputs, labels)` or
+        `(inputs, labels, sample_weights)` batches iterated in order once per evaluation (a
+        `keras.utils.PyDataset`, a `tf.data.Dataset`, a list), or a function of no arguments
+        returning such an iterable (a generator function: a generator itself is spent after one
+        evaluation).
+      labels: `[n]` labels when `data` is an array, else None.
       every_n_epochs: Evaluate after every N-th epoch (default 1).
       every_n_steps: Evaluate every N optimizer steps instead (exclusive with `every_n_epochs`);
         with ``steps_per_execution > 1``, once after each execution that passed a multiple of N.
       prefix: Prepended to the metric names in logs and TensorBoard.
-      log_dir: TensorBoard directory for the scalars, or None.
+      log_dir: Directory for the scalars (see above), or None.
       batch_size: Batch size for embedding an array `data`.
       verbose: 1 prints one line per evaluation.
       **evaluate_kwargs: Passed to `evaluate_retrieval` (`ks`, `kmeans_max_iter`, ...).
@@ -59,11 +72,11 @@ class RetrievalEvaluation(keras.callbacks.Callback):
             )
         else:
             every_n_steps = checks.check_positive_int(every_n_steps, "every_n_steps")
-        if isinstance(data, tf.data.Dataset):
+        if not _is_array(data):
             if labels is not None:
                 raise ValueError(
-                    "Invalid value for argument `labels`. Expected None when `data` is a "
-                    "tf.data.Dataset of (inputs, labels). Received: an array of labels."
+                    "Invalid value for argument `labels`. Expected None when `data` is an "
+                    "iterable of (inputs, labels) batches. Received: an array of labels."
                 )
         elif labels is None:
             raise ValueError(
@@ -82,22 +95,29 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         self._last_step = 0
 
     def embed(self):
-        """`(embeddings, labels)` of the test split under the current weights."""
-        if isinstance(self.data, tf.data.Dataset):
-            outputs, labels = [], []
-            for batch in self.data:
-                if not isinstance(batch, (tuple, list)) or len(batch) < 2:
-                    raise ValueError(
-                        "Invalid value for argument `data`: expected a dataset of "
-                        "`(inputs, labels)` or `(inputs, labels, sample_weights)` batches. "
-                        f"Received a batch of type {type(batch).__name__}."
-                    )
-                inputs, batch_labels = batch[0], batch[1]  # sample weights are not used
-                outputs.append(np.asarray(self.model(inputs, training=False)))
-                labels.append(np.asarray(batch_labels))
-            return np.concatenate(outputs), np.concatenate(labels)
-        embeddings = self.model.predict(self.data, batch_size=self.batch_size, verbose=0)
-        return np.asarray(embeddings), np.asarray(self.labels)
+        """`(embeddings, labels)` of the test split under the current weights, as NumPy."""
+        if _is_array(self.data):
+            embeddings = self.model.predict(self.data, batch_size=self.batch_size, verbose=0)
+            return np.asarray(embeddings), np.asarray(self.labels)
+        outputs, labels = [], []
+        batches = self.data() if callable(self.data) else self.data
+        for batch in batches:
+            if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+                raise ValueError(
+                    "Invalid value for argument `data`: expected a dataset of "
+                    "`(inputs, labels)` or `(inputs, labels, sample_weights)` batches. "
+                    f"Received a batch of type {type(batch).__name__}."
+                )
+            inputs, batch_labels = batch[0], batch[1]  # sample weights are not used
+            outputs.append(keras.ops.convert_to_numpy(self.model(inputs, training=False)))
+            labels.append(np.asarray(batch_labels))
+        if not outputs:
+            raise ValueError(
+                "Invalid value for argument `data`: expected at least one `(inputs, labels)` "
+                "batch. Received: no batches (a generator is spent after one evaluation; pass "
+                "the function that makes it)."
+            )
+        return np.concatenate(outputs), np.concatenate(labels)
 
     def evaluate(self, step=None, epoch=None):
         """Evaluates now; returns and records the result dict.
@@ -113,25 +133,41 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         embeddings, labels = self.embed()
         results = retrieval.evaluate_retrieval(embeddings, labels, **self.evaluate_kwargs)
         if step is None:
-            optimizer = getattr(self.model, "optimizer", None)  # absent on an uncompiled model
-            step = int(optimizer.iterations.numpy()) if optimizer is not None else 0
+            step = self._optimizer_step()
         record = {"epoch": self._epoch, "step": step, **results}
         self.history.append(record)
         metrics = retrieval.split_retrieval_results(results)["metrics"]
-        self._write_tensorboard(step, metrics)
+        self._write_summaries(step, metrics)
         if self.verbose:
             shown = ", ".join(f"{k}={v:.4f}" for k, v in metrics.items())
             print(f"[retrieval @ step {step}] {shown}", flush=True)
         return record
 
-    def _write_tensorboard(self, step, metrics):
+    def _optimizer_step(self):
+        """The model's optimizer iterations; 0 for an uncompiled model (no optimizer)."""
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is None:
+            return 0
+        return int(keras.ops.convert_to_numpy(optimizer.iterations))
+
+    def _write_summaries(self, step, metrics):
         if self.log_dir is None:
             return
+        os.makedirs(self.log_dir, exist_ok=True)
+        scalars = {self.prefix + key: float(value) for key, value in metrics.items()}
+        with open(os.path.join(self.log_dir, SCALARS_FILE), "a", encoding="utf-8") as file:
+            file.write(json.dumps({"step": step, "epoch": self._epoch, **scalars}) + "\n")
+        if _backend.BACKEND == "tensorflow":
+            self._write_tensorboard(step, scalars)
+
+    def _write_tensorboard(self, step, scalars):
+        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only, see the class)
+
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(str(self.log_dir))
         with self._writer.as_default(step=step):
-            for key, value in metrics.items():
-                tf.summary.scalar(self.prefix + key, value)
+            for tag, value in scalars.items():
+                tf.summary.scalar(tag, value)
         self._writer.flush()
 
     def on_epoch_end(self, epoch, logs=None):
@@ -143,15 +179,14 @@ class RetrievalEvaluation(keras.callbacks.Callback):
                 logs.update({self.prefix + k: v for k, v in metrics.items()})
 
     def on_train_begin(self, logs=None):
-        optimizer = getattr(self.model, "optimizer", None)
-        self._last_step = int(optimizer.iterations.numpy()) if optimizer is not None else 0
+        self._last_step = self._optimizer_step()
 
     def on_train_batch_end(self, batch, logs=None):
         if self.every_n_steps is None:
             return
         # With steps_per_execution > 1 this runs once per execution and the step jumps by
         # several: evaluate whenever a multiple of every_n_steps was passed since the last call.
-        step = int(self.model.optimizer.iterations.numpy())
+        step = self._optimizer_step()
         if step // self.every_n_steps > self._last_step // self.every_n_steps:
             self.evaluate()
         self._last_step = step
@@ -160,3 +195,9 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def _is_array(data):
+    """True for array input (NumPy, a backend tensor: anything with a shape), which `predict`
+    batches; False for an iterable of batches or a function making one."""
+    return hasattr(data, "shape") and not callable(data)

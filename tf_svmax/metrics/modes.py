@@ -11,7 +11,6 @@ represented, ln(num_modes): one mode).
 import numpy as np
 
 from tf_svmax import checks
-from tf_svmax.data.mixtures import check_weights
 
 
 def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01, weights=None):
@@ -46,7 +45,7 @@ def mode_coverage(points, centres, std, *, sigmas=3.0, min_share=0.01, weights=N
     min_share = checks.check_fraction(min_share, "min_share")
     if std == 0:
         raise ValueError(checks.invalid("std", "a float > 0", std))
-    target = check_weights(weights, len(c))
+    target = checks.mode_weights(weights, len(c))
     if target is None:
         target = np.full(len(c), 1.0 / len(c))
     distance = np.sqrt(((x[:, None, :] - c[None]) ** 2).sum(-1))

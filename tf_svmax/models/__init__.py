@@ -1,9 +1,8 @@
-"""Model pieces: embedding networks (backbone + L2-normalised embedding) and heads."""
+"""Model pieces: embedding networks (backbone + L2-normalised embedding) and heads.
 
-# Not backend-neutral yet: on JAX/PyTorch a one-sentence refusal instead of a failure in fit.
-from tf_svmax import _backend
-
-_backend.require_tensorflow_backend("tf_svmax.models")
+Keras layers and `keras.ops` only: every name builds, trains and saves on Keras' TensorFlow, JAX
+and PyTorch backends, with TensorFlow not installed too (a `.keras` file or a backbone's
+``.weights.h5`` loads on any of them)."""
 
 from tf_svmax.models.backbones import (
     APPLICATIONS,

@@ -11,9 +11,8 @@ normalised inside the model by the backbone's own `preprocess_input`.
 """
 
 import keras
-import tensorflow as tf
 
-from tf_svmax import checks
+from tf_svmax import _backend, checks
 from tf_svmax_args import (  # noqa: F401 (tf_svmax.models' names, re-exported)
     APPLICATIONS,
     BACKBONES,
@@ -51,8 +50,9 @@ class ApplicationPreprocessing(keras.layers.Layer):
 def _batch_norm():
     # Built under a multi-replica tf.distribute strategy: synchronized statistics (the global
     # batch's, as on one device). Not on one device, where Keras' synchronized path would swap
-    # tf.nn.moments for E[x^2] - E[x]^2 and change the numbers.
-    synchronized = tf.distribute.get_strategy().num_replicas_in_sync > 1
+    # tf.nn.moments for E[x^2] - E[x]^2 and change the numbers, nor on JAX, whose DataParallel
+    # computes the statistics on the global batch itself.
+    synchronized = _backend.num_replicas_in_sync() > 1
     return keras.layers.BatchNormalization(synchronized=synchronized)
 
 

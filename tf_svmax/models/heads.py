@@ -1,10 +1,11 @@
 """Layers that sit on top of an embedding."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from tf_svmax import checks
+from tf_svmax import _backend, checks
 from tf_svmax.ops import prototypes
+from tf_svmax.ops.distances import l2_normalize_rows
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -27,9 +28,10 @@ class CosineProxies(keras.layers.Layer):
         )
 
     def call(self, embeddings):
-        x = tf.math.l2_normalize(embeddings, axis=-1)
-        p = tf.math.l2_normalize(tf.cast(self.proxies, x.dtype), axis=-1)
-        return tf.matmul(x, p, transpose_b=True)
+        # tf.math.l2_normalize's formula (a zero row stays zero), on every backend.
+        x = l2_normalize_rows(embeddings)
+        p = l2_normalize_rows(ops.cast(self.proxies, x.dtype))
+        return _backend.matmul(x, p, transpose_b=True)
 
     def get_config(self):
         return {**super().get_config(), "num_classes": self.num_classes}
@@ -61,8 +63,8 @@ class PrototypeHistograms(keras.layers.Layer):
         )
 
     def call(self, feature_map):
-        shape = tf.shape(feature_map)
-        features = tf.reshape(feature_map, [shape[0], -1, shape[-1]])
+        shape = ops.shape(feature_map)  # the batch is a tensor where it is not static
+        features = ops.reshape(feature_map, (shape[0], -1, shape[-1]))
         return prototypes.prototype_histograms(features, self.prototypes, epsilon=self.epsilon)
 
     def compute_output_shape(self, input_shape):

@@ -91,19 +91,19 @@ def angular_distance(feature, *, rows=None):
       `[n, n]` (or `[count, n]`) tensor of the dtype of `feature`.
     """
     x, dtype = checks.float_matrix(feature, "feature")  # half precision computed in float32
-    unit = _l2_normalize_rows(x)
+    unit = l2_normalize_rows(x)
     queries, _, _ = _row_range(unit, rows)
     # Rounding can push 1 - cos slightly below zero for (near-)identical rows.
     distances = _at_least(1.0 - _backend.matmul(queries, unit, transpose_b=True), 0.0)
     return ops.cast(distances, dtype)
 
 
-# The floor of a row's squared norm in `_l2_normalize_rows`, tf.math.l2_normalize's: a zero row
+# The floor of a row's squared norm in `l2_normalize_rows`, tf.math.l2_normalize's: a zero row
 # is scaled by 1/sqrt(1e-12) = 1e6 (staying zero) instead of being divided by zero.
 _NORMALIZE_EPSILON = 1e-12
 
 
-def _l2_normalize_rows(x):
+def l2_normalize_rows(x):
     """``x / sqrt(max(|x|^2, 1e-12))`` row by row: tf.math.l2_normalize's formula and order of
     operations (TFA's angular distance uses it), with finite gradients at zero rows on every
     backend. (`keras.ops.normalize` clips ``rsqrt(|x|^2)`` after taking it: an infinite rsqrt
