@@ -45,6 +45,7 @@ ALL_BACKENDS = (
     "ops/test_ring.py",
     "ops/test_spectral.py",
     "regularizers/test_spectral_regularizers_backends.py",
+    "training/test_schedules.py",
     "trainers/harness/test_runtime.py",
 )
 

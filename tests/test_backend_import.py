@@ -39,36 +39,49 @@ def test_the_core_imports_no_tensorflow_and_runs(backend):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-PACKAGES = ("training",)
-
-
 @pytest.mark.parametrize("backend", ["jax", "torch"])
-def test_a_tensorflow_backend_package_refuses_in_one_sentence(backend):
-    """Both ways in (``import tf_svmax.losses`` and ``tf_svmax.losses``), one process per
-    backend, each refusal's message printed on its own line."""
+def test_training_has_its_schedule_and_refuses_the_tensorflow_pieces_by_name(backend):
+    """tf_svmax.training imports without TensorFlow with its schedule (the closed form's value
+    at the middle of the decay); each TensorFlow-only name refuses in one sentence saying why,
+    both ways in (``from tf_svmax.training import X`` and ``tf_svmax.training.X``)."""
     done = _python(
-        "import importlib, tf_svmax\n"
-        f"for name in {PACKAGES!r}:\n"
-        "    for get in (lambda: importlib.import_module('tf_svmax.' + name),\n"
-        "                lambda: getattr(tf_svmax, name)):\n"
+        NO_TENSORFLOW + "import tf_svmax\n"
+        "from tf_svmax.training import ConstantThenPolynomialDecay\n"
+        "print(round(float(ConstantThenPolynomialDecay(1.0, 100, 0.0)(75)), 6))\n"
+        "for name in ('ContrastiveModel', 'FunctionalAdam'):\n"
+        "    for get in (lambda: __import__('tf_svmax.training', fromlist=[name]),\n"
+        "                lambda: getattr(tf_svmax.training, name)):\n"
         "        try:\n"
-        "            get()\n"
+        "            getattr(get(), name)\n"
         "            print('imported', name)\n"
         "        except ImportError as error:\n"
-        "            print(error)\n",
+        "            print(error)\n"
+        "try:\n"
+        "    tf_svmax.training.NoSuchName\n"
+        "except AttributeError:\n"
+        "    print('AttributeError')\n",
         backend,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    expected = [
-        f"tf_svmax.{name} runs on Keras' TensorFlow backend only; this process uses "
-        f"KERAS_BACKEND='{backend}'. On {backend} use the backend-neutral tf_svmax.ops, "
-        "tf_svmax.checks, tf_svmax.regularizers, and the losses and spectral metrics that the "
-        "Backends page lists, or set KERAS_BACKEND=tensorflow before Keras is imported (see the "
-        "Backends page of the docs)."
-        for name in PACKAGES
-        for _ in range(2)
-    ]
-    assert done.stdout.strip().splitlines() == expected
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "0.5"
+    tail = (
+        f"; this process uses KERAS_BACKEND='{backend}'. On {backend} use the backend-neutral "
+        "tf_svmax.ops, tf_svmax.checks, tf_svmax.losses, tf_svmax.regularizers, "
+        "tf_svmax.metrics, tf_svmax.models and the schedules of tf_svmax.training, or set "
+        "KERAS_BACKEND=tensorflow before Keras is imported (see the Backends page of the docs)."
+    )
+    for line in lines[1:3]:
+        assert line.startswith(
+            "tf_svmax.training.ContrastiveModel runs on Keras' TensorFlow backend only "
+            "(ContrastiveModel's train step takes its gradient with tf.GradientTape"
+        ) and line.endswith(tail)
+    for line in lines[3:5]:
+        assert line.startswith(
+            "tf_svmax.training.FunctionalAdam runs on Keras' TensorFlow backend only (the "
+            "unrolled GAN's Adam"
+        ) and line.endswith(tail)
+    assert lines[5:] == ["AttributeError"]
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])

@@ -2,9 +2,9 @@
 library that need TensorFlow (installed, or as the backend).
 
 Keras fixes its backend at its first import (``KERAS_BACKEND``, else ``~/.keras/keras.json``).
-The backend-neutral core runs on TensorFlow, JAX and PyTorch; what is TensorFlow by nature
-(tf.data input, tf.distribute gathers, TensorFlow train steps and checkpoints) and what is not yet
-ported say so here instead of failing deep inside a stack.
+The backend-neutral library runs on TensorFlow, JAX and PyTorch; what is TensorFlow by nature
+(tf.data input, tf.distribute gathers, TensorFlow train steps and checkpoints) says so here
+instead of failing deep inside a stack.
 
 Also the library's per-backend probes and dispatch, asked while computing: whether a trace will be
 compiled by XLA (`in_xla_context`), whether JAX runs without 64-bit types (`jax_without_x64`),
@@ -20,8 +20,8 @@ from keras import ops
 BACKEND = keras.backend.backend()
 # What runs on every backend today, as the refusal names it; docs/guide/backends.md has the table.
 NEUTRAL = (
-    "tf_svmax.ops, tf_svmax.checks, tf_svmax.regularizers, and the losses and spectral metrics "
-    "that the Backends page lists"
+    "tf_svmax.ops, tf_svmax.checks, tf_svmax.losses, tf_svmax.regularizers, tf_svmax.metrics, "
+    "tf_svmax.models and the schedules of tf_svmax.training"
 )
 INSTALL = "pip install 'tf_svmax[cpu]' (or 'tf_svmax[gpu]', or your own tensorflow>=2.16)"
 
@@ -51,26 +51,28 @@ def require_tensorflow_backend(module):
     return require_tensorflow(module)
 
 
-def tensorflow_backend_only(module):
-    """The ImportError of `require_tensorflow_backend`, for `module` (or one of its names)."""
+def tensorflow_backend_only(module, why=None):
+    """The ImportError of `require_tensorflow_backend`, for `module` (or one of its names), with
+    the reason `why` where one is given."""
+    because = f" ({why})" if why else ""
     return ImportError(
-        f"{module} runs on Keras' TensorFlow backend only; this process uses "
+        f"{module} runs on Keras' TensorFlow backend only{because}; this process uses "
         f"KERAS_BACKEND={BACKEND!r}. On {BACKEND} use the backend-neutral "
         f"{NEUTRAL}, or set KERAS_BACKEND=tensorflow before Keras is imported "
         "(see the Backends page of the docs)."
     )
 
 
-def refusing_getattr(package):
-    """A module ``__getattr__`` for a package that imports on every backend but whose public
-    names are TensorFlow-only for now: each such name raises `tensorflow_backend_only`'s
-    ImportError (so ``from package import Name`` shows it too); dunder and private names stay
-    AttributeErrors."""
+def refusing_getattr(package, reasons):
+    """A module ``__getattr__`` for a package that imports on every backend but some of whose
+    public names are TensorFlow by nature: each name of `reasons` (name -> why) raises
+    `tensorflow_backend_only`'s ImportError with its reason (so ``from package import Name``
+    shows it too); any other name stays an AttributeError."""
 
     def __getattr__(name):
-        if name.startswith("_"):
+        if name not in reasons:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        raise tensorflow_backend_only(f"{package}.{name}")
+        raise tensorflow_backend_only(f"{package}.{name}", reasons[name])
 
     return __getattr__
 

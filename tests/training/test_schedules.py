@@ -1,4 +1,5 @@
-"""ConstantThenPolynomialDecay: values against the closed form, checks, serialization."""
+"""ConstantThenPolynomialDecay: values against the closed form, checks, serialization, on every
+Keras backend (tests/conftest.py ALL_BACKENDS)."""
 
 import keras
 import numpy as np
@@ -46,3 +47,12 @@ def test_round_trip_and_the_old_registered_name():
 def test_bad_arguments_are_refused_by_name(kwargs, argument):
     with pytest.raises(ValueError, match=f"`{argument}`"):
         ConstantThenPolynomialDecay(**kwargs)
+
+
+def test_drives_an_optimizer_in_fit():
+    # 3 steps of 4: the rate read at step 3 is halfway down the decay (the closed form).
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(ConstantThenPolynomialDecay(0.1, 4, 0.0)), loss="mse")
+    model.fit(np.ones((6, 2)), np.zeros((6, 1)), batch_size=2, epochs=1, verbose=0)
+    assert int(keras.ops.convert_to_numpy(model.optimizer.iterations)) == 3
+    assert float(model.optimizer.learning_rate) == pytest.approx(0.05, rel=1e-6)

@@ -1,7 +1,7 @@
-"""Learning-rate schedules of the papers' training protocols."""
+"""Learning-rate schedules of the papers' training protocols (`keras.ops`: every backend)."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tf_svmax import checks
 
@@ -33,10 +33,11 @@ class ConstantThenPolynomialDecay(keras.optimizers.schedules.LearningRateSchedul
         )
 
     def __call__(self, step):
-        step = tf.cast(step, tf.float32)
+        # The optimizer's int64 iteration count, as float32 for the rate's arithmetic.
+        step = ops.cast(step, "float32")
         half = self.total_steps // 2
         # Progress through the decaying half, clipped to [0, 1]: constant before, end after.
-        progress = tf.clip_by_value((step - half) / max(self.total_steps - half, 1), 0.0, 1.0)
+        progress = ops.clip((step - half) / max(self.total_steps - half, 1), 0.0, 1.0)
         decayed = (self.learning_rate - self.end_learning_rate) * (1.0 - progress)
         return decayed + self.end_learning_rate
 
