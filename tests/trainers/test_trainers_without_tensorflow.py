@@ -1,7 +1,8 @@
 """The trainers on JAX and PyTorch with TensorFlow unimportable (``sys.modules["tensorflow"] =
-None`` in the child: any import of it fails, as where it is not installed): the main job's
-outputs and records, its refusals (exit 2 before any work), and a SIGKILL in the middle, then
-the same command, giving the evaluations of an uninterrupted run on the same backend.
+None`` in the child: any import of it fails, as where it is not installed): the main job's and
+the two-head trainer's outputs and records, their refusals (exit 2 before any work), and a
+SIGKILL in the middle, then the same command, giving the evaluations of an uninterrupted run on
+the same backend.
 
 Each run is a subprocess (the programs define absl flags; a backend is chosen once per
 process), a few steps on the digits set."""
@@ -55,14 +56,20 @@ def _run(backend, program, *flags, kill_at=0):
     )
 
 
-def _flags(output_dir):
+def _flags(output_dir, *extra):
     return [
         f"--output_dir={output_dir}",
         "--dataset=digits",
         "--train_steps=6",
         "--eval_every=2",
         "--verbose=0",
+        *extra,
     ]
+
+
+# The main job, and the two-head trainer with the center loss: its centers live in a layer of
+# the model, so a resume that lost them would train steps 3 to 6 differently.
+PROGRAMS = [("train_retrieval", ()), ("train_two_head", ("--mode=center",))]
 
 
 def _evaluations(output_dir):
@@ -73,22 +80,25 @@ def _evaluations(output_dir):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_main_job_runs_and_resumes_after_sigkill_without_tensorflow(tmp_path, backend):
+@pytest.mark.parametrize("program, extra", PROGRAMS, ids=[p for p, _ in PROGRAMS])
+def test_a_trainer_runs_and_resumes_after_sigkill_without_tensorflow(
+    tmp_path, backend, program, extra
+):
     whole = tmp_path / "whole"
-    done = _run(backend, "train_retrieval", *_flags(whole))
+    done = _run(backend, program, *_flags(whole, *extra))
     assert done.returncode == 0, done.stderr[-3000:]
     record, uninterrupted = _evaluations(whole)
     assert record["status"] == "completed" and record["versions"]["keras_backend"] == backend
     assert record["device"] and record["distribution"]["backend"] == backend
     assert [e["step"] for e in uninterrupted] == [0, 2, 4, 6]
     assert {"recall_at_1", "nmi"} <= set(record["metric_keys"])
-    assert (whole / "embedding_model.keras").exists() and list(whole.glob("*.png"))
+    assert list(whole.glob("*.keras")) and list(whole.glob("*.png"))
     # SIGKILL after step 3 (the checkpoint of step 2 kept), then the same command.
     killed = tmp_path / "killed"
-    cut = _run(backend, "train_retrieval", *_flags(killed), kill_at=3)
+    cut = _run(backend, program, *_flags(killed, *extra), kill_at=3)
     assert cut.returncode == -9, cut.stderr[-3000:]
     assert json.loads((killed / "results.json").read_text())["status"] == "running"
-    again = _run(backend, "train_retrieval", *_flags(killed))
+    again = _run(backend, program, *_flags(killed, *extra))
     assert again.returncode == 0, again.stderr[-3000:]
     record, resumed = _evaluations(killed)
     assert record["resumed_at_steps"] == [2]

@@ -77,4 +77,5 @@ def with_state_layers(model, losses_by_output):
                 outputs[name], wrapped = layer(outputs[name]), True
     if not wrapped:
         return model
-    return keras.Model(model.inputs, outputs, name=model.name)
+    # Its outputs keep their keys (the losses' and the labels'), not the new layers' names.
+    return keras.Model(model.input, outputs, name=model.name)

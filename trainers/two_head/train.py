@@ -34,6 +34,7 @@ def train_two_head(config, *, callbacks=()):
     schedule = keras.optimizers.schedules.PolynomialDecay(
         config.learning_rate, config.train_steps, end_learning_rate=1e-4, power=1.0
     )
+    output_names = tuple(model.output_names)  # every output gets the labels
     with distribution.scope():  # the center loss's centers
         loss, loss_weights, state = build_losses(config, split["num_classes"])
     model = with_state_layers(model, loss)  # JAX, PyTorch: the centers in the model
@@ -47,7 +48,6 @@ def train_two_head(config, *, callbacks=()):
             jit_compile=config.jit_compile,
         )
     train_x, train_y = split["train"]
-    output_names = tuple(model.output_names)  # every output gets the labels
 
     def batches(start_step):
         map_fn = split["loaders"][0] if split["loaders"] else None
