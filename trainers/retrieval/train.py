@@ -24,6 +24,7 @@ from trainers.retrieval.model import (
     build_optimizer,
     build_training_model,
     head_output,
+    spread_out_draws,
 )
 from trainers.retrieval.plots import plot_run
 
@@ -80,12 +81,13 @@ def _job(config, split, embedding_model, callbacks, evaluated):
     memory = (
         losses.CrossBatchMemoryBank(config.xbm_size, name="xbm_memory") if config.xbm_size else None
     )
-    model = build_training_model(config, embedding_model, len(train_classes), memory)
+    draws = spread_out_draws(config)  # JAX, PyTorch: the negatives' seed state in the model
+    model = build_training_model(config, embedding_model, len(train_classes), memory, draws)
     optimizer, schedule = build_optimizer(config)
     head = head_output(config)
     model.compile(
         optimizer=optimizer,
-        loss=build_loss(config, memory),
+        loss=build_loss(config, memory, draws),
         metrics={"embedding": metrics.svmax_metrics()} if head else metrics.svmax_metrics(),
         jit_compile=config.jit_compile,
     )
