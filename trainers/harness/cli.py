@@ -10,7 +10,9 @@
 Flags are defined, parsed and checked (absl's parsing, the config's fields, the trainer's
 `check`: every refusal that needs no data) before TensorFlow is imported: ``--help`` and a
 refused flag return in under a second, without TensorFlow's start-up lines. TensorFlow is
-imported (`trainers.quiet_start`) when the run starts, then the training code.
+imported (`trainers.quiet_start`) when the run starts, where it is Keras' backend (with
+``KERAS_BACKEND=jax`` or ``torch`` nothing is, and TensorFlow need not be installed), then the
+training code.
 
 Exit status: 0 completed, 1 diverged (non-finite loss) or failed (a named cause, e.g. a corrupt
 image), 2 refused (a flag absl cannot parse, a flag combination the trainer cannot run, an
@@ -81,7 +83,8 @@ def exit_status(name, body, interrupted):
 def main(config_class, train, name, argv=None, *, check=None):
     """Defines `config_class`'s flags, parses `argv`, makes the config and refuses what
     ``check(config)`` refuses (raising `RunRefused`, e.g. `ConfigError`), then imports
-    TensorFlow (`quiet_start.import_tensorflow`) and runs ``train(config)``; exits with the
+    TensorFlow where it is the backend (`quiet_start.import_tensorflow`) and runs
+    ``train(config)``; exits with the
     shared codes. Nothing before ``train`` imports Keras or TensorFlow: `train` is where the
     program imports its training code (e.g. reading a name of its package: `harness.lazy`).
     Call once, from the program's ``if __name__ == "__main__"``."""
