@@ -108,19 +108,39 @@ def test_a_trainer_runs_and_resumes_after_sigkill_without_tensorflow(
 
 
 @pytest.mark.parametrize(
-    "backend, flags, message",
+    "backend, program, flags, message",
     [
-        ("jax", ["--strategy=multi_worker"], "--strategy=multi_worker is tf.distribute's"),
-        ("torch", ["--strategy=mirrored"], "--strategy=mirrored needs a Keras distribution"),
         (
             "jax",
+            "train_retrieval",
+            ["--strategy=multi_worker"],
+            "--strategy=multi_worker is tf.distribute's",
+        ),
+        (
+            "torch",
+            "train_two_head",
+            ["--strategy=mirrored"],
+            "--strategy=mirrored needs a Keras distribution",
+        ),
+        (
+            "jax",
+            "train_retrieval",
             ["--dataset=cub200", f"--data_dir={ROOT}"],
             "--dataset=cub200 reads image files through tf.data, which needs TensorFlow",
         ),
+        ("jax", "train_gan_mog", [], "train_gan_mog runs with KERAS_BACKEND=tensorflow only"),
+        (
+            "torch",
+            "train_contrastive",
+            [],
+            "train_contrastive runs with KERAS_BACKEND=tensorflow only",
+        ),
     ],
 )
-def test_what_needs_tensorflow_is_refused_before_any_work(tmp_path, backend, flags, message):
+def test_what_needs_tensorflow_is_refused_before_any_work(
+    tmp_path, backend, program, flags, message
+):
     out = tmp_path / "run"
-    done = _run(backend, "train_retrieval", f"--output_dir={out}", *flags)
+    done = _run(backend, program, f"--output_dir={out}", *flags)
     assert done.returncode == 2 and message in done.stderr, done.stderr[-3000:]
     assert not out.exists()

@@ -80,14 +80,28 @@ def exit_status(name, body, interrupted):
         return EXIT_INTERRUPTED
 
 
-def main(config_class, train, name, argv=None, *, check=None):
+def refuse_off_tensorflow(name, reason):
+    """Raises RunRefused, in one sentence naming `reason`, unless Keras' backend (as it will
+    resolve it: `quiet_start.keras_backend`) is TensorFlow: for the programs that are
+    TensorFlow by nature."""
+    backend = quiet_start.keras_backend()
+    if backend != "tensorflow":
+        raise RunRefused(
+            f"{name} runs with KERAS_BACKEND=tensorflow only ({reason}); this process would use "
+            f"{backend}."
+        )
+
+
+def main(config_class, train, name, argv=None, *, check=None, tensorflow_only=None):
     """Defines `config_class`'s flags, parses `argv`, makes the config and refuses what
     ``check(config)`` refuses (raising `RunRefused`, e.g. `ConfigError`), then imports
     TensorFlow where it is the backend (`quiet_start.import_tensorflow`) and runs
     ``train(config)``; exits with the
     shared codes. Nothing before ``train`` imports Keras or TensorFlow: `train` is where the
     program imports its training code (e.g. reading a name of its package: `harness.lazy`).
-    Call once, from the program's ``if __name__ == "__main__"``."""
+    With `tensorflow_only` (why the program is TensorFlow by nature), another backend is
+    refused (exit 2) once the flags are checked (`refuse_off_tensorflow`). Call once, from the
+    program's ``if __name__ == "__main__"``."""
     define_program_flags(config_class)
 
     def run(argv):
@@ -99,6 +113,8 @@ def main(config_class, train, name, argv=None, *, check=None):
             parsed.append(harness_flags.config_from_flags(config_class))
             if check is not None:
                 check(parsed[0])  # the refusals that need no data, before TensorFlow loads
+            if tensorflow_only is not None:
+                refuse_off_tensorflow(name, tensorflow_only)
             quiet_start.import_tensorflow()
             results = train(parsed[0])
             return EXIT_COMPLETED if results["status"] == "completed" else EXIT_DIVERGED
