@@ -130,6 +130,12 @@ def test_a_trainer_runs_and_resumes_after_sigkill_without_tensorflow(
         ),
         ("jax", "train_gan_mog", [], "train_gan_mog runs with KERAS_BACKEND=tensorflow only"),
         (
+            "jax",
+            "reproduce_gan_mog",
+            [],
+            "reproduce_gan_mog runs with KERAS_BACKEND=tensorflow only",
+        ),
+        (
             "torch",
             "train_contrastive",
             [],
