@@ -245,6 +245,18 @@ def pk_batches(
     )
 
 
+def jit_compile(flag):
+    """What `Model.compile` gets for ``--jit_compile`` (`flag`): on TensorFlow the flag (off, the
+    step is still a TensorFlow graph; on, XLA). JAX has no graph but XLA's, so there the step is
+    always compiled (``"auto"`` unless the flag asks for it: `jax.jit`, except where a layer
+    opts the model out, e.g. a cross-batch memory around a loss of one's own); eager, without
+    the flag, its steps ran ~14x slower than TensorFlow's on the default job. PyTorch runs
+    eagerly (``"auto"``), with the flag `torch.compile`."""
+    if on_tensorflow() or flag:
+        return flag
+    return "auto"
+
+
 def tensorboard(log_dir):
     """Keras' TensorBoard callback on TensorFlow (it writes through TensorFlow's summaries,
     which would load TensorFlow beside JAX or PyTorch): a list of zero or one callback."""

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from tf_svmax import data, losses, metrics, models, ops
-from trainers.harness import image_data
+from trainers.harness import image_data, runtime
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.run_dir import layout
 from trainers.retrieval.config import (
@@ -89,7 +89,7 @@ def _job(config, split, embedding_model, callbacks, evaluated):
         optimizer=optimizer,
         loss=build_loss(config, memory, draws),
         metrics={"embedding": metrics.svmax_metrics()} if head else metrics.svmax_metrics(),
-        jit_compile=config.jit_compile,
+        jit_compile=runtime.jit_compile(config.jit_compile),
     )
     batch = config.batch_p * config.batch_k
     bounds = ops.svmax_bounds(batch, config.embedding_dim)

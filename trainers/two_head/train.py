@@ -10,7 +10,7 @@ import time
 import keras
 import numpy as np
 
-from trainers.harness import image_data
+from trainers.harness import image_data, runtime
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.two_head.config import TwoHeadConfig, has_embedding_head, resolve
 from trainers.two_head.evaluate import evaluate
@@ -45,7 +45,7 @@ def train_two_head(config, *, callbacks=()):
             loss=loss,
             loss_weights=loss_weights,
             metrics={"logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]},
-            jit_compile=config.jit_compile,
+            jit_compile=runtime.jit_compile(config.jit_compile),
         )
     train_x, train_y = split["train"]
 

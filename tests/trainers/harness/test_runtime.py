@@ -3,7 +3,13 @@ job, checkpoints it and resumes it through `trainers.harness.runtime` alone, wit
 to plain SGD in NumPy; Keras' checkpoint format skips a damaged file; and what a backend cannot
 distribute is refused in one sentence."""
 
+import contextlib
 import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -60,10 +66,11 @@ class StopAfter(keras.callbacks.Callback):
             raise KeyboardInterrupt
 
 
-def _job(config, callbacks=()):
+def _job(config, callbacks=(), distribution=None):
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="mse")
+    with distribution.scope() if distribution else contextlib.nullcontext():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="mse")
 
     def evaluate(step, epoch):
         mse = float(np.mean((model.predict(X, verbose=0) - Y) ** 2))
@@ -80,6 +87,7 @@ def _job(config, callbacks=()):
         plot=lambda results, folder: None,
         save=lambda folder: None,
         callbacks=callbacks,
+        distribution=distribution,
     )
 
 
@@ -180,3 +188,41 @@ def test_a_run_folder_of_another_backend_is_refused(tmp_path):
     (folder / ("ckpt-3.json" if runtime.on_tensorflow() else "ckpt-3.index")).write_text("{}")
     with pytest.raises(RunRefused, match="were written on .* resume the run with the backend"):
         run_job(_job(config), ToyConfig, started=0.0)
+
+
+# Trains the toy job under --strategy=mirrored on JAX's 2 host devices (XLA_FLAGS set before JAX
+# loads) and prints the largest difference from NumPy's SGD on the global batches.
+DATA_PARALLEL = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from tests.trainers.harness import test_runtime as t
+    from trainers.harness import runtime
+    distribution = runtime.make_distribution("mirrored", 0)
+    config = t.ToyConfig(output_dir=sys.argv[1])
+    job = t._job(config, distribution=distribution)
+    reference = t._numpy_sgd(job.model, 6)
+    record = t.run_job(job, t.ToyConfig, started=0.0)
+    worst = max(float(np.max(np.abs(a - b))) for a, b in zip(t._trained(job), reference))
+    print(record["distribution"]["replicas"], worst)
+    """
+)
+
+
+@pytest.mark.skipif(runtime.BACKEND != "jax", reason="Keras' DataParallel is JAX's")
+def test_data_parallel_on_two_devices_trains_as_one_device(tmp_path):
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[3]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", DATA_PARALLEL, str(tmp_path / "run")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    replicas, worst = done.stdout.split()[-2:]
+    assert int(replicas) == 2 and float(worst) < 1e-5
