@@ -18,6 +18,7 @@ ALL_BACKENDS = (
     "test_backend_ops.py",
     "test_checks.py",
     "test_docs_backends.py",
+    "data/test_pk_sampler.py",
     "losses/test_center_backends.py",
     "losses/test_common.py",
     "losses/test_data_parallel_backends.py",
@@ -45,6 +46,7 @@ ALL_BACKENDS = (
     "ops/test_spectral.py",
     "regularizers/test_spectral_regularizers_backends.py",
     "training/test_schedules.py",
+    "trainers/harness/test_runtime.py",
 )
 
 

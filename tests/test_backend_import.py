@@ -211,10 +211,20 @@ def test_the_models_build_train_and_save_without_tensorflow(backend, tmp_path):
 
 
 def test_tf_data_input_without_tensorflow_names_the_install_command():
-    done = _python(NO_TENSORFLOW + "import tf_svmax.data", "jax")
+    # The embedded sets and the in-memory P x K batches import and run without TensorFlow;
+    # a tf.data name refuses, naming the install command.
+    done = _python(
+        NO_TENSORFLOW
+        + "from tf_svmax import data\n"
+        + "x, y = data.load_digits_open_set()['train']\n"
+        + "print(data.PKBatches(x, y, batch_p=2, batch_k=3, seed=0)[0][0].shape)\n"
+        + "from tf_svmax.data import pk_batches",
+        "jax",
+    )
     assert done.returncode == 1
+    assert done.stdout.strip() == "(6, 8, 8, 1)", done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == (
-        "ImportError: tf_svmax.data needs TensorFlow, which is not installed in this "
+        "ImportError: tf_svmax.data.pk_batches needs TensorFlow, which is not installed in this "
         "environment: pip install -e '.[cpu]' in the clone of the repository (or '.[gpu]', or "
         "your own tensorflow>=2.16)."
     ), done.stderr[-2000:]

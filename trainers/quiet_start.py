@@ -13,10 +13,13 @@ twice, after absl's "All log messages before absl::InitializeLog() ..."), before
 reads ``TF_CPP_MIN_LOG_LEVEL``: every run began with them. `import_tensorflow` sets
 ``TF_CPP_MIN_LOG_LEVEL`` to 2 unless the user set it, imports TensorFlow with stderr captured,
 and writes back every captured line that level does not hide (``TF_CPP_MIN_LOG_LEVEL=0`` shows
-them all, as TensorFlow would).
+them all, as TensorFlow would). On another Keras backend (``KERAS_BACKEND=jax`` or ``torch``,
+or ``~/.keras/keras.json``'s, read as Keras reads it) it imports nothing: TensorFlow need not
+be installed there.
 """
 
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -73,10 +76,27 @@ def check_trainers_extra():
         raise SystemExit(2)
 
 
+def keras_backend():
+    """The backend Keras will run on, read without importing it as Keras reads it: the
+    ``KERAS_BACKEND`` environment variable, else ``keras.json`` in ``KERAS_HOME`` (default
+    ``~/.keras``), else TensorFlow."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json")) as f:
+            return json.load(f).get("backend", "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
+
+
 def import_tensorflow():
-    """Imports TensorFlow (once) without the start-up lines TF_CPP_MIN_LOG_LEVEL hides; first
-    checks that the `trainers` extra is installed (`check_trainers_extra`)."""
+    """Imports TensorFlow (once) without the start-up lines TF_CPP_MIN_LOG_LEVEL hides, when it
+    is Keras' backend (`keras_backend`); on JAX or PyTorch nothing. First checks that the
+    `trainers` extra is installed (`check_trainers_extra`)."""
     check_trainers_extra()
+    if keras_backend() != "tensorflow":
+        return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if "tensorflow" in sys.modules or _level() < 1:
         import tensorflow  # noqa: F401

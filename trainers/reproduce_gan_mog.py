@@ -239,7 +239,11 @@ def reproduce(config):
     seeds, sweep_seeds = config.seeds, config.sweep_seeds
     planned = [planned_run(base, o, s) for _, o in fig3 for s in seeds]
     planned += [planned_run(base, o, s) for o in settings for s in sweep_seeds]
-    runs = grid.Runs(PROGRAM, planned)  # refuses every run before any trains
+    runs = grid.Runs(  # refuses every run before any trains
+        PROGRAM,
+        planned,
+        tensorflow_only="the unrolled GAN's functional Adam and its train step are TensorFlow's",
+    )
     results = iter(runs.train())
     rows = [(label, [next(results) for _ in seeds]) for label, _ in fig3]
     sweep = [(o, [next(results) for _ in sweep_seeds]) for o in settings]

@@ -25,4 +25,7 @@ if __name__ == "__main__":
         lambda config: contrastive.train_contrastive(config),  # the training code, read after check
         "train_contrastive",
         check=contrastive.resolve,  # refusals that need no data: before TensorFlow
+        tensorflow_only=(
+            "its ContrastiveModel train step, momentum encoder and queue are TensorFlow's"
+        ),
     )

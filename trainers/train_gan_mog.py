@@ -24,4 +24,8 @@ if __name__ == "__main__":
         lambda config: gan_mog.train_gan_mog(config),  # the training code, read after check
         "train_gan_mog",
         check=gan_mog.resolve,  # refusals that need no data: before TensorFlow
+        tensorflow_only=(
+            "the unrolled GAN's functional Adam and its train step are written with "
+            "TensorFlow's tapes"
+        ),
     )

@@ -1,9 +1,11 @@
 """What every trainer shares: the run fields of its config (`config`: `RunConfig`,
 `ImageDataConfig`, cadence and image-size rules), flags derived from that dataclass (`flags`)
-and the entry point with its exit codes (`cli`), the run folder (`run_dir`), resume
-(`checkpoints`), the training loop with its cadence, trace and NaN guard (`loop`; `custom_fit`
-where Keras' `fit` cannot run), the `tf.distribute` strategy and the multi-worker cluster
-(`distribute`), the image experiments' start (`image_data`: strategy, seed, split, model and
-P x K batches), figure and table writing (`plots`, `tables`), the runner of the
+and the entry point with its exit codes (`cli`), the run folder (`run_dir`), the training loop
+with its cadence, trace and NaN guard (`loop`), the runtime it distributes, checkpoints and
+reads input through, whatever the Keras backend (`runtime`: on TensorFlow the `tf.distribute`
+strategies and the multi-worker cluster (`distribute`; `custom_fit` where Keras' `fit` cannot
+run) and `tf.train.Checkpoint` resume (`checkpoints`); on JAX and PyTorch Keras' own
+(`keras_runtime`)), the image experiments' start (`image_data`: distribution, seed, split,
+model and P x K batches), figure and table writing (`plots`, `tables`), the runner of the
 `reproduce_*` programs' grids of runs (`grid`), and the experiment packages' import of their
 training code when first used (`lazy`: flags are checked before Keras loads)."""

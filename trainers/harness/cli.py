@@ -10,7 +10,9 @@
 Flags are defined, parsed and checked (absl's parsing, the config's fields, the trainer's
 `check`: every refusal that needs no data) before TensorFlow is imported: ``--help`` and a
 refused flag return in under a second, without TensorFlow's start-up lines. TensorFlow is
-imported (`trainers.quiet_start`) when the run starts, then the training code.
+imported (`trainers.quiet_start`) when the run starts, where it is Keras' backend (with
+``KERAS_BACKEND=jax`` or ``torch`` nothing is, and TensorFlow need not be installed), then the
+training code.
 
 Exit status: 0 completed, 1 diverged (non-finite loss) or failed (a named cause, e.g. a corrupt
 image, a full disk), 2 refused (a flag absl cannot parse, a flag combination the trainer cannot
@@ -33,14 +35,13 @@ EXIT_COMPLETED, EXIT_DIVERGED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 def interrupted_message(config):
     """One line: where the run stopped and how to resume it."""
-    if config is None or "tensorflow" not in sys.modules:  # stopped while checking the flags
+    if config is None or "keras" not in sys.modules:  # stopped while checking the flags
         return "interrupted before the run started."
-    import tensorflow as tf  # imported before the run started
+    from trainers.harness import runtime  # Keras was imported before the run started
 
-    latest = tf.train.latest_checkpoint(layout(config.output_dir)["checkpoints"])
-    if latest is None:
+    step = runtime.latest_checkpoint_step(layout(config.output_dir)["checkpoints"])
+    if not step:
         return "interrupted before the first checkpoint; the same command starts the run anew."
-    step = int(latest.rsplit("-", 1)[-1])
     return (
         f"interrupted; the checkpoint of step {step} in {config.output_dir} is kept. Run the "
         "same command to resume from it."
@@ -111,13 +112,28 @@ def exit_status(name, body, interrupted):
         return EXIT_INTERRUPTED
 
 
-def main(config_class, train, name, argv=None, *, check=None):
+def refuse_off_tensorflow(name, reason):
+    """Raises RunRefused, in one sentence naming `reason`, unless Keras' backend (as it will
+    resolve it: `quiet_start.keras_backend`) is TensorFlow: for the programs that are
+    TensorFlow by nature."""
+    backend = quiet_start.keras_backend()
+    if backend != "tensorflow":
+        raise RunRefused(
+            f"{name} runs with KERAS_BACKEND=tensorflow only ({reason}); this process would use "
+            f"{backend}."
+        )
+
+
+def main(config_class, train, name, argv=None, *, check=None, tensorflow_only=None):
     """Defines `config_class`'s flags, parses `argv`, makes the config and refuses what
     ``check(config)`` refuses (raising `RunRefused`, e.g. `ConfigError`), then imports
-    TensorFlow (`quiet_start.import_tensorflow`) and runs ``train(config)``; exits with the
+    TensorFlow where it is the backend (`quiet_start.import_tensorflow`) and runs
+    ``train(config)``; exits with the
     shared codes. Nothing before ``train`` imports Keras or TensorFlow: `train` is where the
     program imports its training code (e.g. reading a name of its package: `harness.lazy`).
-    Call once, from the program's ``if __name__ == "__main__"``."""
+    With `tensorflow_only` (why the program is TensorFlow by nature), another backend is
+    refused (exit 2) once the flags are checked (`refuse_off_tensorflow`). Call once, from the
+    program's ``if __name__ == "__main__"``."""
     define_program_flags(config_class)
 
     def run(argv):
@@ -129,6 +145,8 @@ def main(config_class, train, name, argv=None, *, check=None):
             parsed.append(harness_flags.config_from_flags(config_class))
             if check is not None:
                 check(parsed[0])  # the refusals that need no data, before TensorFlow loads
+            if tensorflow_only is not None:
+                refuse_off_tensorflow(name, tensorflow_only)
             quiet_start.import_tensorflow()
             results = train(parsed[0])
             return EXIT_COMPLETED if results["status"] == "completed" else EXIT_DIVERGED

@@ -74,15 +74,15 @@ class RunConfig:
     verbose: int = verbose_option()
 
 
-# The strategies `trainers.harness.distribute.make_strategy` makes.
+# The strategies `trainers.harness.runtime.make_distribution` makes (on TensorFlow every one).
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageDataConfig(RunConfig):
     """A run of a backbone on images (retrieval, two-head): the run fields plus where the
-    images come from, how the backbone starts and the `tf.distribute` strategy it trains
-    under (`trainers.harness.distribute` makes it). The experiment declares ``dataset`` and
+    images come from, how the backbone starts and the distribution it trains under
+    (`trainers.harness.runtime` makes it). The experiment declares ``dataset`` and
     ``backbone`` (its own choices and defaults) and ``jit_compile``, and `resolve_image_run`
     reads them with these."""
 
@@ -103,10 +103,11 @@ class ImageDataConfig(RunConfig):
     )
     strategy: str = option(
         "default",
-        "tf.distribute strategy: default (one device), mirrored (every GPU of this machine, "
-        "or --cpu_devices logical CPUs without one), multi_worker (every worker of the cluster in "
-        "the TF_CONFIG environment variable runs the same command; the chief keeps the run "
-        "folder: --output_dir must be the same shared folder on every machine).",
+        "Distribution: default (one device), mirrored (every GPU of this machine, or "
+        "--cpu_devices logical CPUs without one; with KERAS_BACKEND=jax Keras' DataParallel over "
+        "JAX's devices; not on PyTorch), multi_worker (TensorFlow only: every worker of the "
+        "cluster in the TF_CONFIG environment variable runs the same command; the chief keeps the "
+        "run folder: --output_dir must be the same shared folder on every machine).",
         choices=STRATEGIES,
         identity=False,  # the same steps on other hardware: a run resumes under another
     )

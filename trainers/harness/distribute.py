@@ -14,6 +14,7 @@ must hold the chief's configuration (`check_same_config`), or all refuse.
 """
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ import tensorflow as tf
 
 from trainers.harness.config import ConfigError
 from trainers.harness.flags import identity
+from trainers.harness.runtime import Placement
 
 
 def _split_cpu(count):
@@ -168,25 +170,8 @@ def is_chief(strategy):
     return bool(strategy.extended.should_checkpoint)
 
 
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """This process's place in a run's strategy, resolved once when the run starts
-    (`placement`) and handed to what needs it.
-
-    Attributes:
-      chief: Whether this process keeps the run folder, evaluates and plots (`is_chief`).
-      multi_worker: Whether the run is one of a multi-worker cluster (`is_multi_worker`):
-        the workers then take every decision together.
-      description: What the run records about its strategy (`description`).
-    """
-
-    chief: bool
-    multi_worker: bool
-    description: dict
-
-
 def placement(strategy):
-    """The `Placement` of this process in `strategy`."""
+    """The `trainers.harness.runtime.Placement` of this process in `strategy`."""
     return Placement(is_chief(strategy), is_multi_worker(strategy), description(strategy))
 
 
@@ -333,3 +318,58 @@ def replica_batches(strategy, make_dataset, global_batch):
         return fresh.unbatch().batch(global_batch // replicas, drop_remainder=True)
 
     return strategy.distribute_datasets_from_function(per_replica)
+
+
+# What a collective step raises under MultiWorkerMirroredStrategy when a peer is gone (killed,
+# crashed, its machine down): TensorFlow aborts the pending collectives on every survivor.
+WORKER_LOST = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+    tf.errors.DeadlineExceededError,
+)
+
+
+class TensorFlowDistribution:
+    """The runtime's distribution on TensorFlow (`trainers.harness.runtime.make_distribution`):
+    a `tf.distribute` strategy and this process's place in it."""
+
+    worker_lost = WORKER_LOST
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+
+    @functools.cached_property
+    def placement(self):
+        return placement(self.strategy)
+
+    def scope(self):
+        return self.strategy.scope()
+
+    def check_same_config(self, config):
+        check_same_config(self.strategy, config)
+
+    def check_even_split(self, global_batch):
+        check_even_split(self.strategy, global_batch)
+
+    def local_copy(self, model):
+        return local_copy(model, self.strategy)
+
+    def values_of_every_replica(self, value):
+        return values_of_every_replica(self.strategy, value)
+
+    def vectors_of_every_replica(self, values):
+        return vectors_of_every_replica(self.strategy, values)
+
+    def replica_batches(self, make_dataset, global_batch):
+        return replica_batches(self.strategy, make_dataset, global_batch)
+
+    def fit(self, model, dataset, **settings):
+        """`model.fit` on `dataset`, or under multi_worker `trainers.harness.custom_fit.fit`
+        (Keras 3's `fit` cannot run there)."""
+        if self.placement.multi_worker:
+            from trainers.harness import custom_fit
+
+            return custom_fit.fit(model, dataset, **settings)
+        # shuffle=False: batches keep the layout their sampler gave them.
+        return model.fit(dataset, shuffle=False, **settings)

@@ -155,10 +155,12 @@ class Runs:
     results: all in order (``runs.all``) and per table cell (``runs.cells[key]``, one entry
     per seed in the order trained)."""
 
-    def __init__(self, program, planned):
+    def __init__(self, program, planned, tensorflow_only=None):
         self.program, self.planned = program, tuple(planned)
         for run in self.planned:
             run.resolve(run.config)  # ConfigError: the grid is refused, nothing has run
+        if tensorflow_only is not None:  # why its runs are TensorFlow by nature
+            cli.refuse_off_tensorflow(program, tensorflow_only)
         quiet_start.import_tensorflow()  # every run is accepted: the work starts
         self.total = len(self.planned)
         self.all, self.cells = [], {}

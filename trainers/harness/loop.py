@@ -25,6 +25,10 @@ same loop in lockstep, restores the chief's newest checkpoint and takes the same
 run folder, evaluates and plots. The other workers write their checkpoints (saving is a
 collective step) into a temporary folder, deleted when they end.
 
+The loop knows no backend: it distributes, checkpoints and reads its input through
+`trainers.harness.runtime` (TensorFlow's strategies and checkpoints on TensorFlow, Keras' own
+on JAX and PyTorch).
+
 The job's config must have the fields ``output_dir``, ``train_steps``, ``eval_every``,
 ``trace_every``, ``evaluate_untrained`` and ``verbose`` (resolved: no None).
 """
@@ -40,21 +44,13 @@ from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from tf_svmax import (
     checks,  # the library's validators
     data,
     records,
 )
-from trainers.harness import custom_fit, progress
-from trainers.harness.checkpoints import restore_newest_readable
-from trainers.harness.distribute import (
-    placement,
-    replica_batches,
-    values_of_every_replica,
-    vectors_of_every_replica,
-)
+from trainers.harness import progress, runtime
 from trainers.harness.flags import identity
 from trainers.harness.run_dir import RunDirectory, RunFailed, RunRefused, layout
 
@@ -68,7 +64,8 @@ class Job:
       config: The resolved config dataclass instance.
       model: The compiled model `fit` trains.
       schedule: The optimizer's learning-rate schedule (called with a step for the trace).
-      batches: ``start_step -> tf.data.Dataset`` of training batches from that step on.
+      batches: ``start_step -> dataset`` of training batches from that step on (what `fit`
+        takes: a tf.data.Dataset, a `keras.utils.PyDataset`; `runtime.pk_batches`).
       global_batch: Rows of every training batch (split across the replicas of a
         multi-replica strategy, see `trainers.harness.distribute.replica_batches`).
       evaluate: ``(step, epoch) -> {"metrics": {...}, "info": {...}}``, the held-out
@@ -82,20 +79,24 @@ class Job:
       header: Entries added to the record at every attempt (e.g. the batch's s_mu bounds).
       description: What the start line says the run is.
       state: Extra trackables checkpointed with the model and optimizer (name -> object),
-        e.g. a loss's non-trainable state.
+        e.g. a second optimizer (TensorFlow only: on JAX and PyTorch state that must survive
+        a restart lives in the model's layers).
       callbacks: Extra Keras callbacks.
-      diagnose: None, or ``error -> message or None``: for an `InvalidArgumentError` out of
-        the input pipeline (e.g. a corrupt image), a message naming its cause; the run then
-        ends ``failed`` with that message (`RunFailed`) instead of the bare TensorFlow error.
+      diagnose: None, or ``error -> message or None``: for an error out of the input pipeline
+        (`runtime.input_errors`, e.g. tf.data's on a corrupt image), a message naming its
+        cause; the run then ends ``failed`` with that message (`RunFailed`) instead of the
+        bare error.
       summarize: ``results -> dict`` of entries the final record adds when training ends
         (completed or diverged), e.g. the last evaluation's headline numbers.
+      distribution: The run's `runtime.make_distribution` (the model built in its scope), or
+        None: `runtime.default_distribution` of the model.
     """
 
     name: str
     config: object
     model: keras.Model
     schedule: Callable
-    batches: Callable[[int], tf.data.Dataset]
+    batches: Callable[[int], object]
     global_batch: int
     evaluate: Callable[[int, int], dict]
     plot: Callable[[dict, str], None]
@@ -106,16 +107,7 @@ class Job:
     callbacks: Sequence = ()
     diagnose: Callable[[Exception], str | None] | None = None
     summarize: Callable[[dict], dict] = lambda results: {}
-
-
-# What a collective step raises under MultiWorkerMirroredStrategy when a peer is gone (killed,
-# crashed, its machine down): TensorFlow aborts the pending collectives on every survivor.
-WORKER_LOST = (
-    tf.errors.UnavailableError,
-    tf.errors.AbortedError,
-    tf.errors.CancelledError,
-    tf.errors.DeadlineExceededError,
-)
+    distribution: object = None
 
 
 def image_file_diagnosis(*path_lists):
@@ -221,12 +213,22 @@ def trained_state(model, state):
     return list(variables.values())
 
 
+def variable_value(variable):
+    """A Keras (or, in a job's TensorFlow state, a `tf.Variable`) variable's value in NumPy
+    (each backend's way that Keras 3.15 reads without NumPy 2's copy-keyword warning)."""
+    if runtime.on_tensorflow() or not isinstance(variable, keras.Variable):
+        return np.asarray(variable.numpy())
+    return keras.ops.convert_to_numpy(variable.value)
+
+
 def non_finite_variables(variables, shown=3):
     """Names of the floating-point `variables` holding a NaN or an infinity (the first
     `shown`, then how many more), or "" when all are finite."""
     names = []
     for v in variables:
-        if tf.as_dtype(v.dtype).is_floating and not bool(tf.reduce_all(tf.math.is_finite(v))):
+        if not keras.backend.standardize_dtype(v.dtype).startswith(("float", "bfloat")):
+            continue
+        if not np.all(np.isfinite(variable_value(v))):
             name = v.path if hasattr(v, "path") else v.name
             names += [name] if name not in names else []  # copies (an EMA encoder) share names
     if len(names) > shown:
@@ -234,33 +236,36 @@ def non_finite_variables(variables, shown=3):
     return ", ".join(names)
 
 
-def start_step_of(manager):
-    latest = manager.latest_checkpoint
-    return int(latest.rsplit("-", 1)[-1]) if latest else 0
-
-
 class _Cadence(keras.callbacks.Callback):
     """Per step: NaN guard, and every `trace_every` steps a trace point. Per interval:
     evaluation, results.json, checkpoint, plots (in that order)."""
 
-    def __init__(self, job, run, results, manager, started, chief=True):
+    def __init__(self, job, run, results, checkpoints, started, chief=True):
         super().__init__()
         self.job, self.config, self.results = job, job.config, results
         self.run, self.paths = run, run.paths
-        self.manager, self.started, self.diverged_at = manager, started, None
+        self.checkpoints, self.started, self.diverged_at = checkpoints, started, None
         self.chief = chief  # only the chief evaluates, records and plots
         self.diverged_what = None
         self._window_start = (0, {}, time.perf_counter())
+        self._epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         # Keras resets its running means at each epoch; the clock restarts after evaluation.
         self._window_start = (0, {}, time.perf_counter())
+        self._epoch = epoch
+
+    def _step(self, done):
+        """The optimizer's step after batch `done` of this epoch (an epoch is `eval_every`
+        steps): counted, not read, since JAX's `fit` brings the variables back to the model
+        only at the epoch's end."""
+        return self._epoch * self.config.eval_every + done
 
     def on_train_batch_end(self, batch, logs=None):
         logs = logs or {}
         loss = logs.get("loss")
         if loss is not None and not np.isfinite(float(loss)):
-            self.diverged_at = int(self.model.optimizer.iterations.numpy())
+            self.diverged_at = self._step(batch + 1)
             self.diverged_what = "non-finite loss"
             self.model.stop_training = True
             return
@@ -272,7 +277,7 @@ class _Cadence(keras.callbacks.Callback):
         start, start_sums, start_time = self._window_start
         now = time.perf_counter()
         sums = {k: float(v) * done for k, v in logs.items() if np.ndim(v) == 0}
-        step = int(self.model.optimizer.iterations.numpy())
+        step = self._step(done)
         entry = window_means(start_sums, start, sums, done)
         entry.update(
             step=step,
@@ -288,7 +293,7 @@ class _Cadence(keras.callbacks.Callback):
         if self.diverged_at is not None:
             return  # never evaluate or checkpoint non-finite weights
         logs = logs if logs is not None else {}
-        step = int(self.model.optimizer.iterations.numpy())
+        step = int(variable_value(self.model.optimizer.iterations))
         # A finite loss does not prove finite weights (a loss over normalised embeddings, or a
         # step whose update overflowed after the loss was computed): the trained state is
         # checked before it is evaluated or saved.
@@ -298,7 +303,7 @@ class _Cadence(keras.callbacks.Callback):
             self.model.stop_training = True
             return
         if not self.chief:
-            self.manager.save(checkpoint_number=step)  # a collective step: every worker saves
+            self.checkpoints.save(step)  # a collective step: every worker saves
             return
         record, self.results["metric_keys"] = evaluation_record(
             self.job.evaluate(step, epoch + 1), step, epoch + 1
@@ -311,7 +316,7 @@ class _Cadence(keras.callbacks.Callback):
         self.results["wall_seconds"] = _wall_seconds(self.results, self.started)
         with interrupts_deferred():
             self.run.write_results(self.results)
-            self.manager.save(checkpoint_number=step)
+            self.checkpoints.save(step)
             # Inside the commit too: matplotlib is not interrupt-safe (a Ctrl-C inside
             # tight_layout surfaced as an AttributeError from its cleanup, exit 1 instead of
             # 130) and a plot cut short would leave a partial PNG.
@@ -358,8 +363,8 @@ def run_job(job, config_class, started):
     """
     config_dict = config_record(job.config)
     fields = identity(config_dict, config_class)  # what a resumed run must share
-    strategy = job.model.distribute_strategy
-    place = placement(strategy)  # chief or not, multi-worker or not: resolved once, handed over
+    distribution = job.distribution or runtime.default_distribution(job.model)
+    place = distribution.placement  # chief or not, multi-worker or not: resolved once
     # The chief's checkpoints, which every worker restores (a non-chief writes its own into a
     # temporary folder).
     shared_checkpoints = layout(job.config.output_dir)["checkpoints"]
@@ -375,7 +380,7 @@ def run_job(job, config_class, started):
             refusal = error
         if place.multi_worker:
             # Every worker learns whether any refused, so none waits for the others for ever.
-            refused = values_of_every_replica(strategy, 0 if refusal is None else 1)
+            refused = distribution.values_of_every_replica(0 if refusal is None else 1)
             if refusal is None and any(refused):
                 refusal = RunRefused(
                     "another worker of the cluster refused this run (its output says why); "
@@ -383,7 +388,7 @@ def run_job(job, config_class, started):
                 )
         if refusal is not None:
             raise refusal
-        return _run(job, config_dict, run, started, place, shared_checkpoints)
+        return _run(job, config_dict, run, started, distribution, shared_checkpoints)
 
 
 def _say(job, text):
@@ -391,26 +396,29 @@ def _say(job, text):
         print(f"[{job.name}] {text}", flush=True)
 
 
-def _run(job, config_dict, run, started, place, shared_checkpoints):
-    """`run_job`'s steps once `run` holds the folder: `place` is the process's `Placement`,
-    `shared_checkpoints` the chief's checkpoint folder (`run.paths` are a non-chief's own)."""
+def _run(job, config_dict, run, started, distribution, shared_checkpoints):
+    """`run_job`'s steps once `run` holds the folder: `distribution` is the run's (its
+    ``placement`` this process's), `shared_checkpoints` the chief's checkpoint folder
+    (`run.paths` are a non-chief's own)."""
     config, paths, model = job.config, run.paths, job.model
-    strategy, chief = model.distribute_strategy, place.chief
+    place = distribution.placement
+    chief = place.chief
     previous = run.previous_results()
-    with strategy.scope():  # the optimizer's slots mirror the weights
+    with distribution.scope():  # the optimizer's slots mirror the weights
         model.optimizer.build(model.trainable_variables)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **job.state)
     # Every worker restores the chief's checkpoint; a non-chief saves into its own folder.
-    manager, restored = restore_newest_readable(
-        checkpoint,
+    checkpoints = runtime.open_checkpoints(
+        model,
+        job.state,
         shared_checkpoints,
         max_to_keep=2,
         keep_in=None if chief else paths["checkpoints"],
     )
-    start_step = int(model.optimizer.iterations.numpy()) if restored else 0
+    restored = checkpoints.restored
+    start_step = int(variable_value(model.optimizer.iterations)) if restored else 0
     finished = bool(previous and previous.get("status") == "completed")
     if place.multi_worker:  # one collective step: every worker's restored step and record
-        every = vectors_of_every_replica(strategy, [start_step, int(finished)])
+        every = distribution.vectors_of_every_replica([start_step, int(finished)])
         steps = {step for step, _ in every}
         if len(steps) > 1:
             raise RunFailed(
@@ -443,7 +451,7 @@ def _run(job, config_dict, run, started, place, shared_checkpoints):
     )
     where = f"resuming at step {start_step}" if start_step else "starting"
     _say(job, f"{where}: {job.description} -> {config.output_dir}")
-    cadence = _Cadence(job, run, results, manager, started, chief)
+    cadence = _Cadence(job, run, results, checkpoints, started, chief)
     try:
         if chief and config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
             # Step 0: where training starts from; kept if a restart finds it already recorded.
@@ -453,7 +461,9 @@ def _run(job, config_dict, run, started, place, shared_checkpoints):
             run.write_results(results)
             _say(job, f"untrained: {summary(results)}")
         if start_step < config.train_steps:
-            dataset = replica_batches(strategy, lambda: job.batches(start_step), job.global_batch)
+            dataset = distribution.replica_batches(
+                lambda: job.batches(start_step), job.global_batch
+            )
             keras_verbose, progress_callbacks = progress.fit_progress(config.verbose, job.name)
             settings = dict(
                 epochs=config.train_steps // config.eval_every,
@@ -461,27 +471,23 @@ def _run(job, config_dict, run, started, place, shared_checkpoints):
                 steps_per_epoch=config.eval_every,
                 callbacks=[
                     cadence,
-                    keras.callbacks.TensorBoard(paths["tensorboard"]),
+                    *runtime.tensorboard(paths["tensorboard"]),
                     *job.callbacks,
                     *progress_callbacks,  # last: its interval line shows the test_* metrics
                 ],
                 verbose=keras_verbose,
             )
-            if place.multi_worker:
-                custom_fit.fit(model, dataset, **settings)
-            else:
-                # shuffle=False: batches keep the layout their sampler gave them.
-                model.fit(dataset, shuffle=False, **settings)
-    except tf.errors.InvalidArgumentError as error:
+            distribution.fit(model, dataset, **settings)
+    except runtime.input_errors() as error:
         cause = job.diagnose(error) if job.diagnose is not None else None
         if cause is None:
             raise
         _record_end(results, "failed", cause, started, run)
         raise RunFailed(
-            f"{cause} The last checkpoint (step {start_step_of(manager)}) is kept in "
+            f"{cause} The last checkpoint (step {checkpoints.latest_step()}) is kept in "
             f"{paths['checkpoints']}; the same command resumes from it once the cause is fixed."
         ) from error
-    except WORKER_LOST as error:
+    except distribution.worker_lost as error:
         if not place.multi_worker:
             raise
         first_line = (str(error).strip().splitlines() or [""])[0][:300]
@@ -490,14 +496,14 @@ def _run(job, config_dict, run, started, place, shared_checkpoints):
             "training stopped."
         )
         _record_end(results, "failed", cause, started, run)
-        last = start_step_of(manager) if chief else "the chief's newest"
+        last = checkpoints.latest_step() if chief else "the chief's newest"
         raise RunFailed(
             f"{cause} The last checkpoint (step {last}) is kept in "
             f"{shared_checkpoints}; run the same command on every worker "
             "to resume from it."
         ) from error
     if cadence.diverged_at is not None:
-        last = start_step_of(manager)
+        last = checkpoints.latest_step()
         kept = (
             f"The last good checkpoint (step {last}) is kept in {paths['checkpoints']}"
             if last

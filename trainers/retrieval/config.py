@@ -236,7 +236,7 @@ class RetrievalConfig(ImageDataConfig):
     jit_compile: bool = option(
         False,
         "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
-        "cost on CPU).",
+        "cost on CPU). On JAX the step is compiled either way; on PyTorch this is torch.compile.",
     )
 
 

@@ -2,9 +2,8 @@
 the file datasets), the loaders of image files at the resolved side, and what the P x K sampler
 draws from (the files, or with --decoded_cache their decoded, resized images)."""
 
-import tensorflow as tf
-
 from tf_svmax import data
+from trainers.harness import runtime
 from trainers.harness.config import dataset_refusals
 from trainers.harness.image_data import file_loaders
 from trainers.harness.loop import RunFailed, image_file_diagnosis
@@ -46,7 +45,7 @@ def train_features(config, train_paths, input_shape, loaders):
         return train_paths, loaders[0] if loaders else None
     try:
         cache = data.decoded_image_cache(train_paths, input_size=input_shape[0])
-    except tf.errors.InvalidArgumentError as error:
+    except runtime.input_errors() as error:
         cause = image_file_diagnosis(train_paths)(error)
         if cause is None:
             raise

@@ -30,16 +30,17 @@ def head_output(config):
     return "proxies" if RANKING[config.loss].on_proxies else None
 
 
-def build_loss(config, memory=None):
+def build_loss(config, memory=None, draws=None):
     """The ranking loss, composed with the regularizer through `RegularizedLoss`; with
     --xbm_size, the ranking loss in a `CrossBatchMemory` whose state is `memory` (the
-    `CrossBatchMemoryBank` of `build_training_model`).
+    `CrossBatchMemoryBank` of `build_training_model`); with --regularizer=spread_out and
+    `draws` (the `SpreadOutDraws` of `build_training_model`), its negatives drawn there.
 
     With a `head_output` a dict for the two outputs of `build_training_model`: the loss on the
     head (Proxy-Anchor on the proxy similarities, or XML around the ranking loss) and the
     regularizer (if any) on the embeddings alone.
     """
-    regularizers = _regularizers(config)
+    regularizers = _regularizers(config, draws)
     head = head_output(config)
     if head is None:
         ranking = _ranking_loss(config)
@@ -67,22 +68,39 @@ def _ranking_loss(config):
     return getattr(losses, loss.constructor)(**dict(loss.arguments), **margin)
 
 
-def _regularizers(config):
+def _regularizers(config, draws=None):
+    if config.regularizer == "spread_out":
+        seed = {} if draws is not None else {"seed": config.seed}  # the draws hold the seed
+        return [losses.SpreadOutLoss(alpha=config.spread_out_alpha, draws=draws, **seed)]
     return {
         "none": [],
         "svmax": [losses.SVMaxLoss(lambda_=config.svmax_lambda)],
         "svmax_unbounded": [losses.SVMaxLoss(lambda_=config.svmax_lambda, bounded=False)],
-        "spread_out": [losses.SpreadOutLoss(alpha=config.spread_out_alpha, seed=config.seed)],
     }[config.regularizer]
 
 
-def build_training_model(config, embedding_model, num_classes, memory=None):
+def spread_out_draws(config):
+    """The `SpreadOutDraws` layer (the seed state of --regularizer=spread_out's negatives) that
+    `build_training_model` puts in the model on JAX and PyTorch, where state that must be
+    carried out of a train step and survive a restart lives in the model; None elsewhere (on
+    TensorFlow the loss keeps it, as before)."""
+    if config.regularizer != "spread_out" or keras.backend.backend() == "tensorflow":
+        return None
+    return losses.SpreadOutDraws(config.seed, name="spread_out_draws")
+
+
+def build_training_model(config, embedding_model, num_classes, memory=None, draws=None):
     """The model `fit` trains: the embedding model itself; for a loss on proxies
     (``proxy_anchor``) the embedding model with a `CosineProxies` head (outputs
     ``{"embedding", "proxies"}``); with XML, ``{"embedding", "xml"}``, the latter the
     embeddings with the `PrototypeHistograms` of the backbone's last convolutional map
     appended; with --xbm_size, the embedding model followed by the cross-batch memory layer
-    `memory` (an identity that holds the memory's state, checkpointed with the run)."""
+    `memory` (an identity that holds the memory's state, checkpointed with the run); with
+    `draws` (`spread_out_draws`), that identity layer after the embeddings."""
+    if draws is not None:
+        embedding_model = keras.Model(
+            embedding_model.input, draws(embedding_model.output), name=embedding_model.name
+        )
     if config.xbm_size:
         return keras.Model(
             embedding_model.input, memory(embedding_model.output), name="xbm_training_model"

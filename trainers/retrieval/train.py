@@ -10,8 +10,7 @@ import time
 import numpy as np
 
 from tf_svmax import data, losses, metrics, models, ops
-from trainers.harness import image_data
-from trainers.harness.distribute import local_copy
+from trainers.harness import image_data, runtime
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.run_dir import layout
 from trainers.retrieval.config import (
@@ -25,6 +24,7 @@ from trainers.retrieval.model import (
     build_optimizer,
     build_training_model,
     head_output,
+    spread_out_draws,
 )
 from trainers.retrieval.plots import plot_run
 
@@ -43,31 +43,32 @@ def train_retrieval(config, *, callbacks=()):
         or its record is damaged (`trainers.harness.run_dir`).
     """
     started = time.perf_counter()
-    config, split, embedding_model, strategy = setup(config)
-    evaluated = local_copy(embedding_model, strategy)  # multi_worker: the chief's own copy
-    with strategy.scope():  # the training head, the loss's state, the optimizer's slots
+    config, split, embedding_model, distribution = setup(config)
+    evaluated = distribution.local_copy(embedding_model)  # multi_worker: the chief's own copy
+    with distribution.scope():  # the training head, the loss's state, the optimizer's slots
         job = _job(config, split, embedding_model, callbacks, evaluated)
+    job.distribution = distribution
     return run_job(job, RetrievalConfig, started)
 
 
 def setup(config):
-    """``(config, (train, test, input_shape, loaders), embedding_model, strategy)``, in the order
-    a run takes them: the config resolved but for P before any data is read (bad flags refused
-    first), the strategy and the seed (`image_data.start`), the split, P settled with its
-    training classes (the one fact of the data the config needs), and the embedding model — so
-    the same config always gives the same initial weights."""
+    """``(config, (train, test, input_shape, loaders), embedding_model, distribution)``, in the
+    order a run takes them: the config resolved but for P before any data is read (bad flags
+    refused first), the distribution and the seed (`image_data.start`), the split, P settled
+    with its training classes (the one fact of the data the config needs), and the embedding
+    model — so the same config always gives the same initial weights."""
     config = resolve_before_data(config)
-    strategy = image_data.start(config)
+    distribution = image_data.start(config)
     split = load_split(config)  # its loaders at the --input_size resolved before the data
     config = with_training_classes(config, num_train_classes=len(np.unique(split[0][1])))
-    with image_data.model_scope(strategy, config):
+    with image_data.model_scope(distribution, config):
         embedding_model = models.build_embedding_model(
             config.backbone,
             input_shape=split[2],
             embedding_dim=config.embedding_dim,
             weights=config.weights,
         )
-    return config, split, embedding_model, strategy
+    return config, split, embedding_model, distribution
 
 
 def _job(config, split, embedding_model, callbacks, evaluated):
@@ -80,14 +81,15 @@ def _job(config, split, embedding_model, callbacks, evaluated):
     memory = (
         losses.CrossBatchMemoryBank(config.xbm_size, name="xbm_memory") if config.xbm_size else None
     )
-    model = build_training_model(config, embedding_model, len(train_classes), memory)
+    draws = spread_out_draws(config)  # JAX, PyTorch: the negatives' seed state in the model
+    model = build_training_model(config, embedding_model, len(train_classes), memory, draws)
     optimizer, schedule = build_optimizer(config)
     head = head_output(config)
     model.compile(
         optimizer=optimizer,
-        loss=build_loss(config, memory),
+        loss=build_loss(config, memory, draws),
         metrics={"embedding": metrics.svmax_metrics()} if head else metrics.svmax_metrics(),
-        jit_compile=config.jit_compile,
+        jit_compile=runtime.jit_compile(config.jit_compile),
     )
     batch = config.batch_p * config.batch_k
     bounds = ops.svmax_bounds(batch, config.embedding_dim)

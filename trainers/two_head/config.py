@@ -168,7 +168,11 @@ class TwoHeadConfig(ImageDataConfig):
     eval_batch_size: int = option(
         256, "Batch size for evaluation.", identity=False, check=positive_int
     )
-    jit_compile: bool = option(False, "XLA-compile the train step (slow with SVD on CPU).")
+    jit_compile: bool = option(
+        False,
+        "XLA-compile the train step (slow with SVD on CPU). On JAX the step is compiled either "
+        "way; on PyTorch this is torch.compile.",
+    )
 
 
 def resolve(config):

@@ -21,7 +21,9 @@ def build_model(config, split):
 
 def build_losses(config, num_classes):
     """``(losses, loss_weights, state)``: a loss per trained output of `build_model`, their
-    weights, and the non-trainable state to checkpoint (the center loss's centers)."""
+    weights, and the non-trainable state to checkpoint beside the model (the center loss's
+    centers on TensorFlow; on JAX and PyTorch they are a layer of the model:
+    `with_state_layers`)."""
     lam = config.regularizer_lambda
     out = {"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
     weights = {"logits": 1.0}
@@ -36,7 +38,8 @@ def build_losses(config, num_classes):
             seed=config.seed,
         )
         embedding_terms.append(center)
-        state["center_loss"] = center.centers
+        if center.centers_layer is None:  # TensorFlow: the loss' own variable, checkpointed
+            state["center_loss"] = center.centers
     elif config.mode in ("semi_hard", "hard") and lam > 0:
         # The squared Euclidean distance (Sec. 5.3.2), as the TF1 contrib losses the original
         # used; batch-hard with the softplus (soft) margin, semi-hard with margin m.
@@ -57,3 +60,22 @@ def build_losses(config, num_classes):
         out["embedding"] = losses.RegularizedLoss(first, rest) if rest else first
         weights["embedding"] = weight
     return out, weights, state
+
+
+def with_state_layers(model, losses_by_output):
+    """`model` with the state layers of its losses after their outputs (on JAX and PyTorch the
+    center loss's `ClassCenters`, an identity holding the centers: in the model they are
+    carried out of each JAX train step, checkpointed and restored with its weights); `model`
+    itself when its losses have none (TensorFlow)."""
+    outputs = dict(zip(model.output_names, model.outputs, strict=True))
+    wrapped = False
+    for name, loss in losses_by_output.items():
+        terms = [loss, getattr(loss, "loss", None), *getattr(loss, "regularizers", ())]
+        for term in terms:
+            layer = getattr(term, "centers_layer", None)
+            if layer is not None:
+                outputs[name], wrapped = layer(outputs[name]), True
+    if not wrapped:
+        return model
+    # Its outputs keep their keys (the losses' and the labels'), not the new layers' names.
+    return keras.Model(model.input, outputs, name=model.name)

@@ -10,13 +10,12 @@ import time
 import keras
 import numpy as np
 
-from trainers.harness import image_data
-from trainers.harness.distribute import local_copy
+from trainers.harness import image_data, runtime
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.two_head.config import TwoHeadConfig, has_embedding_head, resolve
 from trainers.two_head.evaluate import evaluate
 from trainers.two_head.inputs import load_split
-from trainers.two_head.model import build_losses, build_model
+from trainers.two_head.model import build_losses, build_model, with_state_layers
 from trainers.two_head.plots import describe, plot_run, run_title
 
 
@@ -31,22 +30,24 @@ def train_two_head(config, *, callbacks=()):
       RunRefused: `output_dir` in use, holding another configuration, or damaged.
     """
     started = time.perf_counter()
-    config, split, model, strategy = setup(config)
-    evaluated, refresh = local_copy(model, strategy)  # multi_worker: the chief's own copy
+    config, split, model, distribution = setup(config)
     schedule = keras.optimizers.schedules.PolynomialDecay(
         config.learning_rate, config.train_steps, end_learning_rate=1e-4, power=1.0
     )
-    with strategy.scope():  # the center loss's centers and the optimizer's slots
+    output_names = tuple(model.output_names)  # every output gets the labels
+    with distribution.scope():  # the center loss's centers
         loss, loss_weights, state = build_losses(config, split["num_classes"])
+    model = with_state_layers(model, loss)  # JAX, PyTorch: the centers in the model
+    evaluated, refresh = distribution.local_copy(model)  # multi_worker: the chief's own copy
+    with distribution.scope():  # the optimizer's slots
         model.compile(
             optimizer=keras.optimizers.SGD(schedule, momentum=0.9),
             loss=loss,
             loss_weights=loss_weights,
             metrics={"logits": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]},
-            jit_compile=config.jit_compile,
+            jit_compile=runtime.jit_compile(config.jit_compile),
         )
     train_x, train_y = split["train"]
-    output_names = tuple(model.output_names)  # every output gets the labels
 
     def batches(start_step):
         map_fn = split["loaders"][0] if split["loaders"] else None
@@ -81,20 +82,22 @@ def train_two_head(config, *, callbacks=()):
         diagnose=(
             image_file_diagnosis(split["train"][0], split["test"][0]) if split["loaders"] else None
         ),
+        distribution=distribution,
     )
     return run_job(job, TwoHeadConfig, started)
 
 
 def setup(config):
-    """``(config, split, model, strategy)``: the config resolved once, before any data is read
-    (bad flags refused first), then the strategy and the seed (`image_data.start`), the split
-    and the model — in that order, so the same config always gives the same initial weights."""
+    """``(config, split, model, distribution)``: the config resolved once, before any data is
+    read (bad flags refused first), then the distribution and the seed (`image_data.start`),
+    the split and the model — in that order, so the same config always gives the same initial
+    weights."""
     config = resolve(config)
-    strategy = image_data.start(config)
+    distribution = image_data.start(config)
     split = load_split(config)
-    with image_data.model_scope(strategy, config):
+    with image_data.model_scope(distribution, config):
         model = build_model(config, split)
-    return config, split, model, strategy
+    return config, split, model, distribution
 
 
 def _data_record(config, split):

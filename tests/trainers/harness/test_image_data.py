@@ -10,12 +10,12 @@ import tensorflow as tf
 
 from tests.data import fake_trees
 from tf_svmax import data
-from trainers.harness import image_data
+from trainers.harness import distribute, image_data
 from trainers.harness.config import ConfigError
 
 
 def _config(**kwargs):
-    fields = dict(strategy="default", cpu_devices=0, cluster_timeout=60, seed=3)
+    fields = dict(strategy="default", cpu_devices=0, cluster_timeout=60, seed=3, data_dir=None)
     return types.SimpleNamespace(**{**fields, "batch_p": 2, "batch_k": 2, **kwargs})
 
 
@@ -33,12 +33,12 @@ def test_file_loaders_load_training_and_evaluation_images_at_the_given_side(tmp_
 def _start(config):
     """A trainer's start: the strategy and seed, the config resolved with its data (P = 4),
     the model built in `model_scope`."""
-    strategy = image_data.start(config)
+    distribution = image_data.start(config)
     config = types.SimpleNamespace(**{**vars(config), "batch_p": 4})
-    with image_data.model_scope(strategy, config):
+    with image_data.model_scope(distribution, config):
         model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
         in_scope = tf.distribute.get_strategy()
-    return config, model, strategy, in_scope
+    return config, model, distribution.strategy, in_scope
 
 
 def test_start_seeds_and_the_same_config_builds_the_same_weights_in_the_strategys_scope():
@@ -56,7 +56,7 @@ def test_model_scope_refuses_a_batch_the_replicas_cannot_share(monkeypatch):
     class TwoReplicas:
         num_replicas_in_sync = 2
 
-    monkeypatch.setattr(image_data, "make_strategy", lambda *args: TwoReplicas())
+    monkeypatch.setattr(distribute, "make_strategy", lambda *args: TwoReplicas())
     config = _config(batch_p=3, batch_k=1)
     strategy = image_data.start(config)
     with pytest.raises(

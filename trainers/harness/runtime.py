@@ -1,0 +1,265 @@
+"""The trainers' runtime: the one interface through which the loop and the trainers distribute,
+checkpoint, read their input and recognise a failed input, whatever Keras' backend.
+
+    distribution = runtime.make_distribution(config.strategy, config.cpu_devices, timeout)
+    with distribution.scope(): ...                      # build and compile the model
+    checkpoints = runtime.open_checkpoints(model, state, folder, max_to_keep=2)
+    batches = runtime.pk_batches(config, features, labels, map_fn=..., start_step=...)
+    except runtime.input_errors(): ...                  # e.g. a corrupt image
+
+Two implementations behind it:
+
+- TensorFlow (the default backend): `tf.distribute` strategies (default, mirrored,
+  multi-worker: `trainers.harness.distribute`), `tf.train.Checkpoint` files
+  (`trainers.harness.checkpoints`: they also hold a job's state outside the model, a GAN's
+  second optimizer or a contrastive queue, and under multi-worker saving is a collective step
+  of every worker), tf.data input.
+- JAX and PyTorch (`trainers.harness.keras_runtime`): one device, or JAX's
+  `keras.distribution.DataParallel`; Keras' own weights files with the optimizer's variables
+  and a step record; the embedded sets from memory (`tf_svmax.data.PKBatches`, a
+  `keras.utils.PyDataset`), image files through tf.data on the host where TensorFlow is
+  installed, else refused naming what to install.
+
+Nothing here imports TensorFlow on JAX or PyTorch unless tf.data input is asked for.
+"""
+
+import dataclasses
+import glob
+import importlib.util
+import os
+import sys
+
+import keras
+
+from trainers.harness.config import ConfigError
+from trainers.harness.run_dir import RunRefused
+
+BACKEND = keras.backend.backend()
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """This process's place in a run's distribution, resolved once when the run starts.
+
+    Attributes:
+      chief: Whether this process keeps the run folder, evaluates and plots.
+      multi_worker: Whether the run is one of a multi-worker cluster (the workers then take
+        every decision together).
+      description: What the run records about its distribution.
+    """
+
+    chief: bool
+    multi_worker: bool
+    description: dict
+
+
+def on_tensorflow():
+    """Whether this process's Keras backend is TensorFlow."""
+    return BACKEND == "tensorflow"
+
+
+def make_distribution(strategy, cpu_devices, cluster_timeout=600):
+    """The run's distribution (``--strategy``, ``--cpu_devices``, ``--cluster_timeout``), made
+    before any op runs: an object with ``scope()``, ``placement`` (a `Placement`),
+    ``check_same_config(config)``, ``check_even_split(global_batch)``, ``local_copy(model)``,
+    ``values_of_every_replica(value)``, ``vectors_of_every_replica(values)``,
+    ``replica_batches(make_dataset, global_batch)``, ``fit(model, dataset, **settings)`` and
+    ``worker_lost`` (the errors of a lost worker).
+
+    Raises:
+      ConfigError: a strategy this backend (or TF_CONFIG) cannot run, in one sentence.
+    """
+    if on_tensorflow():
+        from trainers.harness import distribute
+
+        return distribute.TensorFlowDistribution(
+            distribute.make_strategy(strategy, cpu_devices, cluster_timeout)
+        )
+    from trainers.harness import keras_runtime
+
+    return keras_runtime.make_distribution(strategy, cpu_devices)
+
+
+def default_distribution(model):
+    """The distribution of a `model` built without one (one device; on TensorFlow the
+    strategy it was built in)."""
+    if on_tensorflow():
+        from trainers.harness import distribute
+
+        return distribute.TensorFlowDistribution(model.distribute_strategy)
+    from trainers.harness import keras_runtime
+
+    return keras_runtime.KerasDistribution("default")
+
+
+class _TensorFlowCheckpoints:
+    """`tf.train.Checkpoint` files through `checkpoints.restore_newest_readable`."""
+
+    def __init__(self, model, state, directory, max_to_keep, keep_in):
+        import tensorflow as tf
+
+        from trainers.harness.checkpoints import restore_newest_readable
+
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **state)
+        self._manager, self.restored = restore_newest_readable(
+            checkpoint, directory, max_to_keep=max_to_keep, keep_in=keep_in
+        )
+
+    def save(self, step):
+        self._manager.save(checkpoint_number=step)
+
+    def latest_step(self):
+        latest = self._manager.latest_checkpoint
+        return int(latest.rsplit("-", 1)[-1]) if latest else 0
+
+
+def open_checkpoints(model, state, directory, *, max_to_keep, keep_in=None):
+    """The run's checkpoints in `directory`, the newest readable one restored into `model` (its
+    optimizer built) and `state` (name -> trackable kept beside the model; TensorFlow only:
+    elsewhere state that must survive a restart lives in the model's layers). An object with
+    ``restored`` (what was restored, None when nothing), ``save(step)`` and ``latest_step()``.
+    With `keep_in` (a non-chief worker) `directory` is only read and saves go to `keep_in`.
+
+    Raises:
+      RunRefused: checkpoints are on disk but none can be read.
+    """
+    _refuse_foreign_checkpoints(directory)
+    if on_tensorflow():
+        return _TensorFlowCheckpoints(model, state, directory, max_to_keep, keep_in)
+    if state:
+        raise ValueError(
+            f"Job.state ({', '.join(sorted(state))}) is checkpointed on TensorFlow only; on "
+            f"{BACKEND} keep state that must survive a restart in the model's layers."
+        )
+    from trainers.harness import keras_runtime
+
+    return keras_runtime.WeightsCheckpoints(model, directory, max_to_keep)
+
+
+# Each runtime's checkpoint files (a step's record): TensorFlow's index, Keras' step record.
+_FORMATS = {"tensorflow": "ckpt-*.index", "keras": "ckpt-*.json"}
+
+
+def _refuse_foreign_checkpoints(directory):
+    """Raises RunRefused when `directory` holds the other runtime's checkpoints (a run begun on
+    another backend): resuming would silently start over beside its records."""
+    own, other = ("tensorflow", "keras") if on_tensorflow() else ("keras", "tensorflow")
+    if glob.glob(os.path.join(directory, _FORMATS[other])) and not glob.glob(
+        os.path.join(directory, _FORMATS[own])
+    ):
+        began = "TensorFlow" if other == "tensorflow" else "JAX or PyTorch"
+        raise RunRefused(
+            f"The checkpoints in {directory} were written on {began} (another Keras backend "
+            f"than this process's {BACKEND}); resume the run with the backend it began on, or "
+            "move the folder away to start anew."
+        )
+
+
+def latest_checkpoint_step(directory):
+    """The newest checkpoint's step in `directory` (0 when none), for the interrupt message."""
+    if on_tensorflow():
+        import tensorflow as tf
+
+        latest = tf.train.latest_checkpoint(directory)
+        return int(latest.rsplit("-", 1)[-1]) if latest else 0
+    from trainers.harness import keras_runtime
+
+    return keras_runtime.latest_step(directory)
+
+
+def tensorflow_installed():
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def require_tf_data(what):
+    """Raises ConfigError unless tf.data can run here: `what` (e.g. ``--dataset=cub200``) reads
+    image files through tf.data, which needs TensorFlow installed (on JAX and PyTorch it runs on
+    the host, beside the backend)."""
+    if not tensorflow_installed():
+        raise ConfigError(
+            f"{what} reads image files through tf.data, which needs TensorFlow installed (on "
+            f"{BACKEND} too, on the host): pip install tensorflow-cpu, or use an embedded set "
+            "(--dataset=glyphs or digits)."
+        )
+
+
+def _host_tensorflow():
+    """TensorFlow for tf.data beside JAX or PyTorch, with the GPUs hidden from it (the backend
+    owns them)."""
+    import tensorflow as tf
+
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except RuntimeError:
+        pass  # TensorFlow was initialised earlier in this process: its devices are set
+    return tf
+
+
+def input_errors():
+    """The errors a failed input raises (e.g. tf.data's on a corrupt image file): what a
+    `Job.diagnose` is asked about."""
+    if on_tensorflow() or "tensorflow" in sys.modules:  # elsewhere only tf.data loads it
+        import tensorflow as tf
+
+        return (tf.errors.InvalidArgumentError,)
+    return ()
+
+
+def pk_batches(
+    config, features, labels, *, map_fn, start_step, outputs=None, num_parallel_calls=None
+):
+    """P x K training batches from batch `start_step` on, with the config's P, K and seed; with
+    `outputs` (the output names of a model with several), each batch's labels are given to
+    every one of them. On TensorFlow (and for image files, `map_fn`, anywhere) a tf.data
+    pipeline (`tf_svmax.data.pk_batches`; `num_parallel_calls` is `map_fn`'s parallelism,
+    tf.data's AUTOTUNE by default); on JAX and PyTorch, from memory, a `PKBatches`."""
+    from tf_svmax import data
+
+    if not on_tensorflow() and map_fn is None:
+        return data.PKBatches(
+            features,
+            labels,
+            batch_p=config.batch_p,
+            batch_k=config.batch_k,
+            seed=config.seed,
+            start_batch=start_step,
+            outputs=outputs,
+        )
+    tf = _host_tensorflow() if not on_tensorflow() else importlib.import_module("tensorflow")
+    parallel = tf.data.AUTOTUNE if num_parallel_calls is None else num_parallel_calls
+    batches = data.pk_batches(
+        features,
+        labels,
+        batch_p=config.batch_p,
+        batch_k=config.batch_k,
+        seed=config.seed,
+        map_fn=map_fn,
+        start_batch=start_step,
+        num_parallel_calls=parallel,
+    )
+    if not outputs:
+        return batches
+    names = tuple(outputs)
+    return batches.map(
+        lambda x, y: (x, {name: y for name in names}), num_parallel_calls=tf.data.AUTOTUNE
+    )
+
+
+def jit_compile(flag):
+    """What `Model.compile` gets for ``--jit_compile`` (`flag`): on TensorFlow the flag (off, the
+    step is still a TensorFlow graph; on, XLA). JAX has no graph but XLA's, so there the step is
+    always compiled (``"auto"`` unless the flag asks for it: `jax.jit`, except where a layer
+    opts the model out, e.g. a cross-batch memory around a loss of one's own); eager, without
+    the flag, its steps ran ~14x slower than TensorFlow's on the default job. PyTorch runs
+    eagerly (``"auto"``), with the flag `torch.compile`."""
+    if on_tensorflow() or flag:
+        return flag
+    return "auto"
+
+
+def tensorboard(log_dir):
+    """Keras' TensorBoard callback on TensorFlow (it writes through TensorFlow's summaries,
+    which would load TensorFlow beside JAX or PyTorch): a list of zero or one callback."""
+    if on_tensorflow():
+        return [keras.callbacks.TensorBoard(log_dir)]
+    return []
