@@ -42,6 +42,7 @@ entry is NaN (the decompositions themselves are never fed non-finite values: Eig
 eigensolver reads one triangle and returns finite garbage for NaN input).
 """
 
+import math
 import numbers
 
 import keras
@@ -441,7 +442,9 @@ def svmax_bounds(batch_size, dim, dtype="float32"):
                 raise ValueError(checks.invalid(arg, "an int >= 1", value))
         b, d = float(batch_size), float(dim)
         k = min(b, d)
-        return float(np.sqrt(b) / k), float(np.sqrt(b * d / max(b, d)) * np.sqrt(b) / k)
+        # `math.sqrt`, not `np.sqrt`: under `torch.compile` a varying batch size is a SymInt,
+        # and `float()` of NumPy's square root of it gives NaN there (PyTorch 2.13).
+        return math.sqrt(b) / k, math.sqrt(b * d / max(b, d)) * math.sqrt(b) / k
     name = keras.backend.standardize_dtype(dtype)
     if "float" not in name:
         raise TypeError(checks.invalid("dtype", "a floating-point dtype", name))
