@@ -131,6 +131,23 @@ def in_stateless_scope():
     return keras_in_stateless_scope()
 
 
+def dropped_by_step(variable):
+    """True inside the `StatelessScope` of a Keras train or evaluation step on JAX (one that
+    maps the model's variables to the step's values) that does not map `variable`: a variable
+    outside the model, whose assignments the step drops (only the model's variables are carried
+    out of it). False elsewhere, a bare `StatelessScope` (no mapping) included. Call it before
+    any assignment in the step (an assignment adds its variable to the mapping). The private
+    scope is read as in `in_stateless_scope`."""
+    from keras.src.backend.common.stateless_scope import (  # noqa: PLC0415 (private, see above)
+        get_stateless_scope,
+    )
+
+    scope = get_stateless_scope()
+    if scope is None or not scope.state_mapping:
+        return False
+    return scope.get_current_value(variable) is None
+
+
 def in_xla_context():
     """True while tracing a function that XLA will compile, per Keras backend.
 

@@ -505,7 +505,8 @@ def zero_unless_rows(x, fn):
     result stays connected to `x` (a zero gradient, not `None`). Decided in Python when the
     row count is static (always on JAX and PyTorch), else (a TensorFlow graph) with
     `keras.ops.cond`, there `tf.cond`: only the taken branch runs, `fn` never sees the empty
-    matrix.
+    matrix. Under XLA (``jit_compile=True``) both are computed and one selected: XLA's dynamic
+    padder rejects the `tf.cond` of a batch of one row (a partial last batch) in the gradient.
     """
     rows = static_shape(x)[0]
 
@@ -514,4 +515,6 @@ def zero_unless_rows(x, fn):
 
     if rows is not None:
         return fn() if rows > 0 else zero()
+    if _backend.in_xla_context():
+        return ops.where(ops.shape(x)[0] > 0, fn(), zero())
     return ops.cond(ops.shape(x)[0] > 0, fn, zero)

@@ -6,6 +6,8 @@ backend compiles a model holding the memory: a graph on TensorFlow, a jitted tra
 the XLA refusals (a loss without ``ref_mask``, a `jax.jit` outside a train step), the 2**40
 label refusal on JAX without 64-bit types, and a `.keras` file read on another backend."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -357,6 +359,61 @@ def test_a_keras_file_with_the_memory_loads_on_another_backend(rng, tmp_path):
     assert_close(got["prediction"], to_numpy(model(x)), RTOL32)
     for variable in xbm.memory.weights:
         np.testing.assert_array_equal(got["state"][variable.name], to_numpy(variable))
+
+
+def _refusal(memory):
+    # The refusal names the layer the model lacks and says how to add it.
+    return rf"CrossBatchMemoryBank '{re.escape(memory.name)}', is not in the model.*xbm\.memory"
+
+
+@pytest.mark.parametrize("jit_compile", ["auto", False])
+def test_fit_without_the_memory_layer_in_the_model_is_refused_by_name(rng, jit_compile):
+    """Every backend refuses it (before: JAX trained the plain loss, the memory never filling;
+    PyTorch filled a memory that is never saved with the model)."""
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=10)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4)])
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm, jit_compile=jit_compile)
+    x, y = random_batch(rng, b=8, dim=5)
+    with pytest.raises(ValueError, match=_refusal(xbm.memory)):
+        model.fit(x, y, batch_size=8, verbose=0)
+
+
+def test_a_memory_built_by_a_direct_call_but_not_in_the_model(rng):
+    """JAX refuses it in fit (its train step carries out only the model's variables: the
+    memory would never fill); TensorFlow and PyTorch write it in place (not saved with the
+    model, as `SpreadOutLoss`' draws there)."""
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=10)
+    x, y = random_batch(rng, b=8, dim=4)
+    xbm(y, x)  # builds and fills the memory
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)])
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    if backends.BACKEND == "jax":
+        with pytest.raises(ValueError, match=_refusal(xbm.memory)):
+            model.fit(x, y, batch_size=8, verbose=0)
+        return
+    model.fit(x, y, batch_size=8, verbose=0)
+    assert int(to_numpy(xbm.memory.filled)) == 10 and int(to_numpy(xbm.memory.step)) == 2
+
+
+@pytest.mark.parametrize("memory_name", [None, "renamed"])
+def test_a_loaded_model_whose_loss_misses_its_memory_is_refused_by_name(rng, tmp_path, memory_name):
+    """A loss config written before the memory's name was recorded (None), or naming a layer the
+    loaded model lacks: the loss gets a new memory layer, outside the model (before: JAX and
+    PyTorch trained on without the restored memory)."""
+    xbm = CrossBatchMemory(losses.TripletSemiHardLoss(), memory_size=10)
+    model = _model(xbm)
+    model.compile(keras.optimizers.SGD(0.1), loss=xbm)
+    x, y = random_batch(rng, b=8, dim=5)
+    model.fit(x, y, batch_size=8, verbose=0)
+    model.save(tmp_path / "xbm.keras")
+    loaded = keras.models.load_model(tmp_path / "xbm.keras")
+    config = {k: v for k, v in xbm.get_config().items() if k != "memory_name"}
+    if memory_name is not None:
+        config["memory_name"] = memory_name
+    again = CrossBatchMemory.from_config(config)
+    loaded.compile(keras.optimizers.SGD(0.1), loss=again)
+    with pytest.raises(ValueError, match=_refusal(again.memory)):
+        loaded.fit(x, y, batch_size=8, verbose=0)
 
 
 class MeanPositiveDistance(keras.losses.Loss):

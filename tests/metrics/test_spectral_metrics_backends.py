@@ -111,6 +111,32 @@ def test_fit_logs_the_numpy_values_of_the_batch(rng, compiled):
     backends.assert_close(history["svmax_upper_bound"][0], upper, 1e-6)
 
 
+def test_compiled_fit_over_batches_of_changing_size_logs_the_numpy_values(rng):
+    """``jit_compile=True`` (PyTorch: `torch.compile`, which turns the changing batch size into
+    a symbolic int: the metrics crashed at the second size, then logged NaN bounds) over
+    batches of 8, 8 and 4 rows, d = 6 (the last batch has b < d): each logged metric is the
+    mean over the batches of the float64 references, the embeddings fixed (learning rate 0)."""
+    d = 6
+    x = rng.standard_normal((20, 12)).astype(np.float32)
+    model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(d, use_bias=False)])
+    w0 = (rng.standard_normal((12, d)) * 0.3).astype(np.float32)
+    model.layers[0].kernel.assign(w0)
+    model.compile(
+        keras.optimizers.SGD(0.0),
+        lambda y_true, y_pred: keras.ops.mean(y_pred),
+        metrics=svmax_metrics(),
+        jit_compile=True,
+    )
+    history = model.fit(x, np.zeros(20), batch_size=8, shuffle=False, verbose=0).history
+    batches = np.split(x.astype(np.float64) @ w0, [8, 16])
+    bounds = [ref.original_bounds(8, d), ref.original_bounds(8, d), ref.small_batch_bounds(4, d)]
+    want = np.mean([ref.singular_values(b).mean() for b in batches])
+    backends.assert_close(history["mean_singular_value"][0], want, RTOL)
+    lower, upper = np.mean(bounds, axis=0)
+    backends.assert_close(history["svmax_lower_bound"][0], lower, 1e-6)
+    backends.assert_close(history["svmax_upper_bound"][0], upper, 1e-6)
+
+
 def test_config_round_trip_and_bad_arguments():
     for metric in svmax_metrics(method="gram", global_batch=False):
         restored = keras.saving.deserialize_keras_object(

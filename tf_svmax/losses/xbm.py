@@ -169,11 +169,17 @@ def _after(value, fn):
         fn()
 
 
-def _tracing():
-    """True while a TensorFlow function is traced (PyTorch runs eagerly; a JAX trace takes the
-    masked path or is refused before this). TensorFlow is imported here, not at module level."""
+def _in_a_step(y_pred):
+    """True where the loss runs in a training step, whose model should hold the memory layer:
+    a TensorFlow graph (a `tf.function`: `fit`, or one's own compiled loop), a Keras
+    `StatelessScope` (on JAX every train or evaluation step, jitted or not; Keras' symbolic
+    build of the loss on JAX and PyTorch), and on PyTorch embeddings that carry gradient
+    (PyTorch runs `fit` eagerly: a direct call on constant rows is not a step). TensorFlow is
+    imported here, not at module level."""
+    if _backend.BACKEND == "torch" and ops.convert_to_tensor(y_pred).requires_grad:
+        return True
     if _backend.BACKEND != "tensorflow":
-        return False
+        return _backend.in_stateless_scope()
     import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
 
     return not tf.executing_eagerly()
@@ -389,12 +395,15 @@ class CrossBatchMemory(keras.losses.Loss):
                     "sample_weight", "None (the memory's rows have no weights)", "<weights>"
                 )
             )
+        # First: a jitted step outside the model reads the memory's concrete values, as
+        # `_shape_only_trace` does.
+        self._check_memory_in_model(y_pred)
         xla = _backend.in_xla_context()
+        if xla and _shape_only_trace(self.memory):
+            # Keras' symbolic build on JAX (`jax.eval_shape` of the loss, before the first
+            # step, state discarded) needs only the value's shape and dtype: a scalar.
+            return ops.cast(ops.sum(ops.convert_to_tensor(y_pred)) * 0, self.dtype)
         if xla:
-            if _shape_only_trace(self.memory):
-                # Keras' symbolic build on JAX (`jax.eval_shape` of the loss, before the first
-                # step, state discarded) needs only the value's shape and dtype: a scalar.
-                return ops.cast(ops.sum(ops.convert_to_tensor(y_pred)) * 0, self.dtype)
             if not self._masked:
                 raise ValueError(
                     "CrossBatchMemory cannot run under XLA (jit_compile=True, or any jax.jit "
@@ -469,19 +478,32 @@ class CrossBatchMemory(keras.losses.Loss):
                 _after(value, lambda: memory.advance(y_pred, labels, active))
             return value
 
+    def _check_memory_in_model(self, y_pred):
+        """Refuses a training step (a model's or one's own: see `_in_a_step`) whose model does
+        not hold this memory layer: unbuilt there on every backend (a model builds its layers
+        before its loss runs), and on JAX also a built one that the step does not carry out
+        (its writes would be dropped at every step: the memory would never fill)."""
+        memory = self.memory
+        if memory.built:
+            outside = _backend.BACKEND == "jax" and _backend.dropped_by_step(memory.filled)
+        else:
+            outside = _in_a_step(y_pred)
+        if outside:
+            raise ValueError(
+                f"CrossBatchMemory: its memory layer, the CrossBatchMemoryBank "
+                f"'{memory.name}', is not in the model being trained, so its rows would never "
+                "be read, written or saved. Put `xbm.memory` in the model after the embeddings "
+                "(keras.Sequential([..., xbm.memory])), so that its state is built, "
+                "checkpointed and saved with the model. A model loaded from a .keras file holds "
+                "its restored CrossBatchMemoryBank layer: compile it with that layer, "
+                "model.compile(optimizer=..., loss=CrossBatchMemory("
+                f"model.loss.loss, {self.memory_size}, start_step={self.start_step}, "
+                "memory=model.get_layer(<the layer's name>)))."
+            )
+
     def _built_memory(self, y_pred):
         memory = self.memory
-        if not memory.built:
-            if _tracing():
-                raise ValueError(
-                    "CrossBatchMemory: its memory layer is not built. Put `xbm.memory` in the "
-                    "model after the embeddings (keras.Sequential([..., xbm.memory])), so that "
-                    "its state is built, checkpointed and saved with the model. A model loaded "
-                    "from a .keras file holds its restored CrossBatchMemoryBank layer: compile "
-                    "it with that layer, model.compile(optimizer=..., loss=CrossBatchMemory("
-                    f"model.loss.loss, {self.memory_size}, start_step={self.start_step}, "
-                    "memory=model.get_layer(<the layer's name>)))."
-                )
+        if not memory.built:  # a direct call (`_check_memory_in_model`): built here
             memory.build(y_pred.shape)
         checks.same_width(y_pred, memory.dim, "y_pred", "the memory")
         return memory

@@ -33,7 +33,14 @@ class _RunningBatchMean(keras.metrics.Metric):
         value = checks.zero_unless_rows(
             y_pred, lambda: kops.cast(self.batch_value(y_pred), self.dtype)
         )
-        has_rows = kops.cast(kops.shape(y_pred)[0] > 0, self.dtype)
+        # A Python count where the rows are known before the step runs (JAX, PyTorch), decided
+        # by an `if`: `torch.compile` makes a varying batch size a SymInt, whose comparison (a
+        # SymBool) no tensor conversion takes. Else (a TensorFlow graph) a run-time count.
+        rows = checks.static_shape(y_pred)[0]
+        if rows is None:
+            has_rows = kops.cast(kops.shape(y_pred)[0] > 0, self.dtype)
+        else:
+            has_rows = 1.0 if rows > 0 else 0.0
         self.total.assign_add(value)
         self.count.assign_add(has_rows)
 

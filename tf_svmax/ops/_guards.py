@@ -7,6 +7,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from tf_svmax import _backend
+
 
 def dtype_name(x):
     """The Keras name of `x`'s dtype ("float32", ...) on every backend."""
@@ -58,12 +60,21 @@ def static_or_dynamic_shape(x):
 
 
 def is_tall(x):
+    """Whether `x` (`[..., M, N]`) has ``M >= N``: a Python bool where the shape is static, a
+    bool tensor in a TensorFlow graph, and None (undecided: `orient` keeps `x` as it is) in a
+    TensorFlow graph that XLA compiles, whose conditional needs branches of one shape (`x` and
+    its transpose are not, unless square): there the factor paths take either orientation."""
     rows, cols = static_or_dynamic_shape(x)[-2:]
-    return rows >= cols
+    if isinstance(rows, int) and isinstance(cols, int):
+        return rows >= cols
+    return None if _backend.in_xla_context() else rows >= cols
 
 
 def orient(x, tall):
-    """Returns `x` if `tall`, else its transpose (an involution, used both ways)."""
+    """Returns `x` if `tall` (or None: undecided, see `is_tall`), else its transpose (an
+    involution, used both ways)."""
+    if tall is None:
+        return x
     return select(tall, lambda: x, lambda: ops.swapaxes(x, -1, -2))
 
 

@@ -42,6 +42,7 @@ entry is NaN (the decompositions themselves are never fed non-finite values: Eig
 eigensolver reads one triangle and returns finite garbage for NaN input).
 """
 
+import math
 import numbers
 
 import keras
@@ -123,6 +124,13 @@ def gram_factors(x_tall):
     # Clamp to the smallest normal float so a zero column gives u_i = 0, not 0/0 = NaN.
     u = p / ops.expand_dims(at_least(s, _tiny(dtype_name(x_tall))), -2)
     u = u * ops.expand_dims(_numerical_rank_mask(s, x_tall), -2)
+    rows, cols = static_or_dynamic_shape(x_tall)[-2:]
+    if not isinstance(rows, int):
+        # A matrix of unknown shape may be wide under XLA (`is_tall`: not transposed). Its last
+        # N - M directions are the null space's, whose ||E v_i|| is noise above the rank cutoff
+        # (the Gram squares the condition number): zeroed. (A no-op for a tall matrix.)
+        genuine = ops.cast(ops.arange(cols) < rows, dtype_name(x_tall))
+        s, u = s * genuine, u * genuine
     return s, u, v
 
 
@@ -337,7 +345,13 @@ def singular_values(x, *, method="auto"):
     """
     x, dtype = checks.float_matrix(x, "x")
     method = _resolve_method(method, want_vector=True)
-    return ops.cast(_singular_values(x, method), dtype)
+    s = _singular_values(x, method)
+    if is_tall(x) is None:
+        # Under XLA with the orientation undecided (`is_tall`) the Gram path of a wide matrix
+        # has N values, the last N - M of them its null space's (zero, or noise at eps * s_1).
+        rows, cols = ops.shape(x)
+        s = s[: ops.minimum(rows, cols)]
+    return ops.cast(s, dtype)
 
 
 def nuclear_norm(x, *, method="auto"):
@@ -446,7 +460,9 @@ def svmax_bounds(batch_size, dim, dtype="float32"):
                 raise ValueError(checks.invalid(arg, "an int >= 1", value))
         b, d = float(batch_size), float(dim)
         k = min(b, d)
-        return float(np.sqrt(b) / k), float(np.sqrt(b * d / max(b, d)) * np.sqrt(b) / k)
+        # `math.sqrt`, not `np.sqrt`: under `torch.compile` a varying batch size is a SymInt,
+        # and `float()` of NumPy's square root of it gives NaN there (PyTorch 2.13).
+        return math.sqrt(b) / k, math.sqrt(b * d / max(b, d)) * math.sqrt(b) / k
     name = keras.backend.standardize_dtype(dtype)
     if "float" not in name:
         raise TypeError(checks.invalid("dtype", "a floating-point dtype", name))
