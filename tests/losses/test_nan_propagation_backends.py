@@ -118,3 +118,32 @@ def test_the_wrapping_losses_keep_the_nan(wrap, kind):
     else:
         loss = L.CrossBatchMemory(base, memory_size=24)
     assert np.isnan(float(backends.to_numpy(loss(LABELS, x))))
+
+
+# Labels a trace cannot refuse (issue 59, item 2): NaN, not the value with the label ignored. --
+
+SIMILARITIES = np.random.default_rng(1).uniform(-1, 1, (6, 3)).astype("float32")
+PROXY_LABELS = np.array([0, 1, 2, 1, 0, 2])
+
+
+def _ref_proxy_anchor(labels, s, alpha=32.0, delta=0.1):
+    from tests.reference_ranking import proxy_anchor
+
+    return proxy_anchor(labels, s, alpha, delta)
+
+
+@pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not compile PyTorch with XLA")
+@pytest.mark.parametrize("bad", ["out of range", "negative", "non-integral"])
+def test_proxy_anchor_under_xla_gives_nan_for_a_label_outside_its_classes(bad):
+    """TensorFlow's `jit_compile=True` dropped the label assert (36.70), a JAX trace ignored the
+    row; eagerly the same labels are refused by name (tests/losses/test_paper_losses.py)."""
+    loss = L.ProxyAnchorLoss()
+    call = backends.compiled(lambda y, s: loss(y, s))
+    want = _ref_proxy_anchor(PROXY_LABELS, SIMILARITIES)
+    backends.assert_close(backends.to_numpy(call(PROXY_LABELS, SIMILARITIES)), want, 1e-5)
+    labels = {
+        "out of range": np.array([0, 1, 2, 1, 3, 2]),
+        "negative": np.array([0, 1, 2, 1, -1, 2]),
+        "non-integral": np.array([0, 1, 2, 1, 0.5, 2], "float32"),
+    }[bad]
+    assert np.isnan(backends.to_numpy(call(labels, SIMILARITIES)))

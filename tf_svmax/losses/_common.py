@@ -288,6 +288,23 @@ def _reduce(reduction, data, axis):
     return _backend.reduce_with_identity(reduction, data, axis, keepdims=True)
 
 
+def valid_labels(labels, num_classes):
+    """Bool, per entry of `labels`: an integer in ``[0, num_classes)`` (NaN, 1.7, -1 and 2**31
+    are not), compared in the labels' own float dtype or in a wide integer one (a narrow
+    integer dtype would wrap `num_classes`). The check of a trace, where an invalid label
+    cannot raise (XLA drops `tf.debugging` asserts; JAX has none): the loss then gives NaN
+    instead of a value for a clamped or ignored class."""
+    y = ops.convert_to_tensor(labels)
+    if keras.backend.is_float_dtype(keras.backend.standardize_dtype(y.dtype)):
+        integral = ops.equal(y, ops.round(y))
+    else:
+        # int32 on JAX without 64-bit types (its labels are int32 there already).
+        y = ops.cast(y, "int32" if _backend.jax_without_x64() else "int64")
+        integral = ops.ones_like(y, "bool")
+    inside = ops.logical_and(y >= 0, y < ops.cast(num_classes, y.dtype))
+    return ops.logical_and(inside, integral)
+
+
 def nan_unless_finite(value, distances, axis=None):
     """`value`, or NaN where `distances` hold a non-finite entry (over `axis`; None: any entry,
     for a scalar `value`; 1: per row, for a `[B]` `value`).
@@ -301,9 +318,14 @@ def nan_unless_finite(value, distances, axis=None):
     `tf.cond` makes TensorFlow log ``Type inference failed ...``); a finite batch gets ``+ 0``,
     the same value.
     """
-    finite = ops.all(ops.isfinite(distances), axis=axis)
+    return nan_unless(ops.all(ops.isfinite(distances), axis=axis), value)
+
+
+def nan_unless(flag, value):
+    """`value`, or NaN where the bool `flag` (broadcast against it) is False, the NaN added
+    outside the gradient (see `nan_unless_finite`)."""
     zero = ops.zeros_like(value)
-    return value + ops.stop_gradient(ops.where(finite, zero, ops.full_like(value, np.nan)))
+    return value + ops.stop_gradient(ops.where(flag, zero, ops.full_like(value, np.nan)))
 
 
 def hinge(x):
