@@ -32,7 +32,7 @@ import math
 import keras
 from keras import ops
 
-from tf_svmax import checks
+from tf_svmax import _backend, checks
 from tf_svmax.losses._base import LossFunctionWrapper
 from tf_svmax.ops import _guards
 from tf_svmax.ops.spectral import batched_nuclear_norm
@@ -81,7 +81,9 @@ def _overflow_safe(x):
     inf = NaN). The exponent is taken in float64 where it exists (Keras' `floor`/`power`
     compute float64 as float32 on JAX and PyTorch)."""
     wide = "float64" if _guards.float64_available() else "float32"
-    largest = ops.cast(ops.max(ops.abs(x), axis=-1, keepdims=True), wide)
+    # (Also for no entries, M = 1, which `_check_shapes` refuses by name afterwards.)
+    largest = _backend.reduce_with_identity(ops.max, ops.abs(x), -1, keepdims=True)
+    largest = ops.cast(largest, wide)
     large = largest > _LARGE
     # log2 of 1 (every row not rescaled) is 0: a scale of 1 there, no log of 0 or NaN.
     exponent = ops.floor(ops.log(ops.where(large, largest, ops.ones_like(largest))) / math.log(2.0))
