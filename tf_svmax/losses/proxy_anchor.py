@@ -101,7 +101,9 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1):
     """Proxy-Anchor loss from `[B]` labels and `[B, C]` cosine similarities to the proxies.
 
     Args:
-      labels: `[B]` class ids in ``[0, C)``.
+      labels: `[B]` class ids in ``[0, C)``: others are refused by name where their values
+        are known (eagerly, and when a TensorFlow graph runs), and give NaN in an XLA trace
+        (TensorFlow's ``jit_compile=True``, `jax.jit`), where no check can raise.
       similarities: `[B, C]` cosine similarities of the embeddings to the proxies.
       alpha: Scale.
       delta: Margin.
