@@ -125,9 +125,12 @@ def _semihard_parts(
         farthest_negative = _common.masked_max(pdist, negatives, valid=columns)
         semi_hard = ops.where(farther_exists, closest_farther, farthest_negative)
         loss_matrix = margin + pdist - semi_hard
-        positives_f = ops.cast(positives, pdist.dtype)
+        # Only the positive pairs (TFA multiplies by the mask: the same values and gradient); a
+        # `where`, as a row with no column in use (an empty `ref_mask`) holds inf - inf there,
+        # and the NaN of a non-finite distance is the guard's to give.
+        pairs = ops.where(positives, loss_matrix, ops.zeros_like(loss_matrix))
         # NaN where a distance is not finite (NaN, inf or overflowing embeddings).
-        return _common.nan_unless_finite(ops.sum(_common.hinge(loss_matrix * positives_f)), pdist)
+        return _common.nan_unless_finite(ops.sum(_common.hinge(pairs)), pdist)
 
     total = _sum_over_anchor_blocks(share, embeddings, anchors)
     # keep_nan: a non-finite batch gives NaN even with no positive pair.
