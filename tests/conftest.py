@@ -24,6 +24,7 @@ ALL_BACKENDS = (
     "losses/test_data_parallel_backends.py",
     "losses/test_loss_classes_backends.py",
     "losses/test_lorac_backends.py",
+    "losses/test_nan_propagation_backends.py",
     "losses/test_paper_functions_backends.py",
     "losses/test_reference_rows.py",
     "losses/test_spectral_losses_backends.py",

@@ -150,16 +150,77 @@ def test_bad_labels_are_refused_by_name(rng):
         loss([0, 1], np.ones((2, 3), np.float32))
 
 
-@pytest.mark.skipif(backends.BACKEND != "jax", reason="labels are traced in JAX's XLA step only")
-def test_on_jax_a_traced_batch_with_an_invalid_label_gives_nan_and_moves_nothing(rng):
+# Invalid labels where no check can raise, label shapes, seeding (issue 59, items 2, 4, 5). ------
+
+# Labels a trace cannot refuse: a class outside [0, 3), one beyond int32, a non-integral float,
+# a [B, 3] matrix that is not one-hot.
+BAD_LABELS = {
+    "out of range": np.array([0, 2, 2, 1, 3, 2, 2, 0]),
+    "2**31": np.array([0, 2, 2, 1, 2**31, 2, 2, 0]),
+    "non-integral": np.array([0, 2, 2, 1, 0.5, 2, 2, 0], np.float32),
+    "not one-hot": np.eye(3, dtype=np.float32)[LABELS] + np.eye(3, dtype=np.float32)[0],
+}
+
+
+@pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not compile PyTorch with XLA")
+@pytest.mark.parametrize("bad", sorted(BAD_LABELS))
+def test_under_xla_an_invalid_label_gives_nan_not_a_clamped_class(rng, bad):
+    """TensorFlow's `jit_compile=True` drops `tf.debugging` asserts and clamps a gather: the
+    label 3 (or 2**31) was read as class 2. The reference of a valid batch is finite, so NaN
+    can only come from the label check."""
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    loss = losses.CenterLoss(3, 4, lambda_=LAMBDA, alpha=ALPHA, seed=0)
+    call = backends.compiled(lambda labels, rows: loss(labels, rows))
+    want = ref_center(x, LABELS, _centers(loss), ALPHA, LAMBDA)[0]
+    assert_close(to_numpy(call(LABELS, x)), want, RTOL32)
+    assert np.isnan(to_numpy(call(BAD_LABELS[bad], x)))
+
+
+@pytest.mark.skipif(backends.BACKEND == "torch", reason="Keras does not compile PyTorch with XLA")
+def test_an_xla_training_step_with_an_invalid_label_gives_nan_and_moves_nothing(rng):
     # Under XLA the labels' values are unknown when the loss is traced: no error can be raised,
-    # so the value says it (NaN) and the centers keep their values.
+    # so the value says it (NaN) and the centers keep their values (TensorFlow and JAX).
     loss = losses.CenterLoss(3, 4, seed=0)
     model = _model(loss)
     model.compile(keras.optimizers.SGD(0.0), loss=loss, jit_compile=True)
     before = _centers(loss)
-    labels = LABELS.copy()
-    labels[3] = 3
-    value = model.train_on_batch(rng.standard_normal((8, 5)).astype(np.float32), labels)
+    value = model.train_on_batch(
+        rng.standard_normal((8, 5)).astype(np.float32), BAD_LABELS["2**31"]
+    )
     assert np.isnan(value)
     np.testing.assert_array_equal(_centers(loss), before)
+
+
+def test_a_label_matrix_other_than_one_hot_rows_is_refused_by_name(rng):
+    """`[y, y]` (two label columns) was read as one-hot rows, class 0 for every row; the
+    docstring promises `[B]`, `[B, 1]` and `[B, C]` one-hot rows only."""
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    loss = losses.CenterLoss(3, 4, seed=0)
+    with pytest.raises(ValueError, match=r"argument `y_true`.*one-hot rows of shape \[B, 3\]"):
+        loss(np.stack([LABELS, LABELS], axis=1), x)
+    errors = (ValueError,)
+    if backends.BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        errors = (tf.errors.InvalidArgumentError,)
+    with pytest.raises(errors, match=r"`y_true`. Expected one-hot rows"):
+        loss(BAD_LABELS["not one-hot"], x)
+    # [B, 1] class ids and true one-hot rows are the class ids' value.
+    want = ref_center(x, LABELS, _centers(loss), 0.5, 0.003)[0]
+    assert_close(to_numpy(loss(LABELS[:, None], x)), want, RTOL32)
+    assert_close(to_numpy(loss(np.eye(3)[LABELS], x)), want, RTOL32)
+
+
+def test_set_random_seed_fixes_the_initial_centers():
+    """`seed=None` drew from ``np.random.default_rng(None)``, which no global seed reaches."""
+    drawn = []
+    for _ in range(2):
+        keras.utils.set_random_seed(0)
+        drawn.append(_centers(losses.CenterLoss(3, 4)))
+    np.testing.assert_array_equal(drawn[0], drawn[1])
+    keras.utils.set_random_seed(1)
+    assert not np.allclose(_centers(losses.CenterLoss(3, 4)), drawn[0])
+    # N(0, 1) draws.
+    keras.utils.set_random_seed(0)
+    many = _centers(losses.CenterLoss(100, 50))
+    assert abs(many.mean()) < 0.05 and abs(many.std() - 1.0) < 0.05

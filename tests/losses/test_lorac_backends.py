@@ -82,6 +82,25 @@ def test_value_and_query_gradient_match_numpy(rng, prior, compiled):
     assert _relative_error(per_instance, _reference(q, k, neg, **prior)) < RTOL
 
 
+@pytest.mark.parametrize("scale", [1e20, 1e30, 1e38])
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_rows_whose_squares_overflow_keep_their_direction(rng, scale, compiled):
+    """A query view and a key scaled by 1e20 (float32 squares overflow above ~1e19): the rows
+    are normalized, so the float64 reference is the unscaled one; before, ``rsqrt(inf) = 0``
+    zeroed those rows (the all-zero input's value)."""
+    q, k, neg = _inputs(rng)
+    big_q, big_k = q.copy(), k.copy()
+    big_q[0, 1] *= np.float32(scale)
+    big_k[2] *= np.float32(scale)
+    assert np.isfinite(big_q).all() and np.isfinite(big_k).all()
+    fn = backends.compiled(lorac_loss) if compiled else lorac_loss
+    got = backends.to_numpy(fn(big_q, big_k, neg))
+    assert _relative_error(got, _reference(big_q, big_k, neg, beta=2.0, prior="laplace")) < RTOL
+    # Its gradient stays finite (the rescale is piecewise constant).
+    _, (grad,) = backends.value_and_grad(lambda x: ops.mean(lorac_loss(x, big_k, neg)), big_q)
+    assert np.isfinite(grad).all()
+
+
 def test_batched_nuclear_norm_and_its_gradient_match_numpy(rng):
     x = _unit(rng.standard_normal((5, 4, 7))).astype(np.float32)
     value, (grad,) = backends.value_and_grad(lambda a: ops.sum(batched_nuclear_norm(a)), x)

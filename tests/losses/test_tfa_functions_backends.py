@@ -302,6 +302,22 @@ def test_contrastive_matches_numpy(rng):
     )
 
 
+def test_contrastive_pairs_a_label_column_with_its_distance_and_refuses_other_shapes(rng):
+    """`[B, 1]` labels with `[B]` distances were broadcast to `[B, B]` (0.584 instead of the
+    per-pair mean, 0.336 in the issue); TFA's Keras 2 class aligned them row by row. `[B, 2]`
+    labels failed inside Mul."""
+    d = rng.uniform(0.05, 2.0, size=10).astype("float32")
+    labels = (rng.random(10) < 0.5).astype("float32")
+    want = ref_contrastive_sum(labels, d) / 10
+    loss = contrastive.ContrastiveLoss()
+    for y, distances in ((labels[:, None], d), (labels, d[:, None]), (labels[:, None], d[:, None])):
+        _check("ContrastiveLoss", backends.to_numpy(loss(y, distances)), want, atol=1e-6)
+        per_pair = backends.to_numpy(contrastive.contrastive_loss(y, distances, 1.0))
+        assert per_pair.shape == distances.shape
+    with pytest.raises(ValueError, match=r"argument `y_true`.*one label per distance.*\(10, 2\)"):
+        loss(np.stack([labels, labels], axis=1), d)
+
+
 @pytest.mark.parametrize("fn_name", ["semihard", "hard", "lifted"])
 def test_label_shapes_and_dtypes_give_the_same_loss(fn_name, rng):
     fn, ref = GENERIC[

@@ -295,6 +295,56 @@ def _reduce(reduction, data, axis):
     return _backend.reduce_with_identity(reduction, data, axis, keepdims=True)
 
 
+def valid_labels(labels, num_classes):
+    """Bool, per entry of `labels`: an integer in ``[0, num_classes)`` (NaN, 1.7, -1 and 2**31
+    are not), compared in the labels' own float dtype or in a wide integer one (a narrow
+    integer dtype would wrap `num_classes`). The check of a trace, where an invalid label
+    cannot raise (XLA drops `tf.debugging` asserts; JAX has none): the loss then gives NaN
+    instead of a value for a clamped or ignored class."""
+    y = ops.convert_to_tensor(labels)
+    if keras.backend.is_float_dtype(keras.backend.standardize_dtype(y.dtype)):
+        integral = ops.equal(y, ops.round(y))
+    else:
+        # int32 on JAX without 64-bit types (its labels are int32 there already).
+        y = ops.cast(y, "int32" if _backend.jax_without_x64() else "int64")
+        integral = ops.ones_like(y, "bool")
+    inside = ops.logical_and(y >= 0, y < ops.cast(num_classes, y.dtype))
+    return ops.logical_and(inside, integral)
+
+
+def nan_unless_finite(value, distances, axis=None):
+    """`value`, or NaN where `distances` hold a non-finite entry (over `axis`; None: any entry,
+    for a scalar `value`; 1: per row, for a `[B]` `value`).
+
+    NaN or inf embeddings, or finite ones whose distances overflow, give non-finite distances;
+    the hinges and masks after them may then drop the NaN (``max(x, 0)`` written as a `where`,
+    XLA's max/min reductions on TensorFlow, an entry selected away), and a diverged batch would
+    report a finite loss, even 0. The flag is a boolean reduction, which every backend and XLA
+    compute exactly. The NaN is added outside the gradient, as in `mean_of_parts` (a `where`
+    on the flag would keep a boolean for the gradient, which inside the losses' empty-batch
+    `tf.cond` makes TensorFlow log ``Type inference failed ...``); a finite batch gets ``+ 0``,
+    the same value.
+    """
+    return nan_unless(ops.all(ops.isfinite(distances), axis=axis), value)
+
+
+def nan_unless(flag, value):
+    """`value`, or NaN where the bool `flag` (broadcast against it) is False, the NaN added
+    outside the gradient (see `nan_unless_finite`)."""
+    zero = ops.zeros_like(value)
+    return value + ops.stop_gradient(ops.where(flag, zero, ops.full_like(value, np.nan)))
+
+
+def hinge(x):
+    """``max(x, 0)`` in `x`'s dtype, NaN kept, the gradient passing to `x` at 0 (`tf.maximum`'s
+    values and gradient): `ops.maximum` on TensorFlow, where it keeps NaN; a `where` elsewhere,
+    since Keras 3.15's `ops.maximum` returns float32 for float64 on JAX and PyTorch. Written
+    ``x < 0 ? 0 : x``: NaN compares False and passes (``x >= 0 ? x : 0`` turned it into 0)."""
+    if keras.backend.backend() == "tensorflow":
+        return ops.maximum(x, 0.0)
+    return ops.where(x < 0.0, ops.zeros_like(x), x)
+
+
 def safe_mean_over(total, count):
     """`total / count`, defined as 0 when `count` is 0 (TFA returns NaN there).
 

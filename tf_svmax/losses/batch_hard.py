@@ -74,7 +74,8 @@ def batch_hard_triplet_loss(
         ``"sum_over_batch_size"`` counts only the anchors in use).
 
     Returns:
-      `[B]` losses in the embeddings' dtype (half precision computed in float32).
+      `[B]` losses in the embeddings' dtype (half precision computed in float32); NaN for an
+      anchor with a non-finite distance (NaN, inf or overflowing embeddings).
     """
     margin = _check_margin(margin)
     metric = distances.check_metric(metric, "metric")
@@ -107,7 +108,9 @@ def batch_hard_triplet_loss(
         shifted = diff + margin
         loss = ops.where(shifted < 0.0, ops.zeros_like(shifted), shifted)
     loss = ops.where(has_negative, loss, ops.zeros_like(loss))
-    return ops.cast(loss, dtype)
+    # NaN for an anchor with a non-finite distance (NaN, inf or overflowing embeddings): the
+    # `where`s above, and XLA's max/min reductions on TensorFlow, would drop it.
+    return ops.cast(_common.nan_unless_finite(loss, dist, axis=1), dtype)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

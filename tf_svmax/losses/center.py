@@ -20,12 +20,18 @@ import numpy as np
 from keras import ops
 
 from tf_svmax import _backend, checks
-from tf_svmax.losses import _state_layers
+from tf_svmax.losses import _common, _state_layers
 from tf_svmax.ops.ole import class_labels
 
 
 def _initial_centers(num_classes, embedding_dim, centers, seed):
-    if centers is None:
+    if centers is None and seed is None:
+        # Keras' global seed generator, which `keras.utils.set_random_seed` resets: two runs
+        # seeded alike start from the same centers on every backend (NumPy's
+        # ``default_rng(None)`` ignored the seed).
+        shape = (num_classes, embedding_dim)
+        centers = ops.convert_to_numpy(keras.random.normal(shape, dtype="float32"))
+    elif centers is None:
         centers = np.random.default_rng(seed).standard_normal((num_classes, embedding_dim))
     centers = np.asarray(centers, dtype=np.float32)
     if centers.shape != (num_classes, embedding_dim):
@@ -37,6 +43,44 @@ def _initial_centers(num_classes, embedding_dim, centers, seed):
             )
         )
     return centers
+
+
+def _check_label_shape(shape, num_classes):
+    """Raises a ValueError naming `y_true` unless `shape` (None: unknown) is `[B]`, `[B, 1]`
+    or `[B, num_classes]` (one-hot rows)."""
+    if shape is None:
+        return
+    if len(shape) == 1 or (len(shape) == 2 and shape[1] in (None, 1, num_classes)):
+        return
+    raise ValueError(
+        checks.invalid(
+            "y_true",
+            f"class ids of shape [B] or [B, 1], or one-hot rows of shape [B, {num_classes}] "
+            "(num_classes)",
+            f"<tensor of shape {tuple(shape)}>",
+        )
+    )
+
+
+def _one_hot_message(num_classes):
+    return (
+        f"Invalid value for argument `y_true`. Expected one-hot rows of shape [B, {num_classes}] "
+        "(one 1 and zeros in each row)."
+    )
+
+
+def _one_hot_classes(values, num_classes):
+    """The classes of the NumPy one-hot rows `values` `[B, num_classes]`; a ValueError naming
+    `y_true` and the first other row."""
+    values = np.asarray(values)
+    ones, zeros = values == 1, values == 0
+    bad = np.flatnonzero(~((ones | zeros).all(axis=1) & (ones.sum(axis=1) == 1)))
+    if bad.size:
+        row = int(bad[0])
+        raise ValueError(
+            f"{_one_hot_message(num_classes)} Received: row {row} = {values[row].tolist()}."
+        )
+    return np.argmax(values, axis=-1)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")
@@ -54,7 +98,8 @@ class ClassCenters(_state_layers.StateLayer):
       num_classes: Number of classes C.
       embedding_dim: Feature dimension D.
       centers: Optional `[C, D]` initial centers; by default N(0, 1) draws with `seed`.
-      seed: Seed of the N(0, 1) initialization.
+      seed: Seed of the N(0, 1) initialization (None: Keras' global seed generator, which
+        `keras.utils.set_random_seed` makes reproducible).
     """
 
     def __init__(self, num_classes, embedding_dim, centers=None, seed=None, **kwargs):
@@ -110,11 +155,13 @@ class CenterLoss(keras.losses.Loss):
       lambda_: Weight (two-head baseline: 0.003).
       alpha: Center update rate in (0, 1] (0.5).
       centers: Optional `[C, D]` initial centers (a saved model passes its trained ones).
-      seed: Seed of the N(0, 1) initialization.
+      seed: Seed of the N(0, 1) initialization (None: Keras' global seed generator, which
+        `keras.utils.set_random_seed` makes reproducible).
       centers_layer: JAX and PyTorch only: an optional `ClassCenters` layer to hold the centers
         (e.g. the one of a model loaded from a ``.keras`` file); by default a new one.
 
-    `y_true`: `[B]` integer labels or `[B, C]` one-hot rows; `y_pred`: `[B, D]` features.
+    `y_true`: `[B]` (or `[B, 1]`) integer labels, or `[B, C]` one-hot rows (exactly one 1 and
+    zeros in each; any other `[B, k]` matrix is refused by name); `y_pred`: `[B, D]` features.
     Sample weights scale the batch's value by their mean.
 
     Backends. TensorFlow: ``loss.centers`` is a `tf.Variable` of the loss (saved in its config),
@@ -126,8 +173,9 @@ class CenterLoss(keras.losses.Loss):
     The centers move in the training steps of that model (``jit_compile=True`` included), never
     in `evaluate`/`predict`; a direct call (``loss(y, x)``, `jax.grad`) gives the value and its
     gradient and moves nothing. Labels are checked (integral, in ``[0, C)``) where their values
-    are known; inside a JAX trace (``jit_compile=True``) they are not, and a batch holding an
-    invalid label gives NaN and leaves the centers unmoved.
+    are known, and by TensorFlow graphs when they run; inside a JAX trace or a TensorFlow XLA
+    function (``jit_compile=True``) they cannot raise, and a batch holding an invalid label
+    gives NaN and leaves the centers unmoved.
     On JAX and PyTorch ``loss.centers`` is the layer's ``centers`` weight.
 
     Under a `tf.distribute` strategy with more than one replica (create the loss inside
@@ -211,26 +259,66 @@ class CenterLoss(keras.losses.Loss):
 
     # TensorFlow ---------------------------------------------------------------------------------
 
+    def _label_rows(self, y):
+        """``(y, one_hot)``: the tensor `y` of class ids (`[B]` or `[B, 1]`) as given and
+        `one_hot` None, or `[B, C]` one-hot rows (C = num_classes) as their argmax and
+        `one_hot` a bool `[B]`: which rows hold exactly one 1 and zeros. Any other shape is
+        refused by name (a `[B, k]` matrix read as one-hot rows made ``[y, y]`` class 0)."""
+        shape = checks.static_shape(y)
+        _check_label_shape(shape, self.num_classes)
+        if shape is None or len(shape) != 2 or shape[1] in (None, 1):
+            return y, None
+        ones, zeros = ops.equal(y, 1), ops.equal(y, 0)
+        binary = ops.all(ops.logical_or(ones, zeros), axis=1)
+        single = ops.equal(ops.sum(ops.cast(ones, "int32"), axis=1), 1)
+        return ops.argmax(y, axis=-1), ops.logical_and(binary, single)
+
     def _labels(self, y_true):
+        """int64 `[B]` class ids, checked when the graph runs (an InvalidArgumentError naming
+        `y_true`); under XLA, which drops those checks, an invalid row (non-integral, not
+        one-hot) is -1 or stays outside ``[0, C)``, for `_valid_and_clamped` to see after the
+        global batch is gathered."""
         import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
 
-        y_true = tf.convert_to_tensor(y_true)
-        if y_true.shape.rank == 2 and y_true.shape[-1] not in (None, 1):
-            y_true = tf.argmax(y_true, axis=-1)  # one-hot rows, as the original
+        y, one_hot = self._label_rows(tf.convert_to_tensor(y_true))
+        asserts = []
+        if one_hot is not None:
+            asserts.append(
+                tf.debugging.assert_equal(
+                    tf.reduce_all(one_hot), True, message=_one_hot_message(self.num_classes)
+                )
+            )
+        y = checks.label_vector(y, "y_true")
+        row_valid = _common.valid_labels(y, self.num_classes)
+        if one_hot is not None:
+            row_valid = tf.logical_and(row_valid, one_hot)
         # Integral values only (1.7 is refused, not truncated), range-checked in int64 before
         # the int32 cast (2**32 + 1 would otherwise wrap to class 1).
-        labels = class_labels(y_true, "y_true")
-        check = tf.debugging.assert_less(
-            labels,
-            tf.constant(self.num_classes, tf.int64),
-            message=f"Invalid value for argument `y_true`: labels must be in [0, "
-            f"{self.num_classes}).",
+        labels = class_labels(y, "y_true")
+        asserts.append(
+            tf.debugging.assert_less(
+                labels,
+                tf.constant(self.num_classes, tf.int64),
+                message=f"Invalid value for argument `y_true`: labels must be in [0, "
+                f"{self.num_classes}).",
+            )
         )
-        check2 = tf.debugging.assert_non_negative(
-            labels, message="Invalid value for argument `y_true`: labels must be >= 0."
+        asserts.append(
+            tf.debugging.assert_non_negative(
+                labels, message="Invalid value for argument `y_true`: labels must be >= 0."
+            )
         )
-        with tf.control_dependencies([check, check2]):
-            return tf.cast(labels, tf.int32)
+        with tf.control_dependencies(asserts):
+            return tf.where(row_valid, labels, tf.constant(-1, tf.int64))
+
+    def _valid_and_clamped(self, labels):
+        """``(valid, labels)``: whether every int64 label is in ``[0, C)``, and the labels
+        clamped into it as int32 (a gather of a clamped label is defined; the value is NaN and
+        the centers stay where `valid` is False)."""
+        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+
+        valid = tf.reduce_all(tf.logical_and(labels >= 0, labels < self.num_classes))
+        return valid, tf.cast(tf.clip_by_value(labels, 0, self.num_classes - 1), tf.int32)
 
     def _tf_call(self, y_true, y_pred, sample_weight):
         import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
@@ -252,16 +340,21 @@ class CenterLoss(keras.losses.Loss):
             _, (x, labels, sample_weight) = replicas.gather_global_batch(
                 self.global_batch, x, labels, sample_weight
             )
+            # Over the global batch: every replica sees the same flag.
+            valid, labels = self._valid_and_clamped(labels)
             checks.same_width(x, self.embedding_dim, "y_pred", "embedding_dim")
             centers_before = tf.convert_to_tensor(self.centers)
             batch_centers = tf.gather(centers_before, labels)
-            value = self.lambda_ * self._sum_and_update(x, batch_centers, labels, centers_before)
+            total = self._sum_and_update(x, batch_centers, labels, centers_before, valid)
+            # An invalid label under XLA (where the checks above cannot raise): NaN, not the
+            # value of a clamped class.
+            value = tf.where(valid, self.lambda_ * total, tf.constant(np.nan, total.dtype))
             if sample_weight is not None:
                 value = value * tf.reduce_mean(tf.cast(sample_weight, value.dtype))
             # Every replica holds the global batch's sum; Keras sums the replicas' gradients.
             return replicas.scale_to_replicas(tf.cast(value, self.dtype))
 
-    def _sum_and_update(self, x, batch_centers, labels, centers_before):
+    def _sum_and_update(self, x, batch_centers, labels, centers_before, valid):
         import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
 
         variable, alpha, num_classes = self.centers, self.alpha, self.num_classes
@@ -278,6 +371,8 @@ class CenterLoss(keras.losses.Loss):
                 )
                 pulls = tf.math.unsorted_segment_sum(batch_centers - x, labels, num_classes)
                 delta = alpha * pulls / (1.0 + counts)[:, tf.newaxis]
+                # A batch with an invalid label moves no center.
+                delta = tf.where(valid, delta, tf.zeros_like(delta))
                 update = variable.assign(centers_before - delta)
                 with tf.control_dependencies([update]):
                     return tf.identity(upstream * diff)
@@ -294,8 +389,9 @@ class CenterLoss(keras.losses.Loss):
         # Read before any conversion: JAX without 64-bit types would wrap int64 labels.
         values = _backend.concrete_values(y_true)
         if values is not None:
+            _check_label_shape(values.shape, self.num_classes)
             if values.ndim == 2 and values.shape[-1] != 1:
-                values = np.argmax(values, axis=-1)  # one-hot rows, as the original
+                values = _one_hot_classes(values, self.num_classes)
             # Integral values only (1.7 is refused, not truncated), range-checked in int64
             # before the int32 cast (2**32 + 1 would otherwise wrap to class 1).
             labels = class_labels(values, "y_true")
@@ -308,13 +404,12 @@ class CenterLoss(keras.losses.Loss):
                 )
             labels = ops.convert_to_tensor(labels.astype(np.int32))
             return checks.same_rows(labels, x, "y_true", "y_pred"), None
-        y = ops.convert_to_tensor(y_true)
-        if len(y.shape) == 2 and y.shape[-1] not in (None, 1):
-            y = ops.argmax(y, axis=-1)  # one-hot rows, as the original
+        y, one_hot = self._label_rows(ops.convert_to_tensor(y_true))
         y = ops.reshape(y, [-1])
-        valid = ops.logical_and(ops.all(y >= 0), ops.all(y < self.num_classes))
-        if keras.backend.is_float_dtype(keras.backend.standardize_dtype(y.dtype)):
-            valid = ops.logical_and(valid, ops.all(ops.equal(y, ops.round(y))))
+        valid = ops.all(_common.valid_labels(y, self.num_classes))
+        if one_hot is not None:
+            valid = ops.logical_and(valid, ops.all(one_hot))
+        # Clamped so that the gather is defined; the value is NaN where `valid` is False.
         labels = ops.cast(ops.clip(y, 0, self.num_classes - 1), "int32")
         return checks.same_rows(labels, x, "y_true", "y_pred"), valid
 

@@ -54,7 +54,8 @@ def lifted_struct_loss(
 
     Returns:
       A scalar of the embeddings' dtype. 0 when the batch has no positive pair, and pairs with
-      no negative at all contribute 0 (tensorflow-addons returns NaN in both cases). At exact
+      no negative at all contribute 0 (tensorflow-addons returns NaN in both cases); NaN when
+      a distance is not finite (NaN, inf or overflowing embeddings). At exact
       ties between two rows' stabilizing shifts the gradient here is the true one, while
       tensorflow-addons' is not (it differentiates through the shift).
     """
@@ -85,6 +86,7 @@ def _lifted_parts(
         # The anchors' place in the window (they are its rows own .. own + count - 1).
         own = anchors[0] - window[0]
     pdist = distances.pairwise_distance(x, squared=squared, rows=window)  # [n, b]
+    window_distances = pdist  # all of them enter the negative sums
     positives, negatives = _common.anchor_masks(labels, window, valid)
     shift, scaled = _negative_sums(margin, pdist, negatives, valid)  # [n, 1] each
     row_shift, column_shift = shift, ops.transpose(shift)
@@ -112,14 +114,16 @@ def _lifted_parts(
     objective = pair_shift + log_sum + pdist
 
     zero = ops.zeros_like(objective)
-    hinge = _maximum(ops.where(positives, objective, zero), zero)
-    total = 0.25 * ops.sum(ops.square(hinge))
+    hinge = _common.hinge(ops.where(positives, objective, zero))
+    # NaN where a distance is not finite (NaN, inf or overflowing embeddings).
+    total = _common.nan_unless_finite(0.25 * ops.sum(ops.square(hinge)), window_distances)
     if anchors is None:
         num_pairs = _common.positive_pair_count(labels, x.dtype) / 2.0
     else:
         first_rows, _ = _common.anchor_masks(labels, anchors, valid)
         num_pairs = ops.cast(_common.count_true(first_rows), x.dtype) / 2.0
-    return [_common.LossPart(total, num_pairs)], dtype
+    # keep_nan: a non-finite batch gives NaN even with no positive pair.
+    return [_common.LossPart(total, num_pairs, keep_nan=True)], dtype
 
 
 def _class_window(labels, anchors, valid=None):
@@ -159,12 +163,13 @@ def _negative_sums(margin, pdist, negatives, valid=None):
 
 
 def _maximum(a, b):
-    """Elementwise max in the operands' dtype, the gradient going to `a` at ties (as
-    `tf.maximum`'s): Keras 3.15's `ops.maximum` returns float32 for float64 on JAX and PyTorch,
-    so `where` there."""
+    """Elementwise max in the operands' dtype, NaN kept (from either operand), the gradient
+    going to `a` at ties (as `tf.maximum`'s): Keras 3.15's `ops.maximum` returns float32 for
+    float64 on JAX and PyTorch, so `where` there (``a < b ? b : a`` keeps a NaN `a`; a NaN `b`
+    is selected explicitly)."""
     if keras.backend.backend() == "tensorflow":
         return ops.maximum(a, b)
-    return ops.where(a >= b, a, b)
+    return ops.where(ops.logical_or(a < b, ops.isnan(b)), b, a)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

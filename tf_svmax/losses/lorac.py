@@ -32,8 +32,9 @@ import math
 import keras
 from keras import ops
 
-from tf_svmax import checks
+from tf_svmax import _backend, checks
 from tf_svmax.losses._base import LossFunctionWrapper
+from tf_svmax.ops import _guards
 from tf_svmax.ops.spectral import batched_nuclear_norm
 from tf_svmax_args import LORAC_PRIORS as PRIORS  # one table: the trainers' flags read it
 
@@ -61,8 +62,35 @@ def _unit_rows(x):
     # makes Q's rows unit vectors as Eq. 11 assumes. The epsilon keeps an all-zero row at zero
     # (and its gradient finite: `ops.normalize` gives NaN there on PyTorch). The same ops as
     # `tf.math.l2_normalize(x, -1, epsilon=1e-12)`, the original, so TensorFlow's values stay.
+    x = _overflow_safe(x)
     squared = ops.sum(ops.square(x), axis=-1, keepdims=True)
     return x * ops.rsqrt(ops.maximum(squared, 1e-12))
+
+
+# Rows whose largest entry exceeds this are rescaled before their squares are summed.
+_LARGE = 2.0**30
+
+
+def _overflow_safe(x):
+    """`x` with each row whose largest entry exceeds 2^30 divided by a power of two that puts
+    that entry in [2^20, 2^21): exact, so its direction (all `_unit_rows` keeps) is unchanged,
+    and its squares no longer overflow (above ~1e19 in float32 the sum of squares is inf and
+    ``rsqrt(inf) = 0`` made the row zero: the all-zero input's value). Not into [1, 2): XLA
+    divides by multiplying with the reciprocal, and 2^-127 is subnormal in float32, flushed to
+    zero on a CPU. Other rows are left bit for bit. A non-finite row stays non-finite (inf /
+    inf = NaN). The exponent is taken in float64 where it exists (Keras' `floor`/`power`
+    compute float64 as float32 on JAX and PyTorch)."""
+    wide = "float64" if _guards.float64_available() else "float32"
+    # (Also for no entries, M = 1, which `_check_shapes` refuses by name afterwards.)
+    largest = _backend.reduce_with_identity(ops.max, ops.abs(x), -1, keepdims=True)
+    largest = ops.cast(largest, wide)
+    large = largest > _LARGE
+    # log2 of 1 (every row not rescaled) is 0: a scale of 1 there, no log of 0 or NaN.
+    exponent = ops.floor(ops.log(ops.where(large, largest, ops.ones_like(largest))) / math.log(2.0))
+    exponent = ops.cast(ops.where(large, exponent - 20.0, exponent), wide)
+    # Piecewise constant in x: no gradient of its own.
+    scale = ops.stop_gradient(ops.cast(ops.power(ops.full((), 2.0, wide), exponent), x.dtype))
+    return ops.where(ops.cast(large, "bool"), x / scale, x)
 
 
 def _check_shapes(q, k, negatives):

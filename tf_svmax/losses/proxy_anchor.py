@@ -47,36 +47,46 @@ _LABELS_MESSAGE = (
 
 
 def _proxy_labels(labels, s):
-    """``(labels [B] integer, with_positive [C] bool)``: the class ids, checked to be integral,
-    one per row of `s` and in ``[0, C)``, and the proxies with a positive in the batch."""
+    """``(labels [B] integer, with_positive [C] bool, valid)``: the class ids, checked to be
+    integral, one per row of `s` and in ``[0, C)``, the proxies with a positive in the batch,
+    and `valid`: None where the labels were checked here (their values known), else a bool
+    scalar, whether they are valid (a trace, where the check cannot raise: XLA drops
+    `tf.debugging` asserts, JAX has none; the loss is then NaN, not the value with the invalid
+    rows ignored)."""
     classes = ops.shape(s)[1]
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
 
+        raw = checks.label_vector(labels, "labels")
+        valid = ops.all(_common.valid_labels(raw, classes))
         # Integral values only (1.7 is refused, not truncated), range-checked in int64
         # (2**32 + 1 would wrap to class 1 in int32).
-        labels = checks.same_rows(class_labels(labels), s, "labels", "similarities")
+        labels = checks.same_rows(class_labels(raw), s, "labels", "similarities")
         in_range = tf.logical_and(labels >= 0, labels < tf.cast(classes, tf.int64))
         with tf.control_dependencies(
             [tf.debugging.assert_equal(tf.reduce_all(in_range), True, message=_LABELS_MESSAGE)]
         ):
             with_positive = tf.math.unsorted_segment_sum(tf.ones_like(labels), labels, classes) > 0
-        return labels, with_positive
+        return labels, with_positive, valid
     # JAX and PyTorch: integral floats and int32's range (JAX without 64-bit types) are checked
     # by `tf_svmax.checks`; the class range when the labels are concrete (not under `jax.jit`, which
     # has no run-time assertion: there an id outside [0, C) has no proxy and no positive).
-    labels = checks.integer_floats(
+    raw = checks.integer_floats(
         checks.label_vector(labels, "labels"), "labels", "integer class labels"
     )
-    labels = checks.same_rows(labels, s, "labels", "similarities")
+    raw = checks.same_rows(raw, s, "labels", "similarities")
     # int32 on JAX without 64-bit types (`label_vector` refused ids outside its range there).
-    labels = ops.cast(labels, "int32" if _backend.jax_without_x64() else "int64")
-    if not _is_tracer(labels):
+    labels = ops.cast(raw, "int32" if _backend.jax_without_x64() else "int64")
+    valid = None
+    if _is_tracer(labels):
+        # Non-integral floats too: `integer_floats` cannot check a traced value.
+        valid = ops.all(_common.valid_labels(raw, classes))
+    else:
         values = np.asarray(ops.convert_to_numpy(labels))
         if values.size and (values.min() < 0 or values.max() >= classes):
             raise ValueError(_LABELS_MESSAGE)
     with_positive = ops.any(ops.one_hot(labels, classes, dtype="bool"), axis=0)
-    return labels, with_positive
+    return labels, with_positive, valid
 
 
 def _is_tracer(x):
@@ -91,7 +101,9 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1):
     """Proxy-Anchor loss from `[B]` labels and `[B, C]` cosine similarities to the proxies.
 
     Args:
-      labels: `[B]` class ids in ``[0, C)``.
+      labels: `[B]` class ids in ``[0, C)``: others are refused by name where their values
+        are known (eagerly, and when a TensorFlow graph runs), and give NaN in an XLA trace
+        (TensorFlow's ``jit_compile=True``, `jax.jit`), where no check can raise.
       similarities: `[B, C]` cosine similarities of the embeddings to the proxies.
       alpha: Scale.
       delta: Margin.
@@ -100,10 +112,10 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1):
       A scalar of the similarities' dtype (half precision computed in float32).
     """
     s, dtype = _similarities(similarities)
-    labels, with_positive = _proxy_labels(labels, s)
+    labels, with_positive, valid = _proxy_labels(labels, s)
     classes = ops.shape(s)[1]
     count = ops.sum(ops.cast(with_positive, s.dtype))
-    pos, neg = _proxy_terms(labels, s, with_positive, alpha, delta)
+    pos, neg = _proxy_terms(labels, s, with_positive, alpha, delta, valid)
     at_least_one = ops.where(count < 1.0, ops.ones_like(count), count)
     return ops.cast(pos / at_least_one + neg / ops.cast(classes, s.dtype), dtype)
 
@@ -124,15 +136,18 @@ def _similarities(similarities):
     return ops.cast(s, checks.compute_dtype(s.dtype)), s.dtype
 
 
-def _proxy_terms(labels, s, with_positive, alpha, delta):
+def _proxy_terms(labels, s, with_positive, alpha, delta, valid=None):
     """``(positive sum, negative sum)`` over the proxies (columns) of `s`, the positive one
-    over those ``with_positive``."""
+    over those ``with_positive``; both NaN unless `valid` (None: the labels were checked)."""
     positive = ops.cast(ops.one_hot(labels, ops.shape(s)[1]), "bool")  # [B, proxies]
     negative = ops.logical_not(positive)
     pos_terms = _log1p_sum_exp(-alpha * (s - delta), positive, axis=0)
     neg_terms = _log1p_sum_exp(alpha * (s + delta), negative, axis=0)
     pos = ops.sum(ops.where(with_positive, pos_terms, ops.zeros_like(pos_terms)))
-    return pos, ops.sum(neg_terms)
+    neg = ops.sum(neg_terms)
+    if valid is None:
+        return pos, neg
+    return _common.nan_unless(valid, pos), _common.nan_unless(valid, neg)
 
 
 def _own_proxy_parts(
@@ -148,13 +163,18 @@ def _own_proxy_parts(
         labels, similarities, ref_labels, ref_embeddings, ref_offset, "labels", "similarities"
     )
     s, dtype = _similarities(s)
-    labels, with_positive = _proxy_labels(labels, s)
+    labels, with_positive, valid = _proxy_labels(labels, s)
     first, last = _own_proxies(rows, ops.shape(s)[0], ops.shape(s)[1])
     s, with_positive = s[:, first:last], with_positive[first:last]
     labels = labels - ops.cast(first, labels.dtype)  # classes outside give all-zero rows
-    pos, neg = _proxy_terms(labels, s, with_positive, alpha, delta)
+    pos, neg = _proxy_terms(labels, s, with_positive, alpha, delta, valid)
     own_count = ops.sum(ops.cast(with_positive, s.dtype))
-    return [_common.LossPart(pos, own_count), _common.LossPart(neg, last - first)], dtype
+    # keep_nan: invalid labels give NaN even in a share with no proxy.
+    parts = [
+        _common.LossPart(pos, own_count, keep_nan=True),
+        _common.LossPart(neg, last - first, keep_nan=True),
+    ]
+    return parts, dtype
 
 
 def _own_proxies(anchors, rows, classes):

@@ -85,7 +85,8 @@ def triplet_semihard_loss(
 
     Returns:
       A scalar of the embeddings' dtype (float16/bfloat16 computed in float32). 0 when the
-      batch has no positive pair.
+      batch has no positive pair; NaN when a distance is not finite (NaN, inf or overflowing
+      embeddings), on every backend and under XLA.
 
     Example:
       >>> triplet_semihard_loss([0, 0], [[0.0, 1.0], [1.0, 0.0]])  # 2.4142137
@@ -124,11 +125,16 @@ def _semihard_parts(
         farthest_negative = _common.masked_max(pdist, negatives, valid=columns)
         semi_hard = ops.where(farther_exists, closest_farther, farthest_negative)
         loss_matrix = margin + pdist - semi_hard
-        positives_f = ops.cast(positives, pdist.dtype)
-        return ops.sum(_hinge(loss_matrix * positives_f))
+        # Only the positive pairs (TFA multiplies by the mask: the same values and gradient); a
+        # `where`, as a row with no column in use (an empty `ref_mask`) holds inf - inf there,
+        # and the NaN of a non-finite distance is the guard's to give.
+        pairs = ops.where(positives, loss_matrix, ops.zeros_like(loss_matrix))
+        # NaN where a distance is not finite (NaN, inf or overflowing embeddings).
+        return _common.nan_unless_finite(ops.sum(_common.hinge(pairs)), pdist)
 
     total = _sum_over_anchor_blocks(share, embeddings, anchors)
-    return [_common.LossPart(total, count)], dtype
+    # keep_nan: a non-finite batch gives NaN even with no positive pair.
+    return [_common.LossPart(total, count, keep_nan=True)], dtype
 
 
 # Elements (anchor rows x batch) of one block of `_sum_over_anchor_blocks`: its distance rows,
@@ -455,7 +461,7 @@ def triplet_hard_loss(
         drops it).
 
     Returns:
-      A scalar of the embeddings' dtype.
+      A scalar of the embeddings' dtype; NaN when a distance is not finite.
     """
     references = (ref_labels, ref_embeddings, ref_offset, ref_mask)
     parts, dtype = _hard_parts(y_true, y_pred, margin, soft, distance_metric, *references)
@@ -487,22 +493,16 @@ def _hard_parts(
     if soft:
         per_anchor = ops.softplus(hard_positives - hard_negatives)
     else:
-        per_anchor = _hinge(hard_positives - hard_negatives + margin)
+        per_anchor = _common.hinge(hard_positives - hard_negatives + margin)
     in_use = _common.anchors_in_use(rows, valid)
     if in_use is not None:
         # A dropped anchor (its own row masked) has no positive and no negative: no term.
         per_anchor = ops.where(in_use[:, None], per_anchor, ops.zeros_like(per_anchor))
     # Mean over the anchors (in use); 0 for none (an uneven last batch under tf.distribute).
     anchors = _common.anchor_count(labels, rows, valid)
-    return [_common.LossPart(ops.sum(per_anchor), anchors)], dtype
-
-
-def _hinge(x):
-    """``max(x, 0)`` in `x`'s dtype, the gradient passing at 0 (as `tf.maximum`'s): Keras
-    3.15's `ops.maximum` returns float32 for float64 on JAX and PyTorch, so `where` there."""
-    if keras.backend.backend() == "tensorflow":
-        return ops.maximum(x, 0.0)
-    return ops.where(x >= 0.0, x, ops.zeros_like(x))
+    # NaN where a distance is not finite: XLA's max/min reductions on TensorFlow drop NaN.
+    total = _common.nan_unless_finite(ops.sum(per_anchor), pdist)
+    return [_common.LossPart(total, anchors, keep_nan=True)], dtype
 
 
 def _positive_pairs_of(labels, rows, dtype, valid=None):
