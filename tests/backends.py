@@ -29,6 +29,22 @@ FLOAT64 = pytest.param(
 RTOL32 = 1e-5
 
 
+class ArrayBatches(keras.utils.PyDataset):
+    """Arrays `x`, `y` as a PyDataset of (inputs, labels) batches of `batch_size` rows, the last
+    one partial where the rows do not divide."""
+
+    def __init__(self, x, y, batch_size):
+        super().__init__()
+        self.x, self.y, self.batch_size = x, y, batch_size
+
+    def __len__(self):
+        return -(-len(self.x) // self.batch_size)
+
+    def __getitem__(self, index):
+        rows = slice(index * self.batch_size, (index + 1) * self.batch_size)
+        return self.x[rows], self.y[rows]
+
+
 def assert_close(got, expected, rtol):
     """Relative agreement, entries far below the largest compared at the largest one's scale
     (float32 sums that cancel round relative to their terms, not to their result)."""

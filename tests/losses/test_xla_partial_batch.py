@@ -69,19 +69,6 @@ def _want(reference, embeddings, labels, batch_size):
     return np.average(values, weights=sizes)
 
 
-class _Batches(keras.utils.PyDataset):
-    def __init__(self, x, y, batch_size):
-        super().__init__()
-        self.x, self.y, self.batch_size = x, y, batch_size
-
-    def __len__(self):
-        return -(-len(self.x) // self.batch_size)
-
-    def __getitem__(self, index):
-        rows = slice(index * self.batch_size, (index + 1) * self.batch_size)
-        return self.x[rows], self.y[rows]
-
-
 @pytest.mark.parametrize("name", sorted(LOSSES))
 @pytest.mark.parametrize("rows", [20, 17], ids=["last-4-rows", "last-1-row"])
 def test_fit_with_a_partial_last_batch_logs_the_references(rng, name, rows):
@@ -103,7 +90,7 @@ def test_fit_from_a_py_dataset_with_a_partial_last_batch(rng):
     model.compile(
         keras.optimizers.SGD(0.0), loss=losses.SVMaxLoss(lambda_=LAMBDA), jit_compile=True
     )
-    logged = model.fit(_Batches(x, y, 8), verbose=0).history["loss"][0]
+    logged = model.fit(backends.ArrayBatches(x, y, 8), verbose=0).history["loss"][0]
     assert_close(logged, _want(ref_svmax, model.predict(x, verbose=0), y, 8), RTOL32)
 
 

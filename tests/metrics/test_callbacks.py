@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.backends import BACKEND
+from tests.backends import BACKEND, ArrayBatches
 from tests.reference_retrieval import brute_recall
 from tf_svmax.metrics import RetrievalEvaluation
 
@@ -33,21 +33,6 @@ def _data(rng):
     x_train = rng.standard_normal((32, 5)).astype(np.float32)
     y_train = rng.standard_normal((32, 4)).astype(np.float32)
     return x_train, y_train, x_test, y_test
-
-
-class _Batches(keras.utils.PyDataset):
-    """The test split as a PyDataset of (inputs, labels) batches."""
-
-    def __init__(self, x, y, batch_size):
-        super().__init__()
-        self.x, self.y, self.batch_size = x, y, batch_size
-
-    def __len__(self):
-        return -(-len(self.x) // self.batch_size)
-
-    def __getitem__(self, index):
-        rows = slice(index * self.batch_size, (index + 1) * self.batch_size)
-        return self.x[rows], self.y[rows]
 
 
 def _json_lines(log_dir):
@@ -115,7 +100,7 @@ def _tf_dataset(x_test, y_test):
 @pytest.mark.parametrize(
     "make",
     [
-        pytest.param(lambda x, y: _Batches(x, y, 16), id="PyDataset"),
+        pytest.param(lambda x, y: ArrayBatches(x, y, 16), id="PyDataset"),
         pytest.param(
             lambda x, y: lambda: ((x[i : i + 16], y[i : i + 16]) for i in range(0, len(x), 16)),
             id="generator_function",
@@ -178,6 +163,6 @@ def test_bad_arguments(rng):
     with pytest.raises(ValueError, match=r"argument `labels`"):
         RetrievalEvaluation(x_test)
     with pytest.raises(ValueError, match=r"argument `labels`. Expected None"):
-        RetrievalEvaluation(_Batches(x_test, y_test, 16), y_test)
+        RetrievalEvaluation(ArrayBatches(x_test, y_test, 16), y_test)
     with pytest.raises(ValueError, match=r"argument `every_n_steps`"):
         RetrievalEvaluation(x_test, y_test, every_n_steps=0)
