@@ -185,3 +185,17 @@ def test_write_puts_table_figures_and_json_side_by_side(tmp_path, capsys):
     elsewhere = dataclasses.replace(config, table=str(tmp_path / "t" / "x.md"))
     grid.write(elsewhere, "toy", "y", {}, (), 0.0)
     assert (tmp_path / "t" / "x.md").read_text() == "y" and (tmp_path / "t" / "x.json").exists()
+
+
+@pytest.mark.parametrize(
+    "versions, named",
+    [
+        ({"keras_backend": "torch", "torch": "2.13.0", "tensorflow": None}, "with PyTorch 2.13.0,"),
+        ({"keras_backend": "jax", "jax": "0.10.2", "tensorflow": "2.21.0"}, "with JAX 0.10.2,"),
+        ({"tensorflow": "2.21.0"}, "with TensorFlow 2.21.0,"),  # a record from before JAX/torch
+    ],
+)
+def test_provenance_names_the_backend_the_runs_used(versions, named):
+    first = {"device": "CPU", "versions": {**versions, "keras": "3.15.1", "tf_svmax": "0.1.0"}}
+    line = grid.provenance("reproduce_two_head", first)
+    assert named in line and "Keras 3.15.1" in line and "None" not in line
