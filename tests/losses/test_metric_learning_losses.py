@@ -258,7 +258,9 @@ _ROW_MISMATCH = [
 def test_row_mismatch_names_y_true_eagerly_and_in_a_traced_step(name, make, y_true, pred_shape):
     y_pred = np.random.default_rng(0).random(pred_shape).astype("float32")
     # The labels argument by its name (`labels` in proxy_anchor_loss, which the class calls).
-    with pytest.raises(ValueError, match=r"argument `(y_true|labels)`. Expected one row per row"):
+    # ContrastiveLoss' labels pair with its distances (one label per distance, issue 59).
+    expected = r"argument `(y_true|labels)`. Expected one (row per row|label per distance)"
+    with pytest.raises(ValueError, match=expected):
         make()(y_true, y_pred)
     # Unknown batch sizes (a traced step): the run-time assertion carries the same words.
     loss = make()
