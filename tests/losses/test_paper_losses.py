@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tf_svmax
 from tests import reference_ranking as rr
 from tests import reference_spectral as ref
 from tf_svmax import losses
@@ -245,23 +244,6 @@ def test_proxy_anchor_matches_numpy(rng):
         rtol=1e-10,
     )
     _grad_check(lambda t: losses.proxy_anchor_loss(labels, t, alpha=4.0), s)
-
-
-def test_proxy_anchor_trains_with_cosine_proxies(rng, tmp_path):
-    x = rng.standard_normal((32, 6)).astype(np.float32)
-    y = np.repeat(np.arange(4), 8)
-    inputs = keras.Input((6,))
-    similarities = tf_svmax.models.CosineProxies(4)(keras.layers.Dense(8)(inputs))
-    model = keras.Model(inputs, similarities)
-    model.compile(keras.optimizers.Adam(0.01), loss=losses.ProxyAnchorLoss())
-    history = model.fit(x, y, batch_size=16, epochs=5, verbose=0).history["loss"]
-    assert history[-1] < history[0]
-    model.save(tmp_path / "m.keras")
-    np.testing.assert_allclose(
-        keras.models.load_model(tmp_path / "m.keras").predict(x, verbose=0),
-        model.predict(x, verbose=0),
-        atol=1e-6,
-    )
 
 
 # Keras integration and composition with SVMax --------------------------------------------------
