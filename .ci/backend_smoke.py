@@ -5,9 +5,10 @@ runs this in a fresh virtual environment holding ``tf_svmax[jax]`` only, with ``
 Checks that TensorFlow and the trainers extra's packages are absent and TensorFlow never
 imported, that the backend-neutral core gives
 NumPy's singular values and a finite SVMax gradient under jax.jit, that one `fit` step of a
-small model whose loss is TripletSemiHardLoss + SVMaxLoss runs, and that a TensorFlow-only
-package (tf_svmax.models) refuses in one sentence. Exits non-zero with a message on the first
-failure.
+small model whose loss is TripletSemiHardLoss + SVMaxLoss runs, that the models and the
+retrieval metrics run (issue 57: CosineProxies on the embeddings, Recall@1 against a NumPy
+nearest neighbour), and that a TensorFlow-by-nature name (tf_svmax.training.ContrastiveModel)
+refuses in one sentence. Exits non-zero with a message on the first failure.
 """
 
 import importlib.util
@@ -61,13 +62,23 @@ def main():
     if not np.isfinite(loss) or loss < 0.1:  # semi-hard >= 0, SVMax term in [0.1, 0.1 e]
         fail(f"the fitted semi-hard + SVMax loss {loss} is not finite or below the SVMax term")
 
+    proxies = keras.Model(inputs, tf_svmax.models.CosineProxies(3)(embeddings))
+    if proxies.predict(x, verbose=0).shape != (12, 3):
+        fail("tf_svmax.models.CosineProxies gave another shape than [12, 3]")
+    e = np.asarray(model.predict(x, verbose=0), dtype=np.float64)
+    y = np.repeat(np.arange(3), 4)
+    d = ((e[:, None] - e[None]) ** 2).sum(-1) + np.diag(np.full(12, np.inf))  # self excluded
+    expected = float(np.mean(y[d.argmin(1)] == y))
+    recall = tf_svmax.metrics.recall_at_k(e, y, ks=(1,))[1]
+    if not np.isclose(recall, expected):
+        fail(f"Recall@1 {recall} differs from NumPy's nearest neighbour {expected}")
     try:
-        import tf_svmax.models  # noqa: F401
+        tf_svmax.training.ContrastiveModel  # noqa: B018
     except ImportError as error:
         if "TensorFlow backend only" not in str(error):
-            fail(f"tf_svmax.models refused with another message: {error}")
+            fail(f"ContrastiveModel refused with another message: {error}")
     else:
-        fail("tf_svmax.models (TensorFlow-only) imported on the JAX backend")
+        fail("tf_svmax.training.ContrastiveModel (TensorFlow by nature) imported on JAX")
     if any(name.split(".")[0] == "tensorflow" for name in sys.modules):
         fail("TensorFlow was imported")
     print(
