@@ -47,17 +47,9 @@ def require_tensorflow(module):
     return tf
 
 
-def require_tensorflow_backend(module):
-    """Raises ImportError unless Keras runs on TensorFlow: `module` computes with TensorFlow
-    tensors, which the JAX and PyTorch backends cannot train through. Returns TensorFlow."""
-    if BACKEND != "tensorflow":
-        raise tensorflow_backend_only(module)
-    return require_tensorflow(module)
-
-
 def tensorflow_backend_only(module, why=None):
-    """The ImportError of `require_tensorflow_backend`, for `module` (or one of its names), with
-    the reason `why` where one is given."""
+    """The ImportError for `module` (or one of its names) that runs on Keras' TensorFlow
+    backend only, with the reason `why` where one is given."""
     because = f" ({why})" if why else ""
     return ImportError(
         f"{module} runs on Keras' TensorFlow backend only{because}; this process uses "
