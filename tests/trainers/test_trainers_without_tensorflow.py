@@ -150,3 +150,34 @@ def test_what_needs_tensorflow_is_refused_before_any_work(
     done = _run(backend, program, f"--output_dir={out}", *flags)
     assert done.returncode == 2 and message in done.stderr, done.stderr[-3000:]
     assert not out.exists()
+
+
+# The same programs with TensorFlow installed and importable: a run that reads no image files
+# never loads it (Keras' `set_random_seed` would, to seed it: tens of seconds, and on a GPU
+# machine TensorFlow would take the devices' memory beside JAX or PyTorch).
+LOADED_AT_EXIT = textwrap.dedent(
+    """
+    import atexit, runpy, sys
+    atexit.register(lambda: print("tensorflow loaded:", "tensorflow" in sys.modules))
+    sys.argv = [sys.argv[1], *sys.argv[2:]]
+    runpy.run_module("trainers." + sys.argv[0], run_name="__main__", alter_sys=True)
+    """
+)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_run_of_an_embedded_set_does_not_load_an_installed_tensorflow(tmp_path, backend):
+    pytest.importorskip("tensorflow", reason="TensorFlow is not installed: nothing to load")
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
+    flags = _flags(tmp_path / "run")
+    flags[2] = "--train_steps=2"
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_AT_EXIT, "train_retrieval", *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tensorflow loaded: False" in done.stdout, done.stdout[-2000:]

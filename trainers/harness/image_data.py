@@ -4,8 +4,6 @@ labels given to every output of the model. Backend-neutral: through `trainers.ha
 
 import contextlib
 
-import keras
-
 from tf_svmax import data
 from trainers.harness import runtime
 from trainers.harness.config import weights_refusals
@@ -37,7 +35,7 @@ def start(config):
     distribution = runtime.make_distribution(
         config.strategy, config.cpu_devices, config.cluster_timeout
     )
-    keras.utils.set_random_seed(config.seed)
+    runtime.set_seed(config.seed, tf_data=bool(config.data_dir))
     return distribution
 
 

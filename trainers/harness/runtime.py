@@ -195,6 +195,24 @@ def _host_tensorflow():
     return tf
 
 
+def set_seed(seed, *, tf_data=False):
+    """`keras.utils.set_random_seed(seed)`: Python's, NumPy's and Keras' generators (and
+    PyTorch's on PyTorch). On JAX and PyTorch without tf.data input (`tf_data`: image files read
+    by tf.data on the host) TensorFlow is kept out of the process: Keras' function would import it
+    to seed it, when it is installed (tens of seconds, and on a GPU machine it would take the
+    devices' memory), though nothing of the run would use it. Keras then treats TensorFlow as
+    absent for the rest of the process (it caches that answer); TensorFlow's own seed is set only
+    where a run reads through tf.data or runs on TensorFlow."""
+    if on_tensorflow() or tf_data or "tensorflow" in sys.modules:
+        keras.utils.set_random_seed(seed)
+        return
+    sys.modules["tensorflow"] = None  # `import tensorflow` fails: Keras skips its seed
+    try:
+        keras.utils.set_random_seed(seed)
+    finally:
+        del sys.modules["tensorflow"]
+
+
 def input_errors():
     """The errors a failed input raises (e.g. tf.data's on a corrupt image file): what a
     `Job.diagnose` is asked about."""
