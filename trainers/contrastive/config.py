@@ -4,8 +4,6 @@ checks and defaults (`resolve`) and the step the prior starts at."""
 import dataclasses
 import math
 
-import tf_svmax_args as models  # the library's backbone names, without Keras
-from tf_svmax_args import LORAC_PRIORS as PRIORS  # `tf_svmax.losses.lorac.PRIORS`
 from trainers.harness.config import (
     MIN_BACKBONE_FEATURES,
     ConfigError,
@@ -23,6 +21,7 @@ from trainers.harness.flags import (
     positive_int,
     positive_number,
 )
+from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
 
 METHODS = ("lorac", "moco_m", "moco")
 DATASETS = ("glyphs", "digits")
@@ -46,7 +45,7 @@ class ContrastiveConfig(RunConfig):
     backbone: str = option(
         "small_cnn_bn",
         "Encoder backbone (before the projection head).",
-        choices=models.SMALL_BACKBONES,
+        choices=library_args.SMALL_BACKBONES,
     )
     method: str = option(
         "lorac",
@@ -64,7 +63,7 @@ class ContrastiveConfig(RunConfig):
         "laplace",
         "lorac's prior: laplace (Eq. 11, exp(-||Q||_* / (M beta tau))), gaussian "
         "(exp(-(||Q||_* - sqrt(5))^2 / (beta M tau))) or margin (||Q||_* replaced by 3).",
-        choices=PRIORS,
+        choices=library_args.LORAC_PRIORS,
     )
     beta: float | None = option(
         None,

@@ -8,4 +8,5 @@ run) and `tf.train.Checkpoint` resume (`checkpoints`); on JAX and PyTorch Keras'
 (`keras_runtime`)), the image experiments' start (`image_data`: distribution, seed, split,
 model and P x K batches), figure and table writing (`plots`, `tables`), the runner of the
 `reproduce_*` programs' grids of runs (`grid`), and the experiment packages' import of their
-training code when first used (`lazy`: flags are checked before Keras loads)."""
+training code when first used and the library's argument layer without Keras (`lazy`: flags
+are checked before Keras loads)."""

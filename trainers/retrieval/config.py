@@ -13,9 +13,6 @@ classes with Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bo
 
 import dataclasses
 
-import tf_svmax_args as checks  # the library's validators and backbone names, without Keras
-import tf_svmax_args as models
-from tf_svmax_args import KMEANS_INITS  # `tf_svmax.metrics.kmeans.INITS`
 from trainers.harness.config import (
     MIN_BACKBONE_FEATURES,
     ConfigError,
@@ -34,6 +31,7 @@ from trainers.harness.flags import (
     positive_int,
     positive_number,
 )
+from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
 from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, number, per_loss
 
 LOSSES = tuple(RANKING)
@@ -73,8 +71,8 @@ LR_SCHEDULES = ("paper", "constant")
 def _momentum(value, name):
     """A momentum in [0, 1): at 1 or above the velocity never decays (the steps grow without
     bound)."""
-    if not checks.check_non_negative_number(value, name) < 1:
-        raise ValueError(checks.invalid(name, "a float in [0, 1)", value))
+    if not library_args.check_non_negative_number(value, name) < 1:
+        raise ValueError(library_args.invalid(name, "a float in [0, 1)", value))
     return float(value)
 
 
@@ -109,7 +107,7 @@ class RetrievalConfig(ImageDataConfig):
         "small_cnn",
         "Embedding network; the papers use GoogLeNet and ResNet50 (ImageNet weights); mnist_toy "
         "is the SVMax circle figure's MNIST network (random weights only).",
-        choices=models.BACKBONES,
+        choices=library_args.BACKBONES,
     )
     decoded_cache: bool = option(
         False,
@@ -227,7 +225,7 @@ class RetrievalConfig(ImageDataConfig):
         "NMI k-means seeding: greedy k-means++ (an SOP-sized evaluation takes ~35 s on 2 idle "
         "cores), k-means++-sklearn (the same algorithm on scikit-learn's random stream, ~8x the "
         "seeding time) or random (faster, lower NMI: 0.88 vs 0.92 on an SOP-shaped set).",
-        choices=KMEANS_INITS,
+        choices=library_args.KMEANS_INITS,
     )
     kmeans_max_iter: int = option(300, "NMI k-means iterations.", check=positive_int)
     eval_batch_size: int = option(
@@ -307,7 +305,7 @@ def with_training_classes(config, num_train_classes):
         batch_p -= batch_p % 2
     if batch_p < 2:  # P capped at too few training classes (the flag itself is checked)
         raise ConfigError(
-            checks.invalid(
+            library_args.invalid(
                 "--batch_p",
                 f"an int >= 2 (negatives need 2 of the {num_train_classes} training classes)",
                 batch_p,
@@ -373,10 +371,10 @@ def _check_xml(c, batch_p):
             f"--xml_lambda needs a loss on the embeddings alone; --loss={c.loss} scores them "
             f"against its class proxies."
         )
-    if c.backbone not in models.SMALL_BACKBONES:
+    if c.backbone not in library_args.SMALL_BACKBONES:
         raise ConfigError(
             f"--xml_lambda takes its histograms from the convolutional map of the small "
-            f"backbones {list(models.SMALL_BACKBONES)}; received --backbone={c.backbone}."
+            f"backbones {list(library_args.SMALL_BACKBONES)}; received --backbone={c.backbone}."
         )
     # Each half of the batch (disjoint classes) is a batch of the loss on its own: at least 2
     # classes (negatives), and the contrastive loss pairs the classes two by two.

@@ -13,9 +13,6 @@ import dataclasses
 
 import numpy as np
 
-import tf_svmax_args as checks  # the library's validators and backbone names, without Keras
-import tf_svmax_args as models
-from tf_svmax_args import KMEANS_INITS  # `tf_svmax.metrics.kmeans.INITS`
 from trainers.harness.config import (
     MIN_BACKBONE_FEATURES,
     ConfigError,
@@ -33,6 +30,7 @@ from trainers.harness.flags import (
     positive_number,
     rate,
 )
+from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
 
 MODES = ("softmax", "center", "semi_hard", "hard", "ole")
 # The modes whose term acts on the embedding head (the others train the single-head network).
@@ -94,7 +92,7 @@ class TwoHeadConfig(ImageDataConfig):
         "Backbone; the dissertation uses ResNet-50, Inception-V4 and DenseNet-161 (ImageNet "
         "weights). small_cnn_bn: three convolutions with batch normalization (the embedded "
         "sets' default; without it a softmax head barely moves at lr 0.01).",
-        choices=models.BACKBONES,
+        choices=library_args.BACKBONES,
     )
     mode: str = option(
         "hard",
@@ -163,7 +161,9 @@ class TwoHeadConfig(ImageDataConfig):
     recall_ks: tuple[int, ...] = option(
         (1, 4, 8, 16), "K of Recall@K (paper: 1, 4, 8, 16).", check=positive_int
     )
-    kmeans_init: str = option("k-means++", "NMI k-means seeding.", choices=KMEANS_INITS)
+    kmeans_init: str = option(
+        "k-means++", "NMI k-means seeding.", choices=library_args.KMEANS_INITS
+    )
     kmeans_max_iter: int = option(300, "NMI k-means iterations.", check=positive_int)
     eval_batch_size: int = option(
         256, "Batch size for evaluation.", identity=False, check=positive_int
@@ -200,7 +200,9 @@ def resolve(config):
         )
     if c.batch_p < 2 and c.mode in ("semi_hard", "hard"):
         raise ConfigError(
-            checks.invalid("--batch_p", f"an int >= 2 with --mode={c.mode} (negatives)", c.batch_p)
+            library_args.invalid(
+                "--batch_p", f"an int >= 2 with --mode={c.mode} (negatives)", c.batch_p
+            )
         )
     return dataclasses.replace(
         c,
