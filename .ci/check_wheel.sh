@@ -84,11 +84,9 @@ version = next(
 names = zipfile.ZipFile(wheel).namelist()
 dist_info = f"tf_svmax-{version}.dist-info"
 tops = sorted({name.split("/")[0] for name in names})
-# tf_svmax_args.py: the validators and name tables without Keras (pyproject's py-modules).
-if tops != sorted(["tf_svmax", "tf_svmax_args.py", dist_info]):
-    problems.append(
-        f"wheel top level is {tops}, expected only tf_svmax/, tf_svmax_args.py and {dist_info}/"
-    )
+# One package: the validators and name tables without Keras are tf_svmax/_args.py.
+if tops != sorted(["tf_svmax", dist_info]):
+    problems.append(f"wheel top level is {tops}, expected only tf_svmax/ and {dist_info}/")
 for forbidden in ("tests/", "trainers/", "benchmarks/"):
     if any(forbidden in name for name in names):
         problems.append(f"wheel contains {forbidden}")
@@ -114,7 +112,7 @@ if not (metadata.get_payload() or "").lstrip().startswith("#"):
     problems.append("METADATA has no README (Markdown) as its long description")
 
 members = {name.split("/", 1)[1] for name in tarfile.open(sdist).getnames() if "/" in name}
-for needed in ("pyproject.toml", "README.md", "LICENSE", "tf_svmax/__init__.py", "tf_svmax_args.py"):
+for needed in ("pyproject.toml", "README.md", "LICENSE", "tf_svmax/__init__.py", "tf_svmax/_args.py"):
     if needed not in members:
         problems.append(f"sdist lacks {needed}")
 for forbidden in ("tests/", "trainers/", "benchmarks/"):
@@ -125,7 +123,7 @@ if problems:
     sys.exit("\n".join(f"[check_wheel] FAILED: {problem}" for problem in problems))
 modules = sum(name.endswith(".py") for name in names)
 print(
-    f"[check_wheel] wheel: {modules} modules (tf_svmax/, tf_svmax_args.py), {license_path}, "
+    f"[check_wheel] wheel: {modules} modules (tf_svmax/), {license_path}, "
     f"no tests/ trainers/ benchmarks/; METADATA {version}, Apache-2.0, extras {sorted(extras)}; "
     f"sdist: {len(members)} files incl. pyproject.toml, README.md, LICENSE, no tests/"
 )

@@ -63,3 +63,23 @@ def pytest_ignore_collect(collection_path, config):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+# A test's user property (``record_property``): a dict key -> the largest relative error of its
+# checks against a reference. Not a check (the test's asserts are): the terminal summary prints
+# the maximum per key over the run's passed tests, for the record. Properties reach the
+# summary from pytest-xdist's workers too.
+MAX_RELATIVE_ERROR = "max_relative_error"
+
+
+def pytest_terminal_summary(terminalreporter):
+    worst = {}
+    for report in terminalreporter.stats.get("passed", []):
+        for name, errors in report.user_properties:
+            if name == MAX_RELATIVE_ERROR:
+                for key, error in errors.items():
+                    worst[key] = max(worst.get(key, 0.0), error)
+    if worst:
+        terminalreporter.section(f"max relative errors against the references ({BACKEND})")
+        for key in sorted(worst):
+            terminalreporter.write_line(f"{key}: {worst[key]:.2e}")

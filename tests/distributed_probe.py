@@ -3,8 +3,10 @@
 Run as ``python -m tests.distributed_probe REPLICAS`` (a fresh process: logical CPU devices must
 be configured before TensorFlow initializes, and one process keeps one strategy object, as
 collective keys of two MirroredStrategy objects in one process collide). Prints one JSON line:
-for each case the largest weight difference after the step(s), the evaluate() values, and the
-per-replica (opt-out) comparison.
+for each case the largest weight difference after the step(s), the evaluate() values, the
+per-replica (opt-out) comparison, and how often the replicas' step called the loss's
+`reference_parts` or its `call` with reference rows (the replica split of the losses that split
+anchors; 0 for the others).
 """
 
 import json
@@ -126,15 +128,37 @@ CASES = {
 }
 
 
-def train(strategy, case, global_batch, rows, evaluate=True):
+def counting_split_calls(loss):
+    """A one-item list counting the loss's computations on a replica's anchors against the
+    global batch (the path a loss that splits anchors takes under a strategy): calls of its
+    `reference_parts` (a batch-level loss) or of its `call` with the reference rows (a
+    per-sample one), wrapped by instance attributes."""
+    calls = [0]
+
+    def counting(method, split):
+        def counted(*args, **kwargs):
+            calls[0] += split(kwargs)
+            return method(*args, **kwargs)
+
+        return counted
+
+    if hasattr(loss, "reference_parts"):  # not the center loss
+        loss.reference_parts = counting(loss.reference_parts, lambda kwargs: 1)
+    loss.call = counting(loss.call, lambda kwargs: int("ref_embeddings" in kwargs))
+    return calls
+
+
+def train(strategy, case, global_batch, rows, evaluate=True, split_calls=None):
     """Weights (and center-loss centers) after one epoch of `rows` rows in 32-row batches,
-    plus evaluate()'s loss and s_mu metrics on the first 32 rows (None unless `evaluate`)."""
+    plus evaluate()'s loss and s_mu metrics on the first 32 rows (None unless `evaluate`).
+    `split_calls`, a dict, gets the count of `reference_parts` calls under "count"."""
     make_model, make_loss, k = CASES[case]
     y = labels_for(k)
     with strategy.scope():
         keras.utils.set_random_seed(0)
         model = make_model()
         loss = make_loss(global_batch)
+        calls = counting_split_calls(loss)
         model.compile(
             keras.optimizers.SGD(0.5),
             loss=loss,
@@ -147,6 +171,8 @@ def train(strategy, case, global_batch, rows, evaluate=True):
     moved = max_difference(initial, state)
     if case == "center":
         state.append(loss.centers.numpy().copy())
+    if split_calls is not None:
+        split_calls["count"] = calls[0]  # traced calls: once per traced step at least
     if not evaluate:
         return state, None, moved
     logs = model.evaluate(
@@ -237,7 +263,9 @@ def main():
             # the step on a remainder batch only.
             evaluate = label == "even"
             single, single_logs, moved = train(DEFAULT, case, True, rows, evaluate)
-            many, many_logs, _ = train(STRATEGY, case, True, rows, evaluate)
+            split_calls = {}
+            many, many_logs, _ = train(STRATEGY, case, True, rows, evaluate, split_calls)
+            row[f"{label}_split_calls"] = split_calls["count"]
             row[f"{label}_weight_error"] = max_difference(single, many)
             row[f"{label}_step"] = moved
             if evaluate:

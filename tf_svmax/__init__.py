@@ -10,6 +10,10 @@ backend-neutral part is, and no TensorFlow: `tf_svmax.ops`, `tf_svmax.checks`,
 refuses in one sentence where it is not: `tf_svmax._backend`).
 """
 
+# The argument layer (no Keras), bound here also where a program loaded it first by itself
+# (`trainers.harness.lazy.library_args`), as an import through this package would bind it.
+from tf_svmax import _args  # noqa: F401
+
 __version__ = "0.1.0"
 
 from tf_svmax import _backend  # noqa: E402

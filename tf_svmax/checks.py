@@ -7,7 +7,7 @@ Errors follow one pattern, naming the argument, the expectation and the value:
 Three kinds of check live here:
 
 - Python arguments (numbers, ints, bools, choices, a progress verbosity), each returning the value
-  in its canonical Python type (defined in the top-level `tf_svmax_args`, which imports no Keras,
+  in its canonical Python type (defined in `tf_svmax._args`, which imports no Keras,
   so that the trainers check their flags before Keras loads; the same objects here);
 - NumPy arrays and class labels (`finite_matrix`, `class_labels`, `label_kind`), for the metrics
   that compute in NumPy;
@@ -27,7 +27,7 @@ import numpy as np
 from keras import ops
 
 from tf_svmax import _backend
-from tf_svmax_args import (  # re-exported (`__all__`)
+from tf_svmax._args import (  # re-exported (`__all__`)
     check_bool,
     check_choice,
     check_finite_number,
@@ -70,7 +70,7 @@ __all__ = [
 ]
 
 
-# Python arguments: defined in `tf_svmax_args` (importable without Keras, for the trainers'
+# Python arguments: defined in `tf_svmax._args` (importable without Keras, for the trainers'
 # flags), re-exported here as the same objects.
 
 

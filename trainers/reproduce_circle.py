@@ -43,6 +43,7 @@ from trainers import quiet_start, retrieval
 from trainers.harness import flags as harness_flags
 from trainers.harness import grid
 from trainers.harness.config import ConfigError
+from trainers.harness.datasets import embedded_names
 from trainers.harness.flags import non_negative_number, number_at_least, option, positive_int
 from trainers.harness.plots import pyplot, save_figure
 from trainers.harness.tables import mean_std
@@ -217,7 +218,7 @@ def train_with_frames(config, frame_images, steps):
     """`retrieval.train_retrieval` of `config`, recording the embedding of `frame_images` test
     images (the same in every run) at `steps` in ``<output_dir>/frames``. Reads the data and
     the training code when called: as the run trains."""
-    test_images, test_labels = retrieval.EMBEDDED[config.dataset]()["test"]
+    test_images, test_labels = retrieval.DATASETS[config.dataset].load()["test"]
     rng = np.random.default_rng(0)  # the same test images in every run
     subset = np.sort(rng.choice(len(test_images), min(frame_images, len(test_images)), False))
     folder = os.path.join(config.output_dir, "frames")
@@ -444,7 +445,7 @@ def reproduce(grid_config):
         # are resized by TensorFlow, imported first (quietly); nothing below refuses this
         # protocol's runs that the checks above let through.
         quiet_start.import_tensorflow()
-        num_train = len(retrieval.EMBEDDED["digits_closed"]()["train"][1])
+        num_train = len(retrieval.DATASETS["digits_closed"].load()["train"][1])
         base = original_config(base, epochs, num_train)
         steps_per_epoch = base.train_steps // epochs
         steps = [e * steps_per_epoch for e in frame_steps(epochs, g.frames)]
@@ -461,9 +462,10 @@ def reproduce(grid_config):
         recorded = steps
         frame_images = g.frame_images or OURS_FRAME_IMAGES
         prefix = ""
-    if base.dataset not in retrieval.EMBEDDED:
+    embedded = embedded_names(retrieval.DATASETS)
+    if base.dataset not in embedded:
         raise ConfigError(
-            f"--dataset must be an embedded set {list(retrieval.EMBEDDED)} (the frames are "
+            f"--dataset must be an embedded set {embedded} (the frames are "
             f"read from memory); received {base.dataset!r}"
         )
     seeds = g.seeds

@@ -207,18 +207,28 @@ def test_a_global_batch_of_no_rows_splits_into_zero(loss):
     assert float(value) == 0.0 and gradient.shape == (0, 4)
 
 
-@pytest.mark.parametrize(
-    "loss",
-    [
-        losses.TripletSemiHardLoss,
-        losses.TripletHardLoss,
-        losses.BatchHardTripletLoss,
-        losses.LiftedStructLoss,
-        losses.PKNpairLoss,
-        losses.PKAngularLoss,
-        losses.ProxyAnchorLoss,
-    ],
-)
-def test_the_step_tests_run_the_split_path(loss):
-    # The probe's step equality checks the split (all-gathers included) only for these.
-    assert loss.splits_anchors is True
+# The probe's cases whose loss splits its anchors over the replicas (`reference_parts`).
+SPLITTING_CASES = {
+    "triplet_semihard",
+    "triplet_hard",
+    "batch_hard",
+    "lifted_struct",
+    "pk_npair",
+    "pk_angular",
+    "proxy_anchor",
+}
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_the_step_tests_run_the_split_path(probes, replicas):
+    """The step equality above checks the replica split (each replica's anchors against the
+    all-gathered batch, the summed counts) for these cases only if their replicas' step took
+    it, on the even and the uneven batch: it called `reference_parts` (a batch-level loss) or
+    `call` with the global batch's reference rows (a per-sample one); no other case did."""
+    cases = probes[replicas]["cases"]
+    for size in ("even", "uneven"):  # P x K losses and XML have no uneven run
+        ran = {
+            case: row[f"{size}_split_calls"] for case, row in cases.items() if f"{size}_step" in row
+        }
+        assert {case for case, calls in ran.items() if calls > 0} == SPLITTING_CASES & set(ran)
+    assert SPLITTING_CASES <= set(cases)

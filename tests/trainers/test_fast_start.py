@@ -1,6 +1,7 @@
 """Every program under trainers/ answers ``--help`` and refuses a bad flag before importing
 Keras, TensorFlow, JAX or PyTorch (issue 44: those take seconds to import; the answer should
-not): the flags are defined from Keras-free modules (`tf_svmax_args`, the experiments' configs)
+not): the flags are defined from Keras-free modules (`tf_svmax._args`, loaded without the
+package's ``__init__`` by `trainers.harness.lazy`, and the experiments' configs)
 and checked before `quiet_start.import_tensorflow` runs.
 
 Each case runs the program as ``python -m`` would (`runpy`, ``__main__``) in a fresh
@@ -263,3 +264,47 @@ def test_without_the_trainers_extra_a_program_says_which_extra_before_any_work(t
         f"{program}: refused: the trainers need matplotlib, pillow, which the `trainers` extra "
         'installs: pip install -e ".[trainers]" in the clone of the repository.'
     ]
+
+
+# Loads the trainers' argument layer, then the library, and writes what each holds.
+SAME_MODULE = textwrap.dedent(
+    """
+    import json, sys
+    from trainers.harness.lazy import library_args
+    before = sorted(name for name in {heavy} if name in sys.modules)
+    import tf_svmax
+    from tf_svmax import checks, models
+    from tf_svmax.metrics import kmeans
+    with open(sys.argv[1], "w") as file:
+        json.dump({{
+            "heavy_before": before,
+            "file": library_args.__file__ == tf_svmax._args.__file__,
+            "validator": checks.check_positive_int is library_args.check_positive_int,
+            "error": models.WeightsFileError is library_args.WeightsFileError,
+            "table": kmeans.INITS is library_args.KMEANS_INITS,
+        }}, file)
+    """
+).format(heavy=HEAVY)
+
+
+def test_the_trainers_argument_layer_is_the_library_module_loaded_without_keras(tmp_path):
+    """`trainers.harness.lazy.library_args` is tf_svmax/_args.py loaded without the package's
+    ``__init__`` (which imports Keras); once the library is imported it must be the module the
+    library uses, not a copy: a copy's `WeightsFileError` would not catch the library's."""
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-c", SAME_MODULE, str(report)],
+        cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert report.exists(), done.stderr[-3000:]
+    assert json.loads(report.read_text()) == {
+        "heavy_before": [],
+        "file": True,
+        "validator": True,
+        "error": True,
+        "table": True,
+    }

@@ -80,3 +80,36 @@ def test_a_record_with_a_margin_names_the_argument_it_sets():
 )
 def test_help_numbers(value, text):
     assert number(value) == text
+
+
+# What each --regularizer adds to the ranking loss, written out by hand (SVMax paper Eq. 4 and
+# Eq. 1; the spread-out baseline with --spread_out_alpha), and what a figure's title says of it.
+REGULARIZER_TERMS = {
+    "none": ([], "no regularizer"),
+    "svmax": ([(losses.SVMaxLoss, {"lambda_": 0.3, "bounded": True})], "SVMax λ = 0.3"),
+    "svmax_unbounded": (
+        [(losses.SVMaxLoss, {"lambda_": 0.3, "bounded": False})],
+        "unbounded SVMax λ = 0.3",
+    ),
+    "spread_out": (
+        [(losses.SpreadOutLoss, {"alpha": 2.0, "seed": 7})],
+        "spread-out α = 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REGULARIZER_TERMS))
+def test_each_regularizer_builds_its_library_terms_and_titles_its_figures(name):
+    config = retrieval.resolve(
+        retrieval.RetrievalConfig(
+            output_dir="x", regularizer=name, svmax_lambda=0.3, spread_out_alpha=2.0, seed=7
+        )
+    )
+    built = retrieval.build_loss(config)
+    terms, title = REGULARIZER_TERMS[name]
+    got = built.regularizers if isinstance(built, losses.RegularizedLoss) else []
+    assert [type(term) for term in got] == [cls for cls, _ in terms]
+    for term, (_, expected) in zip(got, terms, strict=True):
+        assert {k: term.get_config()[k] for k in expected} == expected
+    assert title in retrieval.run_title(dataclasses.asdict(config))
+    assert tuple(retrieval.REGULARIZERS) == tuple(REGULARIZER_TERMS)

@@ -33,10 +33,10 @@ import keras
 from keras import ops
 
 from tf_svmax import _backend, checks
+from tf_svmax._args import LORAC_PRIORS as PRIORS  # one table: the trainers' flags read it
 from tf_svmax.losses._base import LossFunctionWrapper
 from tf_svmax.ops import _guards
 from tf_svmax.ops.spectral import batched_nuclear_norm
-from tf_svmax_args import LORAC_PRIORS as PRIORS  # one table: the trainers' flags read it
 
 # The entries of `LORACLoss`'s ``y_pred`` (the arguments of `lorac_loss`).
 INPUT_KEYS = ("queries", "positive_keys", "negative_keys")

@@ -56,7 +56,7 @@ import time
 import numpy as np
 
 from tf_svmax import checks
-from tf_svmax_args import KMEANS_INITS as INITS  # one table: the trainers' flags read it
+from tf_svmax._args import KMEANS_INITS as INITS  # one table: the trainers' flags read it
 
 DRAWS = ("pooled", "sklearn")
 # Candidates drawn ahead at a time by the pooled seeding: rows of one matrix product

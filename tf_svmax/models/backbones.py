@@ -13,7 +13,7 @@ normalised inside the model by the backbone's own `preprocess_input`.
 import keras
 
 from tf_svmax import _backend, checks
-from tf_svmax_args import (  # noqa: F401 (tf_svmax.models' names, re-exported)
+from tf_svmax._args import (  # noqa: F401 (tf_svmax.models' names, re-exported)
     APPLICATIONS,
     BACKBONES,
     SMALL_BACKBONES,
@@ -24,7 +24,7 @@ from tf_svmax_args import (  # noqa: F401 (tf_svmax.models' names, re-exported)
     default_input_size,
 )
 
-# The backbone names, their input sizes and the weights-file check live in `tf_svmax_args` (read
+# The backbone names, their input sizes and the weights-file check live in `tf_svmax._args` (read
 # by the trainers' flags without Keras); the same objects are this module's.
 # small_resnet's widths: ResNet-18's layout at 16-32-64-128 instead of 64-128-256-512.
 SMALL_RESNET_WIDTHS = (16, 32, 64, 128)

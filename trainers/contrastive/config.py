@@ -4,8 +4,6 @@ checks and defaults (`resolve`) and the step the prior starts at."""
 import dataclasses
 import math
 
-import tf_svmax_args as models  # the library's backbone names, without Keras
-from tf_svmax_args import LORAC_PRIORS as PRIORS  # `tf_svmax.losses.lorac.PRIORS`
 from trainers.harness.config import (
     MIN_BACKBONE_FEATURES,
     ConfigError,
@@ -15,6 +13,7 @@ from trainers.harness.config import (
     output_dir_option,
     resolve_cadence,
 )
+from trainers.harness.datasets import Dataset, records
 from trainers.harness.flags import (
     fraction,
     non_negative_number,
@@ -23,10 +22,43 @@ from trainers.harness.flags import (
     positive_int,
     positive_number,
 )
+from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
 
 METHODS = ("lorac", "moco_m", "moco")
-DATASETS = ("glyphs", "digits")
-DEFAULT_STEPS = {"glyphs": 1000, "digits": 400}
+
+
+def _glyphs():
+    """`tf_svmax.data.load_glyphs_open_set` with 32 images per class."""
+    from tf_svmax import data  # when the data is read: the flags' checks import no Keras
+
+    return data.load_glyphs_open_set(images_per_class=32)
+
+
+def _digits():
+    """`tf_svmax.data.load_digits_open_set()`."""
+    from tf_svmax import data
+
+    return data.load_digits_open_set()
+
+
+# Embedded open-set splits, ``{"train": (images, labels), "test": (images, labels)}``: the
+# training classes pre-train (`trainers.contrastive.train.load_split`), the others test.
+DATASETS = records(
+    Dataset(
+        "glyphs",
+        1000,
+        "glyphs: the embedded rendered characters' open-set training half (142 classes x 32 "
+        "images; 3/4 of each class pre-train and train the probe, 1/4 test it; the 143 other "
+        "classes test open-set retrieval).",
+        _glyphs,
+    ),
+    Dataset(
+        "digits",
+        400,
+        "digits: scikit-learn's 8 x 8 digits 0-4 (5-9 for retrieval; tiny, fast).",
+        _digits,
+    ),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,16 +69,14 @@ class ContrastiveConfig(RunConfig):
     output_dir: str = output_dir_option("runs/contrastive")
     dataset: str = option(
         "glyphs",
-        "glyphs: the embedded rendered characters' open-set training half (142 classes x 32 "
-        "images; 3/4 of each class pre-train and train the probe, 1/4 test it; the 143 other "
-        "classes test open-set retrieval). digits: scikit-learn's 8 x 8 digits 0-4 (5-9 for "
-        "retrieval; tiny, fast). Labels are used by the evaluation only.",
-        choices=DATASETS,
+        " ".join(dataset.help for dataset in DATASETS.values())
+        + " Labels are used by the evaluation only.",
+        choices=tuple(DATASETS),
     )
     backbone: str = option(
         "small_cnn_bn",
         "Encoder backbone (before the projection head).",
-        choices=models.SMALL_BACKBONES,
+        choices=library_args.SMALL_BACKBONES,
     )
     method: str = option(
         "lorac",
@@ -64,7 +94,7 @@ class ContrastiveConfig(RunConfig):
         "laplace",
         "lorac's prior: laplace (Eq. 11, exp(-||Q||_* / (M beta tau))), gaussian "
         "(exp(-(||Q||_* - sqrt(5))^2 / (beta M tau))) or margin (||Q||_* replaced by 3).",
-        choices=PRIORS,
+        choices=library_args.LORAC_PRIORS,
     )
     beta: float | None = option(
         None,
@@ -150,7 +180,7 @@ def resolve(config):
         c,
         views=views,
         beta=(2.0 if c.beta is None else c.beta) if c.method == "lorac" else math.inf,
-        **resolve_cadence(c, DEFAULT_STEPS[c.dataset]),
+        **resolve_cadence(c, DATASETS[c.dataset].default_steps),
     )
 
 

@@ -1,7 +1,6 @@
 """Contrastive pre-training, top to bottom: the resolved config, the data split, the views
 per step, the encoder and its `tf_svmax.training.ContrastiveModel`, the harness's run."""
 
-import functools
 import math
 import os
 import time
@@ -12,6 +11,7 @@ import tensorflow as tf
 
 from tf_svmax import data, losses, models, training
 from trainers.contrastive.config import (
+    DATASETS,
     ConfigError,
     ContrastiveConfig,
     describe,
@@ -25,16 +25,12 @@ from trainers.harness.loop import Job, run_job
 # The pre-training classes' images held out for the probe's test (a fixed split: data seed 0).
 DATA_SEED = 0
 TEST_FRACTION = 0.25
-LOADERS = {
-    "glyphs": functools.partial(data.load_glyphs_open_set, images_per_class=32),
-    "digits": data.load_digits_open_set,
-}
 
 
 def load_split(config):
     """``{"pretrain": (x, y), "heldout": (x, y), "open_set": (x, y)}``: the training classes'
     images split per class (pre-training and probe fit / probe test) and the disjoint classes."""
-    split = LOADERS[config.dataset]()
+    split = DATASETS[config.dataset].load()
     images, labels = split["train"]
     train_idx, test_idx = data.split_per_class(labels, test_fraction=TEST_FRACTION, seed=DATA_SEED)
     return {

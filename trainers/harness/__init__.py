@@ -6,6 +6,7 @@ reads input through, whatever the Keras backend (`runtime`: on TensorFlow the `t
 strategies and the multi-worker cluster (`distribute`; `custom_fit` where Keras' `fit` cannot
 run) and `tf.train.Checkpoint` resume (`checkpoints`); on JAX and PyTorch Keras' own
 (`keras_runtime`)), the image experiments' start (`image_data`: distribution, seed, split,
-model and P x K batches), figure and table writing (`plots`, `tables`), the runner of the
-`reproduce_*` programs' grids of runs (`grid`), and the experiment packages' import of their
-training code when first used (`lazy`: flags are checked before Keras loads)."""
+model and P x K batches), the trainers' --dataset records (`datasets`), figure and table
+writing (`plots`, `tables`), the runner of the `reproduce_*` programs' grids of runs (`grid`),
+and the experiment packages' import of their training code when first used and the library's
+argument layer without Keras (`lazy`: flags are checked before Keras loads)."""

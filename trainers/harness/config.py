@@ -4,8 +4,6 @@ import contextlib
 import dataclasses
 import os
 
-# The library's backbone names and weights-file check, without Keras (`tf_svmax.models`' own).
-import tf_svmax_args as models
 from trainers.harness.flags import (
     REQUIRED,
     FlagValueError,
@@ -16,6 +14,7 @@ from trainers.harness.flags import (
     validate,
     writable_folder,
 )
+from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
 from trainers.harness.run_dir import RunRefused
 
 
@@ -137,14 +136,16 @@ def check_fields(config):
         raise ConfigError(str(error)) from None
 
 
-def resolve_image_run(config, embedded, default_steps):
-    """The harness' part of resolving an image run (`ImageDataConfig`), its checks in the order
+def resolve_image_run(config, datasets):
+    """The harness' part of resolving an image run (`ImageDataConfig`) whose --dataset is one of
+    `datasets` (the trainer's `trainers.harness.datasets.records`), its checks in the order
     they run, before any data is read; returns the fields it settles, ``{"train_steps",
-    "eval_every", "trace_every", "input_size"}`` (`resolve_cadence`, `image_input_size`). The
-    experiment's own checks follow it. Raises ConfigError for, in this order:
+    "eval_every", "trace_every", "input_size"}`` (`resolve_cadence` with the dataset's default
+    steps, `image_input_size`). The experiment's own checks follow it. Raises ConfigError for,
+    in this order:
 
     - a field outside its option's kind or choices;
-    - a file dataset without --data_dir, an embedded one (a name in `embedded`) with one;
+    - a file dataset without --data_dir, an embedded one with one;
     - --weights the backbone cannot load (any weights for a toy backbone; a missing, empty,
       truncated or non-HDF5 file; 'imagenet' for a small backbone);
     - an embedded set (small grey images) with an applications backbone;
@@ -154,31 +155,33 @@ def resolve_image_run(config, embedded, default_steps):
     """
     c = config
     check_fields(c)
-    if c.dataset not in embedded and not c.data_dir:
+    dataset = datasets[c.dataset]
+    if not dataset.embedded and not c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} needs --data_dir (the dataset's folder).")
-    if c.dataset in embedded and c.data_dir:
+    if dataset.embedded and c.data_dir:
         raise ConfigError(f"--dataset={c.dataset} is embedded; it takes no --data_dir.")
-    if c.backbone in models.TOY_BACKBONES and c.weights not in (None, "none"):
+    if c.backbone in library_args.TOY_BACKBONES and c.weights not in (None, "none"):
         raise ConfigError(
             f"--weights={c.weights}: --backbone={c.backbone} starts from random weights (as the "
             f"original does); leave --weights unset."
         )
     if c.weights not in (None, "none", "imagenet") and not os.path.isfile(c.weights):
         kinds = "a .weights.h5 file" + (
-            "" if c.backbone in models.SMALL_BACKBONES else " or 'imagenet'"
+            "" if c.backbone in library_args.SMALL_BACKBONES else " or 'imagenet'"
         )
         raise ConfigError(f"--weights={c.weights} is not a file; expected {kinds}.")
     if c.weights not in (None, "none", "imagenet"):
         with weights_refusals(c):
-            models.check_weights_file(c.weights)  # empty, truncated, not HDF5: before any data
-    if c.weights == "imagenet" and c.backbone in models.SMALL_BACKBONES:
+            # empty, truncated, not HDF5: before any data
+            library_args.check_weights_file(c.weights)
+    if c.weights == "imagenet" and c.backbone in library_args.SMALL_BACKBONES:
         raise ConfigError(
             f"--weights=imagenet: --backbone={c.backbone} has no ImageNet weights; use one of "
-            f"{list(models.APPLICATIONS)}, or a .weights.h5 file of this backbone (e.g. "
+            f"{list(library_args.APPLICATIONS)}, or a .weights.h5 file of this backbone (e.g. "
             f"python -m trainers.pretrain_glyphs --backbone={c.backbone})."
         )
-    if c.dataset in embedded and c.backbone in models.APPLICATIONS:
-        small = [*models.SMALL_BACKBONES, *models.TOY_BACKBONES]
+    if dataset.embedded and c.backbone in library_args.APPLICATIONS:
+        small = [*library_args.SMALL_BACKBONES, *library_args.TOY_BACKBONES]
         raise ConfigError(
             f"--dataset={c.dataset} has small grey images; --backbone={c.backbone} needs RGB "
             f"images of at least 32 x 32. Use --backbone from {small}."
@@ -189,7 +192,10 @@ def resolve_image_run(config, embedded, default_steps):
             "cross-worker all-reduces (TensorFlow's tf2xla conversion fails); leave "
             "--jit_compile unset."
         )
-    return {**resolve_cadence(c, default_steps), "input_size": image_input_size(c, embedded)}
+    return {
+        **resolve_cadence(c, dataset.default_steps),
+        "input_size": image_input_size(c, dataset),
+    }
 
 
 GIB = 2**30
@@ -235,13 +241,13 @@ def check_dense_fits(flag, units, fan_in, inputs="inputs"):
 FILE_INPUT_SIZE = 224
 
 
-def image_input_size(config, embedded):
+def image_input_size(config, dataset):
     """The image side a run trains and evaluates at, the one definition its resolved config
     records and its image loaders use: --input_size, else the backbone's own (224 or 299 for
     an applications backbone), else 224 for image files (None for an embedded set, read at its
-    own size)."""
-    size = config.input_size or models.default_input_size(config.backbone)
-    if size is None and config.dataset not in embedded:
+    own size). `dataset`: the `trainers.harness.datasets.Dataset` of --dataset."""
+    size = config.input_size or library_args.default_input_size(config.backbone)
+    if size is None and not dataset.embedded:
         size = FILE_INPUT_SIZE
     return size
 
@@ -267,7 +273,7 @@ def weights_refusals(config):
     for another backbone; its message names the file) into a refusal (exit 2)."""
     try:
         yield
-    except models.WeightsFileError as error:
+    except library_args.WeightsFileError as error:
         raise ConfigError(
             f"--weights={config.weights} --backbone={config.backbone}: {error}"
         ) from None

@@ -22,7 +22,7 @@ import typing
 
 from absl import flags
 
-import tf_svmax_args as checks  # the library's validators (`tf_svmax.checks`'), without Keras
+from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
 
 REQUIRED = dataclasses.MISSING
 
@@ -124,12 +124,12 @@ def config_from_flags(config_class, flag_values=flags.FLAGS, **overrides):
 
 
 # Validators for `option(check=...)`, one per kind of value, on the library's validators.
-positive_int = checks.check_positive_int
-non_negative_int = checks.check_non_negative_int
-non_negative_number = checks.check_non_negative_number
-positive_number = checks.check_positive_number
-rate = checks.check_rate
-fraction = checks.check_fraction
+positive_int = library_args.check_positive_int
+non_negative_int = library_args.check_non_negative_int
+non_negative_number = library_args.check_non_negative_number
+positive_number = library_args.check_positive_number
+rate = library_args.check_rate
+fraction = library_args.check_fraction
 
 # The largest seed every backend takes: NumPy's legacy seeding (`keras.utils.set_random_seed`)
 # and Keras' JAX seed state are uint32.
@@ -138,8 +138,10 @@ SEED_MAX = 2**32 - 1
 
 def random_seed(value, name):
     """An int in [0, 2**32 - 1]: a seed every backend's random state can hold."""
-    if checks.check_non_negative_int(value, name) > SEED_MAX:
-        raise ValueError(checks.invalid(name, f"an int in [0, 2**32 - 1 = {SEED_MAX}]", value))
+    if library_args.check_non_negative_int(value, name) > SEED_MAX:
+        raise ValueError(
+            library_args.invalid(name, f"an int in [0, 2**32 - 1 = {SEED_MAX}]", value)
+        )
     return int(value)
 
 
@@ -159,7 +161,7 @@ def writable_folder(value, name):
     catches /dev/null, a file, /proc and read-only places before any work; and no folder name
     to create is longer than the file system allows)."""
     if not isinstance(value, str) or not value:
-        raise ValueError(checks.invalid(name, "a folder path", value))
+        raise ValueError(library_args.invalid(name, "a folder path", value))
     path = existing = os.path.abspath(value)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
@@ -167,7 +169,7 @@ def writable_folder(value, name):
     if too_long:
         part, limit = too_long
         raise ValueError(
-            checks.invalid(
+            library_args.invalid(
                 name,
                 f"a folder path whose names have at most {limit} bytes (the file system's limit; "
                 f"one has {len(os.fsencode(part))})",
@@ -176,13 +178,13 @@ def writable_folder(value, name):
         )
     if not os.path.isdir(existing):
         raise ValueError(
-            checks.invalid(name, f"a folder path ({existing} is a file, not a folder)", value)
+            library_args.invalid(name, f"a folder path ({existing} is a file, not a folder)", value)
         )
     try:
         tempfile.TemporaryDirectory(dir=existing, prefix=".write-check-").cleanup()
     except OSError as error:
         raise ValueError(
-            checks.invalid(
+            library_args.invalid(
                 name, f"a folder this process can write ({existing}: {error.strerror})", value
             )
         ) from None
@@ -191,7 +193,9 @@ def writable_folder(value, name):
 
 def number_at_least(low, *, integer=False):
     """A validator of finite floats >= `low` (with `integer`, of ints >= `low`)."""
-    kind = checks.check_non_negative_int if integer else checks.check_non_negative_number
+    kind = (
+        library_args.check_non_negative_int if integer else library_args.check_non_negative_number
+    )
     expected = f"an int >= {low}" if integer else f"a float >= {low:g}"
 
     def check(value, name):
@@ -200,7 +204,7 @@ def number_at_least(low, *, integer=False):
         except ValueError:
             number = None  # not a number, or below 0: say the bound this value must meet
         if number is None or number < low:
-            raise ValueError(checks.invalid(name, expected, value)) from None
+            raise ValueError(library_args.invalid(name, expected, value)) from None
         return number
 
     return check
@@ -208,8 +212,8 @@ def number_at_least(low, *, integer=False):
 
 def open_fraction(value, name):
     """A float in (0, 1)."""
-    if not 0 < checks.check_non_negative_number(value, name) < 1:
-        raise ValueError(checks.invalid(name, "a float in (0, 1)", value))
+    if not 0 < library_args.check_non_negative_number(value, name) < 1:
+        raise ValueError(library_args.invalid(name, "a float in (0, 1)", value))
     return float(value)
 
 
@@ -225,15 +229,15 @@ def validate(config, only=None):
         if value is None:
             if field.default is None:
                 continue
-            raise FlagValueError(checks.invalid(name, "a value", None))
+            raise FlagValueError(library_args.invalid(name, "a value", None))
         choices, check = meta.get("choices"), meta.get("check")
         items = value if _base_type(field.type) is tuple else (value,)
         try:
             if not items and (choices is not None or check is not None):
-                raise ValueError(checks.invalid(name, "at least one value", value))
+                raise ValueError(library_args.invalid(name, "at least one value", value))
             for item in items:
                 if choices is not None and item not in choices:
-                    raise ValueError(checks.invalid(name, f"one of {list(choices)}", item))
+                    raise ValueError(library_args.invalid(name, f"one of {list(choices)}", item))
                 if check is not None:
                     check(item, name)
         except ValueError as error:
@@ -274,10 +278,12 @@ def flagfile_refusal(argv, error):
                 file.read().decode("utf-8")
         except UnicodeDecodeError as bad:
             reason = f"byte {bad.object[bad.start : bad.start + 1]!r} at offset {bad.start}"
-            return checks.invalid("--flagfile", f"a UTF-8 text file ({reason} is not)", name)
+            return library_args.invalid("--flagfile", f"a UTF-8 text file ({reason} is not)", name)
         except OSError:
             continue  # absl reports a missing file itself
-    return checks.invalid("--flagfile", f"UTF-8 text files ({reason} is not)", flagfiles(argv))
+    return library_args.invalid(
+        "--flagfile", f"UTF-8 text files ({reason} is not)", flagfiles(argv)
+    )
 
 
 def run(main, argv=None):

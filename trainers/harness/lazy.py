@@ -7,10 +7,41 @@ read, after the flags are checked, so that ``--help`` and a refused flag return 
 importing TensorFlow:
 
     __getattr__ = lazy.attributes(__name__, {"train": ("train_retrieval", "setup"), ...})
+
+The flags themselves are checked with the library's validators and name tables, which
+`library_args` holds without importing Keras.
 """
 
 import importlib
+import importlib.util
+import os
 import sys
+
+LIBRARY_ARGS = "tf_svmax._args"
+
+
+def _library_args():
+    """`tf_svmax._args` (the library's argument validators and name tables, Keras-free), loaded
+    from the installed package's folder without running ``tf_svmax/__init__.py``, which imports
+    Keras and registers the library's objects (seconds). It is bound in ``sys.modules`` under its
+    own name, so the library's ``from tf_svmax._args import ...`` finds this module once Keras
+    is imported: the same validators and the same `WeightsFileError` class."""
+    if LIBRARY_ARGS in sys.modules:  # tf_svmax is imported already (a test process)
+        return sys.modules[LIBRARY_ARGS]
+    package = importlib.util.find_spec("tf_svmax")  # finds the package without importing it
+    path = os.path.join(package.submodule_search_locations[0], "_args.py")
+    spec = importlib.util.spec_from_file_location(LIBRARY_ARGS, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[LIBRARY_ARGS] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[LIBRARY_ARGS]
+        raise
+    return module
+
+
+library_args = _library_args()
 
 
 def attributes(package, modules):

@@ -3,7 +3,6 @@ defaults (`resolve`)."""
 
 import dataclasses
 
-import tf_svmax_args as models  # the library's backbone names, without Keras
 from trainers.harness.config import (
     ConfigError,
     RunConfig,
@@ -13,6 +12,7 @@ from trainers.harness.config import (
     resolve_cadence,
 )
 from trainers.harness.flags import option, positive_int, positive_number
+from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
 
 DEFAULT_STEPS = 3000
 # A lower bound of the pretraining source's classes for the memory check, known before the
@@ -31,7 +31,7 @@ class PretrainConfig(RunConfig):
         "small_cnn_bn",
         "Backbone to pretrain (its weights file loads into train_retrieval / train_two_head "
         "--backbone=<the same> --weights=<output_dir>/backbone.weights.h5).",
-        choices=models.SMALL_BACKBONES,
+        choices=library_args.SMALL_BACKBONES,
     )
     images_per_class: int = option(
         40,

@@ -1,7 +1,10 @@
 """The retrieval experiment behind `trainers/train_retrieval.py`, callable without flags.
 
 - `ranking`: the ranking losses, one `RankingLoss` record each (class, the papers' settings);
-- `config`: `RetrievalConfig` (the flags), `resolve` (or apart, as a run takes it:
+- `options`: the regularizers and the learning-rate schedules, one `Regularizer` or `Schedule`
+  record each (help, constructor);
+- `config`: `RetrievalConfig` (the flags), the datasets (one `trainers.harness.datasets.Dataset`
+  record each), `resolve` (or apart, as a run takes it:
   `resolve_before_data`, then `with_training_classes` once the split is read) and `check`;
 - `inputs`: the split and what the P x K sampler draws from;
 - `model`: the training model, the loss and the optimizer;
@@ -20,9 +23,7 @@ from trainers.harness import lazy
 from trainers.harness.config import ConfigError
 from trainers.retrieval.config import (
     DATASETS,
-    EMBEDDED,
     LOSSES,
-    REGULARIZERS,
     XBM_LOSSES,
     RetrievalConfig,
     check,
@@ -30,6 +31,7 @@ from trainers.retrieval.config import (
     resolve_before_data,
     with_training_classes,
 )
+from trainers.retrieval.options import LR_SCHEDULES, REGULARIZERS, Regularizer, Schedule
 from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, RankingLoss
 
 __getattr__ = lazy.attributes(
@@ -44,15 +46,17 @@ __getattr__ = lazy.attributes(
 
 __all__ = [
     "DATASETS",
-    "EMBEDDED",
     "LOSSES",
+    "LR_SCHEDULES",
     "RANKING",
     "RANKING_LOSSES",
     "REGULARIZERS",
     "XBM_LOSSES",
     "ConfigError",
     "RankingLoss",
+    "Regularizer",
     "RetrievalConfig",
+    "Schedule",
     "build_loss",
     "build_optimizer",
     "build_training_model",

@@ -13,9 +13,6 @@ classes with Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bo
 
 import dataclasses
 
-import tf_svmax_args as checks  # the library's validators and backbone names, without Keras
-import tf_svmax_args as models
-from tf_svmax_args import KMEANS_INITS  # `tf_svmax.metrics.kmeans.INITS`
 from trainers.harness.config import (
     MIN_BACKBONE_FEATURES,
     ConfigError,
@@ -25,6 +22,7 @@ from trainers.harness.config import (
     output_dir_option,
     resolve_image_run,
 )
+from trainers.harness.datasets import Dataset, embedded_names, file_names, records
 from trainers.harness.flags import (
     fraction,
     non_negative_int,
@@ -34,13 +32,13 @@ from trainers.harness.flags import (
     positive_int,
     positive_number,
 )
+from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
+from trainers.retrieval.options import LR_SCHEDULES, REGULARIZERS, choices_help
 from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, number, per_loss
 
 LOSSES = tuple(RANKING)
 # The --loss values whose mining takes a separate reference set (`losses.CrossBatchMemory`).
 XBM_LOSSES = tuple(loss.name for loss in RANKING_LOSSES if loss.cross_batch_memory)
-REGULARIZERS = ("none", "svmax", "svmax_unbounded", "spread_out")
-DATASETS = ("glyphs", "digits", "digits_closed", "cub200", "cars196", "sop", "folder")
 
 
 def _digits_closed():
@@ -65,29 +63,44 @@ def _digits():
     return data.load_digits_open_set()
 
 
-# Data sets that come with the package (in memory, no --data_dir): name -> loader.
-EMBEDDED = {"glyphs": _glyphs, "digits": _digits, "digits_closed": _digits_closed}
-LR_SCHEDULES = ("paper", "constant")
+# The embedded sets load as ``{"train": (images, labels), "test": (images, labels)}``; the
+# others are read from --data_dir in their official layout (`tf_svmax.data.read_dataset`).
+# K = 5,000 steps for CUB-200 and CARS196, 20,000 for SOP; the embedded sets' defaults take
+# minutes.
+DATASETS = records(
+    Dataset(
+        "glyphs",
+        3000,
+        "glyphs: embedded rendered characters, 285 classes (first half train, second half "
+        "test; no download).",
+        _glyphs,
+    ),
+    Dataset(
+        "digits",
+        2000,
+        "digits: scikit-learn's 8 x 8 digits, train 0-4 / test 5-9 (tiny, fast).",
+        _digits,
+    ),
+    Dataset(
+        "digits_closed",
+        2000,
+        "digits_closed: the same digits at 28 x 28, all 10 classes in both splits (1,437 "
+        "train / 360 test; the MNIST stand-in of the circle figure).",
+        _digits_closed,
+    ),
+    Dataset("cub200", 5000),
+    Dataset("cars196", 5000),
+    Dataset("sop", 20000),
+    Dataset("folder", 5000),
+)
 
 
 def _momentum(value, name):
     """A momentum in [0, 1): at 1 or above the velocity never decays (the steps grow without
     bound)."""
-    if not checks.check_non_negative_number(value, name) < 1:
-        raise ValueError(checks.invalid(name, "a float in [0, 1)", value))
+    if not library_args.check_non_negative_number(value, name) < 1:
+        raise ValueError(library_args.invalid(name, "a float in [0, 1)", value))
     return float(value)
-
-
-# K = 5,000 for CUB-200 and CARS196, 20,000 for SOP; the embedded sets' defaults take minutes.
-DEFAULT_STEPS = {
-    "glyphs": 3000,
-    "digits": 2000,
-    "digits_closed": 2000,
-    "cub200": 5000,
-    "cars196": 5000,
-    "sop": 20000,
-    "folder": 5000,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,18 +111,15 @@ class RetrievalConfig(ImageDataConfig):
     output_dir: str = output_dir_option("runs/retrieval")
     dataset: str = option(
         "glyphs",
-        "glyphs: embedded rendered characters, 285 classes (first half train, second half "
-        "test; no download). digits: scikit-learn's 8 x 8 digits, train 0-4 / test 5-9 (tiny, "
-        "fast). digits_closed: the same digits at 28 x 28, all 10 classes in both splits (1,437 "
-        "train / 360 test; the MNIST stand-in of the circle figure). cub200, cars196, sop, "
-        "folder read --data_dir in the official layout.",
-        choices=DATASETS,
+        " ".join(DATASETS[name].help for name in embedded_names(DATASETS))
+        + f" {', '.join(file_names(DATASETS))} read --data_dir in the official layout.",
+        choices=tuple(DATASETS),
     )
     backbone: str = option(
         "small_cnn",
         "Embedding network; the papers use GoogLeNet and ResNet50 (ImageNet weights); mnist_toy "
         "is the SVMax circle figure's MNIST network (random weights only).",
-        choices=models.BACKBONES,
+        choices=library_args.BACKBONES,
     )
     decoded_cache: bool = option(
         False,
@@ -129,9 +139,8 @@ class RetrievalConfig(ImageDataConfig):
     )
     regularizer: str = option(
         "svmax",
-        "svmax: bounded Eq. 4; svmax_unbounded: -lambda s_mu; spread_out: the paper's "
-        "baseline (alpha = --spread_out_alpha).",
-        choices=REGULARIZERS,
+        choices_help(REGULARIZERS),
+        choices=tuple(REGULARIZERS),
     )
     svmax_lambda: float | None = option(
         None,
@@ -186,10 +195,8 @@ class RetrievalConfig(ImageDataConfig):
     )
     lr_schedule: str = option(
         "paper",
-        "paper: --learning_rate for train_steps/2, then decayed polynomially to 1e-7 at "
-        "train_steps (SVMax paper Sec. 4.1); constant: --learning_rate throughout (the MNIST "
-        "circle figure's original).",
-        choices=LR_SCHEDULES,
+        choices_help(LR_SCHEDULES),
+        choices=tuple(LR_SCHEDULES),
     )
     momentum: float = option(
         0.9,
@@ -227,7 +234,7 @@ class RetrievalConfig(ImageDataConfig):
         "NMI k-means seeding: greedy k-means++ (an SOP-sized evaluation takes ~35 s on 2 idle "
         "cores), k-means++-sklearn (the same algorithm on scikit-learn's random stream, ~8x the "
         "seeding time) or random (faster, lower NMI: 0.88 vs 0.92 on an SOP-shaped set).",
-        choices=KMEANS_INITS,
+        choices=library_args.KMEANS_INITS,
     )
     kmeans_max_iter: int = option(300, "NMI k-means iterations.", check=positive_int)
     eval_batch_size: int = option(
@@ -264,9 +271,9 @@ def resolve_before_data(config):
     the training classes decide: `with_training_classes` settles it. P-dependent checks (the
     loss's pairs, XML's halves, the memory's size) take the flag's P, else the paper's."""
     c = config
-    shared = resolve_image_run(c, EMBEDDED, DEFAULT_STEPS[c.dataset])  # the harness' checks
+    shared = resolve_image_run(c, DATASETS)  # the harness' checks
     check_dense_fits("--embedding_dim", c.embedding_dim, MIN_BACKBONE_FEATURES, "features")
-    if c.decoded_cache and c.dataset in EMBEDDED:
+    if c.decoded_cache and DATASETS[c.dataset].embedded:
         raise ConfigError(
             f"--decoded_cache caches decoded image files; --dataset={c.dataset} is already in "
             f"memory."
@@ -307,7 +314,7 @@ def with_training_classes(config, num_train_classes):
         batch_p -= batch_p % 2
     if batch_p < 2:  # P capped at too few training classes (the flag itself is checked)
         raise ConfigError(
-            checks.invalid(
+            library_args.invalid(
                 "--batch_p",
                 f"an int >= 2 (negatives need 2 of the {num_train_classes} training classes)",
                 batch_p,
@@ -373,10 +380,10 @@ def _check_xml(c, batch_p):
             f"--xml_lambda needs a loss on the embeddings alone; --loss={c.loss} scores them "
             f"against its class proxies."
         )
-    if c.backbone not in models.SMALL_BACKBONES:
+    if c.backbone not in library_args.SMALL_BACKBONES:
         raise ConfigError(
             f"--xml_lambda takes its histograms from the convolutional map of the small "
-            f"backbones {list(models.SMALL_BACKBONES)}; received --backbone={c.backbone}."
+            f"backbones {list(library_args.SMALL_BACKBONES)}; received --backbone={c.backbone}."
         )
     # Each half of the batch (disjoint classes) is a batch of the loss on its own: at least 2
     # classes (negatives), and the contrastive loss pairs the classes two by two.

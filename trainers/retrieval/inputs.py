@@ -7,7 +7,7 @@ from trainers.harness import runtime
 from trainers.harness.config import dataset_refusals
 from trainers.harness.image_data import file_loaders
 from trainers.harness.loop import RunFailed, image_file_diagnosis
-from trainers.retrieval.config import EMBEDDED
+from trainers.retrieval.config import DATASETS
 
 
 def read_split(config):
@@ -15,8 +15,9 @@ def read_split(config):
     a file dataset. Reads only --dataset and --data_dir, which resolving leaves as they are, so
     a run reads its split before its P is settled with the split's training classes
     (`trainers.retrieval.config.with_training_classes`)."""
-    if config.dataset in EMBEDDED:
-        split = EMBEDDED[config.dataset]()
+    dataset = DATASETS[config.dataset]
+    if dataset.embedded:
+        split = dataset.load()
     else:
         with dataset_refusals(config):
             split = data.read_dataset(config.dataset, config.data_dir)
@@ -26,7 +27,7 @@ def read_split(config):
 def with_loaders(config, train, test):
     """``(train, test, input_shape, loaders)`` of a resolved config's split: the embedded sets'
     own image shape and no loaders, or the resolved --input_size and `file_loaders` at it."""
-    if config.dataset in EMBEDDED:
+    if DATASETS[config.dataset].embedded:
         return train, test, train[0].shape[1:], None
     size = config.input_size
     return train, test, (size, size, 3), file_loaders(size)

@@ -1,24 +1,21 @@
 """The retrieval run's model, loss and optimizer, from a resolved config: the embedding model
 with the head its loss needs (Proxy-Anchor's proxies, XML's histograms, the cross-batch memory),
-the ranking loss composed with the regularizer, and SGD at the --lr_schedule rate."""
+the ranking loss composed with the regularizer, and SGD at the --lr_schedule rate (the
+regularizers' and the schedules' records: `trainers.retrieval.options`)."""
 
 import keras
 
 from tf_svmax import losses, models
-from tf_svmax.training import ConstantThenPolynomialDecay
+from trainers.retrieval.options import LR_SCHEDULES, REGULARIZERS
 from trainers.retrieval.ranking import RANKING
 
 
 def build_optimizer(config):
     """`(optimizer, schedule)` of a resolved config: SGD with --momentum at the --lr_schedule
     rate, and that rate as a function of the step (the trace's learning rate)."""
-    if config.lr_schedule == "paper":
-        schedule = ConstantThenPolynomialDecay(config.learning_rate, config.train_steps)
-        return keras.optimizers.SGD(schedule, momentum=config.momentum), schedule
-    return (
-        keras.optimizers.SGD(config.learning_rate, momentum=config.momentum),
-        lambda step: config.learning_rate,
-    )
+    rate = LR_SCHEDULES[config.lr_schedule].rate(config)
+    schedule = rate if callable(rate) else lambda step: rate
+    return keras.optimizers.SGD(rate, momentum=config.momentum), schedule
 
 
 def head_output(config):
@@ -40,7 +37,7 @@ def build_loss(config, memory=None, draws=None):
     head (Proxy-Anchor on the proxy similarities, or XML around the ranking loss) and the
     regularizer (if any) on the embeddings alone.
     """
-    regularizers = _regularizers(config, draws)
+    regularizers = REGULARIZERS[config.regularizer].build(config, draws)
     head = head_output(config)
     if head is None:
         ranking = _ranking_loss(config)
@@ -66,17 +63,6 @@ def _ranking_loss(config):
     loss = RANKING[config.loss]
     margin = {} if loss.margin_argument is None else {loss.margin_argument: config.margin}
     return getattr(losses, loss.constructor)(**dict(loss.arguments), **margin)
-
-
-def _regularizers(config, draws=None):
-    if config.regularizer == "spread_out":
-        seed = {} if draws is not None else {"seed": config.seed}  # the draws hold the seed
-        return [losses.SpreadOutLoss(alpha=config.spread_out_alpha, draws=draws, **seed)]
-    return {
-        "none": [],
-        "svmax": [losses.SVMaxLoss(lambda_=config.svmax_lambda)],
-        "svmax_unbounded": [losses.SVMaxLoss(lambda_=config.svmax_lambda, bounded=False)],
-    }[config.regularizer]
 
 
 def spread_out_draws(config):

@@ -5,17 +5,13 @@ import os
 import numpy as np
 
 from trainers.harness.plots import pyplot, save_figure
+from trainers.retrieval.options import REGULARIZERS
 
 
 def run_title(config):
     """What a figure shows, so that it stands alone: dataset, loss, regularizer and λ."""
     c = config
-    regularizer = {
-        "none": "no regularizer",
-        "svmax": f"SVMax λ = {c['svmax_lambda']:g}",
-        "svmax_unbounded": f"unbounded SVMax λ = {c['svmax_lambda']:g}",
-        "spread_out": f"spread-out α = {c['spread_out_alpha']:g}",
-    }[c["regularizer"]]
+    regularizer = REGULARIZERS[c["regularizer"]].title(c)
     if c.get("xml_lambda"):  # records from before XML lack the key
         regularizer += f" + XML λ = {c['xml_lambda']:g} (m = {c['xml_prototypes']})"
     return (

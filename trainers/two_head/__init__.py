@@ -6,7 +6,8 @@ per-class accuracy, Recall@K / NMI / MAP@R of the embedding head (of the pooled 
 the single-head modes), and the share of misclassified test images whose nearest training
 image in that embedding has the predicted label.
 
-- `config`: `TwoHeadConfig` (the flags), the papers' settings and `resolve`;
+- `config`: `TwoHeadConfig` (the flags), the datasets (one `trainers.harness.datasets.Dataset`
+  record each), the papers' settings and `resolve`;
 - `inputs`: the split, its long-tail and scarce-data subsets and the class checks;
 - `model`: the one- or two-head model and its losses;
 - `evaluate`: the held-out evaluation;
@@ -25,7 +26,6 @@ from trainers.harness import lazy
 from trainers.harness.config import ConfigError
 from trainers.two_head.config import (
     DATASETS,
-    EMBEDDED,
     MODES,
     TWO_HEAD_MODES,
     TwoHeadConfig,
@@ -46,7 +46,6 @@ __getattr__ = lazy.attributes(
 
 __all__ = [
     "DATASETS",
-    "EMBEDDED",
     "MODES",
     "TWO_HEAD_MODES",
     "ConfigError",

@@ -13,9 +13,6 @@ import dataclasses
 
 import numpy as np
 
-import tf_svmax_args as checks  # the library's validators and backbone names, without Keras
-import tf_svmax_args as models
-from tf_svmax_args import KMEANS_INITS  # `tf_svmax.metrics.kmeans.INITS`
 from trainers.harness.config import (
     MIN_BACKBONE_FEATURES,
     ConfigError,
@@ -24,6 +21,7 @@ from trainers.harness.config import (
     output_dir_option,
     resolve_image_run,
 )
+from trainers.harness.datasets import Dataset, embedded_names, file_names, records
 from trainers.harness.flags import (
     non_negative_number,
     number_at_least,
@@ -33,11 +31,11 @@ from trainers.harness.flags import (
     positive_number,
     rate,
 )
+from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
 
 MODES = ("softmax", "center", "semi_hard", "hard", "ole")
 # The modes whose term acts on the embedding head (the others train the single-head network).
 TWO_HEAD_MODES = ("center", "semi_hard", "hard")
-DATASETS = ("glyphs", "digits", "fgvr", "folder")
 
 
 def _glyph_classes():
@@ -57,13 +55,38 @@ def _digit_classes():
     return images, np.concatenate([split["train"][1], split["test"][1]]), None
 
 
-# Embedded sets as classification sets: ``() -> (images, labels, class names or None)``; each
-# class's images are split into train and test.
-EMBEDDED = {"glyphs": _glyph_classes, "digits": _digit_classes}
+# Embedded sets load as classification sets, ``(images, labels, class names or None)``, each
+# class's images split into train and test (`trainers.two_head.inputs`); fgvr and folder are
+# read from --data_dir.
+DATASETS = records(
+    Dataset(
+        "glyphs",
+        3000,
+        "glyphs: embedded rendered characters, the open-set training half (142 classes, 64 "
+        "images each; no download)",
+        _glyph_classes,
+    ),
+    Dataset(
+        "digits",
+        1000,
+        "digits: scikit-learn's 8 x 8 digits, 10 classes (tiny, fast)",
+        _digit_classes,
+    ),
+    Dataset(
+        "fgvr",
+        40000,
+        "fgvr: the FGVR list files (lists/train_all_sub_list.csv, lists/test_all_sub_list.csv) "
+        "under --data_dir",
+    ),
+    Dataset(
+        "folder",
+        40000,
+        "folder: --data_dir/train/<class>/<image> and --data_dir/test/<class>/<image>",
+    ),
+)
 # The weight of each mode's term (dissertation Sec. 5.4.1; OLÉ paper Fig. 4 / Table 2: 0.25).
 PAPER_LAMBDA = {"center": 0.003, "semi_hard": 1.0, "hard": 1.0, "ole": 0.25}
 PAPER_MARGIN, PAPER_CENTER_ALPHA = 0.2, 0.5  # semi-hard margin; center loss update rate
-DEFAULT_STEPS = {"glyphs": 3000, "digits": 1000, "fgvr": 40000, "folder": 40000}
 # Images of each class held out for testing in the embedded sets (a fixed split: data seed 0).
 DATA_SEED = 0
 
@@ -76,13 +99,11 @@ class TwoHeadConfig(ImageDataConfig):
     output_dir: str = output_dir_option("runs/two_head")
     dataset: str = option(
         "glyphs",
-        "glyphs: embedded rendered characters, the open-set training half (142 classes, 64 "
-        "images each; no download); digits: scikit-learn's 8 x 8 digits, 10 classes (tiny, "
-        "fast); both split each class's images into train and test (--test_fraction). fgvr: "
-        "the FGVR list files (lists/train_all_sub_list.csv, lists/test_all_sub_list.csv) "
-        "under --data_dir; folder: "
-        "--data_dir/train/<class>/<image> and --data_dir/test/<class>/<image>.",
-        choices=DATASETS,
+        "; ".join(DATASETS[name].help for name in embedded_names(DATASETS))
+        + "; both split each class's images into train and test (--test_fraction). "
+        + "; ".join(DATASETS[name].help for name in file_names(DATASETS))
+        + ".",
+        choices=tuple(DATASETS),
     )
     image_dir: str = option(
         "",
@@ -94,7 +115,7 @@ class TwoHeadConfig(ImageDataConfig):
         "Backbone; the dissertation uses ResNet-50, Inception-V4 and DenseNet-161 (ImageNet "
         "weights). small_cnn_bn: three convolutions with batch normalization (the embedded "
         "sets' default; without it a softmax head barely moves at lr 0.01).",
-        choices=models.BACKBONES,
+        choices=library_args.BACKBONES,
     )
     mode: str = option(
         "hard",
@@ -163,7 +184,9 @@ class TwoHeadConfig(ImageDataConfig):
     recall_ks: tuple[int, ...] = option(
         (1, 4, 8, 16), "K of Recall@K (paper: 1, 4, 8, 16).", check=positive_int
     )
-    kmeans_init: str = option("k-means++", "NMI k-means seeding.", choices=KMEANS_INITS)
+    kmeans_init: str = option(
+        "k-means++", "NMI k-means seeding.", choices=library_args.KMEANS_INITS
+    )
     kmeans_max_iter: int = option(300, "NMI k-means iterations.", check=positive_int)
     eval_batch_size: int = option(
         256, "Batch size for evaluation.", identity=False, check=positive_int
@@ -180,7 +203,7 @@ def resolve(config):
     Reads no data: a run resolves its config once, first, and checks P against the classes
     of its split when it reads it (`trainers.two_head.inputs.check_classes`)."""
     c = config
-    shared = resolve_image_run(c, EMBEDDED, DEFAULT_STEPS[c.dataset])  # the harness' checks
+    shared = resolve_image_run(c, DATASETS)  # the harness' checks
     check_dense_fits("--embedding_dim", c.embedding_dim, MIN_BACKBONE_FEATURES, "features")
     if c.mode == "softmax" and c.regularizer_lambda not in (None, 0.0):
         raise ConfigError(
@@ -200,7 +223,9 @@ def resolve(config):
         )
     if c.batch_p < 2 and c.mode in ("semi_hard", "hard"):
         raise ConfigError(
-            checks.invalid("--batch_p", f"an int >= 2 with --mode={c.mode} (negatives)", c.batch_p)
+            library_args.invalid(
+                "--batch_p", f"an int >= 2 with --mode={c.mode} (negatives)", c.batch_p
+            )
         )
     return dataclasses.replace(
         c,

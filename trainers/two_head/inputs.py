@@ -9,7 +9,7 @@ import numpy as np
 from tf_svmax import data
 from trainers.harness.config import ConfigError, dataset_refusals
 from trainers.harness.image_data import file_loaders
-from trainers.two_head.config import DATA_SEED, EMBEDDED
+from trainers.two_head.config import DATA_SEED, DATASETS
 
 
 def _subsets(config, train_labels, test_labels):
@@ -41,8 +41,9 @@ def load_split(config):
     Raises:
       ConfigError: --data_dir unreadable, or classes the run cannot train on (`check_classes`).
     """
-    if config.dataset in EMBEDDED:
-        images, labels, names = EMBEDDED[config.dataset]()
+    dataset = DATASETS[config.dataset]
+    if dataset.embedded:
+        images, labels, names = dataset.load()
         train_idx, test_idx = data.split_per_class(
             labels, test_fraction=config.test_fraction, seed=DATA_SEED
         )

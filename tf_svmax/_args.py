@@ -1,10 +1,13 @@
-"""What checking an argument or a flag needs from tf_svmax, importable without Keras.
+"""What checking an argument or a flag needs from tf_svmax, without Keras.
 
-Importing any module of the `tf_svmax` package runs ``tf_svmax/__init__.py``, which imports
-Keras and, on its TensorFlow backend, TensorFlow (seconds, and it registers the library's
-objects for ``.keras`` loading). This module sits beside the package, in the same distribution,
-and imports only the standard library and NumPy, so that a program can define, parse and
-check its flags (``--help``, a refused value) before any of that starts. It is the one home of:
+Importing the `tf_svmax` package runs ``tf_svmax/__init__.py``, which imports Keras and, on
+its TensorFlow backend, TensorFlow (seconds; it registers the library's objects, so that
+``.keras`` files load after ``import tf_svmax``). This module imports only the standard
+library and NumPy, and no other module of the package, so that a program can load it by
+itself and define, parse and check its flags (``--help``, a refused value) before any of that
+starts: the trainers do (`trainers.harness.lazy.library_args`: this file, loaded as
+``tf_svmax._args`` without running the package's ``__init__``; the library's own imports of it
+then find the same module). It is the one home of:
 
 - the Python-argument validators of `tf_svmax.checks` (which re-exports them: the same
   objects, the same messages);
