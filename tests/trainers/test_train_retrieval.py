@@ -142,6 +142,26 @@ def test_only_p_against_the_training_classes_waits_for_the_data(kwargs, classes,
         retrieval.resolve(config, num_train_classes=classes)  # the same two steps in a row
 
 
+def test_the_config_check_resolved_is_taken_as_it_is(monkeypatch):
+    """The command line resolves a config once (`check`, before TensorFlow loads) and the run
+    takes that config as it is: `setup` does not resolve (and check) it a second time. A config
+    changed after its resolve (a new instance) is resolved again."""
+    from trainers.retrieval import train  # noqa: PLC0415 (the module whose name is patched)
+
+    resolved = []
+    monkeypatch.setattr(
+        train,
+        "resolve_before_data",
+        lambda c: resolved.append(c) or retrieval.resolve_before_data(c),
+    )
+    checked = retrieval.check(retrieval.RetrievalConfig(output_dir="x", dataset="digits"))
+    config, *_ = retrieval.setup(checked)
+    assert resolved == [] and config == retrieval.with_training_classes(checked, 5)
+    changed = dataclasses.replace(checked, seed=1)
+    retrieval.setup(changed)
+    assert resolved == [changed]
+
+
 def test_digits_smoke_results_schema_and_outputs(tmp_path):
     results = retrieval.train_retrieval(_config(tmp_path))
     run = tmp_path / "run"

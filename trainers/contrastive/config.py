@@ -10,6 +10,7 @@ from trainers.harness.config import (
     RunConfig,
     check_dense_fits,
     check_fields,
+    mark_resolved,
     output_dir_option,
     resolve_cadence,
 )
@@ -176,11 +177,13 @@ def resolve(config):
             f"--queue_size ({c.queue_size}) must hold at least one batch (--batch_size "
             f"{c.batch_size}): each step enqueues its keys."
         )
-    return dataclasses.replace(
-        c,
-        views=views,
-        beta=(2.0 if c.beta is None else c.beta) if c.method == "lorac" else math.inf,
-        **resolve_cadence(c, DATASETS[c.dataset].default_steps),
+    return mark_resolved(
+        dataclasses.replace(
+            c,
+            views=views,
+            beta=(2.0 if c.beta is None else c.beta) if c.method == "lorac" else math.inf,
+            **resolve_cadence(c, DATASETS[c.dataset].default_steps),
+        )
     )
 
 

@@ -8,6 +8,7 @@ from trainers.harness.config import (
     RunConfig,
     check_dense_fits,
     check_fields,
+    mark_resolved,
     output_dir_option,
     resolve_cadence,
 )
@@ -143,13 +144,15 @@ def resolve(config):
     if c.trace_every is None:  # ten trace points per evaluation interval (the harness: 20)
         cadence["trace_every"] = max(1, c.eval_every // 10)
     unrolled = c.variant == "unrolled"
-    return dataclasses.replace(
-        c,
-        unroll_steps=(c.unroll_steps or PAPER_UNROLL_STEPS) if unrolled else None,
-        unroll_gradient=(c.unroll_gradient or "surrogate") if unrolled else None,
-        unroll_real=(c.unroll_real or "fresh") if unrolled else None,
-        unroll_adam_state=(c.unroll_adam_state or "advance") if unrolled else None,
-        **cadence,
+    return mark_resolved(
+        dataclasses.replace(
+            c,
+            unroll_steps=(c.unroll_steps or PAPER_UNROLL_STEPS) if unrolled else None,
+            unroll_gradient=(c.unroll_gradient or "surrogate") if unrolled else None,
+            unroll_real=(c.unroll_real or "fresh") if unrolled else None,
+            unroll_adam_state=(c.unroll_adam_state or "advance") if unrolled else None,
+            **cadence,
+        )
     )
 
 

@@ -125,10 +125,11 @@ def refuse_off_tensorflow(name, reason):
 
 
 def main(config_class, train, name, argv=None, *, check=None, tensorflow_only=None):
-    """Defines `config_class`'s flags, parses `argv`, makes the config and refuses what
-    ``check(config)`` refuses (raising `RunRefused`, e.g. `ConfigError`), then imports
+    """Defines `config_class`'s flags, parses `argv`, makes the config and resolves it once
+    with ``check(config)`` (the trainer's resolve: refuses what it refuses, raising
+    `RunRefused`, e.g. `ConfigError`, and returns the config marked resolved), then imports
     TensorFlow where it is the backend (`quiet_start.import_tensorflow`) and runs
-    ``train(config)``; exits with the
+    ``train(config)`` on the resolved config (which takes it as it is); exits with the
     shared codes. Nothing before ``train`` imports Keras or TensorFlow: `train` is where the
     program imports its training code (e.g. reading a name of its package: `harness.lazy`).
     With `tensorflow_only` (why the program is TensorFlow by nature), another backend is
@@ -143,8 +144,8 @@ def main(config_class, train, name, argv=None, *, check=None, tensorflow_only=No
 
         def train_from_flags():
             parsed.append(harness_flags.config_from_flags(config_class))
-            if check is not None:
-                check(parsed[0])  # the refusals that need no data, before TensorFlow loads
+            if check is not None:  # the refusals that need no data, before TensorFlow loads
+                parsed[0] = check(parsed[0])
             if tensorflow_only is not None:
                 refuse_off_tensorflow(name, tensorflow_only)
             quiet_start.import_tensorflow()

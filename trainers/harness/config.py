@@ -128,6 +128,20 @@ class ImageDataConfig(RunConfig):
     )
 
 
+def mark_resolved(config):
+    """`config`, marked as its experiment's resolve's output (`is_resolved`), so that the run
+    it is passed on to takes it as it is instead of resolving (and checking) it again. The mark
+    is an attribute of this instance, not a field: no flag, not in results.json, and a config
+    changed with `dataclasses.replace` (a new instance) is unmarked."""
+    object.__setattr__(config, "_resolved", True)  # a frozen dataclass: set past its guard
+    return config
+
+
+def is_resolved(config):
+    """Whether `config` is one its experiment's resolve returned (`mark_resolved`)."""
+    return vars(config).get("_resolved", False)
+
+
 def check_fields(config):
     """Raises ConfigError for a field outside its option's kind or choices."""
     try:

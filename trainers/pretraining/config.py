@@ -8,6 +8,7 @@ from trainers.harness.config import (
     RunConfig,
     check_fields,
     check_fits_in_memory,
+    mark_resolved,
     output_dir_option,
     resolve_cadence,
 )
@@ -70,4 +71,4 @@ def resolve(config):
         f"--images_per_class={config.images_per_class} (the rendered set: over {MIN_CLASSES:,} "
         f"classes x {config.images_per_class:,} images of {IMAGE_SIZE} x {IMAGE_SIZE} float32)",
     )
-    return dataclasses.replace(config, **resolve_cadence(config, DEFAULT_STEPS))
+    return mark_resolved(dataclasses.replace(config, **resolve_cadence(config, DEFAULT_STEPS)))

@@ -19,6 +19,7 @@ from trainers.harness.config import (
     ImageDataConfig,
     check_dense_fits,
     check_fits_in_memory,
+    mark_resolved,
     output_dir_option,
     resolve_image_run,
 )
@@ -248,10 +249,11 @@ class RetrievalConfig(ImageDataConfig):
 
 
 def check(config):
-    """Raises ConfigError (naming the flags) for whatever a run refuses before reading any data
-    (`resolve_before_data`'s refusals): every flag and combination but --batch_p against the
-    training classes."""
-    resolve_before_data(config)
+    """`resolve_before_data(config)`: raises ConfigError (naming the flags) for whatever a run
+    refuses before reading any data (every flag and combination but --batch_p against the
+    training classes), else returns the config a run takes as it is (`train_retrieval` does
+    not resolve it again)."""
+    return resolve_before_data(config)
 
 
 def resolve(config, num_train_classes=None):
@@ -269,7 +271,9 @@ def resolve_before_data(config):
     """The config with every field resolved but --batch_p, after every check that needs no
     data; raises ConfigError naming flags. --batch_p stays as given (None: unset), the one field
     the training classes decide: `with_training_classes` settles it. P-dependent checks (the
-    loss's pairs, XML's halves, the memory's size) take the flag's P, else the paper's."""
+    loss's pairs, XML's halves, the memory's size) take the flag's P, else the paper's. The
+    config returned is marked resolved (`trainers.harness.config.mark_resolved`): a run given
+    it does not resolve it again."""
     c = config
     shared = resolve_image_run(c, DATASETS)  # the harness' checks
     check_dense_fits("--embedding_dim", c.embedding_dim, MIN_BACKBONE_FEATURES, "features")
@@ -281,7 +285,7 @@ def resolve_before_data(config):
     batch_p, batch_k = _batch_shape(c)
     _check_xml(c, batch_p)
     _check_xbm(c, batch_p * batch_k)
-    return dataclasses.replace(
+    resolved = dataclasses.replace(
         c,
         xml_prototypes=(64 if c.xml_prototypes is None else c.xml_prototypes)
         if c.xml_lambda
@@ -292,6 +296,7 @@ def resolve_before_data(config):
         margin=RANKING[c.loss].margin if c.margin is None else c.margin,
         recall_ks=tuple(int(k) for k in c.recall_ks),
     )
+    return mark_resolved(resolved)
 
 
 def with_training_classes(config, num_train_classes):

@@ -11,6 +11,7 @@ import numpy as np
 
 from tf_svmax import data, losses, metrics, models, ops
 from trainers.harness import image_data, runtime
+from trainers.harness.config import is_resolved
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.run_dir import layout
 from trainers.retrieval.config import (
@@ -54,10 +55,12 @@ def train_retrieval(config, *, callbacks=()):
 def setup(config):
     """``(config, (train, test, input_shape, loaders), embedding_model, distribution)``, in the
     order a run takes them: the config resolved but for P before any data is read (bad flags
-    refused first), the distribution and the seed (`image_data.start`), the split, P settled
-    with its training classes (the one fact of the data the config needs), and the embedding
+    refused first; a config `resolve_before_data` returned is taken as it is), the
+    distribution and the seed (`image_data.start`), the split, P settled with its training
+    classes (the one fact of the data the config needs), and the embedding
     model — so the same config always gives the same initial weights."""
-    config = resolve_before_data(config)
+    if not is_resolved(config):
+        config = resolve_before_data(config)
     distribution = image_data.start(config)
     split = load_split(config)  # its loaders at the --input_size resolved before the data
     config = with_training_classes(config, num_train_classes=len(np.unique(split[0][1])))

@@ -18,6 +18,7 @@ from trainers.harness.config import (
     ConfigError,
     ImageDataConfig,
     check_dense_fits,
+    mark_resolved,
     output_dir_option,
     resolve_image_run,
 )
@@ -227,17 +228,23 @@ def resolve(config):
                 "--batch_p", f"an int >= 2 with --mode={c.mode} (negatives)", c.batch_p
             )
         )
-    return dataclasses.replace(
-        c,
-        **shared,
-        regularizer_lambda=(
-            PAPER_LAMBDA.get(c.mode, 0.0) if c.regularizer_lambda is None else c.regularizer_lambda
-        ),
-        margin=PAPER_MARGIN if c.margin is None and c.mode == "semi_hard" else c.margin,
-        center_alpha=(
-            PAPER_CENTER_ALPHA if c.center_alpha is None and c.mode == "center" else c.center_alpha
-        ),
-        recall_ks=tuple(int(k) for k in c.recall_ks),
+    return mark_resolved(
+        dataclasses.replace(
+            c,
+            **shared,
+            regularizer_lambda=(
+                PAPER_LAMBDA.get(c.mode, 0.0)
+                if c.regularizer_lambda is None
+                else c.regularizer_lambda
+            ),
+            margin=PAPER_MARGIN if c.margin is None and c.mode == "semi_hard" else c.margin,
+            center_alpha=(
+                PAPER_CENTER_ALPHA
+                if c.center_alpha is None and c.mode == "center"
+                else c.center_alpha
+            ),
+            recall_ks=tuple(int(k) for k in c.recall_ks),
+        )
     )
 
 
