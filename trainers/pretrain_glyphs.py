@@ -11,13 +11,7 @@ completed, 1 diverged (non-finite loss), 2 refused (a flag combination, or an --
 by another run or holding another configuration), 130 interrupted (the same command resumes).
 """
 
-from trainers import pretraining
-from trainers.harness import cli
+from trainers import experiments
 
 if __name__ == "__main__":
-    cli.main(
-        pretraining.PretrainConfig,
-        lambda config: pretraining.pretrain(config),  # the training code, read after check
-        "pretrain_glyphs",
-        check=pretraining.resolve,  # refusals that need no data: before TensorFlow
-    )
+    experiments.main("pretrain_glyphs")

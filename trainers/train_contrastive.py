@@ -16,16 +16,7 @@ Exit status: 0 completed, 1 diverged (non-finite loss), 2 refused (flag combinat
 the same command resumes).
 """
 
-from trainers import contrastive
-from trainers.harness import cli
+from trainers import experiments
 
 if __name__ == "__main__":
-    cli.main(
-        contrastive.ContrastiveConfig,
-        lambda config: contrastive.train_contrastive(config),  # the training code, read after check
-        "train_contrastive",
-        check=contrastive.resolve,  # refusals that need no data: before TensorFlow
-        tensorflow_only=(
-            "its ContrastiveModel train step, momentum encoder and queue are TensorFlow's"
-        ),
-    )
+    experiments.main("train_contrastive")

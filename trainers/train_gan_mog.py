@@ -15,17 +15,7 @@ Exit status: 0 completed, 1 diverged (non-finite loss), 2 refused (flag combinat
 the same command resumes).
 """
 
-from trainers import gan_mog
-from trainers.harness import cli
+from trainers import experiments
 
 if __name__ == "__main__":
-    cli.main(
-        gan_mog.GanConfig,
-        lambda config: gan_mog.train_gan_mog(config),  # the training code, read after check
-        "train_gan_mog",
-        check=gan_mog.resolve,  # refusals that need no data: before TensorFlow
-        tensorflow_only=(
-            "the unrolled GAN's functional Adam and its train step are written with "
-            "TensorFlow's tapes"
-        ),
-    )
+    experiments.main("train_gan_mog")

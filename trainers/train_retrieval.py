@@ -13,13 +13,7 @@ an --output_dir in use by another run or holding another configuration), 130 int
 (Ctrl-C; the same command resumes).
 """
 
-from trainers import retrieval
-from trainers.harness import cli
+from trainers import experiments
 
 if __name__ == "__main__":
-    cli.main(
-        retrieval.RetrievalConfig,
-        lambda config: retrieval.train_retrieval(config),  # the training code, read after check
-        "train_retrieval",
-        check=retrieval.check,  # refusals that need no data: before TensorFlow
-    )
+    experiments.main("train_retrieval")

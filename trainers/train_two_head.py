@@ -16,13 +16,7 @@ corrupt image), 2 refused (flag combination, or an
 (Ctrl-C; the same command resumes).
 """
 
-from trainers import two_head
-from trainers.harness import cli
+from trainers import experiments
 
 if __name__ == "__main__":
-    cli.main(
-        two_head.TwoHeadConfig,
-        lambda config: two_head.train_two_head(config),  # the training code, read after check
-        "train_two_head",
-        check=two_head.resolve,  # refusals that need no data: before TensorFlow
-    )
+    experiments.main("train_two_head")

@@ -190,6 +190,27 @@ def test_help_imports_no_keras_tensorflow_jax_or_torch(tmp_path, program, flag):
     assert not _tensorflow_lines(stdout + stderr), stderr[-3000:]
 
 
+def test_the_one_entry_is_the_programs_own_command():
+    """``python -m trainers retrieval`` is ``python -m trainers.train_retrieval``: the same
+    help, byte for byte; a name that is no program is refused (exit 2) naming the programs."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run(*argv):
+        return subprocess.run(
+            [sys.executable, "-m", *argv], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+
+    own, one = (
+        run("trainers.train_retrieval", "--helpfull"),
+        run("trainers", "retrieval", "--helpfull"),
+    )
+    assert (one.returncode, one.stdout) == (0, own.stdout) and "--loss" in one.stdout
+    wrong = run("trainers", "retrieve")
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert "expected a program, one of [" in wrong.stderr and "'retrieval'" in wrong.stderr
+    assert "received 'retrieve'" in wrong.stderr
+
+
 @pytest.mark.parametrize(
     "program, flags, message",
     [(program, flags, message) for program, cases in REFUSED.items() for flags, message in cases],

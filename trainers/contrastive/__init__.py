@@ -29,10 +29,10 @@ features on the set's disjoint test classes.
     config = ContrastiveConfig(output_dir="/tmp/run", method="lorac")
     results = train_contrastive(config)                   # also in results.json
 
-The config's names are imported with the package; the others (the training code: Keras,
-TensorFlow) when first read (`trainers.harness.lazy`), so that the program's flags are
-defined and checked without them.
+Its training code (Keras) is imported when one of its names is first read (`harness.lazy`).
 """
+
+# ruff: noqa: F401 (the imports are the package's names: lazy.exports lists them in __all__)
 
 from trainers.contrastive.config import (
     METHODS,
@@ -43,23 +43,10 @@ from trainers.contrastive.config import (
 )
 from trainers.harness import lazy
 
-__getattr__ = lazy.attributes(
+__getattr__, __all__ = lazy.exports(
     __name__,
     {
         "evaluate": ("augmented_nuclear_norms",),
         "train": ("build_model", "load_split", "train_contrastive", "view_batches"),
     },
 )
-
-__all__ = [
-    "METHODS",
-    "ConfigError",
-    "ContrastiveConfig",
-    "augmented_nuclear_norms",
-    "build_model",
-    "load_split",
-    "prior_start_step",
-    "resolve",
-    "train_contrastive",
-    "view_batches",
-]

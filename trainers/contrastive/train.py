@@ -20,7 +20,7 @@ from trainers.contrastive.config import (
 )
 from trainers.contrastive.evaluate import evaluate
 from trainers.contrastive.plots import plot_run
-from trainers.harness.config import is_resolved
+from trainers.harness.config import resolved
 from trainers.harness.loop import Job, run_job
 
 # The pre-training classes' images held out for the probe's test (a fixed split: data seed 0).
@@ -127,8 +127,7 @@ def train_contrastive(config, *, callbacks=()):
       RunRefused: `output_dir` in use, holding another configuration, or damaged.
     """
     started = time.perf_counter()
-    if not is_resolved(config):  # the command line resolved it when it checked the flags
-        config = resolve(config)
+    config = resolved(config, resolve)
     split = load_split(config)
     train_x = split["pretrain"][0]
     if config.batch_size > len(train_x):

@@ -33,10 +33,10 @@ Evaluation: `num_samples` points from fixed noise, VEEGAN's mode coverage
     config = GanConfig(output_dir="/tmp/gan", svmax_lambda=0.01)
     results = train_gan_mog(config)                # also in results.json
 
-The config's names are imported with the package; the others (the training code: Keras,
-TensorFlow) when first read (`trainers.harness.lazy`), so that the program's flags are
-defined and checked without them.
+Its training code (Keras) is imported when one of its names is first read (`harness.lazy`).
 """
+
+# ruff: noqa: F401 (the imports are the package's names: lazy.exports lists them in __all__)
 
 from trainers.gan_mog.config import (
     NOTEBOOK_UNROLL_STEPS,
@@ -52,7 +52,7 @@ from trainers.gan_mog.config import (
 )
 from trainers.harness import lazy
 
-__getattr__ = lazy.attributes(
+__getattr__, __all__ = lazy.exports(
     __name__,
     {
         "evaluate": ("sample_path",),
@@ -61,23 +61,3 @@ __getattr__ = lazy.attributes(
         "train": ("batches", "train_gan_mog"),
     },
 )
-
-__all__ = [
-    "NOTEBOOK_UNROLL_STEPS",
-    "PAPER_SVMAX_LAMBDA",
-    "PAPER_UNROLL_STEPS",
-    "UNROLL_ADAM_STATE",
-    "UNROLL_GRADIENTS",
-    "UNROLL_REAL",
-    "ConfigError",
-    "GanConfig",
-    "batches",
-    "build_gan",
-    "discriminator_loss",
-    "draw_density",
-    "generator_loss",
-    "resolve",
-    "sample_path",
-    "svmax_bounds",
-    "train_gan_mog",
-]

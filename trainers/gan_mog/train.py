@@ -12,7 +12,7 @@ from trainers.gan_mog.config import GanConfig, describe, mixture_weights, resolv
 from trainers.gan_mog.evaluate import evaluate, evaluation_noise, final_numbers, sample_path
 from trainers.gan_mog.model import build_gan
 from trainers.gan_mog.plots import plot_run
-from trainers.harness.config import is_resolved
+from trainers.harness.config import resolved
 from trainers.harness.loop import Job, run_job
 
 # First seed component of the unrolled updates' real batches: a family of its own, so the three
@@ -65,8 +65,7 @@ def train_gan_mog(config, *, callbacks=()):
       RunRefused: `output_dir` in use, holding another configuration, or damaged.
     """
     started = time.perf_counter()
-    if not is_resolved(config):  # the command line resolved it when it checked the flags
-        config = resolve(config)
+    config = resolved(config, resolve)
     gan = build_gan(config)
     centres = data.gaussian_ring(config.num_modes, config.mixture_radius)
     noise = evaluation_noise(config)

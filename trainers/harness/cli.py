@@ -7,8 +7,10 @@
         check=retrieval.check,
     )
 
+(the training programs call it through `trainers.experiments.main`, from one record each).
 Flags are defined, parsed and checked (absl's parsing, the config's fields, the trainer's
-`check`: every refusal that needs no data) before TensorFlow is imported: ``--help`` and a
+`check`: every refusal that needs no data; it returns the resolved config the run is given)
+before TensorFlow is imported: ``--help`` and a
 refused flag return in under a second, without TensorFlow's start-up lines. TensorFlow is
 imported (`trainers.quiet_start`) when the run starts, where it is Keras' backend (with
 ``KERAS_BACKEND=jax`` or ``torch`` nothing is, and TensorFlow need not be installed), then the

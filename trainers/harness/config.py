@@ -142,6 +142,13 @@ def is_resolved(config):
     return vars(config).get("_resolved", False)
 
 
+def resolved(config, resolve):
+    """`config` as it is where it is resolved already (`is_resolved`: the command line
+    resolved it when it checked the flags), else ``resolve(config)``: a run resolves its
+    config once."""
+    return config if is_resolved(config) else resolve(config)
+
+
 def check_fields(config):
     """Raises ConfigError for a field outside its option's kind or choices."""
     try:

@@ -6,7 +6,7 @@ to define and check its flags; the training code is imported only when a name of
 read, after the flags are checked, so that ``--help`` and a refused flag return without
 importing TensorFlow:
 
-    __getattr__ = lazy.attributes(__name__, {"train": ("train_retrieval", "setup"), ...})
+    __getattr__, __all__ = lazy.exports(__name__, {"train": ("train_retrieval", "setup"), ...})
 
 The flags themselves are checked with the library's validators and name tables, which
 `library_args` holds without importing Keras.
@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import types
 
 LIBRARY_ARGS = "tf_svmax._args"
 
@@ -61,3 +62,17 @@ def attributes(package, modules):
         return namespace[name]
 
     return __getattr__
+
+
+def exports(package, modules):
+    """``(__getattr__, __all__)`` for `package`'s ``__init__``, called after its eager imports:
+    `attributes`' ``__getattr__``, and every public name of the package, sorted: those its
+    ``__init__`` imported so far (not submodules) and those of `modules`. A name is listed
+    once, where the package imports it or reads it lazily."""
+    eager = [
+        name
+        for name, value in vars(sys.modules[package]).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    ]
+    lazy = [name for names in modules.values() for name in names]
+    return attributes(package, modules), sorted({*eager, *lazy})

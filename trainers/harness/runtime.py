@@ -233,28 +233,15 @@ def pk_batches(
     tf.data's AUTOTUNE by default); on JAX and PyTorch, from memory, a `PKBatches`."""
     from tf_svmax import data
 
+    # The same draws either way: P x K from the config's seed, from batch `start_step` on.
+    draws = dict(
+        batch_p=config.batch_p, batch_k=config.batch_k, seed=config.seed, start_batch=start_step
+    )
     if not on_tensorflow() and map_fn is None:
-        return data.PKBatches(
-            features,
-            labels,
-            batch_p=config.batch_p,
-            batch_k=config.batch_k,
-            seed=config.seed,
-            start_batch=start_step,
-            outputs=outputs,
-        )
+        return data.PKBatches(features, labels, outputs=outputs, **draws)
     tf = _host_tensorflow() if not on_tensorflow() else importlib.import_module("tensorflow")
     parallel = tf.data.AUTOTUNE if num_parallel_calls is None else num_parallel_calls
-    batches = data.pk_batches(
-        features,
-        labels,
-        batch_p=config.batch_p,
-        batch_k=config.batch_k,
-        seed=config.seed,
-        map_fn=map_fn,
-        start_batch=start_step,
-        num_parallel_calls=parallel,
-    )
+    batches = data.pk_batches(features, labels, map_fn=map_fn, num_parallel_calls=parallel, **draws)
     if not outputs:
         return batches
     names = tuple(outputs)

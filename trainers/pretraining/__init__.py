@@ -15,27 +15,17 @@ loads into the same backbone.
     config = PretrainConfig(output_dir="/tmp/pretrain")      # small_cnn_bn
     results = pretrain(config)                                # also written to results.json
 
-The config's names are imported with the package; the others (the training code: Keras,
-TensorFlow) when first read (`trainers.harness.lazy`), so that the program's flags are
-defined and checked without them.
+Its training code (Keras) is imported when one of its names is first read (`harness.lazy`).
 """
+
+# ruff: noqa: F401 (the imports are the package's names: lazy.exports lists them in __all__)
 
 from trainers.harness import lazy
 from trainers.pretraining.config import ConfigError, PretrainConfig, resolve
 
-__getattr__ = lazy.attributes(
+__getattr__, __all__ = lazy.exports(
     __name__,
     {
         "train": ("BACKBONE_FILE", "batch_indices", "pretrain", "top_k_accuracies"),
     },
 )
-
-__all__ = [
-    "BACKBONE_FILE",
-    "ConfigError",
-    "PretrainConfig",
-    "batch_indices",
-    "pretrain",
-    "resolve",
-    "top_k_accuracies",
-]

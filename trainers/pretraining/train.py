@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tf_svmax import data, models
 from tf_svmax.training import ConstantThenPolynomialDecay
-from trainers.harness.config import ConfigError, is_resolved
+from trainers.harness.config import ConfigError, resolved
 from trainers.harness.loop import Job, run_job
 from trainers.pretraining.config import PretrainConfig, resolve
 from trainers.pretraining.plots import plot_run
@@ -67,8 +67,7 @@ def pretrain(config):
         or its record is damaged.
     """
     started = time.perf_counter()
-    if not is_resolved(config):  # the command line resolved it when it checked the flags
-        config = resolve(config)  # refuse bad flags before rendering anything
+    config = resolved(config, resolve)  # refuse bad flags before rendering anything
     keras.utils.set_random_seed(config.seed)
     source = data.load_glyph_pretraining(
         seed=config.seed,

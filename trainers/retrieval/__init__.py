@@ -14,10 +14,10 @@
     config = RetrievalConfig(output_dir="/tmp/run")      # glyphs, contrastive + SVMax
     results = train_retrieval(config)                     # also written to results.json
 
-The config's names are imported with the package; the others (the training code: Keras,
-TensorFlow) when first read (`trainers.harness.lazy`), so that the program's flags are
-defined and checked without them.
+Its training code (Keras) is imported when one of its names is first read (`harness.lazy`).
 """
+
+# ruff: noqa: F401 (the imports are the package's names: lazy.exports lists them in __all__)
 
 from trainers.harness import lazy
 from trainers.harness.config import ConfigError
@@ -34,7 +34,7 @@ from trainers.retrieval.config import (
 from trainers.retrieval.options import LR_SCHEDULES, REGULARIZERS, Regularizer, Schedule
 from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, RankingLoss
 
-__getattr__ = lazy.attributes(
+__getattr__, __all__ = lazy.exports(
     __name__,
     {
         "inputs": ("load_split", "read_split", "train_features", "with_loaders"),
@@ -43,35 +43,3 @@ __getattr__ = lazy.attributes(
         "train": ("evaluate_untrained", "setup", "train_retrieval"),
     },
 )
-
-__all__ = [
-    "DATASETS",
-    "LOSSES",
-    "LR_SCHEDULES",
-    "RANKING",
-    "RANKING_LOSSES",
-    "REGULARIZERS",
-    "XBM_LOSSES",
-    "ConfigError",
-    "RankingLoss",
-    "Regularizer",
-    "RetrievalConfig",
-    "Schedule",
-    "build_loss",
-    "build_optimizer",
-    "build_training_model",
-    "check",
-    "evaluate_untrained",
-    "head_output",
-    "load_split",
-    "plot_run",
-    "read_split",
-    "resolve",
-    "resolve_before_data",
-    "run_title",
-    "setup",
-    "train_features",
-    "train_retrieval",
-    "with_loaders",
-    "with_training_classes",
-]

@@ -11,7 +11,7 @@ import numpy as np
 
 from tf_svmax import data, losses, metrics, models, ops
 from trainers.harness import image_data, runtime
-from trainers.harness.config import is_resolved
+from trainers.harness.config import resolved
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.run_dir import layout
 from trainers.retrieval.config import (
@@ -59,8 +59,7 @@ def setup(config):
     distribution and the seed (`image_data.start`), the split, P settled with its training
     classes (the one fact of the data the config needs), and the embedding
     model — so the same config always gives the same initial weights."""
-    if not is_resolved(config):
-        config = resolve_before_data(config)
+    config = resolved(config, resolve_before_data)
     distribution = image_data.start(config)
     split = load_split(config)  # its loaders at the --input_size resolved before the data
     config = with_training_classes(config, num_train_classes=len(np.unique(split[0][1])))

@@ -17,10 +17,10 @@ image in that embedding has the predicted label.
     config = TwoHeadConfig(output_dir="/tmp/run", mode="hard")   # glyphs, two-head (hard)
     results = train_two_head(config)                            # also in results.json
 
-The config's names are imported with the package; the others (the training code: Keras,
-TensorFlow) when first read (`trainers.harness.lazy`), so that the program's flags are
-defined and checked without them.
+Its training code (Keras) is imported when one of its names is first read (`harness.lazy`).
 """
+
+# ruff: noqa: F401 (the imports are the package's names: lazy.exports lists them in __all__)
 
 from trainers.harness import lazy
 from trainers.harness.config import ConfigError
@@ -33,7 +33,7 @@ from trainers.two_head.config import (
     resolve,
 )
 
-__getattr__ = lazy.attributes(
+__getattr__, __all__ = lazy.exports(
     __name__,
     {
         "evaluate": ("evaluate", "retrieval_features"),
@@ -43,24 +43,3 @@ __getattr__ = lazy.attributes(
         "train": ("setup", "train_two_head"),
     },
 )
-
-__all__ = [
-    "DATASETS",
-    "MODES",
-    "TWO_HEAD_MODES",
-    "ConfigError",
-    "TwoHeadConfig",
-    "build_losses",
-    "build_model",
-    "check_classes",
-    "describe",
-    "evaluate",
-    "has_embedding_head",
-    "load_split",
-    "plot_run",
-    "resolve",
-    "retrieval_features",
-    "run_title",
-    "setup",
-    "train_two_head",
-]

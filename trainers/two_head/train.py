@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 from trainers.harness import image_data, runtime
-from trainers.harness.config import is_resolved
+from trainers.harness.config import resolved
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.two_head.config import TwoHeadConfig, has_embedding_head, resolve
 from trainers.two_head.evaluate import evaluate
@@ -93,8 +93,7 @@ def setup(config):
     read (bad flags refused first), then the distribution and the seed (`image_data.start`),
     the split and the model — in that order, so the same config always gives the same initial
     weights."""
-    if not is_resolved(config):  # the command line resolved it when it checked the flags
-        config = resolve(config)
+    config = resolved(config, resolve)
     distribution = image_data.start(config)
     split = load_split(config)
     with image_data.model_scope(distribution, config):

@@ -12,7 +12,7 @@ PACKAGE = {
     "pkg/__init__.py": """
         from trainers.harness import lazy
         LIGHT = 1
-        __getattr__ = lazy.attributes(
+        __getattr__, __all__ = lazy.exports(
             __name__, {"heavy": ("run", "CONSTANT"), "evaluate": ("evaluate",)}
         )
     """,
@@ -33,6 +33,8 @@ CHECK = """
 import sys
 import pkg
 assert pkg.LIGHT == 1 and "pkg.heavy" not in sys.modules and "pkg.evaluate" not in sys.modules
+# Every public name, imported or lazy, once; not the `lazy` module the package imported.
+assert pkg.__all__ == ["CONSTANT", "LIGHT", "evaluate", "run"], pkg.__all__
 assert pkg.run() == "ran" and pkg.imported == 1
 assert "pkg.heavy" in sys.modules and "pkg.evaluate" in sys.modules  # every listed module
 assert pkg.evaluate() == "evaluated"  # the function, not its module
