@@ -7,11 +7,9 @@ import math
 from trainers.harness.config import (
     MIN_BACKBONE_FEATURES,
     ConfigError,
-    RunConfig,
     check_dense_fits,
     check_fields,
     mark_resolved,
-    output_dir_option,
     resolve_cadence,
 )
 from trainers.harness.datasets import Dataset, records
@@ -24,6 +22,7 @@ from trainers.harness.flags import (
     positive_number,
 )
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
+from trainers.harness.parts import run_part
 
 METHODS = ("lorac", "moco_m", "moco")
 
@@ -63,11 +62,14 @@ DATASETS = records(
 
 
 @dataclasses.dataclass(frozen=True)
-class ContrastiveConfig(RunConfig):
+class ContrastiveConfig(
+    run_part(
+        "runs/contrastive", train_steps_help="Training steps (default: glyphs 1000, digits 400)."
+    )
+):
     """One pre-training run. `None` fields take the method's default. Each field's help is its
     command-line flag's (`trainers/train_contrastive.py`)."""
 
-    output_dir: str = output_dir_option("runs/contrastive")
     dataset: str = option(
         "glyphs",
         " ".join(dataset.help for dataset in DATASETS.values())
@@ -136,9 +138,6 @@ class ContrastiveConfig(RunConfig):
         check=positive_number,
     )
     weight_decay: float = option(1e-4, "SGD weight decay (paper: 1e-4).", check=non_negative_number)
-    train_steps: int | None = option(
-        None, "Training steps (default: glyphs 1000, digits 400).", check=positive_int
-    )
     knn_k: int = option(10, "k of the k-NN accuracy (cosine, majority vote).", check=positive_int)
     test_views: int = option(
         32,

@@ -5,11 +5,9 @@ import dataclasses
 
 from trainers.harness.config import (
     ConfigError,
-    RunConfig,
     check_dense_fits,
     check_fields,
     mark_resolved,
-    output_dir_option,
     resolve_cadence,
 )
 from trainers.harness.flags import (
@@ -19,6 +17,7 @@ from trainers.harness.flags import (
     positive_int,
     positive_number,
 )
+from trainers.harness.parts import run_part
 
 VARIANTS = ("vanilla", "unrolled")
 UNROLL_GRADIENTS = ("surrogate", "through")
@@ -32,10 +31,19 @@ NOTEBOOK_UNROLL_STEPS = 10
 
 
 @dataclasses.dataclass(frozen=True)
-class GanConfig(RunConfig):
+class GanConfig(
+    run_part(
+        "runs/gan_mog",
+        train_steps=3000,
+        train_steps_help="Training iterations (paper: 3000).",
+        eval_every=300,
+        eval_every_help="Steps between evaluations, sample snapshots and checkpoints (the "
+        "original plots every 300).",
+        trace_every_help="Steps per point of the loss trace (default: eval_every / 10).",
+    )
+):
     """One GAN run; each field's help is its command-line flag's (`trainers/train_gan_mog.py`)."""
 
-    output_dir: str = output_dir_option("runs/gan_mog")
     variant: str = option(
         "vanilla",
         "vanilla: one discriminator and one generator Adam step per iteration; unrolled: the "
@@ -105,16 +113,6 @@ class GanConfig(RunConfig):
         "Seed of the random mode weights (--mixture=random only; one seed for all runs, as the "
         "paper fixed one).",
         check=non_negative_int,
-    )
-    train_steps: int = option(3000, "Training iterations (paper: 3000).", check=positive_int)
-    eval_every: int = option(
-        300,
-        "Steps between evaluations, sample snapshots and checkpoints (the original plots every "
-        "300).",
-        check=positive_int,
-    )
-    trace_every: int | None = option(
-        None, "Steps per point of the loss trace (default: eval_every / 10).", check=positive_int
     )
     num_samples: int = option(
         2500, "Generated points per evaluation (VEEGAN: 2,500).", check=positive_int

@@ -1,5 +1,6 @@
-"""What every trainer shares: the run fields of its config (`config`: `RunConfig`,
-`ImageDataConfig`, cadence and image-size rules), flags derived from that dataclass (`flags`)
+"""What every trainer shares: the parts of its config (`parts`: the run fields and others
+several trainers hold, each declared once; `config`: `ImageDataConfig`, cadence and
+image-size rules), flags derived from that dataclass (`flags`)
 and the entry point with its exit codes (`cli`), the run folder (`run_dir`), the training loop
 with its cadence, trace and NaN guard (`loop`), the runtime it distributes, checkpoints and
 reads input through, whatever the Keras backend (`runtime`: on TensorFlow the `tf.distribute`

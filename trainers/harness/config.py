@@ -10,7 +10,6 @@ from trainers.harness.flags import (
     non_negative_int,
     option,
     positive_int,
-    random_seed,
     validate,
     writable_folder,
 )
@@ -45,42 +44,15 @@ def verbose_option():
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """The fields of every run the harness trains (`trainers.harness.loop.run_job` reads them):
-    an experiment's config subclasses it with its own fields, and re-declares one of these only
-    to give it the experiment's default (``output_dir``'s folder, a paper's ``train_steps``).
-    ``None`` cadence fields are filled by the experiment's ``resolve`` (`resolve_cadence`)."""
-
-    output_dir: str = output_dir_option("runs/run")
-    train_steps: int | None = option(
-        None, "Training steps (default: the experiment's, see its docs).", check=positive_int
-    )
-    eval_every: int | None = option(
-        None,
-        "Steps between evaluations and checkpoints (default: train_steps / 4).",
-        check=positive_int,
-    )
-    trace_every: int | None = option(
-        None, "Steps per point of the loss trace (default: eval_every / 20).", check=positive_int
-    )
-    evaluate_untrained: bool = option(True, "Also evaluate before the first step (step 0).")
-    seed: int = option(
-        0,
-        "Seed of the run: the initial weights, the batches and every other random draw.",
-        check=random_seed,
-    )
-    verbose: int = verbose_option()
-
-
 # The strategies `trainers.harness.runtime.make_distribution` makes (on TensorFlow every one).
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
 
 @dataclasses.dataclass(frozen=True)
-class ImageDataConfig(RunConfig):
-    """A run of a backbone on images (retrieval, two-head): the run fields plus where the
-    images come from, how the backbone starts and the distribution it trains under
+class ImageDataConfig:
+    """The config part of a run of a backbone on images (retrieval, two-head; the run
+    fields are `trainers.harness.parts.run_part`'s): where the images come from, how the
+    backbone starts and the distribution it trains under
     (`trainers.harness.runtime` makes it). The experiment declares ``dataset`` and
     ``backbone`` (its own choices and defaults) and ``jit_compile``, and `resolve_image_run`
     reads them with these."""

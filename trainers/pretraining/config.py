@@ -5,15 +5,14 @@ import dataclasses
 
 from trainers.harness.config import (
     ConfigError,
-    RunConfig,
     check_fields,
     check_fits_in_memory,
     mark_resolved,
-    output_dir_option,
     resolve_cadence,
 )
 from trainers.harness.flags import option, positive_int, positive_number
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
+from trainers.harness.parts import run_part
 
 DEFAULT_STEPS = 3000
 # A lower bound of the pretraining source's classes for the memory check, known before the
@@ -24,10 +23,12 @@ IMAGE_SIZE = 32  # the side `data.load_glyph_pretraining` renders at by default
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainConfig(RunConfig):
-    """The pretraining run: backbone, data, optimisation (the run fields: `RunConfig`)."""
+class PretrainConfig(
+    run_part("runs/pretrain_glyphs", train_steps_help=f"Training steps (default {DEFAULT_STEPS}).")
+):
+    """The pretraining run: backbone, data, optimisation (the run fields:
+    `trainers.harness.parts.run_part`)."""
 
-    output_dir: str = output_dir_option("runs/pretrain_glyphs")
     backbone: str = option(
         "small_cnn_bn",
         "Backbone to pretrain (its weights file loads into train_retrieval / train_two_head "
@@ -48,9 +49,6 @@ class PretrainConfig(RunConfig):
         0.05,
         "SGD (momentum 0.9) rate: constant for half the steps, then linear to 1e-7.",
         check=positive_number,
-    )
-    train_steps: int | None = option(
-        None, f"Training steps (default {DEFAULT_STEPS}).", check=positive_int
     )
     eval_batch_size: int = option(
         512, "Batch size for the held-out predictions.", identity=False, check=positive_int

@@ -20,7 +20,6 @@ from trainers.harness.config import (
     check_dense_fits,
     check_fits_in_memory,
     mark_resolved,
-    output_dir_option,
     resolve_image_run,
 )
 from trainers.harness.datasets import Dataset, embedded_names, file_names, records
@@ -34,6 +33,7 @@ from trainers.harness.flags import (
     positive_number,
 )
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
+from trainers.harness.parts import run_part
 from trainers.retrieval.options import LR_SCHEDULES, REGULARIZERS, choices_help
 from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, number, per_loss
 
@@ -105,11 +105,19 @@ def _momentum(value, name):
 
 
 @dataclasses.dataclass(frozen=True)
-class RetrievalConfig(ImageDataConfig):
+class RetrievalConfig(
+    ImageDataConfig,
+    run_part(
+        "runs/retrieval",
+        train_steps_help="Training steps K (paper: 5000 CUB/CARS, 20000 SOP; default glyphs: "
+        "3000, digits and digits_closed: 2000).",
+        trace_every_help="Steps per point of the loss / s_mu / learning-rate trace in "
+        "results.json and training.png (default: eval_every / 20).",
+    ),
+):
     """One retrieval run. `None` fields take the paper's (or the dataset's) default. Each
     field's help is its command-line flag's (`trainers/train_retrieval.py`)."""
 
-    output_dir: str = output_dir_option("runs/retrieval")
     dataset: str = option(
         "glyphs",
         " ".join(DATASETS[name].help for name in embedded_names(DATASETS))
@@ -204,12 +212,6 @@ class RetrievalConfig(ImageDataConfig):
         "SGD momentum in [0, 1) (paper: 0.9; the MNIST circle figure's original: 0, plain SGD).",
         check=_momentum,
     )
-    train_steps: int | None = option(
-        None,
-        "Training steps K (paper: 5000 CUB/CARS, 20000 SOP; default glyphs: 3000, digits and "
-        "digits_closed: 2000).",
-        check=positive_int,
-    )
     batch_p: int | None = option(
         None,
         f"Classes per batch P (default per --loss: {per_loss('batch_p')}; capped at the "
@@ -220,12 +222,6 @@ class RetrievalConfig(ImageDataConfig):
         None,
         f"Images per class K (default per --loss: {per_loss('batch_k')}).",
         check=number_at_least(2, integer=True),  # positives per class
-    )
-    trace_every: int | None = option(
-        None,
-        "Steps per point of the loss / s_mu / learning-rate trace in results.json and "
-        "training.png (default: eval_every / 20).",
-        check=positive_int,
     )
     recall_ks: tuple[int, ...] = option(
         (1, 2, 4, 8), "K of Recall@K (SOP papers: 1,10,100,1000).", check=positive_int

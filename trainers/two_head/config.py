@@ -19,7 +19,6 @@ from trainers.harness.config import (
     ImageDataConfig,
     check_dense_fits,
     mark_resolved,
-    output_dir_option,
     resolve_image_run,
 )
 from trainers.harness.datasets import Dataset, embedded_names, file_names, records
@@ -33,6 +32,7 @@ from trainers.harness.flags import (
     rate,
 )
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
+from trainers.harness.parts import run_part
 
 MODES = ("softmax", "center", "semi_hard", "hard", "ole")
 # The modes whose term acts on the embedding head (the others train the single-head network).
@@ -93,11 +93,17 @@ DATA_SEED = 0
 
 
 @dataclasses.dataclass(frozen=True)
-class TwoHeadConfig(ImageDataConfig):
+class TwoHeadConfig(
+    ImageDataConfig,
+    run_part(
+        "runs/two_head",
+        train_steps_help="Training steps (paper: 40000 ResNet-50/DenseNet-161, 80000 "
+        "Inception-V4; default glyphs 3000, digits 1000, fgvr and folder 40000).",
+    ),
+):
     """One two-head run. `None` fields take the paper's (or the dataset's) default. Each field's
     help is its command-line flag's (`trainers/train_two_head.py`)."""
 
-    output_dir: str = output_dir_option("runs/two_head")
     dataset: str = option(
         "glyphs",
         "; ".join(DATASETS[name].help for name in embedded_names(DATASETS))
@@ -154,12 +160,6 @@ class TwoHeadConfig(ImageDataConfig):
         "SGD (momentum 0.9) learning rate, decayed linearly to 1e-4 over --train_steps "
         "(paper: 0.01, polynomial decay; TensorFlow's polynomial_decay defaults).",
         check=positive_number,
-    )
-    train_steps: int | None = option(
-        None,
-        "Training steps (paper: 40000 ResNet-50/DenseNet-161, 80000 Inception-V4; default "
-        "glyphs 3000, digits 1000, fgvr and folder 40000).",
-        check=positive_int,
     )
     batch_p: int = option(8, "Classes per batch P (paper: b = 32 = 8 x 4).", check=positive_int)
     batch_k: int = option(
