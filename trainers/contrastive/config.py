@@ -4,6 +4,7 @@ checks and defaults (`resolve`) and the step the prior starts at."""
 import dataclasses
 import math
 
+from trainers.harness import parts
 from trainers.harness.config import (
     MIN_BACKBONE_FEATURES,
     ConfigError,
@@ -22,7 +23,6 @@ from trainers.harness.flags import (
     positive_number,
 )
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
-from trainers.harness.parts import run_part
 
 METHODS = ("lorac", "moco_m", "moco")
 
@@ -63,24 +63,30 @@ DATASETS = records(
 
 @dataclasses.dataclass(frozen=True)
 class ContrastiveConfig(
-    run_part(
+    parts.eval_batch_part(512, "Batch size for evaluation."),
+    parts.learning_rate_part(
+        0.03, "SGD (momentum 0.9) learning rate, cosine decay to 0 (MoCo: 0.03)."
+    ),
+    parts.batch_size_part(64, "N: images per step (paper: 256)."),
+    parts.hidden_units_part(256, "Projection head's hidden layer (MoCo v2: an MLP)."),
+    parts.embedding_part(128, "C: the L2-normalised projection (paper: 128)."),
+    parts.backbone_part(
+        "small_cnn_bn",
+        "Encoder backbone (before the projection head).",
+        library_args.SMALL_BACKBONES,
+    ),
+    parts.dataset_part(
+        DATASETS,
+        " ".join(dataset.help for dataset in DATASETS.values())
+        + " Labels are used by the evaluation only.",
+    ),
+    parts.run_part(
         "runs/contrastive", train_steps_help="Training steps (default: glyphs 1000, digits 400)."
-    )
+    ),
 ):
     """One pre-training run. `None` fields take the method's default. Each field's help is its
     command-line flag's (`trainers/train_contrastive.py`)."""
 
-    dataset: str = option(
-        "glyphs",
-        " ".join(dataset.help for dataset in DATASETS.values())
-        + " Labels are used by the evaluation only.",
-        choices=tuple(DATASETS),
-    )
-    backbone: str = option(
-        "small_cnn_bn",
-        "Encoder backbone (before the projection head).",
-        choices=library_args.SMALL_BACKBONES,
-    )
     method: str = option(
         "lorac",
         "lorac: multi-query contrastive loss with the low-rank prior h(Q) (Eq. 12); moco_m: the "
@@ -125,27 +131,12 @@ class ContrastiveConfig(
         "would span this run).",
         check=fraction,
     )
-    embedding_dim: int = option(
-        128, "C: the L2-normalised projection (paper: 128).", check=positive_int
-    )
-    hidden_units: int = option(
-        256, "Projection head's hidden layer (MoCo v2: an MLP).", check=positive_int
-    )
-    batch_size: int = option(64, "N: images per step (paper: 256).", check=positive_int)
-    learning_rate: float = option(
-        0.03,
-        "SGD (momentum 0.9) learning rate, cosine decay to 0 (MoCo: 0.03).",
-        check=positive_number,
-    )
     weight_decay: float = option(1e-4, "SGD weight decay (paper: 1e-4).", check=non_negative_number)
     knn_k: int = option(10, "k of the k-NN accuracy (cosine, majority vote).", check=positive_int)
     test_views: int = option(
         32,
         "Augmented views per held-out image for the test nuclear norm (paper: 32).",
         check=positive_int,
-    )
-    eval_batch_size: int = option(
-        512, "Batch size for evaluation.", identity=False, check=positive_int
     )
 
 

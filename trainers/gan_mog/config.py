@@ -3,6 +3,7 @@ the mixture's mode weights and the s_mu bounds its fake batches are compared wit
 
 import dataclasses
 
+from trainers.harness import parts
 from trainers.harness.config import (
     ConfigError,
     check_dense_fits,
@@ -12,12 +13,10 @@ from trainers.harness.config import (
 )
 from trainers.harness.flags import (
     non_negative_int,
-    non_negative_number,
     option,
     positive_int,
     positive_number,
 )
-from trainers.harness.parts import run_part
 
 VARIANTS = ("vanilla", "unrolled")
 UNROLL_GRADIENTS = ("surrogate", "through")
@@ -32,7 +31,19 @@ NOTEBOOK_UNROLL_STEPS = 10
 
 @dataclasses.dataclass(frozen=True)
 class GanConfig(
-    run_part(
+    parts.hidden_units_part(128, "Units of each hidden layer (paper: 128)."),
+    parts.batch_size_part(512, "Real and fake points per batch (paper: 512)."),
+    parts.learning_rate_part(
+        0.025,
+        "Adam learning rate of both networks (paper: 0.025, the change that induces collapse; "
+        "the original code: 1e-4 discriminator, 1e-3 generator).",
+    ),
+    parts.svmax_part(
+        0.0,
+        "SVMax weight on the generator's fake batch, L_G - lambda * s_mu (paper: "
+        f"{PAPER_SVMAX_LAMBDA}); 0: off (exactly the run without SVMax).",
+    ),
+    parts.run_part(
         "runs/gan_mog",
         train_steps=3000,
         train_steps_help="Training iterations (paper: 3000).",
@@ -40,7 +51,7 @@ class GanConfig(
         eval_every_help="Steps between evaluations, sample snapshots and checkpoints (the "
         "original plots every 300).",
         trace_every_help="Steps per point of the loss trace (default: eval_every / 10).",
-    )
+    ),
 ):
     """One GAN run; each field's help is its command-line flag's (`trainers/train_gan_mog.py`)."""
 
@@ -78,26 +89,10 @@ class GanConfig(
         "from a copy of the state and discards it.",
         choices=UNROLL_ADAM_STATE,
     )
-    svmax_lambda: float = option(
-        0.0,
-        "SVMax weight on the generator's fake batch, L_G - lambda * s_mu (paper: "
-        f"{PAPER_SVMAX_LAMBDA}); 0: off (exactly the run without SVMax).",
-        check=non_negative_number,
-    )
     generator_activation: str = option(
         "tanh", "Generator hidden activation (the original code: tanh).", choices=ACTIVATIONS
     )
-    learning_rate: float = option(
-        0.025,
-        "Adam learning rate of both networks (paper: 0.025, the change that induces collapse; "
-        "the original code: 1e-4 discriminator, 1e-3 generator).",
-        check=positive_number,
-    )
-    batch_size: int = option(
-        512, "Real and fake points per batch (paper: 512).", check=positive_int
-    )
     noise_dim: int = option(256, "Generator input size (paper: 256).", check=positive_int)
-    hidden_units: int = option(128, "Units of each hidden layer (paper: 128).", check=positive_int)
     num_modes: int = option(8, "Gaussians on the ring (paper: 8).", check=positive_int)
     mixture_radius: float = option(2.0, "Ring radius (paper: 2).", check=positive_number)
     mixture_std: float = option(0.02, "Std of each Gaussian (paper: 0.02).", check=positive_number)

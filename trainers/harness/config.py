@@ -52,10 +52,10 @@ STRATEGIES = ("default", "mirrored", "multi_worker")
 class ImageDataConfig:
     """The config part of a run of a backbone on images (retrieval, two-head; the run
     fields are `trainers.harness.parts.run_part`'s): where the images come from, how the
-    backbone starts and the distribution it trains under
-    (`trainers.harness.runtime` makes it). The experiment declares ``dataset`` and
-    ``backbone`` (its own choices and defaults) and ``jit_compile``, and `resolve_image_run`
-    reads them with these."""
+    backbone starts and the distribution it trains under (`trainers.harness.runtime` makes
+    it). The experiment's config also inherits ``dataset``, ``backbone`` and ``jit_compile``
+    (`parts.dataset_part`, `parts.backbone_part`, `parts.jit_compile_part`, with its own
+    choices and defaults), and `resolve_image_run` reads them with these."""
 
     data_dir: str | None = option(
         None, "Dataset folder (the file datasets; not for the embedded ones)."

@@ -3,6 +3,7 @@ defaults (`resolve`)."""
 
 import dataclasses
 
+from trainers.harness import parts
 from trainers.harness.config import (
     ConfigError,
     check_fields,
@@ -10,9 +11,8 @@ from trainers.harness.config import (
     mark_resolved,
     resolve_cadence,
 )
-from trainers.harness.flags import option, positive_int, positive_number
+from trainers.harness.flags import option, positive_int
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
-from trainers.harness.parts import run_part
 
 DEFAULT_STEPS = 3000
 # A lower bound of the pretraining source's classes for the memory check, known before the
@@ -24,17 +24,24 @@ IMAGE_SIZE = 32  # the side `data.load_glyph_pretraining` renders at by default
 
 @dataclasses.dataclass(frozen=True)
 class PretrainConfig(
-    run_part("runs/pretrain_glyphs", train_steps_help=f"Training steps (default {DEFAULT_STEPS}).")
+    parts.eval_batch_part(512, "Batch size for the held-out predictions."),
+    parts.learning_rate_part(
+        0.05, "SGD (momentum 0.9) rate: constant for half the steps, then linear to 1e-7."
+    ),
+    parts.batch_size_part(256, "Images per training batch."),
+    parts.backbone_part(
+        "small_cnn_bn",
+        "Backbone to pretrain (its weights file loads into train_retrieval / train_two_head "
+        "--backbone=<the same> --weights=<output_dir>/backbone.weights.h5).",
+        library_args.SMALL_BACKBONES,
+    ),
+    parts.run_part(
+        "runs/pretrain_glyphs", train_steps_help=f"Training steps (default {DEFAULT_STEPS})."
+    ),
 ):
     """The pretraining run: backbone, data, optimisation (the run fields:
     `trainers.harness.parts.run_part`)."""
 
-    backbone: str = option(
-        "small_cnn_bn",
-        "Backbone to pretrain (its weights file loads into train_retrieval / train_two_head "
-        "--backbone=<the same> --weights=<output_dir>/backbone.weights.h5).",
-        choices=library_args.SMALL_BACKBONES,
-    )
     images_per_class: int = option(
         40,
         "Images rendered per pretraining class (training + held out); refused when the "
@@ -43,15 +50,6 @@ class PretrainConfig(
     )
     held_out_per_class: int = option(
         4, "Of those, held out per class for the top-1 / top-5 evaluation.", check=positive_int
-    )
-    batch_size: int = option(256, "Images per training batch.", check=positive_int)
-    learning_rate: float = option(
-        0.05,
-        "SGD (momentum 0.9) rate: constant for half the steps, then linear to 1e-7.",
-        check=positive_number,
-    )
-    eval_batch_size: int = option(
-        512, "Batch size for the held-out predictions.", identity=False, check=positive_int
     )
 
 

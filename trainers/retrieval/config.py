@@ -13,6 +13,7 @@ classes with Recall@K, NMI and MAP@R, plus the test embedding's s_mu with its bo
 
 import dataclasses
 
+from trainers.harness import parts
 from trainers.harness.config import (
     MIN_BACKBONE_FEATURES,
     ConfigError,
@@ -30,10 +31,8 @@ from trainers.harness.flags import (
     number_at_least,
     option,
     positive_int,
-    positive_number,
 )
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
-from trainers.harness.parts import run_part
 from trainers.retrieval.options import LR_SCHEDULES, REGULARIZERS, choices_help
 from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, number, per_loss
 
@@ -106,8 +105,56 @@ def _momentum(value, name):
 
 @dataclasses.dataclass(frozen=True)
 class RetrievalConfig(
+    parts.retrieval_evaluation_part(
+        recall_ks=(1, 2, 4, 8),
+        recall_ks_help="K of Recall@K (SOP papers: 1,10,100,1000).",
+        kmeans_init_help="NMI k-means seeding: greedy k-means++ (an SOP-sized evaluation takes "
+        "~35 s on 2 idle cores), k-means++-sklearn (the same algorithm on scikit-learn's random "
+        "stream, ~8x the seeding time) or random (faster, lower NMI: 0.88 vs 0.92 on an "
+        "SOP-shaped set).",
+        eval_batch_size=128,
+        eval_batch_size_help="Batch size for embedding the test split.",
+    ),
+    parts.jit_compile_part(
+        "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
+        "cost on CPU). On JAX the step is compiled either way; on PyTorch this is torch.compile."
+    ),
+    parts.pk_batch_part(
+        None,
+        f"Classes per batch P (default per --loss: {per_loss('batch_p')}; capped at the "
+        "training classes when unset).",
+        None,
+        f"Images per class K (default per --loss: {per_loss('batch_k')}).",
+        batch_p_check=number_at_least(2, integer=True),
+    ),
+    parts.margin_part(
+        f"Margin (default per --loss: {per_loss('margin', number)}; none for "
+        f"{', '.join(x.label for x in RANKING_LOSSES if x.margin is None)}; "
+        + "; ".join(f"{x.label}: {x.margin_help}" for x in RANKING_LOSSES if x.margin_help)
+        + ")."
+    ),
+    parts.svmax_part(
+        None, f"SVMax weight (default per --loss: {per_loss('svmax_lambda', number)})."
+    ),
+    parts.learning_rate_part(
+        0.01,
+        "SGD learning rate; with --lr_schedule=paper fixed for train_steps/2 then decayed "
+        "polynomially to 1e-7 (paper: 0.01, 0.001, 0.0001).",
+    ),
+    parts.embedding_part(128, "Embedding size, L2-normalised (paper: 128)."),
+    parts.backbone_part(
+        "small_cnn",
+        "Embedding network; the papers use GoogLeNet and ResNet50 (ImageNet weights); mnist_toy "
+        "is the SVMax circle figure's MNIST network (random weights only).",
+        library_args.BACKBONES,
+    ),
+    parts.dataset_part(
+        DATASETS,
+        " ".join(DATASETS[name].help for name in embedded_names(DATASETS))
+        + f" {', '.join(file_names(DATASETS))} read --data_dir in the official layout.",
+    ),
     ImageDataConfig,
-    run_part(
+    parts.run_part(
         "runs/retrieval",
         train_steps_help="Training steps K (paper: 5000 CUB/CARS, 20000 SOP; default glyphs: "
         "3000, digits and digits_closed: 2000).",
@@ -118,18 +165,6 @@ class RetrievalConfig(
     """One retrieval run. `None` fields take the paper's (or the dataset's) default. Each
     field's help is its command-line flag's (`trainers/train_retrieval.py`)."""
 
-    dataset: str = option(
-        "glyphs",
-        " ".join(DATASETS[name].help for name in embedded_names(DATASETS))
-        + f" {', '.join(file_names(DATASETS))} read --data_dir in the official layout.",
-        choices=tuple(DATASETS),
-    )
-    backbone: str = option(
-        "small_cnn",
-        "Embedding network; the papers use GoogLeNet and ResNet50 (ImageNet weights); mnist_toy "
-        "is the SVMax circle figure's MNIST network (random weights only).",
-        choices=library_args.BACKBONES,
-    )
     decoded_cache: bool = option(
         False,
         "Decode and resize the training images once into memory (uint8, resize^2 x 3 bytes "
@@ -137,9 +172,6 @@ class RetrievalConfig(
         "and flip per batch. Pixels are the rounded resized ones (within 0.5 of the uncached "
         "pipeline's); decoding is most of the input pipeline's cost "
         "(benchmarks/input_pipeline.py). File datasets only.",
-    )
-    embedding_dim: int = option(
-        128, "Embedding size, L2-normalised (paper: 128).", check=positive_int
     )
     loss: str = option(
         "contrastive",
@@ -150,11 +182,6 @@ class RetrievalConfig(
         "svmax",
         choices_help(REGULARIZERS),
         choices=tuple(REGULARIZERS),
-    )
-    svmax_lambda: float | None = option(
-        None,
-        f"SVMax weight (default per --loss: {per_loss('svmax_lambda', number)}).",
-        check=non_negative_number,
     )
     spread_out_alpha: float = option(
         1.0, "Spread-out weight (paper: 1).", check=non_negative_number
@@ -188,20 +215,6 @@ class RetrievalConfig(
         "SOP). Needs --xbm_size > 0.",
         check=non_negative_int,
     )
-    margin: float | None = option(
-        None,
-        f"Margin (default per --loss: {per_loss('margin', number)}; none for "
-        f"{', '.join(x.label for x in RANKING_LOSSES if x.margin is None)}; "
-        + "; ".join(f"{x.label}: {x.margin_help}" for x in RANKING_LOSSES if x.margin_help)
-        + ").",
-        check=non_negative_number,
-    )
-    learning_rate: float = option(
-        0.01,
-        "SGD learning rate; with --lr_schedule=paper fixed for train_steps/2 then decayed "
-        "polynomially to 1e-7 (paper: 0.01, 0.001, 0.0001).",
-        check=positive_number,
-    )
     lr_schedule: str = option(
         "paper",
         choices_help(LR_SCHEDULES),
@@ -211,36 +224,6 @@ class RetrievalConfig(
         0.9,
         "SGD momentum in [0, 1) (paper: 0.9; the MNIST circle figure's original: 0, plain SGD).",
         check=_momentum,
-    )
-    batch_p: int | None = option(
-        None,
-        f"Classes per batch P (default per --loss: {per_loss('batch_p')}; capped at the "
-        "training classes when unset).",
-        check=number_at_least(2, integer=True),  # negatives need 2 classes
-    )
-    batch_k: int | None = option(
-        None,
-        f"Images per class K (default per --loss: {per_loss('batch_k')}).",
-        check=number_at_least(2, integer=True),  # positives per class
-    )
-    recall_ks: tuple[int, ...] = option(
-        (1, 2, 4, 8), "K of Recall@K (SOP papers: 1,10,100,1000).", check=positive_int
-    )
-    kmeans_init: str = option(
-        "k-means++",
-        "NMI k-means seeding: greedy k-means++ (an SOP-sized evaluation takes ~35 s on 2 idle "
-        "cores), k-means++-sklearn (the same algorithm on scikit-learn's random stream, ~8x the "
-        "seeding time) or random (faster, lower NMI: 0.88 vs 0.92 on an SOP-shaped set).",
-        choices=library_args.KMEANS_INITS,
-    )
-    kmeans_max_iter: int = option(300, "NMI k-means iterations.", check=positive_int)
-    eval_batch_size: int = option(
-        128, "Batch size for embedding the test split.", identity=False, check=positive_int
-    )
-    jit_compile: bool = option(
-        False,
-        "XLA-compile the train step (SVMax then uses its Newton-Schulz path, ~1.8x its non-XLA "
-        "cost on CPU). On JAX the step is compiled either way; on PyTorch this is torch.compile.",
     )
 
 

@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from trainers.harness import parts
 from trainers.harness.config import (
     MIN_BACKBONE_FEATURES,
     ConfigError,
@@ -28,11 +29,9 @@ from trainers.harness.flags import (
     open_fraction,
     option,
     positive_int,
-    positive_number,
     rate,
 )
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
-from trainers.harness.parts import run_part
 
 MODES = ("softmax", "center", "semi_hard", "hard", "ole")
 # The modes whose term acts on the embedding head (the others train the single-head network).
@@ -94,8 +93,54 @@ DATA_SEED = 0
 
 @dataclasses.dataclass(frozen=True)
 class TwoHeadConfig(
+    parts.retrieval_evaluation_part(
+        recall_ks=(1, 4, 8, 16),
+        recall_ks_help="K of Recall@K (paper: 1, 4, 8, 16).",
+        kmeans_init_help="NMI k-means seeding.",
+        eval_batch_size=256,
+        eval_batch_size_help="Batch size for evaluation.",
+    ),
+    parts.jit_compile_part(
+        "XLA-compile the train step (slow with SVD on CPU). On JAX the step is compiled either "
+        "way; on PyTorch this is torch.compile."
+    ),
+    parts.pk_batch_part(
+        8,
+        "Classes per batch P (paper: b = 32 = 8 x 4).",
+        4,
+        "Images per class K (paper: 4).",
+        batch_p_check=positive_int,
+    ),
+    parts.margin_part(
+        "Semi-hard triplet margin (--mode=semi_hard only; default: the paper's 0.2)."
+    ),
+    parts.svmax_part(
+        0.0,
+        "Weight of SVMax (bounded, on the embedding head) added to any mode; 0: none. With "
+        "softmax or ole it adds the embedding head.",
+    ),
+    parts.learning_rate_part(
+        0.01,
+        "SGD (momentum 0.9) learning rate, decayed linearly to 1e-4 over --train_steps "
+        "(paper: 0.01, polynomial decay; TensorFlow's polynomial_decay defaults).",
+    ),
+    parts.embedding_part(256, "Embedding head size, L2-normalised (paper: 256)."),
+    parts.backbone_part(
+        "small_cnn_bn",
+        "Backbone; the dissertation uses ResNet-50, Inception-V4 and DenseNet-161 (ImageNet "
+        "weights). small_cnn_bn: three convolutions with batch normalization (the embedded "
+        "sets' default; without it a softmax head barely moves at lr 0.01).",
+        library_args.BACKBONES,
+    ),
+    parts.dataset_part(
+        DATASETS,
+        "; ".join(DATASETS[name].help for name in embedded_names(DATASETS))
+        + "; both split each class's images into train and test (--test_fraction). "
+        + "; ".join(DATASETS[name].help for name in file_names(DATASETS))
+        + ".",
+    ),
     ImageDataConfig,
-    run_part(
+    parts.run_part(
         "runs/two_head",
         train_steps_help="Training steps (paper: 40000 ResNet-50/DenseNet-161, 80000 "
         "Inception-V4; default glyphs 3000, digits 1000, fgvr and folder 40000).",
@@ -104,25 +149,10 @@ class TwoHeadConfig(
     """One two-head run. `None` fields take the paper's (or the dataset's) default. Each field's
     help is its command-line flag's (`trainers/train_two_head.py`)."""
 
-    dataset: str = option(
-        "glyphs",
-        "; ".join(DATASETS[name].help for name in embedded_names(DATASETS))
-        + "; both split each class's images into train and test (--test_fraction). "
-        + "; ".join(DATASETS[name].help for name in file_names(DATASETS))
-        + ".",
-        choices=tuple(DATASETS),
-    )
     image_dir: str = option(
         "",
         "fgvr: the images' folder relative to --data_dir (Flowers-102: jpg; Aircraft: "
         "fgvc-aircraft-2013b/data/images; Stanford Cars: empty).",
-    )
-    backbone: str = option(
-        "small_cnn_bn",
-        "Backbone; the dissertation uses ResNet-50, Inception-V4 and DenseNet-161 (ImageNet "
-        "weights). small_cnn_bn: three convolutions with batch normalization (the embedded "
-        "sets' default; without it a softmax head barely moves at lr 0.01).",
-        choices=library_args.BACKBONES,
     )
     mode: str = option(
         "hard",
@@ -136,34 +166,10 @@ class TwoHeadConfig(
         "Weight of the mode's term (paper: 1 semi_hard and hard, 0.003 center, 0.25 ole).",
         check=non_negative_number,
     )
-    margin: float | None = option(
-        None,
-        "Semi-hard triplet margin (--mode=semi_hard only; default: the paper's 0.2).",
-        check=non_negative_number,
-    )
     center_alpha: float | None = option(
         None,
         "Center-loss center update rate in (0, 1] (--mode=center only; default: the paper's 0.5).",
         check=rate,
-    )
-    svmax_lambda: float = option(
-        0.0,
-        "Weight of SVMax (bounded, on the embedding head) added to any mode; 0: none. With "
-        "softmax or ole it adds the embedding head.",
-        check=non_negative_number,
-    )
-    embedding_dim: int = option(
-        256, "Embedding head size, L2-normalised (paper: 256).", check=positive_int
-    )
-    learning_rate: float = option(
-        0.01,
-        "SGD (momentum 0.9) learning rate, decayed linearly to 1e-4 over --train_steps "
-        "(paper: 0.01, polynomial decay; TensorFlow's polynomial_decay defaults).",
-        check=positive_number,
-    )
-    batch_p: int = option(8, "Classes per batch P (paper: b = 32 = 8 x 4).", check=positive_int)
-    batch_k: int = option(
-        4, "Images per class K (paper: 4).", check=number_at_least(2, integer=True)
     )
     test_fraction: float = option(
         0.25,
@@ -181,21 +187,6 @@ class TwoHeadConfig(
         "ratio^(-r/(C-1)) of its train and test images (head 1, tail 1/ratio; at least 2 train "
         "and 1 test image); 1: balanced.",
         check=number_at_least(1.0),
-    )
-    recall_ks: tuple[int, ...] = option(
-        (1, 4, 8, 16), "K of Recall@K (paper: 1, 4, 8, 16).", check=positive_int
-    )
-    kmeans_init: str = option(
-        "k-means++", "NMI k-means seeding.", choices=library_args.KMEANS_INITS
-    )
-    kmeans_max_iter: int = option(300, "NMI k-means iterations.", check=positive_int)
-    eval_batch_size: int = option(
-        256, "Batch size for evaluation.", identity=False, check=positive_int
-    )
-    jit_compile: bool = option(
-        False,
-        "XLA-compile the train step (slow with SVD on CPU). On JAX the step is compiled either "
-        "way; on PyTorch this is torch.compile.",
     )
 
 
