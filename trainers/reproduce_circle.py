@@ -52,10 +52,9 @@ PROGRAM = "reproduce_circle"
 
 
 @dataclasses.dataclass(frozen=True)
-class CircleGrid(grid.GridConfig):
+class CircleGrid(grid.grid_config("runs/circle")):
     TABLE: ClassVar[str] = "circle.md"
 
-    output_dir: str = grid.output_dir_option("runs/circle")
     protocol: str = option(
         "original",
         "original: the authors' mnist_embedding.py (digits_closed as MNIST, mnist_toy, 8 x 4 "

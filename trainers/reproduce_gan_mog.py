@@ -39,11 +39,11 @@ PROGRAM = "reproduce_gan_mog"
 
 
 @dataclasses.dataclass(frozen=True)
-class GanGrid(grid.GridConfig):
+class GanGrid(
+    grid.grid_config("runs/gan_mog_table", seeds=range(5), seeds_help="Seeds of the Fig. 3 rows.")
+):
     TABLE: ClassVar[str] = "gan_mog.md"
 
-    output_dir: str = grid.output_dir_option("runs/gan_mog_table")
-    seeds: tuple[int, ...] = grid.seeds_option(range(5), "Seeds of the Fig. 3 rows.")
     svmax_lambda: float = option(gan_mog.PAPER_SVMAX_LAMBDA, "SVMax weight of the + SVMax rows.")
     unrolled_rows_steps: int = option(
         gan_mog.PAPER_UNROLL_STEPS,

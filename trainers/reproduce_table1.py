@@ -75,10 +75,9 @@ def svmax_row(loss):
 
 
 @dataclasses.dataclass(frozen=True)
-class Table1Grid(grid.GridConfig):
+class Table1Grid(grid.grid_config("runs/table1")):
     TABLE: ClassVar[str] = "table1.md"
 
-    output_dir: str = grid.output_dir_option("runs/table1")
     losses: tuple[str, ...] = option(
         ("contrastive", "triplet_hard", "npair", "angular"),
         "Ranking losses (Table 1: contrastive, triplet, N-pair, angular).",

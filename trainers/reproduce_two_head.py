@@ -37,10 +37,9 @@ SETTINGS = ("balanced", "long_tailed", "scarce")
 
 
 @dataclasses.dataclass(frozen=True)
-class TwoHeadGrid(grid.GridConfig):
+class TwoHeadGrid(grid.grid_config("runs/two_head_table")):
     TABLE: ClassVar[str] = "two_head.md"
 
-    output_dir: str = grid.output_dir_option("runs/two_head_table")
     modes: tuple[str, ...] = option(
         two_head.MODES, "Modes (rows), from two_head.MODES.", choices=two_head.MODES
     )

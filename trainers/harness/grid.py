@@ -1,17 +1,16 @@
 """The reproduction programs' grid: their options as a config, their runs, their outputs.
 
-A `reproduce_*` program declares its own options as a frozen `GridConfig` subclass (the
-grid's output_dir, seeds and table, plus its rows and settings), borrows the flags of the
-trainer it runs, and hands `main` the function that plans, trains and writes. Its runs are
-one list of `Planned` runs: `Runs` refuses the whole list before the first run trains, then
-imports TensorFlow; `Runs.train` trains it. Everything before the `Runs` is planning and
-imports no Keras or TensorFlow (a run's ``train`` reads the training code only when called),
-so a grid refuses a flag combination as fast as a trainer refuses a flag:
+A `reproduce_*` program declares its own options as a frozen subclass of `grid_config(its
+default output_dir)` (the grid's output_dir, seeds and table, plus its rows and settings),
+borrows the flags of the trainer it runs, and hands `main` the function that plans, trains
+and writes. Its runs are one list of `Planned` runs: `Runs` refuses the whole list before the
+first run trains, then imports TensorFlow; `Runs.train` trains it. Everything before the
+`Runs` is planning and imports no Keras or TensorFlow (a run's ``train`` reads the training
+code only when called), so a grid refuses a flag combination as fast as a trainer refuses a flag:
 
     @dataclasses.dataclass(frozen=True)
-    class Grid(grid.GridConfig):
+    class Grid(grid.grid_config("runs/two_head_table")):
         TABLE: ClassVar[str] = "two_head.md"
-        output_dir: str = grid.output_dir_option("runs/two_head_table")
         modes: tuple[str, ...] = option(MODES, "Modes (rows).", choices=MODES)
 
     def reproduce(config):
@@ -59,33 +58,51 @@ from trainers.harness.run_dir import RunFailed, RunRefused
 from trainers.harness.tables import mean_std
 
 
-def output_dir_option(default):
-    """The grid's `output_dir` field with a program's default folder."""
-    return option(default, "Parent folder of the runs (one folder per run).", check=writable_folder)
-
-
-def seeds_option(default, help="Seeds; every cell is the mean ± std over them."):  # noqa: A002
-    """The grid's `seeds` field: a non-empty list of seeds in [0, 2**32 - 1]."""
-    return option(tuple(default), help, check=random_seed)
-
-
-@dataclasses.dataclass(frozen=True)
-class GridConfig:
-    """The options every reproduction program has; a program subclasses it with its own rows
-    and settings and names its table's file in ``TABLE``."""
+class _Table:
+    """Where a grid's table goes (a grid config's base: `grid_config`)."""
 
     TABLE: ClassVar[str] = "table.md"
-
-    output_dir: str = output_dir_option("runs")
-    seeds: tuple[int, ...] = seeds_option((0, 1, 2))
-    table: str | None = option(
-        None, "Markdown output (default: <output_dir>/<the program's table>)."
-    )
 
     @property
     def table_path(self):
         """Where the table goes; its figures and JSON go beside it, named by its stem."""
         return self.table or os.path.join(self.output_dir, self.TABLE)
+
+
+SEEDS_HELP = "Seeds; every cell is the mean ± std over them."
+
+
+def grid_config(output_dir, *, seeds=(0, 1, 2), seeds_help=SEEDS_HELP):
+    """The options every reproduction program has, `output_dir` (a program's default folder)
+    and `seeds` (a non-empty list of seeds in [0, 2**32 - 1]) with the program's defaults, and
+    `table`; a program subclasses it with its own rows and settings and names its table's
+    file in ``TABLE``."""
+    return dataclasses.make_dataclass(
+        "GridConfig",
+        [
+            (
+                "output_dir",
+                str,
+                option(
+                    output_dir,
+                    "Parent folder of the runs (one folder per run).",
+                    check=writable_folder,
+                ),
+            ),
+            ("seeds", tuple[int, ...], option(tuple(seeds), seeds_help, check=random_seed)),
+            (
+                "table",
+                str | None,
+                option(None, "Markdown output (default: <output_dir>/<the program's table>)."),
+            ),
+        ],
+        bases=(_Table,),
+        frozen=True,
+    )
+
+
+# The grid config of a program whose runs go under runs/ and whose cells average seeds 0-2.
+GridConfig = grid_config("runs")
 
 
 def main(config_class, reproduce, program, *, trainer=None, argv=None, **borrowed):
