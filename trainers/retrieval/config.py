@@ -33,7 +33,7 @@ from trainers.harness.flags import (
     positive_int,
 )
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
-from trainers.retrieval.options import LR_SCHEDULES, REGULARIZERS, choices_help
+from trainers.retrieval.options import LR_SCHEDULES, REGULARIZERS, choice_option
 from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, number, per_loss
 
 LOSSES = tuple(RANKING)
@@ -178,11 +178,7 @@ class RetrievalConfig(
         " ".join(["Ranking loss."] + [loss.help for loss in RANKING_LOSSES if loss.help]),
         choices=LOSSES,
     )
-    regularizer: str = option(
-        "svmax",
-        choices_help(REGULARIZERS),
-        choices=tuple(REGULARIZERS),
-    )
+    regularizer: str = choice_option(REGULARIZERS, "svmax")
     spread_out_alpha: float = option(
         1.0, "Spread-out weight (paper: 1).", check=non_negative_number
     )
@@ -215,11 +211,7 @@ class RetrievalConfig(
         "SOP). Needs --xbm_size > 0.",
         check=non_negative_int,
     )
-    lr_schedule: str = option(
-        "paper",
-        choices_help(LR_SCHEDULES),
-        choices=tuple(LR_SCHEDULES),
-    )
+    lr_schedule: str = choice_option(LR_SCHEDULES, "paper")
     momentum: float = option(
         0.9,
         "SGD momentum in [0, 1) (paper: 0.9; the MNIST circle figure's original: 0, plain SGD).",

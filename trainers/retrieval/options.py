@@ -11,6 +11,8 @@ checks) imports no Keras.
 import dataclasses
 import typing
 
+from trainers.harness.flags import option
+
 
 @dataclasses.dataclass(frozen=True)
 class Regularizer:
@@ -105,6 +107,11 @@ LR_SCHEDULES = {
 }
 
 
-def choices_help(records):
-    """``"name: help; name: help."`` of the `records` (a dict) that have help."""
-    return "; ".join(f"{r.name}: {r.help}" for r in records.values() if r.help) + "."
+def choice_option(records, default):
+    """The config field that chooses one of `records` (a dict by name), `default` unless set:
+    its flag's help is ``"name: help; name: help."`` of the records that have help."""
+    return option(
+        default,
+        "; ".join(f"{r.name}: {r.help}" for r in records.values() if r.help) + ".",
+        choices=tuple(records),
+    )
