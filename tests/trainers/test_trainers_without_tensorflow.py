@@ -44,10 +44,10 @@ DRIVER = textwrap.dedent(
 )
 
 
-def _run(backend, program, *flags, kill_at=0):
+def _run(backend, program, *flags, kill_at=0, driver=DRIVER):
     env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-c", DRIVER, program, str(kill_at), *flags],
+        [sys.executable, "-c", driver, program, str(kill_at), *flags],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -159,8 +159,9 @@ LOADED_AT_EXIT = textwrap.dedent(
     """
     import atexit, runpy, sys
     atexit.register(lambda: print("tensorflow loaded:", "tensorflow" in sys.modules))
-    sys.argv = [sys.argv[1], *sys.argv[2:]]
-    runpy.run_module("trainers." + sys.argv[0], run_name="__main__", alter_sys=True)
+    program, flags = sys.argv[1], sys.argv[3:]  # argv[2]: `_run`'s kill_at, unused here
+    sys.argv = [program, *flags]
+    runpy.run_module("trainers." + program, run_name="__main__", alter_sys=True)
     """
 )
 
@@ -168,16 +169,8 @@ LOADED_AT_EXIT = textwrap.dedent(
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_run_of_an_embedded_set_does_not_load_an_installed_tensorflow(tmp_path, backend):
     pytest.importorskip("tensorflow", reason="TensorFlow is not installed: nothing to load")
-    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
     flags = _flags(tmp_path / "run")
     flags[2] = "--train_steps=2"
-    done = subprocess.run(
-        [sys.executable, "-c", LOADED_AT_EXIT, "train_retrieval", *flags],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _run(backend, "train_retrieval", *flags, driver=LOADED_AT_EXIT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tensorflow loaded: False" in done.stdout, done.stdout[-2000:]
