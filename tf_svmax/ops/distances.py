@@ -9,6 +9,8 @@ squared distance is not positive (the diagonal, duplicates). The square root is 
 from keras import ops
 
 from tf_svmax import _backend, checks
+from tf_svmax._backend.common import at_least as _at_least
+from tf_svmax._backend.common import l2_normalize_rows
 
 # Added under the square root where the squared distance is <= 0; the result is then masked to
 # zero, so this only keeps the derivative of sqrt finite (sqrt'(0) = inf, and inf * 0 = NaN).
@@ -54,17 +56,6 @@ def pairwise_distance(feature, squared=False, *, rows=None):
     return ops.cast(distances * _off_diagonal(x, start, count), dtype)
 
 
-def _at_least(x, floor):
-    """``max(x, floor)`` in the dtype of `x`, NaN kept, the gradient passed to `x` where
-    ``x >= floor`` (`tf.maximum`'s values and gradient).
-
-    Not `keras.ops.maximum`: on JAX and PyTorch Keras' type promotion (`result_type`) turns a
-    float64 result into float32 (as JAX does without 64-bit types), so a float64 input would
-    lose its precision at the clamp (the same holds for `keras.ops.matmul`: `_backend.matmul`).
-    """
-    return ops.where(x < floor, floor, x)
-
-
 def _row_range(x, rows):
     """``(queries, start, count)``: the rows ``start .. start + count - 1`` of `x` (all rows
     when `rows` is None)."""
@@ -96,20 +87,6 @@ def angular_distance(feature, *, rows=None):
     # Rounding can push 1 - cos slightly below zero for (near-)identical rows.
     distances = _at_least(1.0 - _backend.matmul(queries, unit, transpose_b=True), 0.0)
     return ops.cast(distances, dtype)
-
-
-# The floor of a row's squared norm in `l2_normalize_rows`, tf.math.l2_normalize's: a zero row
-# is scaled by 1/sqrt(1e-12) = 1e6 (staying zero) instead of being divided by zero.
-_NORMALIZE_EPSILON = 1e-12
-
-
-def l2_normalize_rows(x):
-    """``x / sqrt(max(|x|^2, 1e-12))`` row by row: tf.math.l2_normalize's formula and order of
-    operations (TFA's angular distance uses it), with finite gradients at zero rows on every
-    backend. (`keras.ops.normalize` clips ``rsqrt(|x|^2)`` after taking it: an infinite rsqrt
-    at a zero row, hence NaN gradients on PyTorch, keras-team/keras#23075.)"""
-    squared_norms = ops.sum(ops.square(x), axis=1, keepdims=True)
-    return x * ops.rsqrt(_at_least(squared_norms, _NORMALIZE_EPSILON))
 
 
 # Every accepted spelling of a distance, each with one meaning wherever a loss accepts it (pinned
