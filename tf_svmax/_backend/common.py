@@ -223,3 +223,12 @@ def mean_in_dtype(x, axis):
     """The mean over `axis` in `x`'s dtype: the sum over it divided by its length (Keras'
     PyTorch `mean` computes float64 in float32, its type promotion)."""
     return ops.sum(x, axis=axis) / ops.shape(x)[axis]
+
+
+def float64_squared(a, b, unclamped):
+    """``max(unclamped(a, b), 0)`` computed in float64 (``unclamped``: the Gram expansion of
+    squared distances, `tf_svmax.ops.distances`), returned in `a`'s dtype."""
+    # float64: exact products of float32 coordinates (`tf_svmax.ops.distances` says why).
+    squared = unclamped(ops.cast(a, "float64"), ops.cast(b, "float64"))
+    # The expansion can round below zero; a squared distance is never negative.
+    return ops.cast(at_least(squared, 0.0), a.dtype)

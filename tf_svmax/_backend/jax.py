@@ -10,6 +10,7 @@ from keras import ops
 
 from tf_svmax._backend.common import (  # noqa: F401 (the API of this backend)
     after,
+    at_least,
     boolean_mask_rows,
     checked_when_run,
     class_layout,
@@ -26,6 +27,7 @@ from tf_svmax._backend.common import (  # noqa: F401 (the API of this backend)
     scale_loss_for_distribution,
     write_tensorboard_scalars,
 )
+from tf_svmax._backend.common import float64_squared as _float64_squared
 
 __all__ = [
     "FAST_FLOAT32_EIGH",
@@ -40,6 +42,7 @@ __all__ = [
     "class_layout",
     "concrete_values",
     "dropped_by_step",
+    "float64_squared",
     "gather_global_batch",
     "hinge",
     "in_a_step",
@@ -69,6 +72,47 @@ STATE_ONLY_IN_MODEL = True
 def jax_without_x64():
     """True while `jax_enable_x64` is off (its default)."""
     return not jax.config.jax_enable_x64
+
+
+def float64_squared(a, b, unclamped):
+    """``max(unclamped(a, b), 0)`` computed in float64, returned in `a`'s dtype (``unclamped``:
+    the Gram expansion of squared distances, `tf_svmax.ops.distances`).
+
+    Without `jax_enable_x64` (its default): forward and backward each run inside
+    `jax.enable_x64` (a custom VJP, so that JAX never differentiates float64 values outside
+    it); the inputs, outputs and gradients are float32. The backward is that of the expansion,
+    ``2 (a_i sum_j g_ij - sum_j g_ij b_j)``, in float64 as on TensorFlow and PyTorch: exact
+    enough beside the huge ``g_ij`` that ``sqrt`` gives duplicate rows (1 / (2 1e-6))."""
+    if not jax_without_x64():
+        return _float64_squared(a, b, unclamped)
+
+    def as64(*xs):
+        return [ops.cast(x, "float64") for x in xs]
+
+    def expansion(a, b):
+        """The float64 expansion (unclamped) and where its gradient passes the clamp."""
+        with jax.enable_x64(True):
+            raw = unclamped(*as64(a, b))
+            return ops.cast(at_least(raw, 0.0), a.dtype), ops.logical_not(raw < 0.0)
+
+    @jax.custom_vjp
+    def squared(a, b):
+        return expansion(a, b)[0]
+
+    def forward(a, b):
+        value, passes = expansion(a, b)
+        return value, (a, b, passes)
+
+    def backward(saved, upstream):
+        a, b, passes = saved
+        with jax.enable_x64(True):
+            a64, b64, g = as64(a, b, ops.where(passes, upstream, ops.zeros_like(upstream)))
+            grad_a = 2.0 * (a64 * ops.sum(g, axis=1)[:, None] - g @ b64)
+            grad_b = 2.0 * (b64 * ops.sum(g, axis=0)[:, None] - ops.transpose(g) @ a64)
+            return ops.cast(grad_a, a.dtype), ops.cast(grad_b, b.dtype)
+
+    squared.defvjp(forward, backward)
+    return squared(a, b)
 
 
 def concrete_values(x):

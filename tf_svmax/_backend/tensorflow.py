@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from tf_svmax._backend.common import concrete_numpy
+from tf_svmax._backend.common import concrete_numpy, float64_squared
 
 __all__ = [
     "FAST_FLOAT32_EIGH",
@@ -27,6 +27,7 @@ __all__ = [
     "cross_replica_context",
     "dropped_by_step",
     "first_replica_variable",
+    "float64_squared",
     "gather_global_batch",
     "gather_rows",
     "hinge",

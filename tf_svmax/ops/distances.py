@@ -187,21 +187,11 @@ def _squared_distances(a, b):
     JAX without 64-bit types (`jax_enable_x64` off, its default) has no float64 arrays outside
     `jax.enable_x64`, and a float32 expansion would cancel to ~``2^-24 |a|^2`` (a duplicate row
     3e-4 apart instead of 1e-6): there the same float64 expansion runs inside that context
-    (`_jax_float64_squared`). Explicit differences, summed in row blocks as the originals did,
-    were as exact and 70-80x slower (4,096 x 128 forward + backward under `jax.jit`: 14.5 s
-    against 0.2 s, 2-core AMD EPYC).
+    (`float64_squared` of `tf_svmax._backend`'s JAX module). Explicit differences, summed in row
+    blocks as the originals did, were as exact and 70-80x slower (4,096 x 128 forward + backward
+    under `jax.jit`: 14.5 s against 0.2 s, 2-core AMD EPYC).
     """
-    if _backend.jax_without_x64():
-        return _jax_float64_squared(a, b)
-    return _float64_squared(a, b)
-
-
-def _float64_squared(a, b):
-    """The float64 Gram expansion of `_squared_distances`, returned in `a`'s dtype."""
-    # float64: exact products of float32 coordinates (see above).
-    squared = _unclamped_squared(ops.cast(a, "float64"), ops.cast(b, "float64"))
-    # The expansion can round below zero; a squared distance is never negative.
-    return ops.cast(_at_least(squared, 0.0), a.dtype)
+    return _backend.float64_squared(a, b, _unclamped_squared)
 
 
 def _unclamped_squared(a, b):
@@ -211,43 +201,6 @@ def _unclamped_squared(a, b):
         + ops.expand_dims(ops.sum(ops.square(b), axis=1), 0)
         - 2.0 * _backend.matmul(a, b, transpose_b=True)
     )
-
-
-def _jax_float64_squared(a, b):
-    """`_float64_squared` on JAX without `jax_enable_x64`: forward and backward each run inside
-    `jax.enable_x64` (a custom VJP, so that JAX never differentiates float64 values outside
-    it); the inputs, outputs and gradients are float32. The backward is that of the expansion,
-    ``2 (a_i sum_j g_ij - sum_j g_ij b_j)``, in float64 as on TensorFlow and PyTorch: exact
-    enough beside the huge ``g_ij`` that ``sqrt`` gives duplicate rows (1 / (2 1e-6))."""
-    import jax  # noqa: PLC0415 (the JAX backend only)
-
-    def as64(*xs):
-        return [ops.cast(x, "float64") for x in xs]
-
-    def expansion(a, b):
-        """The float64 expansion (unclamped) and where its gradient passes the clamp."""
-        with jax.enable_x64(True):
-            raw = _unclamped_squared(*as64(a, b))
-            return ops.cast(_at_least(raw, 0.0), a.dtype), ops.logical_not(raw < 0.0)
-
-    @jax.custom_vjp
-    def squared(a, b):
-        return expansion(a, b)[0]
-
-    def forward(a, b):
-        value, passes = expansion(a, b)
-        return value, (a, b, passes)
-
-    def backward(saved, upstream):
-        a, b, passes = saved
-        with jax.enable_x64(True):
-            a64, b64, g = as64(a, b, ops.where(passes, upstream, ops.zeros_like(upstream)))
-            grad_a = 2.0 * (a64 * ops.sum(g, axis=1)[:, None] - g @ b64)
-            grad_b = 2.0 * (b64 * ops.sum(g, axis=0)[:, None] - ops.transpose(g) @ a64)
-            return ops.cast(grad_a, a.dtype), ops.cast(grad_b, b.dtype)
-
-    squared.defvjp(forward, backward)
-    return squared(a, b)
 
 
 # Elements of one block of explicit differences in `_blockwise` (rows x m x d): 64 MB in float32.
