@@ -1,6 +1,6 @@
 """`tf_svmax` on Keras' JAX and PyTorch backends: the backend-neutral core imports without
 TensorFlow (also where TensorFlow is not installed), and everything else refuses in one sentence
-(tf_svmax/_backend.py). Each case is a fresh process: Keras fixes its backend at import."""
+(tf_svmax/_backend/). Each case is a fresh process: Keras fixes its backend at import."""
 
 import ast
 import os

@@ -19,7 +19,17 @@ PACKAGE = Path(checks.__file__).resolve().parent
 
 
 @pytest.mark.parametrize(
-    "module", ["checks.py", "_backend.py", "ops/distances.py", "ops/prototypes.py"]
+    "module",
+    [
+        "checks.py",
+        "_backend/__init__.py",
+        "_backend/common.py",
+        "_backend/jax.py",
+        "_backend/torch.py",
+        "ops/distances.py",
+        "ops/prototypes.py",
+        "ops/replicas.py",
+    ],
 )
 def test_no_module_level_tensorflow_import(module):
     """TensorFlow is imported only inside the TensorFlow-only helpers."""

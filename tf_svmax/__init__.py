@@ -19,7 +19,6 @@ __version__ = "0.1.0"
 from tf_svmax import _backend  # noqa: E402
 
 if _backend.BACKEND == "tensorflow":
-    _backend.require_tensorflow("tf_svmax")
     from tf_svmax import (  # noqa: E402
         checks,
         data,

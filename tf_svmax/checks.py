@@ -51,6 +51,7 @@ __all__ = [
     "check_positive_int",
     "check_positive_number",
     "check_rate",
+    "checked_positive",
     "checked_when_run",
     "class_labels",
     "compute_dtype",
@@ -226,9 +227,7 @@ def _narrowing_checked(x, arg, exact):
     class 0) always, and float64 values that float32 cannot hold exactly where `exact` (class
     ids: 16777217.0 would merge with 16777216.0); other float64 input (embeddings) is computed
     in float32 with a one-time warning. JAX arrays are already narrowed, nothing is checked."""
-    import jax  # noqa: PLC0415 (only called on the JAX backend)
-
-    if isinstance(x, jax.Array):  # tracers too: converted before this function saw them
+    if ops.is_tensor(x):  # JAX arrays, tracers too: converted before this function saw them
         return x
     try:
         array = np.asarray(x)
@@ -299,17 +298,22 @@ def checked_when_run(x, assertion, shape=None):
     unknown until they run (`tf.function` with None dimensions or an unknown rank). JAX traces
     with concrete shapes and PyTorch runs eagerly, so every check there happened in Python
     before this; a symbolic Keras tensor on those backends has no run time to check at and is
-    returned as it is. TensorFlow is imported here, not at module level, so that the JAX and
-    PyTorch backends never import it.
+    returned as it is (`tf_svmax._backend.checked_when_run`: the JAX and PyTorch backends never
+    import TensorFlow).
     """
-    if keras.backend.backend() != "tensorflow":
-        return x
-    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
+    return _backend.checked_when_run(x, assertion, shape)
 
-    with tf.control_dependencies([assertion(tf)]):
-        x = tf.identity(x)
-    if shape is not None:
-        x.set_shape(shape)
+
+def checked_positive(x, message):
+    """`x` once every entry is positive (> 0; NaN is not): where its values are known (eagerly,
+    PyTorch always) a ValueError with `message` otherwise; in a TensorFlow graph a run-time
+    assertion with it (`checked_when_run`: an InvalidArgumentError, also eagerly on TensorFlow,
+    before the ValueError's check). Under XLA (`jax.jit`, `jit_compile`) nothing can be
+    checked: XLA drops TensorFlow's assertions and JAX has none."""
+    x = checked_when_run(x, lambda tf: tf.debugging.assert_positive(x, message=message))
+    known = None if _backend.in_xla_context() else _backend.concrete_values(x)
+    if known is not None and not bool(np.all(known > 0)):
+        raise ValueError(message)
     return x
 
 
@@ -446,55 +450,8 @@ def integer_floats(values, arg, expected):
     values = to_tensor(values, arg, exact=True)
     if not keras.backend.is_float_dtype(_dtype_name(values)):
         return values
-    if keras.backend.backend() == "tensorflow":
-        return _tf_integer_floats(values, arg, expected)
-    if keras.backend.backend() == "jax":
-        import jax  # noqa: PLC0415 (the JAX backend is loaded already)
-
-        if isinstance(values, jax.core.Tracer):
-            return values
-    flat = np.asarray(keras.ops.convert_to_numpy(values)).reshape(-1)
-    bad = ~(np.isfinite(flat) & (flat == np.round(flat)))
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        prefix = invalid(arg, expected, "")[: -len("''")]
-        raise ValueError(
-            f"{prefix}<{_dtype_name(values)} tensor with {flat[first]!s} at index {first}>"
-        )
-    return values
-
-
-def _tf_integer_floats(values, arg, expected):
-    """`integer_floats` on TensorFlow: the message formatted by TensorFlow in both modes, so
-    that the eager ValueError and a traced function's InvalidArgumentError read the same.
-    TensorFlow is imported here, not at module level."""
-    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
-
-    if _backend.in_xla_context():
-        # XLA has no kernel for the message's `tf.strings.format` and drops assertions: unchecked
-        # there, as in a JAX trace (see `integer_floats`).
-        return values
-    flat = tf.reshape(values, [-1])
-    bad = tf.logical_not(tf.math.is_finite(flat) & tf.equal(flat, tf.round(flat)))
-    # The first offending entry, padded so that an empty or valid tensor still indexes something
-    # (the message is built either way, and only shown when an entry is bad).
-    first = tf.argmax(tf.concat([tf.cast(bad, tf.int32), [1]], axis=0), output_type=tf.int32)
-    example = tf.concat([flat, tf.zeros([1], flat.dtype)], axis=0)[first]
-    # Formatted by TensorFlow in both modes, so the eager and the traced messages are the same.
     prefix = invalid(arg, expected, "")[: -len("''")]
-    message = tf.strings.format(
-        prefix.replace("{", "{{").replace("}", "}}")
-        + f"<{values.dtype.name} tensor with {{}} at index {{}}>",
-        (example, first),
-    )
-    any_bad = tf.reduce_any(bad)
-    if tf.executing_eagerly():
-        if bool(any_bad):
-            raise ValueError(message.numpy().decode())
-        return values
-    check = tf.debugging.Assert(tf.logical_not(any_bad), [message])
-    with tf.control_dependencies([check]):
-        return tf.identity(values)
+    return _backend.checked_integer_floats(values, prefix, _dtype_name(values))
 
 
 def zero_unless_rows(x, fn):

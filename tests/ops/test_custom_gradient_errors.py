@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests import backends
+from tf_svmax import _backend
 from tf_svmax.ops import ole, spectral
 
 
@@ -51,7 +52,7 @@ def test_a_spectral_forward_error_surfaces(rng, monkeypatch, patched, fn):
 def test_an_ole_forward_error_surfaces(rng, monkeypatch):
     x = rng.standard_normal((8, 3)).astype(np.float32)
     labels = np.repeat(np.arange(2), 4).astype(np.int32)
-    monkeypatch.setattr(ole, "_class_layout", _boom)
+    monkeypatch.setattr(_backend, "class_layout", _boom)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # JAX without x64: OLE in float32
         with pytest.raises(Boom, match="inside the forward"):

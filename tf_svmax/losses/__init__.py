@@ -19,7 +19,6 @@ String names (``"tf_svmax>TripletSemiHardLoss"`` in `compile`, `get`) work on ev
 (`tf_svmax.losses._registry` says how).
 """
 
-from tf_svmax import _backend
 from tf_svmax.losses import _registry
 from tf_svmax.losses._common import LossPart
 from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_loss
@@ -138,9 +137,6 @@ __all__ = [
     "triplet_hard_loss",
     "triplet_semihard_loss",
 ]
-
-if _backend.BACKEND == "tensorflow":
-    _backend.require_tensorflow("tf_svmax.losses")
 
 _registry.install(_CLASSES, _FUNCTIONS)
 # The names tensorflow-addons' files store for its metric-learning losses ("Addons>...").

@@ -7,8 +7,8 @@ import collections
 import keras
 from keras import ops
 
-# `_backend.replicas()`: the `tf.distribute` global-batch gather on TensorFlow, a single replica
-# that gathers and scales nothing elsewhere (the one backend-guarded place of the loss base).
+# `_backend`'s replicas: the `tf.distribute` global-batch gather on TensorFlow, a single replica
+# that gathers and scales nothing elsewhere; `_backend.scale_loss_for_distribution` the scaling.
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 
@@ -92,7 +92,7 @@ class LabelLoss(keras.losses.Loss):
             if sample_weight is not None:
                 weights = _batch_weights(sample_weight, y_pred, self.dtype)
             local = _Local(ops.shape(y_pred)[0], weights)
-            context, (y_true, y_pred, weights) = _backend.replicas().gather_global_batch(
+            context, (y_true, y_pred, weights) = _backend.gather_global_batch(
                 self.global_batch, y_true, y_pred, weights
             )
             reduce = self._per_sample if self.per_sample else self._batch_level
@@ -111,7 +111,7 @@ class LabelLoss(keras.losses.Loss):
         arguments, the global batch they sit in (None when not split)."""
         if context is None or not self.splits_anchors:
             return None
-        start, count = _backend.replicas().own_row_range(context, local.rows)
+        start, count = _backend.own_row_range(context, local.rows)
         references = dict(ref_labels=y_true, ref_embeddings=y_pred, ref_offset=start)
         own_y = None if y_true is None else y_true[start : start + count]
         return own_y, y_pred[start : start + count], references
@@ -120,7 +120,7 @@ class LabelLoss(keras.losses.Loss):
         per_row_none = self.reduction in ("none", None) and (
             local.weights is not None and checks.static_shape(local.weights) != ()
         )
-        own, scale = None, _backend.replicas().scale_to_replicas
+        own, scale = None, _backend.scale_loss_for_distribution
         if not per_row_none:
             # This replica's anchors only: the replicas' shares add up to the value.
             own = self._own_references(context, local, y_true, y_pred)
@@ -143,7 +143,7 @@ class LabelLoss(keras.losses.Loss):
                 )
             # The normalizers of the whole batch: the replicas' counts add up.
             total = _common.mean_of_parts(
-                parts, lambda count: _backend.replicas().sum_over_replicas(context, count)
+                parts, lambda count: _backend.sum_over_replicas(context, count)
             )
             value = ops.cast(total, self.dtype)
         if weights is None:
@@ -174,7 +174,7 @@ class LabelLoss(keras.losses.Loss):
             values = values * weights
         if self.reduction in (None, "none"):
             if context is not None and own is None:
-                return _backend.replicas().own_rows(context, values, local.rows)
+                return _backend.own_rows(context, values, local.rows)
             return values
         total = ops.sum(values)
         if own is not None:
@@ -184,10 +184,10 @@ class LabelLoss(keras.losses.Loss):
             return ops.divide_no_nan(total, ops.cast(ops.shape(y_pred)[0], self.dtype))
         if self.reduction == "sum":
             # The per-replica sums add up (Keras' "sum"); a global sum is on every replica.
-            return total if context is None else _backend.replicas().scale_to_replicas(total)
+            return total if context is None else _backend.scale_loss_for_distribution(total)
         # divide_no_nan: an empty batch (an uneven last batch split over replicas) gives 0.
         total = ops.divide_no_nan(total, ops.cast(ops.size(values), self.dtype))
-        return _backend.replicas().scale_to_replicas(total)
+        return _backend.scale_loss_for_distribution(total)
 
     def get_config(self):
         return {**super().get_config(), "dtype": self.dtype, "global_batch": self.global_batch}

@@ -337,12 +337,8 @@ def nan_unless(flag, value):
 
 def hinge(x):
     """``max(x, 0)`` in `x`'s dtype, NaN kept, the gradient passing to `x` at 0 (`tf.maximum`'s
-    values and gradient): `ops.maximum` on TensorFlow, where it keeps NaN; a `where` elsewhere,
-    since Keras 3.15's `ops.maximum` returns float32 for float64 on JAX and PyTorch. Written
-    ``x < 0 ? 0 : x``: NaN compares False and passes (``x >= 0 ? x : 0`` turned it into 0)."""
-    if keras.backend.backend() == "tensorflow":
-        return ops.maximum(x, 0.0)
-    return ops.where(x < 0.0, ops.zeros_like(x), x)
+    values and gradient): `tf_svmax._backend.hinge`."""
+    return _backend.hinge(x)
 
 
 def safe_mean_over(total, count):

@@ -214,7 +214,7 @@ class CenterLoss(keras.losses.Loss):
         self.alpha = checks.check_rate(alpha, "alpha")
         self.seed = seed
         centers = _initial_centers(self.num_classes, self.embedding_dim, centers, seed)
-        if _backend.BACKEND == "tensorflow":
+        if not _backend.LOSS_STATE_IN_LAYERS:
             if centers_layer is not None:
                 raise ValueError(
                     checks.invalid(
@@ -223,17 +223,10 @@ class CenterLoss(keras.losses.Loss):
                         centers_layer,
                     )
                 )
-            import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
-
             self.centers_layer = None
-            # ONLY_FIRST_REPLICA: under a strategy every replica computes the same update from
-            # the global batch; the first replica's is applied to every copy.
-            self.centers = tf.Variable(
-                centers,
-                trainable=False,
-                name="centers",
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-            )
+            # The first replica's update: under a strategy every replica computes the same
+            # update from the global batch.
+            self.centers = _backend.first_replica_variable(centers, "centers")
             return
         if centers_layer is None:
             centers_layer = ClassCenters(self.num_classes, self.embedding_dim, centers=centers)
@@ -253,11 +246,61 @@ class CenterLoss(keras.losses.Loss):
         self.centers = centers_layer.centers
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        if _backend.BACKEND == "tensorflow":
-            return self._tf_call(y_true, y_pred, sample_weight)
-        return self._ops_call(y_true, y_pred, sample_weight)
+        training = None if self.centers_layer is None else self.centers_layer.last_training
+        if _backend.STATE_ONLY_IN_MODEL and training is None and _backend.in_stateless_scope():
+            raise ValueError(
+                "CenterLoss on Keras' JAX backend needs its centers layer in the model: "
+                "keras.Sequential([..., loss.centers_layer]) (for a loaded model, "
+                "CenterLoss(num_classes, embedding_dim, centers_layer=model.get_layer(<its "
+                "name>)); one saved on TensorFlow has no such layer: "
+                "keras.Sequential([model, model.loss.centers_layer]), compiled with "
+                "model.loss). A JAX train step carries out only the model's variables, so the "
+                "centers' update would be lost at every step."
+            )
+        if not self.global_batch and _backend.num_replicas_in_sync() > 1:
+            # Each replica would move its own copy of the centers with its part of the batch,
+            # and the copies would silently drift apart.
+            raise ValueError(
+                "CenterLoss(global_batch=False) does not support tf.distribute with more than "
+                "one replica: the moving-center update would be per replica. Use "
+                "global_batch=True or one device."
+            )
+        with keras.name_scope(self.name):
+            x = ops.cast(ops.convert_to_tensor(y_pred), "float32")
+            x, _ = checks.float_matrix(x, "y_pred", min_rows=0)
+            if _backend.RUN_TIME_ASSERTIONS:
+                labels = checks.same_rows(self._graph_labels(y_true), x, "y_true", "y_pred")
+            else:
+                labels, valid = self._known_labels(y_true, x)
+            _, (x, labels, sample_weight) = _backend.gather_global_batch(
+                self.global_batch, x, labels, sample_weight
+            )
+            if _backend.RUN_TIME_ASSERTIONS:
+                # Over the global batch: every replica sees the same flag.
+                valid, labels = self._valid_and_clamped(labels)
+            checks.same_width(x, self.embedding_dim, "y_pred", "embedding_dim")
+            centers_before = ops.convert_to_tensor(self.centers)
+            batch_centers = ops.take(centers_before, labels, axis=0)
 
-    # TensorFlow ---------------------------------------------------------------------------------
+            def move(x):
+                # Moving centers, from the pre-update centers (the original's scatter_sub).
+                delta = self._delta(x, batch_centers, labels)
+                if valid is not None:
+                    # A batch with an invalid label moves no center.
+                    delta = ops.where(valid, delta, ops.zeros_like(delta))
+                return self.centers.assign(centers_before - delta)
+
+            total = _backend.center_sum_and_update(x, batch_centers, move, training)
+            value = self.lambda_ * total
+            if valid is not None:
+                # An invalid label where the checks cannot raise (a JAX trace, XLA): NaN, not
+                # the value of a clamped class.
+                value = ops.where(valid, value, ops.full_like(value, np.nan))
+            if sample_weight is not None:
+                value = value * ops.mean(ops.cast(sample_weight, value.dtype))
+            # Under tf.distribute every replica holds the global batch's sum; Keras sums the
+            # replicas' gradients.
+            return _backend.scale_loss_for_distribution(ops.cast(value, self.dtype))
 
     def _label_rows(self, y):
         """``(y, one_hot)``: the tensor `y` of class ids (`[B]` or `[B, 1]`) as given and
@@ -273,117 +316,50 @@ class CenterLoss(keras.losses.Loss):
         single = ops.equal(ops.sum(ops.cast(ones, "int32"), axis=1), 1)
         return ops.argmax(y, axis=-1), ops.logical_and(binary, single)
 
-    def _labels(self, y_true):
-        """int64 `[B]` class ids, checked when the graph runs (an InvalidArgumentError naming
-        `y_true`); under XLA, which drops those checks, an invalid row (non-integral, not
+    def _graph_labels(self, y_true):
+        """int64 `[B]` class ids, checked when a TensorFlow graph runs (an InvalidArgumentError
+        naming `y_true`); under XLA, which drops those checks, an invalid row (non-integral, not
         one-hot) is -1 or stays outside ``[0, C)``, for `_valid_and_clamped` to see after the
         global batch is gathered."""
-        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
-
-        y, one_hot = self._label_rows(tf.convert_to_tensor(y_true))
-        asserts = []
+        y, one_hot = self._label_rows(ops.convert_to_tensor(y_true))
         if one_hot is not None:
-            asserts.append(
-                tf.debugging.assert_equal(
-                    tf.reduce_all(one_hot), True, message=_one_hot_message(self.num_classes)
-                )
+            message = _one_hot_message(self.num_classes)
+            y = checks.checked_when_run(
+                y,
+                lambda tf: tf.debugging.assert_equal(tf.reduce_all(one_hot), True, message=message),
             )
         y = checks.label_vector(y, "y_true")
         row_valid = _common.valid_labels(y, self.num_classes)
         if one_hot is not None:
-            row_valid = tf.logical_and(row_valid, one_hot)
+            row_valid = ops.logical_and(row_valid, one_hot)
         # Integral values only (1.7 is refused, not truncated), range-checked in int64 before
         # the int32 cast (2**32 + 1 would otherwise wrap to class 1).
         labels = class_labels(y, "y_true")
-        asserts.append(
-            tf.debugging.assert_less(
+        labels = checks.checked_when_run(
+            labels,
+            lambda tf: tf.debugging.assert_less(
                 labels,
                 tf.constant(self.num_classes, tf.int64),
                 message=f"Invalid value for argument `y_true`: labels must be in [0, "
                 f"{self.num_classes}).",
-            )
+            ),
         )
-        asserts.append(
-            tf.debugging.assert_non_negative(
+        labels = checks.checked_when_run(
+            labels,
+            lambda tf: tf.debugging.assert_non_negative(
                 labels, message="Invalid value for argument `y_true`: labels must be >= 0."
-            )
+            ),
         )
-        with tf.control_dependencies(asserts):
-            return tf.where(row_valid, labels, tf.constant(-1, tf.int64))
+        return ops.where(row_valid, labels, ops.full_like(labels, -1))
 
     def _valid_and_clamped(self, labels):
         """``(valid, labels)``: whether every int64 label is in ``[0, C)``, and the labels
         clamped into it as int32 (a gather of a clamped label is defined; the value is NaN and
         the centers stay where `valid` is False)."""
-        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
+        valid = ops.all(ops.logical_and(labels >= 0, labels < self.num_classes))
+        return valid, ops.cast(ops.clip(labels, 0, self.num_classes - 1), "int32")
 
-        valid = tf.reduce_all(tf.logical_and(labels >= 0, labels < self.num_classes))
-        return valid, tf.cast(tf.clip_by_value(labels, 0, self.num_classes - 1), tf.int32)
-
-    def _tf_call(self, y_true, y_pred, sample_weight):
-        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
-
-        from tf_svmax.ops import replicas  # noqa: PLC0415 (tf.distribute: TensorFlow only)
-
-        if not self.global_batch and tf.distribute.get_strategy().num_replicas_in_sync > 1:
-            # Each replica would move its own copy of the centers with its part of the batch,
-            # and the copies would silently drift apart.
-            raise ValueError(
-                "CenterLoss(global_batch=False) does not support tf.distribute with more than "
-                "one replica: the moving-center update would be per replica. Use "
-                "global_batch=True or one device."
-            )
-        with tf.name_scope(self.name):
-            x = tf.cast(tf.convert_to_tensor(y_pred), tf.float32)
-            x, _ = checks.float_matrix(x, "y_pred", min_rows=0)
-            labels = checks.same_rows(self._labels(y_true), x, "y_true", "y_pred")
-            _, (x, labels, sample_weight) = replicas.gather_global_batch(
-                self.global_batch, x, labels, sample_weight
-            )
-            # Over the global batch: every replica sees the same flag.
-            valid, labels = self._valid_and_clamped(labels)
-            checks.same_width(x, self.embedding_dim, "y_pred", "embedding_dim")
-            centers_before = tf.convert_to_tensor(self.centers)
-            batch_centers = tf.gather(centers_before, labels)
-            total = self._sum_and_update(x, batch_centers, labels, centers_before, valid)
-            # An invalid label under XLA (where the checks above cannot raise): NaN, not the
-            # value of a clamped class.
-            value = tf.where(valid, self.lambda_ * total, tf.constant(np.nan, total.dtype))
-            if sample_weight is not None:
-                value = value * tf.reduce_mean(tf.cast(sample_weight, value.dtype))
-            # Every replica holds the global batch's sum; Keras sums the replicas' gradients.
-            return replicas.scale_to_replicas(tf.cast(value, self.dtype))
-
-    def _sum_and_update(self, x, batch_centers, labels, centers_before, valid):
-        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
-
-        variable, alpha, num_classes = self.centers, self.alpha, self.num_classes
-
-        @tf.custom_gradient
-        def forward(x):
-            diff = x - batch_centers
-            value = 0.5 * tf.reduce_sum(tf.square(diff))
-
-            def grad(upstream):
-                # Moving centers, from the pre-update centers (the original's scatter_sub).
-                counts = tf.math.unsorted_segment_sum(
-                    tf.ones_like(labels, tf.float32), labels, num_classes
-                )
-                pulls = tf.math.unsorted_segment_sum(batch_centers - x, labels, num_classes)
-                delta = alpha * pulls / (1.0 + counts)[:, tf.newaxis]
-                # A batch with an invalid label moves no center.
-                delta = tf.where(valid, delta, tf.zeros_like(delta))
-                update = variable.assign(centers_before - delta)
-                with tf.control_dependencies([update]):
-                    return tf.identity(upstream * diff)
-
-            return value, grad
-
-        return forward(x)
-
-    # JAX and PyTorch (keras.ops) ----------------------------------------------------------------
-
-    def _ops_labels(self, y_true, x):
+    def _known_labels(self, y_true, x):
         """``(labels, valid)``: int32 labels, and None where they were checked here (their
         values known: a ValueError names `y_true`), else a traced bool scalar (a JAX trace)."""
         # Read before any conversion: JAX without 64-bit types would wrap int64 labels.
@@ -414,69 +390,12 @@ class CenterLoss(keras.losses.Loss):
         return checks.same_rows(labels, x, "y_true", "y_pred"), valid
 
     def _delta(self, x, batch_centers, labels):
-        # Moving centers, from the pre-update centers (the original's scatter_sub).
+        """How far each center moves: ``alpha * sum_{i: y_i = j} (c_j - x_i) / (1 + n_j)``."""
         counts = ops.segment_sum(
             ops.ones_like(labels, "float32"), labels, num_segments=self.num_classes
         )
         pulls = ops.segment_sum(batch_centers - x, labels, num_segments=self.num_classes)
         return self.alpha * pulls / (1.0 + counts)[:, None]
-
-    def _ops_call(self, y_true, y_pred, sample_weight):
-        training = self.centers_layer.last_training
-        jax = _backend.BACKEND == "jax"
-        if jax and training is None and _backend.in_stateless_scope():
-            raise ValueError(
-                "CenterLoss on Keras' JAX backend needs its centers layer in the model: "
-                "keras.Sequential([..., loss.centers_layer]) (for a loaded model, "
-                "CenterLoss(num_classes, embedding_dim, centers_layer=model.get_layer(<its "
-                "name>)); one saved on TensorFlow has no such layer: "
-                "keras.Sequential([model, model.loss.centers_layer]), compiled with "
-                "model.loss). A JAX train step carries out only the model's variables, so the "
-                "centers' update would be lost at every step."
-            )
-        with keras.name_scope(self.name):
-            x = ops.cast(ops.convert_to_tensor(y_pred), "float32")
-            x, _ = checks.float_matrix(x, "y_pred", min_rows=0)
-            labels, valid = self._ops_labels(y_true, x)
-            checks.same_width(x, self.embedding_dim, "y_pred", "embedding_dim")
-            centers_before = ops.convert_to_tensor(self.centers)
-            batch_centers = ops.take(centers_before, labels, axis=0)
-            if jax:
-                diff = x - ops.stop_gradient(batch_centers)
-                total = 0.5 * ops.sum(ops.square(diff))
-                if training and _backend.in_stateless_scope():
-                    # A training step of a model holding the layer: the write is carried out
-                    # of the step as the layer's non-trainable weight. (The flag outlives the
-                    # step: a direct call after `fit`, outside any step, moves nothing.)
-                    delta = self._delta(ops.stop_gradient(x), batch_centers, labels)
-                    if valid is not None:
-                        delta = ops.where(valid, delta, ops.zeros_like(delta))
-                    self.centers.assign(centers_before - delta)
-            else:
-                total = self._torch_sum_and_update(x, batch_centers, labels, centers_before)
-            value = self.lambda_ * total
-            if valid is not None:
-                value = ops.where(valid, value, ops.full_like(value, np.nan))
-            if sample_weight is not None:
-                value = value * ops.mean(ops.cast(sample_weight, value.dtype))
-            return ops.cast(value, self.dtype)
-
-    def _torch_sum_and_update(self, x, batch_centers, labels, centers_before):
-        variable, loss = self.centers, self
-
-        @ops.custom_gradient
-        def forward(x):
-            diff = x - batch_centers
-            value = 0.5 * ops.sum(ops.square(diff))
-
-            # Keras' PyTorch backend passes the upstream gradient by keyword.
-            def grad(*args, upstream=None):
-                variable.assign(centers_before - loss._delta(x, batch_centers, labels))
-                return upstream * diff
-
-            return value, grad
-
-        return forward(x)
 
     def get_config(self):
         config = {
@@ -499,7 +418,7 @@ class CenterLoss(keras.losses.Loss):
     def from_config(cls, config):
         config = dict(config)
         name = config.pop("centers_name", None)
-        if name is not None and _backend.BACKEND != "tensorflow":
+        if name is not None and _backend.LOSS_STATE_IN_LAYERS:
             shape = (config["num_classes"], config["embedding_dim"])
             config["centers_layer"] = _state_layers.restored_layer(
                 name,

@@ -77,7 +77,7 @@ def _lifted_parts(
     if anchors is None:
         window, own = None, None
     else:
-        if keras.backend.backend() == "jax" and _backend.in_xla_context():
+        if _backend.slices_need_static_bounds():
             # Under `jax.jit` a slice's bounds must be static: every row (the same pairs, only
             # more distance rows computed).
             window = (0, labels.shape[0])
@@ -100,7 +100,7 @@ def _lifted_parts(
         row_shift, row_scaled = shift[rows], scaled[rows]
 
     # log(S_i e^{r_i} + S_j e^{r_j}) = M + log(S_i e^{r_i - M} + S_j e^{r_j - M}), M = max(r_i, r_j)
-    pair_shift = _maximum(row_shift, column_shift)
+    pair_shift = _backend.maximum(row_shift, column_shift)
     pair_sum = row_scaled * ops.exp(row_shift - pair_shift) + column_scaled * ops.exp(
         column_shift - pair_shift
     )
@@ -160,16 +160,6 @@ def _negative_sums(margin, pdist, negatives, valid=None):
     exponent = ops.where(negatives, diff - shift, zero)
     scaled = ops.sum(ops.where(negatives, ops.exp(exponent), zero), axis=1, keepdims=True)
     return shift, scaled
-
-
-def _maximum(a, b):
-    """Elementwise max in the operands' dtype, NaN kept (from either operand), the gradient
-    going to `a` at ties (as `tf.maximum`'s): Keras 3.15's `ops.maximum` returns float32 for
-    float64 on JAX and PyTorch, so `where` there (``a < b ? b : a`` keeps a NaN `a`; a NaN `b`
-    is selected explicitly)."""
-    if keras.backend.backend() == "tensorflow":
-        return ops.maximum(a, b)
-    return ops.where(ops.logical_or(a < b, ops.isnan(b)), b, a)
 
 
 @keras.saving.register_keras_serializable(package="tf_svmax")

@@ -87,13 +87,7 @@ def _every_sample_labelled(row_sums):
     """`row_sums`, after checking each is positive: in Python where the values are concrete
     (eager TensorFlow, JAX outside `jit`, PyTorch), else when a TensorFlow graph runs. Under
     `jax.jit` nothing can be checked: a row of zeros gives NaN there."""
-    if keras.backend.backend() == "tensorflow":
-        return checks.checked_when_run(
-            row_sums, lambda tf: tf.debugging.assert_positive(row_sums, message=_NO_LABEL)
-        )
-    if not _backend.in_xla_context() and not bool(ops.all(row_sums > 0)):
-        raise ValueError(_NO_LABEL)
-    return row_sums
+    return checks.checked_positive(row_sums, _NO_LABEL)
 
 
 def _per_replica(kwargs):

@@ -38,20 +38,9 @@ def _pair_matrix(x, metric, rows):
     if metric == "euclidean":
         # Exactly 0 with a zero gradient at duplicate rows (sqrt is not differentiable there).
         return distances.pairwise_distance(x, rows=rows)
-    unit = _l2_normalize(x) if metric == "cosine" else x
+    unit = _backend.l2_normalize_rows(x) if metric == "cosine" else x
     queries = unit if rows is None else unit[rows[0] : rows[0] + rows[1]]
     return _backend.matmul(queries, unit, transpose_b=True)
-
-
-def _l2_normalize(x):
-    """Rows scaled to unit norm: `tf.math.l2_normalize` on TensorFlow (unchanged numerics),
-    elsewhere its formula with finite gradients at zero rows (not `ops.normalize`, whose
-    gradient at a zero row is NaN on PyTorch, keras-team/keras#23075)."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
-
-        return tf.math.l2_normalize(x, axis=1)
-    return distances.l2_normalize_rows(x)
 
 
 def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows, valid=None):

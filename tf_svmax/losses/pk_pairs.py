@@ -63,44 +63,31 @@ def _check_pk(labels, x, batch_k, expected_k):
         f"Invalid value for argument `labels`: expected {batch_k} consecutive rows "
         "per class (a P x K batch)."
     )
-    if keras.backend.backend() == "tensorflow":
-        return _tf_checked_layout(labels, batch_k, group, multiple_message, layout_message)
-    # JAX and PyTorch: the row count is static (checked above through `x`); the labels are
-    # checked when concrete (eager, PyTorch always), unchecked under `jax.jit` (JAX has no
-    # run-time assertion), as `checks.integer_floats`.
-    if labels.shape[0] % group:
+
+    def layout_assertion(tf):
+        multiple = tf.debugging.assert_equal(
+            tf.shape(labels)[0] % group, 0, message=multiple_message
+        )
+        # The reshape runs only after the multiple check, so a remainder batch gets the message
+        # above rather than a raw reshape error.
+        with tf.control_dependencies([multiple]):
+            blocks = tf.reshape(labels, [-1, batch_k])
+        return tf.debugging.assert_equal(
+            blocks, tf.tile(blocks[:, :1], [1, batch_k]), message=layout_message
+        )
+
+    # A TensorFlow graph checks when it runs; a static row count and known labels (eagerly,
+    # PyTorch always) are checked here; unchecked under `jax.jit` (JAX has no run-time
+    # assertion), as `checks.integer_floats`.
+    labels = checks.checked_when_run(labels, layout_assertion)
+    if labels.shape[0] is not None and labels.shape[0] % group:
         raise ValueError(multiple_message)
-    if not _is_tracer(labels):
-        blocks = np.asarray(ops.convert_to_numpy(labels)).reshape(-1, batch_k)
+    known = _backend.concrete_values(labels)
+    if known is not None:
+        blocks = known.reshape(-1, batch_k)
         if not (blocks == blocks[:, :1]).all():
             raise ValueError(layout_message)
     return labels
-
-
-def _is_tracer(x):
-    if keras.backend.backend() != "jax":
-        return False
-    import jax  # noqa: PLC0415 (the JAX backend is loaded already)
-
-    return isinstance(x, jax.core.Tracer)
-
-
-def _tf_checked_layout(labels, batch_k, group, multiple_message, layout_message):
-    """`labels` after TensorFlow's (graph-time) assertions of the P x K layout."""
-    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
-
-    multiple = tf.debugging.assert_equal(tf.shape(labels)[0] % group, 0, message=multiple_message)
-    # The reshape runs only after the multiple check, so a remainder batch gets the message
-    # above rather than a raw reshape error.
-    with tf.control_dependencies([multiple]):
-        blocks = tf.reshape(labels, [-1, batch_k])
-    assertions = [
-        tf.debugging.assert_equal(
-            blocks, tf.tile(blocks[:, :1], [1, batch_k]), message=layout_message
-        ),
-    ]
-    with tf.control_dependencies(assertions):
-        return tf.identity(labels)
 
 
 def pk_contrastive_pairs(labels, embeddings, *, batch_k=4):

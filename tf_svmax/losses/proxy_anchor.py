@@ -16,7 +16,6 @@ share of the proxies (columns) over the whole global batch, with no further exch
 """
 
 import keras
-import numpy as np
 from keras import ops
 
 from tf_svmax import _backend, checks
@@ -54,19 +53,21 @@ def _proxy_labels(labels, s):
     `tf.debugging` asserts, JAX has none; the loss is then NaN, not the value with the invalid
     rows ignored)."""
     classes = ops.shape(s)[1]
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
-
+    if _backend.RUN_TIME_ASSERTIONS:
+        # A TensorFlow graph: checked when it runs.
         raw = checks.label_vector(labels, "labels")
         valid = ops.all(_common.valid_labels(raw, classes))
         # Integral values only (1.7 is refused, not truncated), range-checked in int64
         # (2**32 + 1 would wrap to class 1 in int32).
         labels = checks.same_rows(class_labels(raw), s, "labels", "similarities")
-        in_range = tf.logical_and(labels >= 0, labels < tf.cast(classes, tf.int64))
-        with tf.control_dependencies(
-            [tf.debugging.assert_equal(tf.reduce_all(in_range), True, message=_LABELS_MESSAGE)]
-        ):
-            with_positive = tf.math.unsorted_segment_sum(tf.ones_like(labels), labels, classes) > 0
+        in_range = ops.logical_and(labels >= 0, labels < ops.cast(classes, "int64"))
+        ranged = checks.checked_when_run(
+            labels,
+            lambda tf: tf.debugging.assert_equal(
+                tf.reduce_all(in_range), True, message=_LABELS_MESSAGE
+            ),
+        )
+        with_positive = ops.segment_sum(ops.ones_like(labels), ranged, num_segments=classes) > 0
         return labels, with_positive, valid
     # JAX and PyTorch: integral floats and int32's range (JAX without 64-bit types) are checked
     # by `tf_svmax.checks`; the class range when the labels are concrete (not under `jax.jit`, which
@@ -78,23 +79,15 @@ def _proxy_labels(labels, s):
     # int32 on JAX without 64-bit types (`label_vector` refused ids outside its range there).
     labels = ops.cast(raw, "int32" if _backend.jax_without_x64() else "int64")
     valid = None
-    if _is_tracer(labels):
+    values = _backend.concrete_values(labels)
+    if values is None:
         # Non-integral floats too: `integer_floats` cannot check a traced value.
         valid = ops.all(_common.valid_labels(raw, classes))
     else:
-        values = np.asarray(ops.convert_to_numpy(labels))
         if values.size and (values.min() < 0 or values.max() >= classes):
             raise ValueError(_LABELS_MESSAGE)
     with_positive = ops.any(ops.one_hot(labels, classes, dtype="bool"), axis=0)
     return labels, with_positive, valid
-
-
-def _is_tracer(x):
-    if keras.backend.backend() != "jax":
-        return False
-    import jax  # noqa: PLC0415 (the JAX backend is loaded already)
-
-    return isinstance(x, jax.core.Tracer)
 
 
 def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1):

@@ -147,7 +147,7 @@ class SpreadOutLoss(BatchPenaltyLoss):
         self.draws = draws
 
     def call(self, y_true, y_pred):
-        if _backend.BACKEND == "jax" and not self.draws.in_model:
+        if _backend.STATE_ONLY_IN_MODEL and not self.draws.in_model:
             raise ValueError(
                 "SpreadOutLoss on Keras' JAX backend needs its draws layer in the model: "
                 "keras.Sequential([..., loss.draws]) (for a loaded model, "

@@ -145,136 +145,18 @@ _ROW_BLOCK_ELEMENTS = 1 << 22
 
 def _sum_over_anchor_blocks(share, x, rows):
     """``sum_blocks share(x, (start, count))`` over blocks of the anchors `rows` (all
-    rows when None), with its gradient w.r.t. `x`, in one block's memory.
+    rows when None), with its gradient w.r.t. `x`, in one block's memory: the backend's
+    `sum_over_row_blocks` with blocks of `_ROW_BLOCK_ELEMENTS` distances.
 
     A batch of static size with at most `_ROW_BLOCK_ELEMENTS` distances is one block,
     differentiated as usual; so is any batch under TensorFlow's `jit_compile`. Otherwise the
     shares are summed block by block and each block's share is recomputed for the gradient (one
-    more forward pass: the price of O(block) instead of O(b^2) autodiff state): on TensorFlow
-    with `_tf_blockwise` (also for a batch size known only when the step runs), on PyTorch with
-    `_torch_blockwise` over blocks of static size.
-
-    JAX sums the blocks without recomputation, eagerly and under `jax.jit` (unrolled in the
-    trace): XLA reuses one block's forward temporaries for the next, autodiff keeps every
-    block's residuals. Measured at b = 4,096, d = 128 (semi-hard, forward + backward, 2-core AMD
-    EPYC): peak resident 2,050 MiB as one block, 1,792 MiB in blocks, 2.4 s a step instead of
-    3.9 s.
+    more forward pass: the price of O(block) instead of O(b^2) autodiff state) on TensorFlow
+    (also for a batch size known only when the step runs) and on PyTorch (blocks of static
+    size); JAX sums the blocks without recomputation, eagerly and under `jax.jit` (unrolled in
+    the trace). `tf_svmax._backend`'s modules say why and what each costs.
     """
-    static_b = x.shape[0]
-    if _backend.in_xla_context() and not _jax_static_blocks(static_b, rows):
-        return share(x, rows)
-    if static_b is not None and static_b * static_b <= _ROW_BLOCK_ELEMENTS:
-        return share(x, rows)
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        return _tf_blockwise(share, x, rows)
-    b = int(static_b)
-    start, count = (0, b) if rows is None else (int(r) for r in rows)
-    per_block = max(1, _ROW_BLOCK_ELEMENTS // max(b, 1))
-    firsts = range(start, start + count, per_block)
-    blocks = [(first, min(per_block, start + count - first)) for first in firsts]
-    if backend == "torch":
-        return _torch_blockwise(share, x, blocks)
-    # JAX, eager or under jax.jit: blocks bound the forward's temporaries, not autodiff's
-    # residuals (jax.checkpoint would re-trace the block, and
-    # `_closest_farther`'s custom gradient closes over the block's label masks, which JAX
-    # refuses inside such a trace).
-    total = ops.zeros([], x.dtype)
-    for block in blocks:
-        total = total + share(x, block)
-    return total
-
-
-def _jax_static_blocks(static_b, rows):
-    """Whether a `jax.jit` trace takes the blocks: JAX, a static batch size and static anchor
-    rows (Python integers, not traced values)."""
-    if keras.backend.backend() != "jax" or static_b is None:
-        return False
-    return rows is None or all(isinstance(r, (int, np.integer)) for r in rows)
-
-
-def _torch_blockwise(share, x, blocks):
-    """PyTorch's `_sum_over_anchor_blocks`: the shares summed without autograd state, the
-    gradient recomputing each block under its own `torch.autograd.grad` (as `_tf_blockwise`).
-
-    Not `torch.utils.checkpoint`: it drops what a block saves with `save_for_backward`, but
-    Keras' PyTorch `custom_gradient` keeps its gradient closure on the autograd node, so
-    `_closest_farther`'s distances, sort order and search positions stayed alive for every block
-    until the backward pass. Measured at b = 4,096, d = 128 (benchmarks/backend_memory.py, 2-core
-    AMD EPYC): the step's own memory, seen with glibc's mmap threshold fixed
-    (``MALLOC_MMAP_THRESHOLD_=1048576``, so freed blocks go back to the system), was 663 MiB
-    with checkpoint and is 405 MiB here; with glibc's defaults the resident peak grew from step to
-    step (1,290 / 1,846 / 1,894 MiB after steps 1-3) and is now 1,339-1,546 MiB over 6 steps; a
-    step takes ~5 s instead of ~14 s. Only `x` is differentiated: tensors `share` closes over
-    get no gradient (the losses close over labels only), and there is no double backward."""
-    import torch  # noqa: PLC0415 (the PyTorch backend only)
-
-    class Blockwise(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            # Autograd is off inside `forward`: no block keeps state.
-            total = torch.zeros((), dtype=x.dtype, device=x.device)
-            for block in blocks:
-                total = total + share(x, block)
-            return total
-
-        @staticmethod
-        def backward(ctx, upstream):
-            (x,) = ctx.saved_tensors
-            gradient = torch.zeros_like(x)
-            for block in blocks:
-                with torch.enable_grad():
-                    leaf = x.detach().requires_grad_(True)
-                    value = share(leaf, block)
-                    if not value.requires_grad:  # a block whose share is constant
-                        continue
-                    (block_gradient,) = torch.autograd.grad(value, leaf, allow_unused=True)
-                if block_gradient is not None:
-                    gradient += block_gradient
-            return upstream * gradient
-
-    return Blockwise.apply(x)
-
-
-def _tf_blockwise(share, x, rows):
-    """TensorFlow's `_sum_over_anchor_blocks` for a large or unknown batch size: the shares
-    summed in a `tf.while_loop`, the gradient recomputing each block under its own tape.
-    Choosing between this and one block with `tf.cond` fails to differentiate under
-    `tf.distribute` (nested in the base class's empty-batch `cond`, TF's cond gradient cannot
-    resolve the captured gathered batch)."""
-    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
-
-    b = tf.shape(x)[0]
-    start, count = (0, b) if rows is None else rows
-    per_block = tf.maximum(1, _ROW_BLOCK_ELEMENTS // tf.maximum(b, 1))
-    blocks = (count + per_block - 1) // per_block
-
-    def block(i):
-        first = start + i * per_block
-        return first, tf.minimum(per_block, start + count - first)
-
-    @tf.custom_gradient
-    def blockwise(x):
-        total = tf.while_loop(
-            lambda i, _: i < blocks,
-            lambda i, total: (i + 1, total + share(x, block(i))),
-            (0, tf.zeros([], x.dtype)),
-        )[1]
-
-        def grad(upstream):
-            def step(i, gradient):
-                with tf.GradientTape() as tape:
-                    tape.watch(x)
-                    value = share(x, block(i))
-                return i + 1, gradient + tape.gradient(value, x)
-
-            gradient = tf.while_loop(lambda i, _: i < blocks, step, (0, tf.zeros_like(x)))[1]
-            return upstream * gradient
-
-        return total, grad
-
-    return blockwise(x)
+    return _backend.sum_over_row_blocks(share, x, rows, _ROW_BLOCK_ELEMENTS)
 
 
 def _closest_farther(pdist, negatives, valid=None):
@@ -320,49 +202,6 @@ def _closest_farther(pdist, negatives, valid=None):
     return closest_farther(pdist), exists
 
 
-def _stable_argsort_rows(x):
-    """Each row's sort order, ties in index order on every backend (`ops.argsort` is not stable
-    on TensorFlow)."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
-
-        return tf.argsort(x, axis=1, stable=True)
-    return ops.argsort(x, axis=1)  # jnp.argsort is stable; Keras calls torch's with stable=True
-
-
-def _searchsorted_rows(ordered, values, side):
-    """Row-wise `searchsorted` of `values` `[m, n]` in the sorted rows of `ordered` `[m, b]`
-    (`ops.searchsorted` takes one sorted vector), int32."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
-
-        return tf.searchsorted(ordered, values, side=side)
-    if backend == "jax":
-        import jax  # noqa: PLC0415 (the JAX backend only)
-
-        search = jax.vmap(lambda row, v: jax.numpy.searchsorted(row, v, side=side))
-        return ops.cast(search(ordered, values), "int32")
-    import torch  # noqa: PLC0415 (the PyTorch backend only)
-
-    return torch.searchsorted(
-        ordered.contiguous(), values.contiguous(), right=side == "right", out_int32=True
-    )
-
-
-def _take_rows(x, indices):
-    """``x[i, indices[i, j]]`` of `x` `[m, b]` at in-range int32 positions `indices` `[m, n]`
-    (sort orders, search results): `tf.gather` with ``batch_dims=1`` on TensorFlow, as the
-    original wrote it (Keras' `take_along_axis` adds an int64 cast, two broadcasts and a
-    negative-index `where` over `[m, n]` there, each call: about 5 % of the semi-hard step at
-    b = 144), `keras.ops.take_along_axis` elsewhere."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only)
-
-        return tf.gather(x, indices, batch_dims=1)
-    return ops.take_along_axis(x, indices, axis=1)
-
-
 def _search_rows(pdist, negatives, valid=None):
     """Forward of `_closest_farther` on some anchor rows: ``(count, high, order, first, end,
     least)``: the row's number of negatives and maximum, the sort order of its negatives, the
@@ -371,11 +210,11 @@ def _search_rows(pdist, negatives, valid=None):
     b = ops.shape(pdist)[1]
     # Each row's negatives in increasing order, +inf after them.
     keys = ops.where(negatives, pdist, ops.full_like(pdist, np.inf))
-    order = ops.cast(_stable_argsort_rows(keys), "int32")
-    ordered = _take_rows(keys, order)
+    order = ops.cast(_backend.stable_argsort_rows(keys), "int32")
+    ordered = _backend.take_rows(keys, order)
     count = ops.sum(ops.cast(negatives, "int32"), axis=1, keepdims=True)
     # The first negative strictly farther than the positive.
-    first = _searchsorted_rows(ordered, pdist, side="right")
+    first = _backend.searchsorted_rows(ordered, pdist, side="right")
     # TFA compares the candidates shifted by the row maximum, d - h: distances that differ
     # only below h's rounding step tie there, so the tie group is found among the shifted
     # values (sorted too: the shift is monotone), and the value is (d - h) + h as in TFA.
@@ -383,10 +222,10 @@ def _search_rows(pdist, negatives, valid=None):
     rows_max = pdist if valid is None else ops.where(valid, pdist, ops.full_like(pdist, -np.inf))
     high = _backend.reduce_with_identity(ops.max, rows_max, 1, keepdims=True)  # no rows: -inf
     shifted = ordered - high
-    least = _take_rows(shifted, ops.minimum(first, b - 1))
+    least = _backend.take_rows(shifted, ops.minimum(first, b - 1))
     # Never +inf, even where unused (no candidate).
     least = ops.where(first < count, least, ops.zeros_like(least))
-    end = _searchsorted_rows(shifted, least, side="right")
+    end = _backend.searchsorted_rows(shifted, least, side="right")
     return count, high, order, first, end, least
 
 

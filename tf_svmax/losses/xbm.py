@@ -147,49 +147,17 @@ def _shape_only_trace(memory):
     stateless scope whose writes are dropped, before the first step): a trace in a stateless
     scope where the built memory's variables hold concrete values. In a jitted train step they
     are traced; a `jax.jit` of a direct call runs in no stateless scope."""
-    if _backend.BACKEND != "jax" or not memory.built:
+    if not _backend.STATE_ONLY_IN_MODEL or not memory.built:
         return False
-    import jax  # noqa: PLC0415 (the JAX backend only)
-
-    return _backend.in_stateless_scope() and not isinstance(
-        ops.convert_to_tensor(memory.filled), jax.core.Tracer
-    )
+    filled = ops.convert_to_tensor(memory.filled)
+    return _backend.in_stateless_scope() and _backend.concrete_values(filled) is not None
 
 
-def _after(value, fn):
-    """``fn()`` run after `value` is computed: on TensorFlow under a control dependency (in a
-    graph, so that the writes wait for the value and its run-time label checks); elsewhere in
-    program order. TensorFlow is imported here, not at module level."""
-    if _backend.BACKEND != "tensorflow":
-        fn()
-        return
-    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
-
-    with tf.control_dependencies([value]):
-        fn()
-
-
-def _in_a_step(y_pred):
-    """True where the loss runs in a training step, whose model should hold the memory layer:
-    a TensorFlow graph (a `tf.function`: `fit`, or one's own compiled loop), a Keras
-    `StatelessScope` (on JAX every train or evaluation step, jitted or not; Keras' symbolic
-    build of the loss on JAX and PyTorch), and on PyTorch embeddings that carry gradient
-    (PyTorch runs `fit` eagerly: a direct call on constant rows is not a step). TensorFlow is
-    imported here, not at module level."""
-    if _backend.BACKEND == "torch" and ops.convert_to_tensor(y_pred).requires_grad:
-        return True
-    if _backend.BACKEND != "tensorflow":
-        return _backend.in_stateless_scope()
-    import tensorflow as tf  # noqa: PLC0415 (TensorFlow backend only, see above)
-
-    return not tf.executing_eagerly()
-
-
-def _summed_over(replicas, context):
+def _summed_over(context):
     """`mean_of_parts`' ``reduce_count``: the sum over the replicas (None for one device)."""
     if context is None:
         return None
-    return lambda count: replicas.sum_over_replicas(context, count)
+    return lambda count: _backend.sum_over_replicas(context, count)
 
 
 def _check_loss(loss):
@@ -413,7 +381,7 @@ class CrossBatchMemory(keras.losses.Loss):
                     "memory layer of such a loss), or give the loss a ref_mask argument."
                 )
             if (
-                _backend.BACKEND == "jax"
+                _backend.STATE_ONLY_IN_MODEL
                 and not _backend.in_stateless_scope()
                 and self.memory.last_training is not False
             ):
@@ -429,8 +397,7 @@ class CrossBatchMemory(keras.losses.Loss):
             y_pred = ops.cast(y_pred, self.loss.dtype)
             labels, integral = _integer_labels(y_true, y_pred)
             local_rows = ops.shape(y_pred)[0]
-            replicas = _backend.replicas()
-            context, (labels, y_pred) = replicas.gather_global_batch(True, labels, y_pred)
+            context, (labels, y_pred) = _backend.gather_global_batch(True, labels, y_pred)
             if checks.static_shape(y_pred)[0] == 0:
                 # No rows: nothing to mine or write, and no step counted; the wrapped losses'
                 # empty-batch value, a zero connected to `y_pred` (a zero gradient, not None).
@@ -450,16 +417,17 @@ class CrossBatchMemory(keras.losses.Loss):
                 in_batch = ops.ones_like(labels, dtype="bool")
                 masked["ref_mask"] = ops.concatenate([in_batch, memory.in_use(used)], axis=0)
             else:
-                if training and _backend.BACKEND != "tensorflow":
-                    # Known here (no jit, above): a Python count slices on JAX and PyTorch.
-                    used = int(ops.convert_to_numpy(used))
+                known = _backend.concrete_values(used) if training else None
+                if known is not None:
+                    # Known here (eagerly; no jit, above): a Python count slices.
+                    used = int(known)
                 memory_x, memory_y = memory.rows(used)
             reference_x = ops.concatenate([y_pred, ops.cast(memory_x, y_pred.dtype)], axis=0)
             reference_y = ops.concatenate([labels, ops.cast(memory_y, labels.dtype)], axis=0)
             if context is None:
                 start, count = 0, batch
             else:
-                start, count = replicas.own_row_range(context, local_rows)
+                start, count = _backend.own_row_range(context, local_rows)
             # This replica's anchors against the batch and the memory, normalized over the
             # batch's anchors: the replicas' counts add up.
             parts = self.loss.reference_parts(
@@ -470,24 +438,24 @@ class CrossBatchMemory(keras.losses.Loss):
                 ref_offset=start,
                 **masked,
             )
-            value = ops.cast(mean_of_parts(parts, _summed_over(replicas, context)), self.dtype)
+            value = ops.cast(mean_of_parts(parts, _summed_over(context)), self.dtype)
             if integral is not None:
                 value = ops.where(integral, value, ops.full_like(value, np.nan))
             if training:
                 # Written after the value is computed (its reads and the label checks first).
-                _after(value, lambda: memory.advance(y_pred, labels, active))
+                _backend.after(value, lambda: memory.advance(y_pred, labels, active))
             return value
 
     def _check_memory_in_model(self, y_pred):
-        """Refuses a training step (a model's or one's own: see `_in_a_step`) whose model does
+        """Refuses a training step (a model's or one's own: `_backend.in_a_step`) whose model does
         not hold this memory layer: unbuilt there on every backend (a model builds its layers
         before its loss runs), and on JAX also a built one that the step does not carry out
         (its writes would be dropped at every step: the memory would never fill)."""
         memory = self.memory
         if memory.built:
-            outside = _backend.BACKEND == "jax" and _backend.dropped_by_step(memory.filled)
+            outside = _backend.dropped_by_step(memory.filled)
         else:
-            outside = _in_a_step(y_pred)
+            outside = _backend.in_a_step(y_pred)
         if outside:
             raise ValueError(
                 f"CrossBatchMemory: its memory layer, the CrossBatchMemoryBank "

@@ -90,20 +90,13 @@ def class_halves(labels):
     appearance (the two halves have disjoint classes). A tensor on TensorFlow (computed in the
     graph) and under XLA (`traced_class_halves`), a NumPy array on PyTorch and eager JAX (from
     the concrete labels)."""
-    if _backend.in_xla_context():
+    if _backend.in_xla_context() or _backend.RUN_TIME_ASSERTIONS:
         return traced_class_halves(labels)
-    if keras.backend.backend() != "tensorflow":
-        labels = _numpy_labels(labels)
-        _, first = np.unique(labels, return_index=True)
-        order = np.sort(first)  # each class's first row, in order of appearance
-        firsts = labels[order[: (len(order) + 1) // 2]]
-        return np.isin(labels, firsts)
-    import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
-
-    labels = tf.reshape(labels, [-1])
-    _, index = tf.unique(labels)
-    classes = tf.reduce_max(index) + 1
-    return index < (classes + 1) // 2
+    labels = _numpy_labels(labels)
+    _, first = np.unique(labels, return_index=True)
+    order = np.sort(first)  # each class's first row, in order of appearance
+    firsts = labels[order[: (len(order) + 1) // 2]]
+    return np.isin(labels, firsts)
 
 
 def traced_class_halves(labels):
@@ -125,11 +118,7 @@ def traced_class_halves(labels):
 def _rows(x, mask):
     """The rows of `x` where `mask` holds (`class_halves`' tensor on TensorFlow, NumPy
     elsewhere)."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
-
-        return tf.boolean_mask(x, mask)
-    return ops.take(x, np.flatnonzero(mask), axis=0)
+    return _backend.boolean_mask_rows(x, mask)
 
 
 def _batch_value(loss, labels, embeddings):

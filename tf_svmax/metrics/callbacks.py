@@ -157,18 +157,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         scalars = {self.prefix + key: float(value) for key, value in metrics.items()}
         with open(os.path.join(self.log_dir, SCALARS_FILE), "a", encoding="utf-8") as file:
             file.write(json.dumps({"step": step, "epoch": self._epoch, **scalars}) + "\n")
-        if _backend.BACKEND == "tensorflow":
-            self._write_tensorboard(step, scalars)
-
-    def _write_tensorboard(self, step, scalars):
-        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only, see the class)
-
-        if self._writer is None:
-            self._writer = tf.summary.create_file_writer(str(self.log_dir))
-        with self._writer.as_default(step=step):
-            for tag, value in scalars.items():
-                tf.summary.scalar(tag, value)
-        self._writer.flush()
+        self._writer = _backend.write_tensorboard_scalars(self._writer, self.log_dir, step, scalars)
 
     def on_epoch_end(self, epoch, logs=None):
         self._epoch = epoch + 1

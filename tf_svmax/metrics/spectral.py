@@ -29,7 +29,7 @@ class _RunningBatchMean(keras.metrics.Metric):
         y_pred = kops.cast(kops.stop_gradient(checks.to_tensor(y_pred, "y_pred")), self.dtype)
         # Under a strategy every replica adds the same global value and count: the sum-on-read
         # total and count are both N times one device's, so their ratio is one device's.
-        _, (y_pred,) = _backend.replicas().gather_global_batch(self.global_batch, y_pred)
+        _, (y_pred,) = _backend.gather_global_batch(self.global_batch, y_pred)
         value = checks.zero_unless_rows(
             y_pred, lambda: kops.cast(self.batch_value(y_pred), self.dtype)
         )

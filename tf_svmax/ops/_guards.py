@@ -19,11 +19,7 @@ def float64_available():
     """Whether float64 arithmetic exists on this backend: not on JAX unless `jax_enable_x64` is
     set (JAX would silently compute a requested float64 in float32). The one backend-specific
     question of the spectral ops."""
-    if keras.backend.backend() != "jax":
-        return True
-    import jax  # noqa: PLC0415 (the JAX backend only)
-
-    return bool(jax.config.jax_enable_x64)
+    return not _backend.jax_without_x64()
 
 
 # Keras 3.15's `ops.matmul`, `ops.norm`, `ops.maximum`, `ops.minimum` and `ops.floor` promote

@@ -9,6 +9,8 @@ squared distance is not positive (the diagonal, duplicates). The square root is 
 from keras import ops
 
 from tf_svmax import _backend, checks
+from tf_svmax._backend.common import at_least as _at_least
+from tf_svmax._backend.common import l2_normalize_rows
 
 # Added under the square root where the squared distance is <= 0; the result is then masked to
 # zero, so this only keeps the derivative of sqrt finite (sqrt'(0) = inf, and inf * 0 = NaN).
@@ -54,17 +56,6 @@ def pairwise_distance(feature, squared=False, *, rows=None):
     return ops.cast(distances * _off_diagonal(x, start, count), dtype)
 
 
-def _at_least(x, floor):
-    """``max(x, floor)`` in the dtype of `x`, NaN kept, the gradient passed to `x` where
-    ``x >= floor`` (`tf.maximum`'s values and gradient).
-
-    Not `keras.ops.maximum`: on JAX and PyTorch Keras' type promotion (`result_type`) turns a
-    float64 result into float32 (as JAX does without 64-bit types), so a float64 input would
-    lose its precision at the clamp (the same holds for `keras.ops.matmul`: `_backend.matmul`).
-    """
-    return ops.where(x < floor, floor, x)
-
-
 def _row_range(x, rows):
     """``(queries, start, count)``: the rows ``start .. start + count - 1`` of `x` (all rows
     when `rows` is None)."""
@@ -96,20 +87,6 @@ def angular_distance(feature, *, rows=None):
     # Rounding can push 1 - cos slightly below zero for (near-)identical rows.
     distances = _at_least(1.0 - _backend.matmul(queries, unit, transpose_b=True), 0.0)
     return ops.cast(distances, dtype)
-
-
-# The floor of a row's squared norm in `l2_normalize_rows`, tf.math.l2_normalize's: a zero row
-# is scaled by 1/sqrt(1e-12) = 1e6 (staying zero) instead of being divided by zero.
-_NORMALIZE_EPSILON = 1e-12
-
-
-def l2_normalize_rows(x):
-    """``x / sqrt(max(|x|^2, 1e-12))`` row by row: tf.math.l2_normalize's formula and order of
-    operations (TFA's angular distance uses it), with finite gradients at zero rows on every
-    backend. (`keras.ops.normalize` clips ``rsqrt(|x|^2)`` after taking it: an infinite rsqrt
-    at a zero row, hence NaN gradients on PyTorch, keras-team/keras#23075.)"""
-    squared_norms = ops.sum(ops.square(x), axis=1, keepdims=True)
-    return x * ops.rsqrt(_at_least(squared_norms, _NORMALIZE_EPSILON))
 
 
 # Every accepted spelling of a distance, each with one meaning wherever a loss accepts it (pinned
@@ -210,21 +187,11 @@ def _squared_distances(a, b):
     JAX without 64-bit types (`jax_enable_x64` off, its default) has no float64 arrays outside
     `jax.enable_x64`, and a float32 expansion would cancel to ~``2^-24 |a|^2`` (a duplicate row
     3e-4 apart instead of 1e-6): there the same float64 expansion runs inside that context
-    (`_jax_float64_squared`). Explicit differences, summed in row blocks as the originals did,
-    were as exact and 70-80x slower (4,096 x 128 forward + backward under `jax.jit`: 14.5 s
-    against 0.2 s, 2-core AMD EPYC).
+    (`float64_squared` of `tf_svmax._backend`'s JAX module). Explicit differences, summed in row
+    blocks as the originals did, were as exact and 70-80x slower (4,096 x 128 forward + backward
+    under `jax.jit`: 14.5 s against 0.2 s, 2-core AMD EPYC).
     """
-    if _backend.jax_without_x64():
-        return _jax_float64_squared(a, b)
-    return _float64_squared(a, b)
-
-
-def _float64_squared(a, b):
-    """The float64 Gram expansion of `_squared_distances`, returned in `a`'s dtype."""
-    # float64: exact products of float32 coordinates (see above).
-    squared = _unclamped_squared(ops.cast(a, "float64"), ops.cast(b, "float64"))
-    # The expansion can round below zero; a squared distance is never negative.
-    return ops.cast(_at_least(squared, 0.0), a.dtype)
+    return _backend.float64_squared(a, b, _unclamped_squared)
 
 
 def _unclamped_squared(a, b):
@@ -234,43 +201,6 @@ def _unclamped_squared(a, b):
         + ops.expand_dims(ops.sum(ops.square(b), axis=1), 0)
         - 2.0 * _backend.matmul(a, b, transpose_b=True)
     )
-
-
-def _jax_float64_squared(a, b):
-    """`_float64_squared` on JAX without `jax_enable_x64`: forward and backward each run inside
-    `jax.enable_x64` (a custom VJP, so that JAX never differentiates float64 values outside
-    it); the inputs, outputs and gradients are float32. The backward is that of the expansion,
-    ``2 (a_i sum_j g_ij - sum_j g_ij b_j)``, in float64 as on TensorFlow and PyTorch: exact
-    enough beside the huge ``g_ij`` that ``sqrt`` gives duplicate rows (1 / (2 1e-6))."""
-    import jax  # noqa: PLC0415 (the JAX backend only)
-
-    def as64(*xs):
-        return [ops.cast(x, "float64") for x in xs]
-
-    def expansion(a, b):
-        """The float64 expansion (unclamped) and where its gradient passes the clamp."""
-        with jax.enable_x64(True):
-            raw = _unclamped_squared(*as64(a, b))
-            return ops.cast(_at_least(raw, 0.0), a.dtype), ops.logical_not(raw < 0.0)
-
-    @jax.custom_vjp
-    def squared(a, b):
-        return expansion(a, b)[0]
-
-    def forward(a, b):
-        value, passes = expansion(a, b)
-        return value, (a, b, passes)
-
-    def backward(saved, upstream):
-        a, b, passes = saved
-        with jax.enable_x64(True):
-            a64, b64, g = as64(a, b, ops.where(passes, upstream, ops.zeros_like(upstream)))
-            grad_a = 2.0 * (a64 * ops.sum(g, axis=1)[:, None] - g @ b64)
-            grad_b = 2.0 * (b64 * ops.sum(g, axis=0)[:, None] - ops.transpose(g) @ a64)
-            return ops.cast(grad_a, a.dtype), ops.cast(grad_b, b.dtype)
-
-    squared.defvjp(forward, backward)
-    return squared(a, b)
 
 
 # Elements of one block of explicit differences in `_blockwise` (rows x m x d): 64 MB in float32.

@@ -37,7 +37,6 @@ directions below the float32 numerical-rank cutoff ``max(K, D) * eps * s_1`` are
 the subgradient as well.
 """
 
-import keras
 import numpy as np
 from keras import ops
 
@@ -57,8 +56,8 @@ def class_labels(labels, arg="labels"):
     takes `first_row_ids` instead), checked at once (a ValueError); int64 labels stay int64 on
     JAX too.
     """
-    if keras.backend.backend() == "tensorflow":
-        return _tf_class_labels(labels, arg)
+    if _backend.RUN_TIME_ASSERTIONS:
+        return _graph_class_labels(labels, arg)
     labels = np.asarray(ops.convert_to_numpy(labels) if ops.is_tensor(labels) else labels)
     if labels.ndim > 2 or (labels.ndim == 2 and labels.shape[1] != 1):
         raise ValueError(
@@ -79,26 +78,27 @@ def class_labels(labels, arg="labels"):
     )
 
 
-def _tf_class_labels(labels, arg):
-    import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
-
+def _graph_class_labels(labels, arg):
+    """`class_labels` in a TensorFlow graph: int64, integral floats checked when it runs."""
     labels = checks.label_vector(labels, arg)
-    if labels.dtype.is_integer:
-        return tf.cast(labels, tf.int64)
-    if labels.dtype.is_floating:
+    dtype = _guards.dtype_name(labels)
+    if "int" in dtype:
+        return ops.cast(labels, "int64")
+    if "float" in dtype:
         # Keras losses receive y_true cast to float; accept floats that hold integers.
-        with tf.control_dependencies(
-            [tf.debugging.assert_equal(labels, tf.round(labels), message=_NON_INTEGRAL.format(arg))]
-        ):
-            return tf.cast(labels, tf.int64)
-    raise TypeError(
-        checks.invalid(arg, "integer class labels", f"<tensor of dtype {labels.dtype.name}>")
-    )
+        labels = checks.checked_when_run(
+            labels,
+            lambda tf: tf.debugging.assert_equal(
+                labels, tf.round(labels), message=_NON_INTEGRAL.format(arg)
+            ),
+        )
+        return ops.cast(labels, "int64")
+    raise TypeError(checks.invalid(arg, "integer class labels", f"<tensor of dtype {dtype}>"))
 
 
 def _same_rows(labels, x):
     """`labels`, checked to hold one label per row of `x` (`checks.same_rows`' message)."""
-    if keras.backend.backend() == "tensorflow":
+    if _backend.RUN_TIME_ASSERTIONS:
         return checks.same_rows(labels, x, "labels", "embeddings", unit="label")
     if len(labels) != x.shape[0]:
         raise ValueError(
@@ -140,47 +140,6 @@ def nuclear_norms_and_subgradients(matrices, threshold, rank_cutoff=False):
     keep = ops.cast(keep, _guards.dtype_name(u))
     sub = _backend.matmul(u * ops.expand_dims(keep, -2), vh)
     return ops.cast(ops.sum(s, axis=-1), dtype), ops.cast(sub, dtype)
-
-
-def _tf_class_layout(labels):
-    """TensorFlow: class index per row, the row's position inside its class, and the padded
-    shape, as graph tensors (no host round trip)."""
-    import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
-
-    _, class_index = tf.unique(labels, out_idx=tf.int32)
-    num_classes = tf.reduce_max(class_index) + 1
-    counts = tf.math.bincount(class_index, minlength=num_classes, dtype=tf.int32)
-    # Stable sort by class; a row's position is its rank among the rows of its class.
-    order = tf.argsort(class_index, stable=True)
-    starts = tf.cumsum(counts, exclusive=True)
-    position_sorted = tf.range(tf.size(labels)) - tf.gather(starts, tf.gather(class_index, order))
-    position = tf.gather(position_sorted, tf.math.invert_permutation(order))
-    coords = tf.stack([class_index, position], axis=1)
-    return coords, num_classes, tf.reduce_max(counts)
-
-
-def _numpy_class_layout(labels):
-    """JAX and PyTorch (eager, concrete labels): the same layout from NumPy, classes numbered
-    in order of first appearance as `tf.unique` numbers them."""
-    _, first, inverse, counts = np.unique(
-        labels, return_index=True, return_inverse=True, return_counts=True
-    )
-    by_appearance = np.argsort(first, kind="stable")
-    class_index = np.argsort(by_appearance)[inverse.reshape(-1)]
-    counts = counts[by_appearance]
-    # Stable sort by class; a row's position is its rank among the rows of its class.
-    order = np.argsort(class_index, kind="stable")
-    starts = np.cumsum(counts) - counts
-    position = np.empty_like(class_index)
-    position[order] = np.arange(len(labels)) - starts[class_index[order]]
-    coords = np.stack([class_index, position], axis=1).astype(np.int32)
-    return ops.convert_to_tensor(coords), int(len(counts)), int(counts.max())
-
-
-def _class_layout(labels):
-    if keras.backend.backend() == "tensorflow":
-        return _tf_class_layout(labels)
-    return _numpy_class_layout(labels)
 
 
 def _static_class_layout(labels, num_classes, rows):
@@ -376,7 +335,7 @@ def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_ro
         all_finite, x_safe = _guards.finite_guard(x)
         rows, cols = _guards.static_or_dynamic_shape(x)
         if num_classes is None and not per_row:
-            coords, classes, k_max = _class_layout(labels)
+            coords, classes, k_max = _backend.class_layout(labels)
             present = None
         else:
             # per_row (XLA without num_classes): one class slot per row.
@@ -447,7 +406,7 @@ def _float32_shortcut(input_dtype, compute):
     exact, where LAPACK's float32 eigenvectors missed the core's 1e-5 (1.0e-5 to 1.5e-5 of the
     gradient's largest entry)."""
     narrower = input_dtype != "float64" and compute == "float64"
-    return narrower and keras.backend.backend() == "tensorflow"
+    return narrower and _backend.FAST_FLOAT32_EIGH
 
 
 def _compute_dtype():

@@ -88,9 +88,7 @@ def _mean_over_locations(assignments):
     the original's rounding; Grappler rewrites a division by a constant n into a product, which
     rounds differently), the sum over n elsewhere: Keras' PyTorch `mean` computes float64 in
     float32 (its type promotion)."""
-    if keras.backend.backend() == "tensorflow":
-        return ops.mean(assignments, axis=1)
-    return ops.sum(assignments, axis=1) / ops.shape(assignments)[1]
+    return _backend.mean_in_dtype(assignments, axis=1)
 
 
 def fit_prototypes(histograms, embeddings, weights, *, ridge=0.05):

@@ -156,11 +156,7 @@ def _xla_eigh_is_fast():
     0.78 ms, Newton-Schulz 1.04 ms; 4,096 x 128 Gram 3.1 ms, Newton-Schulz 10.0 ms (medians).
     On a loaded machine LAPACK's threads occasionally stall a 128 x 128 `eigh` to ~115 ms (not
     with ``OMP_NUM_THREADS=1``). JAX on a GPU is not measured here: Newton-Schulz stays."""
-    if keras.backend.backend() != "jax":
-        return False
-    import jax  # noqa: PLC0415 (the JAX backend only)
-
-    return jax.default_backend() == "cpu"
+    return _backend.xla_eigh_is_fast()
 
 
 def _resolve_method(method, want_vector):
@@ -491,16 +487,10 @@ def _checked_bounds(batch_size, dim, tensors, dtype):
     (where a batch size comes from a static shape anyway, and a bad one gives inf/NaN bounds).
     """
     message = "Invalid value for argument `{}`: expected an int >= 1."
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend only)
-
-        asserts = [tf.debugging.assert_positive(v, message=message.format(a)) for a, v in tensors]
-        with tf.control_dependencies(asserts):
-            return _bounds(ops.cast(batch_size, dtype), ops.cast(dim, dtype))
+    checked = {"batch_size": batch_size, "dim": dim}
     for arg, value in tensors:
-        if not _backend.in_xla_context() and int(ops.convert_to_numpy(value)) < 1:
-            raise ValueError(message.format(arg))
-    return _bounds(ops.cast(batch_size, dtype), ops.cast(dim, dtype))
+        checked[arg] = checks.checked_positive(value, message.format(arg))
+    return _bounds(ops.cast(checked["batch_size"], dtype), ops.cast(checked["dim"], dtype))
 
 
 def _bounds(b, d):

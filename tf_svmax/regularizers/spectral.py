@@ -52,15 +52,14 @@ class SVMaxRegularizer(keras.regularizers.Regularizer):
         local_rows = kops.shape(x)[0]
         # A tf.distribute gather on TensorFlow; on JAX (DataParallel shows the global batch)
         # and PyTorch (one device) there is no replica context.
-        replicas = _backend.replicas()
-        context, (x,) = replicas.gather_global_batch(self.global_batch, x)
+        context, (x,) = _backend.gather_global_batch(self.global_batch, x)
         value = checks.zero_unless_rows(
             x, lambda: self.lambda_ * ops.svmax(x, bounded=self.bounded, method=self.method)
         )
         if context is None:
             return value
         # Undo Keras' per-replica normalization (see the class docstring).
-        return value * replicas.per_row_penalty_factor(context, local_rows, x.dtype)
+        return value * _backend.per_row_penalty_factor(context, local_rows, x.dtype)
 
     def get_config(self):
         return {
