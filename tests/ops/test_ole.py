@@ -429,9 +429,7 @@ def _compiled_value_and_grad(labels, x, num_classes=3):
         return value.numpy(), grad.numpy()
     import jax
 
-    fn = jax.jit(
-        jax.value_and_grad(lambda x, y: svmax_ops.ole_loss(y, x, num_classes=num_classes))
-    )
+    fn = jax.jit(jax.value_and_grad(lambda x, y: svmax_ops.ole_loss(y, x, num_classes=num_classes)))
     value, grad = fn(x, labels)
     return np.asarray(value), np.asarray(grad)
 
