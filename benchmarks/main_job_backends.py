@@ -42,6 +42,9 @@ flags.DEFINE_integer(
     "train_steps", None, "Training steps per run (default: the trainer's, 3,000 on glyphs).", 1
 )
 flags.DEFINE_string("runs_dir", "runs/main_job", "Folder of the runs: <backend>/seed<seed>.")
+flags.DEFINE_string(
+    "note", "", "What the record should say of the runs' conditions (load, threads), verbatim."
+)
 flags.DEFINE_string("output", None, "Folder for main_job_backends.csv/.json/.md (none: print).")
 
 
@@ -217,7 +220,19 @@ def write(output, config, rows, summary, table):
         "summary": summary,
         "runs": rows,
     }
-    for name, text in ((f"{PROGRAM}.json", json.dumps(record, indent=2)), (f"{PROGRAM}.md", table)):
+    m = record["machine"]
+    header = (
+        f"The main job (`train_retrieval`'s defaults) per backend: seeds "
+        f"{', '.join(map(str, config['seeds']))}, "
+        f"{config['train_steps'] or 'the default'} steps each, on {m['cpu']} "
+        f"({m['cpu_count']} cores, AVX-512: {'yes' if m['avx512f'] else 'no'}). "
+        f"{config['note']}".strip()
+    )
+    markdown = f"{header}\n\n{table}"
+    for name, text in (
+        (f"{PROGRAM}.json", json.dumps(record, indent=2)),
+        (f"{PROGRAM}.md", markdown),
+    ):
         with open(os.path.join(output, name + ".tmp"), "w") as f:
             f.write(text + "\n")
         os.replace(os.path.join(output, name + ".tmp"), os.path.join(output, name))
@@ -255,6 +270,7 @@ def main(argv):
             "seeds": seeds,
             "train_steps": FLAGS.train_steps,
             "runs_dir": FLAGS.runs_dir,
+            "note": FLAGS.note,
         }
         write(FLAGS.output, config, rows, summary, table)
         print(f"wrote {FLAGS.output}/{PROGRAM}.csv, .json and .md")
