@@ -50,7 +50,14 @@ PROGRAMS = {
             tensorflow_only="the unrolled GAN's functional Adam and its train step are written "
             "with TensorFlow's tapes",
         ),
-        Program("pretrain_glyphs", "pretraining", "PretrainConfig", "pretrain"),
+        Program(
+            "pretrain_glyphs",
+            "pretraining",
+            "PretrainConfig",
+            "pretrain",
+            tensorflow_only="its batches come from a tf.data pipeline, not yet from the "
+            "trainers' runtime",
+        ),
     )
 }
 

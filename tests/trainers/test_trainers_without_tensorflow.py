@@ -141,6 +141,12 @@ def test_a_trainer_runs_and_resumes_after_sigkill_without_tensorflow(
             [],
             "train_contrastive runs with KERAS_BACKEND=tensorflow only",
         ),
+        (
+            "jax",
+            "pretrain_glyphs",
+            [],
+            "pretrain_glyphs runs with KERAS_BACKEND=tensorflow only",
+        ),
     ],
 )
 def test_what_needs_tensorflow_is_refused_before_any_work(
