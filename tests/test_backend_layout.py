@@ -8,23 +8,16 @@ import re
 from pathlib import Path
 
 import tf_svmax
+from tf_svmax.ops import replicas
 
 PACKAGE = Path(tf_svmax.__file__).resolve().parent
 NEUTRAL = ("losses", "ops", "regularizers", "metrics")
 # A TensorFlow import or a comparison of backend names, in either spelling.
 BACKEND_SPECIFIC = re.compile(r"import tensorflow|backend\(\) *[!=]=|BACKEND *[!=]=")
-# The `tf.distribute` replica context's helpers: TensorFlow's only (the context is None
-# elsewhere, and nothing calls them there).
-TENSORFLOW_ONLY = {
-    "cross_replica_context",
-    "first_replica_variable",
-    "gather_rows",
-    "own_row_range",
-    "own_rows",
-    "per_row_penalty_factor",
-    "replica_row_counts",
-    "sum_over_replicas",
-}
+# TensorFlow's only: the `tf.distribute` replica context's helpers (the context is None elsewhere,
+# and nothing calls them there; `ops.replicas` reaches them where it exists) and the first
+# replica's variable.
+TENSORFLOW_ONLY = {*replicas.CONTEXT_HELPERS, "first_replica_variable"}
 
 
 def test_the_backend_neutral_library_has_no_backend_specific_lines():

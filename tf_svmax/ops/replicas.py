@@ -31,7 +31,7 @@ num_replicas_in_sync = _backend.num_replicas_in_sync
 scale_loss_for_distribution = _backend.scale_loss_for_distribution
 
 # The replica context's helpers, which exist where a context does (`tf.distribute`).
-_CONTEXT_HELPERS = (
+CONTEXT_HELPERS = (
     "cross_replica_context",
     "gather_rows",
     "own_row_range",
@@ -43,6 +43,6 @@ _CONTEXT_HELPERS = (
 
 
 def __getattr__(name):
-    if name in _CONTEXT_HELPERS and hasattr(_backend, name):
+    if name in CONTEXT_HELPERS and hasattr(_backend, name):
         return getattr(_backend, name)
     raise AttributeError(f"module 'tf_svmax.ops.replicas' has no attribute {name!r}")
