@@ -240,26 +240,24 @@ def record(results):
 
 def reproduce(config):
     lambdas = (0.0, config.xml_lambda)
-    planned = []
-    for seed in config.seeds:
-        planned += [
-            grid.Planned(
-                ("contrastive", method),
-                lambda c: contrastive.train_contrastive(c),  # read as the run trains
-                contrastive.resolve,
-                contrastive_config(config, method, seed),
-            )
-            for method in config.methods
-        ]
-        planned += [
-            grid.Planned(
-                ("xml", lam),
-                lambda c: retrieval.train_retrieval(c),  # read as the run trains
-                retrieval.resolve,
-                xml_config(config, lam, seed),
-            )
-            for lam in lambdas
-        ]
+    # Per table part: its cells' values, their configs, the trainer (read as the run trains)
+    # and its resolve.
+    parts = (
+        (
+            "contrastive",
+            config.methods,
+            contrastive_config,
+            lambda c: contrastive.train_contrastive(c),
+            contrastive.resolve,
+        ),
+        ("xml", lambdas, xml_config, lambda c: retrieval.train_retrieval(c), retrieval.resolve),
+    )
+    planned = [
+        grid.Planned((part, value), train, resolve, make_config(config, value, seed))
+        for seed in config.seeds
+        for part, values, make_config, train, resolve in parts
+        for value in values
+    ]
     runs = grid.Runs(PROGRAM, planned)  # refuses every run before any trains
     runs.train()
     contrastive_runs = {m: runs.cells[("contrastive", m)] for m in config.methods}

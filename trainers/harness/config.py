@@ -15,6 +15,7 @@ from trainers.harness.flags import (
 )
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
 from trainers.harness.run_dir import RunRefused
+from trainers.harness.strategies import STRATEGIES  # records: what make_distribution makes
 
 
 class ConfigError(RunRefused):
@@ -42,10 +43,6 @@ def verbose_option():
         choices=(0, 1, 2),
         identity=False,
     )
-
-
-# The strategies `trainers.harness.runtime.make_distribution` makes (on TensorFlow every one).
-STRATEGIES = ("default", "mirrored", "multi_worker")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +76,7 @@ class ImageDataConfig:
         "JAX's devices; not on PyTorch), multi_worker (TensorFlow only: every worker of the "
         "cluster in the TF_CONFIG environment variable runs the same command; the chief keeps the "
         "run folder: --output_dir must be the same shared folder on every machine).",
-        choices=STRATEGIES,
+        choices=tuple(STRATEGIES),
         identity=False,  # the same steps on other hardware: a run resumes under another
     )
     cpu_devices: int = option(

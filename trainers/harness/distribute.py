@@ -138,25 +138,41 @@ def _join_cluster(cluster, task, timeout):
     return strategy
 
 
-def make_strategy(strategy, cpu_devices, cluster_timeout=600):
-    """The strategy to build and compile the model in (call before any TensorFlow op runs).
-
-    Raises:
-      ConfigError: multi_worker without a valid TF_CONFIG, or --cpu_devices without
-        --strategy=mirrored.
-    """
-    if cpu_devices and strategy != "mirrored":
+def _refuse_cpu_devices(cpu_devices):
+    if cpu_devices:
         raise ConfigError(f"--cpu_devices={cpu_devices} needs --strategy=mirrored.")
-    if strategy == "multi_worker":
-        cluster, task = cluster_from_environment()
-        return _join_cluster(cluster, task, cluster_timeout)
-    if strategy == "default":
-        return tf.distribute.get_strategy()
+
+
+# --strategy's constructors on TensorFlow (its records: `trainers.harness.strategies`), each
+# called before any TensorFlow op runs; each refuses --cpu_devices without mirrored first.
+
+
+def default_strategy(cpu_devices):
+    """--strategy=default: TensorFlow's default strategy (one device)."""
+    _refuse_cpu_devices(cpu_devices)
+    return TensorFlowDistribution(tf.distribute.get_strategy())
+
+
+def mirrored_strategy(cpu_devices):
+    """--strategy=mirrored: every GPU of this machine, else its CPUs (with --cpu_devices the
+    CPU split into that many logical devices first)."""
     if cpu_devices:
         _split_cpu(cpu_devices)
     gpus = tf.config.list_logical_devices("GPU")
     devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
-    return tf.distribute.MirroredStrategy(devices)
+    return TensorFlowDistribution(tf.distribute.MirroredStrategy(devices))
+
+
+def multi_worker_strategy(cpu_devices, cluster_timeout):
+    """--strategy=multi_worker: every worker of TF_CONFIG's cluster, once all have joined
+    (within `cluster_timeout` seconds).
+
+    Raises:
+      ConfigError: without a valid TF_CONFIG.
+    """
+    _refuse_cpu_devices(cpu_devices)
+    cluster, task = cluster_from_environment()
+    return TensorFlowDistribution(_join_cluster(cluster, task, cluster_timeout))
 
 
 def is_multi_worker(strategy):

@@ -83,25 +83,36 @@ class KerasDistribution:
             return model.fit(dataset, shuffle=False, **settings)
 
 
-def make_distribution(strategy, cpu_devices):
-    """The `KerasDistribution` of ``--strategy`` and ``--cpu_devices`` on this backend.
+# --strategy's constructors on JAX and PyTorch (its records: `trainers.harness.strategies`):
+# what this backend cannot run is refused in one sentence each.
 
-    Raises:
-      ConfigError: what this backend cannot run, in one sentence each.
-    """
-    backend = keras.backend.backend()
-    if strategy == "multi_worker":
-        raise ConfigError(
-            "--strategy=multi_worker is tf.distribute's MultiWorkerMirroredStrategy: it runs "
-            f"with KERAS_BACKEND=tensorflow only (this process uses {backend})."
-        )
+
+def refuse_multi_worker():
+    raise ConfigError(
+        "--strategy=multi_worker is tf.distribute's MultiWorkerMirroredStrategy: it runs "
+        f"with KERAS_BACKEND=tensorflow only (this process uses {keras.backend.backend()})."
+    )
+
+
+def _refuse_cpu_devices(cpu_devices):
     if cpu_devices:
         raise ConfigError(
             f"--cpu_devices={cpu_devices} splits the CPU for TensorFlow only; on JAX set "
             "XLA_FLAGS=--xla_force_host_platform_device_count=N before the run instead."
         )
-    if strategy == "default":
-        return KerasDistribution("default")
+
+
+def one_device(cpu_devices):
+    """--strategy=default: one device."""
+    _refuse_cpu_devices(cpu_devices)
+    return KerasDistribution("default")
+
+
+def data_parallel(cpu_devices):
+    """--strategy=mirrored: JAX's `keras.distribution.DataParallel` over every device JAX sees
+    (PyTorch has none in Keras)."""
+    _refuse_cpu_devices(cpu_devices)
+    backend = keras.backend.backend()
     if backend != "jax":
         raise ConfigError(
             f"--strategy=mirrored needs a Keras distribution, which Keras has for JAX only "

@@ -33,6 +33,7 @@ import keras
 
 from trainers.harness.config import ConfigError
 from trainers.harness.run_dir import RunRefused
+from trainers.harness.strategies import STRATEGIES
 
 BACKEND = keras.backend.backend()
 
@@ -67,17 +68,12 @@ def make_distribution(strategy, cpu_devices, cluster_timeout=600):
     ``worker_lost`` (the errors of a lost worker).
 
     Raises:
-      ConfigError: a strategy this backend (or TF_CONFIG) cannot run, in one sentence.
+      ConfigError: a strategy this backend (or TF_CONFIG) cannot run, in one sentence (its
+        record's constructor: `trainers.harness.strategies`).
     """
-    if on_tensorflow():
-        from trainers.harness import distribute
-
-        return distribute.TensorFlowDistribution(
-            distribute.make_strategy(strategy, cpu_devices, cluster_timeout)
-        )
-    from trainers.harness import keras_runtime
-
-    return keras_runtime.make_distribution(strategy, cpu_devices)
+    record = STRATEGIES[strategy]  # its constructor on each backend
+    make = record.tensorflow if on_tensorflow() else record.keras
+    return make(cpu_devices, cluster_timeout)
 
 
 def default_distribution(model):

@@ -74,10 +74,15 @@ def setup(config):
 
 
 def _job(config, split, embedding_model, callbacks, evaluated):
-    """The run's `Job`, top to bottom: what the P x K sampler draws from, the training model
-    with its loss and optimizer, then what the loop calls (the batches, the evaluation);
-    `evaluated` is ``(model, refresh)`` of `local_copy`."""
+    """The run's `Job`, top to bottom: what the start line says and the evaluation on the test
+    split, what the P x K sampler draws from, the training model with its loss and optimizer,
+    then what the loop calls (the batches, the evaluation); `evaluated` is ``(model,
+    refresh)`` of `local_copy`."""
     train, test, input_shape, loaders = split
+    description = _description(config)
+    evaluator = _evaluator(
+        config, test, input_shape, loaders, layout(config.output_dir)["tensorboard"]
+    )
     features, map_fn = train_features(config, train[0], input_shape, loaders)
     train_classes, train_labels = np.unique(train[1], return_inverse=True)
     memory = (
@@ -109,10 +114,6 @@ def _job(config, split, embedding_model, callbacks, evaluated):
             outputs=("embedding", head) if head else None,
         )
 
-    description = _description(config)
-    evaluator = _evaluator(
-        config, test, input_shape, loaders, layout(config.output_dir)["tensorboard"]
-    )
     evaluated_model, refresh = evaluated
     evaluator.set_model(evaluated_model)
 

@@ -7,7 +7,8 @@ the single-head modes), and the share of misclassified test images whose nearest
 image in that embedding has the predicted label.
 
 - `config`: `TwoHeadConfig` (the flags), the datasets (one `trainers.harness.datasets.Dataset`
-  record each), the papers' settings and `resolve`;
+  record each) and `resolve`;
+- `modes`: the --mode records (the papers' settings per mode, each mode's loss term);
 - `inputs`: the split, its long-tail and scarce-data subsets and the class checks;
 - `model`: the one- or two-head model and its losses;
 - `evaluate`: the held-out evaluation;

@@ -1,5 +1,6 @@
-"""The two-head experiment's configuration: its flags (`TwoHeadConfig`), the papers' settings
-per mode, and `resolve`, which checks a config and fills in every default.
+"""The two-head experiment's configuration: its flags (`TwoHeadConfig`; the papers' settings
+per mode are its mode records', `trainers.two_head.modes`), and `resolve`, which checks a
+config and fills in every default.
 
 Dissertation `001` Sec. 5.3-5.4: a backbone whose pooled last map feeds the softmax head and
 whose unpooled map feeds an L2-normalised embedding head trained with a ranking loss (λ = 1;
@@ -32,10 +33,11 @@ from trainers.harness.flags import (
     rate,
 )
 from trainers.harness.lazy import library_args  # the library's validators and tables, no Keras
+from trainers.two_head.modes import RECORDS
 
-MODES = ("softmax", "center", "semi_hard", "hard", "ole")
+MODES = tuple(RECORDS)  # the --mode choices: `trainers.two_head.modes`' records
 # The modes whose term acts on the embedding head (the others train the single-head network).
-TWO_HEAD_MODES = ("center", "semi_hard", "hard")
+TWO_HEAD_MODES = tuple(name for name, mode in RECORDS.items() if mode.embedding_head)
 
 
 def _glyph_classes():
@@ -84,9 +86,6 @@ DATASETS = records(
         "folder: --data_dir/train/<class>/<image> and --data_dir/test/<class>/<image>",
     ),
 )
-# The weight of each mode's term (dissertation Sec. 5.4.1; OLÉ paper Fig. 4 / Table 2: 0.25).
-PAPER_LAMBDA = {"center": 0.003, "semi_hard": 1.0, "hard": 1.0, "ole": 0.25}
-PAPER_MARGIN, PAPER_CENTER_ALPHA = 0.2, 0.5  # semi-hard margin; center loss update rate
 # Images of each class held out for testing in the embedded sets (a fixed split: data seed 0).
 DATA_SEED = 0
 
@@ -197,23 +196,25 @@ def resolve(config):
     c = config
     shared = resolve_image_run(c, DATASETS)  # the harness' checks
     check_dense_fits("--embedding_dim", c.embedding_dim, MIN_BACKBONE_FEATURES, "features")
-    if c.mode == "softmax" and c.regularizer_lambda not in (None, 0.0):
+    mode = RECORDS[c.mode]
+    if mode.paper_lambda is None and c.regularizer_lambda not in (None, 0.0):
         raise ConfigError(
-            "--mode=softmax has no regularizer term; --regularizer_lambda="
+            f"--mode={c.mode} has no regularizer term; --regularizer_lambda="
             f"{c.regularizer_lambda} would be ignored. Leave it unset (or use --svmax_lambda)."
         )
-    for name, mode in (("margin", "semi_hard"), ("center_alpha", "center")):
-        if getattr(c, name) is not None and c.mode != mode:
-            raise ConfigError(
-                f"--{name} applies to --mode={mode} only; with --mode={c.mode} it would be "
-                "ignored. Leave it unset."
-            )
-    if c.jit_compile and c.mode == "ole":
+    for owner in RECORDS.values():  # a mode's own flags (margin, center_alpha)
+        for name, _ in owner.flags:
+            if getattr(c, name) is not None and c.mode != owner.name:
+                raise ConfigError(
+                    f"--{name} applies to --mode={owner.name} only; with --mode={c.mode} it "
+                    "would be ignored. Leave it unset."
+                )
+    if c.jit_compile and mode.not_compiled:
         raise ConfigError(
-            "--mode=ole cannot be XLA-compiled (the number of classes in a batch decides the "
-            "shapes of its SVDs); leave --jit_compile unset."
+            f"--mode={c.mode} cannot be XLA-compiled ({mode.not_compiled}); leave --jit_compile "
+            "unset."
         )
-    if c.batch_p < 2 and c.mode in ("semi_hard", "hard"):
+    if c.batch_p < 2 and mode.needs_negatives:
         raise ConfigError(
             library_args.invalid(
                 "--batch_p", f"an int >= 2 with --mode={c.mode} (negatives)", c.batch_p
@@ -224,20 +225,13 @@ def resolve(config):
             c,
             **shared,
             regularizer_lambda=(
-                PAPER_LAMBDA.get(c.mode, 0.0)
-                if c.regularizer_lambda is None
-                else c.regularizer_lambda
+                (mode.paper_lambda or 0.0) if c.regularizer_lambda is None else c.regularizer_lambda
             ),
-            margin=PAPER_MARGIN if c.margin is None and c.mode == "semi_hard" else c.margin,
-            center_alpha=(
-                PAPER_CENTER_ALPHA
-                if c.center_alpha is None and c.mode == "center"
-                else c.center_alpha
-            ),
+            **{name: paper for name, paper in mode.flags if getattr(c, name) is None},
             recall_ks=tuple(int(k) for k in c.recall_ks),
         )
     )
 
 
 def has_embedding_head(config):
-    return config.mode in TWO_HEAD_MODES or config.svmax_lambda > 0
+    return RECORDS[config.mode].embedding_head or config.svmax_lambda > 0

@@ -4,6 +4,7 @@ import keras
 
 from tf_svmax import losses, models
 from trainers.two_head.config import has_embedding_head
+from trainers.two_head.modes import RECORDS
 
 
 def build_model(config, split):
@@ -23,35 +24,17 @@ def build_losses(config, num_classes):
     """``(losses, loss_weights, state)``: a loss per trained output of `build_model`, their
     weights, and the non-trainable state to checkpoint beside the model (the center loss's
     centers on TensorFlow; on JAX and PyTorch they are a layer of the model:
-    `with_state_layers`)."""
-    lam = config.regularizer_lambda
+    `with_state_layers`). The --mode's term is its record's (`trainers.two_head.modes`)."""
     out = {"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
     weights = {"logits": 1.0}
-    state = {}
     embedding_terms, weight = [], 1.0
-    if config.mode == "center":
-        center = losses.CenterLoss(
-            num_classes,
-            config.embedding_dim,
-            lambda_=lam,
-            alpha=config.center_alpha,
-            seed=config.seed,
-        )
-        embedding_terms.append(center)
-        if center.centers_layer is None:  # TensorFlow: the loss' own variable, checkpointed
-            state["center_loss"] = center.centers
-    elif config.mode in ("semi_hard", "hard") and lam > 0:
-        # The squared Euclidean distance (Sec. 5.3.2), as the TF1 contrib losses the original
-        # used; batch-hard with the softplus (soft) margin, semi-hard with margin m.
-        if config.mode == "semi_hard":
-            triplet = losses.TripletSemiHardLoss(margin=config.margin, distance_metric="squared-L2")
-        else:
-            triplet = losses.TripletHardLoss(soft=True, distance_metric="squared-L2")
-        embedding_terms.append(triplet)
-        weight = lam  # the output's weight; the center and OLÉ losses carry their λ themselves
-    elif config.mode == "ole":
-        out["features"] = losses.OLELoss(lambda_=lam, delta=1.0)
-        weights["features"] = 1.0
+    term = RECORDS[config.mode].term(config, num_classes)  # the --mode's record
+    state = dict(term.state) if term else {}
+    if term and term.output == "embedding":
+        embedding_terms.append(term.loss)
+        weight = term.weight  # the output's weight
+    elif term:
+        out[term.output], weights[term.output] = term.loss, term.weight
     if config.svmax_lambda > 0:
         # Scaled by 1 / weight: the output's weight multiplies every term on it.
         embedding_terms.append(losses.SVMaxLoss(lambda_=config.svmax_lambda / weight))

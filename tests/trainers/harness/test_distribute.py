@@ -128,7 +128,7 @@ def test_single_replica_batches_pass_through():
     dataset = tf.data.Dataset.range(4)
     assert distribute.replica_batches(tf.distribute.get_strategy(), lambda: dataset, 4) is dataset
     with pytest.raises(ConfigError, match="--cpu_devices=3 needs --strategy=mirrored"):
-        distribute.make_strategy("default", 3)
+        distribute.default_strategy(3)
 
 
 # --- multi_worker: two worker processes on 127.0.0.1 -------------------------------------------

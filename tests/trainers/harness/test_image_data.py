@@ -56,7 +56,11 @@ def test_model_scope_refuses_a_batch_the_replicas_cannot_share(monkeypatch):
     class TwoReplicas:
         num_replicas_in_sync = 2
 
-    monkeypatch.setattr(distribute, "make_strategy", lambda *args: TwoReplicas())
+    monkeypatch.setattr(
+        distribute,
+        "default_strategy",
+        lambda *args: distribute.TensorFlowDistribution(TwoReplicas()),
+    )
     config = _config(batch_p=3, batch_k=1)
     strategy = image_data.start(config)
     with pytest.raises(
