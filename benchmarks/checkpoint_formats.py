@@ -1,9 +1,10 @@
 """The trainers' two checkpoint formats on TensorFlow (issue 57 item 2): save and restore time
 and bytes on disk of (a) `tf.train.Checkpoint` through a `tf.train.CheckpointManager` (the
-harness' TensorFlow format until issue 57; restored through
-`trainers.harness.checkpoints.restore_newest_readable` when that module is present, else
-`Checkpoint.restore(...).assert_existing_objects_matched()`) and (b) Keras' own weights file
-with a step record (`trainers.harness.keras_runtime.WeightsCheckpoints`), for
+harness' TensorFlow format until issue 57, now read only to continue an earlier version's
+run; restored by `Checkpoint.restore(...).assert_existing_objects_matched()`, or by the old
+harness' `restore_newest_readable` where that exists, as in the committed record, measured
+before the change) and (b) Keras' own weights file with a step record
+(`trainers.harness.checkpoints.WeightsCheckpoints`, the trainers' one format since), for
 
 - ``main``: the main job's training model as `train_retrieval` builds it by default (small_cnn
   on the embedded glyph set, its loss and SGD optimizer), the optimizer built;
@@ -88,7 +89,7 @@ def _tf_train(model, folder, step):
     start = time.perf_counter()
     try:
         from trainers.harness.checkpoints import restore_newest_readable
-    except ImportError:  # after issue 57 the harness reads this format only for old runs
+    except ImportError:  # since issue 57 the harness reads this format only for old runs
         restored = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
         restored.restore(tf.train.latest_checkpoint(folder)).assert_existing_objects_matched()
     else:
@@ -100,7 +101,10 @@ def _tf_train(model, folder, step):
 
 def _keras_weights(model, folder, step):
     """``(save_seconds, restore_seconds, bytes)`` of one WeightsCheckpoints checkpoint."""
-    from trainers.harness.keras_runtime import WeightsCheckpoints
+    try:
+        from trainers.harness.checkpoints import WeightsCheckpoints
+    except ImportError:  # before issue 57 it was the JAX and PyTorch runtime's
+        from trainers.harness.keras_runtime import WeightsCheckpoints
 
     checkpoints = WeightsCheckpoints(model, folder, 2)
     start = time.perf_counter()
@@ -174,7 +178,8 @@ def main(argv):
         "formats": {
             FORMATS[0]: "tf.train.Checkpoint(model, optimizer) + CheckpointManager.save; "
             "restore_newest_readable (or Checkpoint.restore)",
-            FORMATS[1]: "trainers.harness.keras_runtime.WeightsCheckpoints: "
+            FORMATS[1]: "WeightsCheckpoints (trainers.harness.checkpoints, before issue 57 "
+            "keras_runtime): "
             "Model.save_weights (.weights.h5) + a JSON step record; load_weights",
         },
         "order": "interleaved: every round each format once, the first alternating",
