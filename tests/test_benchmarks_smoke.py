@@ -199,6 +199,7 @@ def test_xbm_overhead(tmp_path):
 
 PROGRAMS = (
     "backend_memory",
+    "checkpoint_formats",
     "gather_overhead",
     "lorac_xml_overhead",
     "mining_memory",
@@ -223,6 +224,7 @@ def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
 @pytest.mark.parametrize(
     "program, flags",
     [
+        ("checkpoint_formats", ("--models=main,x",)),
         ("gather_overhead", ("--replicas=3", "--batches=8")),
         ("lorac_xml_overhead", ("--batch_p=6",)),
         ("two_head_overhead", ("--modes=center",)),
@@ -232,6 +234,15 @@ def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
 def test_a_refused_value_exits_2(program, flags):
     done = run_program(program, *flags, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
+
+
+def test_checkpoint_formats(tmp_path):
+    stdout = _run("checkpoint_formats", "--models=main", "--rounds=1", f"--output_dir={tmp_path}")
+    record = json.loads((tmp_path / "checkpoint_formats.json").read_text())
+    rows = {row["format"]: row for row in record["results"]}
+    assert set(rows) == {"tf_train_checkpoint", "keras_weights"} and "machine" in record
+    assert rows["keras_weights"]["parameters"] == rows["tf_train_checkpoint"]["parameters"]
+    assert "| main | keras_weights |" in stdout
 
 
 def test_backend_speed(tmp_path):

@@ -5,9 +5,10 @@ and the entry point with its exit codes (`cli`), the run folder (`run_dir`), the
 with its cadence, trace and NaN guard (`loop`), the runtime it distributes, checkpoints and
 reads input through, whatever the Keras backend (`runtime`: on TensorFlow the `tf.distribute`
 strategies and the multi-worker cluster (`distribute`; `custom_fit` where Keras' `fit` cannot
-run) and `tf.train.Checkpoint` resume (`checkpoints`); on JAX and PyTorch Keras' own
-(`keras_runtime`)), the image experiments' start (`image_data`: distribution, seed, split,
-model and P x K batches), the trainers' --dataset records (`datasets`), figure and table
-writing (`plots`, `tables`), the runner of the `reproduce_*` programs' grids of runs (`grid`),
-and the experiment packages' import of their training code when first used and the library's
-argument layer without Keras (`lazy`: flags are checked before Keras loads)."""
+run); on JAX and PyTorch Keras' own (`keras_runtime`); on every backend Keras' checkpoint
+format with "newest readable" resume (`checkpoints`)), the image experiments' start
+(`image_data`: distribution, seed, split, model and P x K batches), the trainers' --dataset
+records (`datasets`), figure and table writing (`plots`, `tables`), the runner of the
+`reproduce_*` programs' grids of runs (`grid`), and the experiment packages' import of their
+training code when first used and the library's argument layer without Keras (`lazy`: flags
+are checked before Keras loads)."""

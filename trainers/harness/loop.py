@@ -22,12 +22,13 @@ Under MultiWorkerMirroredStrategy (which Keras 3's `fit` cannot run on) the step
 `trainers.harness.custom_fit.fit`, the same train step and callbacks; every worker runs the
 same loop in lockstep, restores the chief's newest checkpoint and takes the same decisions
 (the logged loss and the weights are the same on every worker), but only the chief keeps the
-run folder, evaluates and plots. The other workers write their checkpoints (saving is a
-collective step) into a temporary folder, deleted when they end.
+run folder, evaluates and plots. The other workers write their checkpoints at the same steps
+(reading a variable synchronised on read is a collective step) into a temporary folder,
+deleted when they end.
 
 The loop knows no backend: it distributes, checkpoints and reads its input through
-`trainers.harness.runtime` (TensorFlow's strategies and checkpoints on TensorFlow, Keras' own
-on JAX and PyTorch).
+`trainers.harness.runtime` (TensorFlow's strategies on TensorFlow, Keras' own on JAX and
+PyTorch; Keras' checkpoint format on every backend).
 
 The job's config must have the fields ``output_dir``, ``train_steps``, ``eval_every``,
 ``trace_every``, ``evaluate_untrained`` and ``verbose`` (resolved: no None).
@@ -78,9 +79,9 @@ class Job:
       save: ``folder -> None``; writes the finished model(s).
       header: Entries added to the record at every attempt (e.g. the batch's s_mu bounds).
       description: What the start line says the run is.
-      state: Extra trackables checkpointed with the model and optimizer (name -> object),
-        e.g. a second optimizer (TensorFlow only: on JAX and PyTorch state that must survive
-        a restart lives in the model's layers).
+      state: What must survive a restart beside the model and its optimizer (name -> a
+        Keras layer or optimizer, a `tf.Module` or a variable), saved in the checkpoint's
+        weights file with them, e.g. a second optimizer (`trainers.harness.checkpoints`).
       callbacks: Extra Keras callbacks.
       diagnose: None, or ``error -> message or None``: for an error out of the input pipeline
         (`runtime.input_errors`, e.g. tf.data's on a corrupt image), a message naming its
@@ -186,10 +187,10 @@ def interrupts_deferred():
     """Holds a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then
     delivers it to the handler that was in place.
 
-    An interval's commit (``results.json``, then the checkpoint files, then the checkpoint
-    state file that lists them) must not stop half way: a checkpoint whose files are written
-    but not yet listed is invisible to resume, and the interrupt message would say that the
-    run restarts although its step is on disk. Python delivers signals only to the main
+    An interval's commit (``results.json``, then the checkpoint's weights file, then the step
+    record that makes it a checkpoint) must not stop half way: a checkpoint whose weights are
+    written but not yet recorded is invisible to resume, and the interrupt message would say
+    that the run restarts although its step is on disk. Python delivers signals only to the main
     thread, so elsewhere the block runs unguarded."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -303,7 +304,7 @@ class _Cadence(keras.callbacks.Callback):
             self.model.stop_training = True
             return
         if not self.chief:
-            self.checkpoints.save(step)  # a collective step: every worker saves
+            self.checkpoints.save(step)  # every worker saves at the same steps (see above)
             return
         record, self.results["metric_keys"] = evaluation_record(
             self.job.evaluate(step, epoch + 1), step, epoch + 1

@@ -7,32 +7,30 @@ checkpoint, read their input and recognise a failed input, whatever Keras' backe
     batches = runtime.pk_batches(config, features, labels, map_fn=..., start_step=...)
     except runtime.input_errors(): ...                  # e.g. a corrupt image
 
-Two implementations behind it:
+Two implementations behind it, and one checkpoint format:
 
 - TensorFlow (the default backend): `tf.distribute` strategies (default, mirrored,
-  multi-worker: `trainers.harness.distribute`), `tf.train.Checkpoint` files
-  (`trainers.harness.checkpoints`: they also hold a job's state outside the model, a GAN's
-  second optimizer or a contrastive queue, and under multi-worker saving is a collective step
-  of every worker), tf.data input.
+  multi-worker: `trainers.harness.distribute`), tf.data input.
 - JAX and PyTorch (`trainers.harness.keras_runtime`): one device, or JAX's
-  `keras.distribution.DataParallel`; Keras' own weights files with the optimizer's variables
-  and a step record; the embedded sets from memory (`tf_svmax.data.PKBatches`, a
-  `keras.utils.PyDataset`), image files through tf.data on the host where TensorFlow is
+  `keras.distribution.DataParallel`; the embedded sets from memory (`tf_svmax.data.PKBatches`,
+  a `keras.utils.PyDataset`), image files through tf.data on the host where TensorFlow is
   installed, else refused naming what to install.
+- Checkpoints, on every backend (`trainers.harness.checkpoints`): Keras' own weights files,
+  with the optimizer's variables, a job's state beside the model (a GAN's second optimizer, a
+  contrastive queue, the center loss's centers on TensorFlow) and a step record naming the
+  backend. Under multi-worker every worker restores the chief's newest checkpoint and saves at
+  the same steps (a non-chief into a folder of its own).
 
 Nothing here imports TensorFlow on JAX or PyTorch unless tf.data input is asked for.
 """
 
 import dataclasses
-import glob
 import importlib.util
-import os
 import sys
 
 import keras
 
 from trainers.harness.config import ConfigError
-from trainers.harness.run_dir import RunRefused
 from trainers.harness.strategies import STRATEGIES
 
 BACKEND = keras.backend.backend()
@@ -88,79 +86,30 @@ def default_distribution(model):
     return keras_runtime.KerasDistribution("default")
 
 
-class _TensorFlowCheckpoints:
-    """`tf.train.Checkpoint` files through `checkpoints.restore_newest_readable`."""
-
-    def __init__(self, model, state, directory, max_to_keep, keep_in):
-        import tensorflow as tf
-
-        from trainers.harness.checkpoints import restore_newest_readable
-
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, **state)
-        self._manager, self.restored = restore_newest_readable(
-            checkpoint, directory, max_to_keep=max_to_keep, keep_in=keep_in
-        )
-
-    def save(self, step):
-        self._manager.save(checkpoint_number=step)
-
-    def latest_step(self):
-        latest = self._manager.latest_checkpoint
-        return int(latest.rsplit("-", 1)[-1]) if latest else 0
-
-
 def open_checkpoints(model, state, directory, *, max_to_keep, keep_in=None):
-    """The run's checkpoints in `directory`, the newest readable one restored into `model` (its
-    optimizer built) and `state` (name -> trackable kept beside the model; TensorFlow only:
-    elsewhere state that must survive a restart lives in the model's layers). An object with
-    ``restored`` (what was restored, None when nothing), ``save(step)`` and ``latest_step()``.
-    With `keep_in` (a non-chief worker) `directory` is only read and saves go to `keep_in`.
+    """The run's checkpoints in `directory` (`trainers.harness.checkpoints.WeightsCheckpoints`:
+    Keras' weights files on every backend), the newest readable one restored into `model` (its
+    optimizer built) and `state` (name -> what a job keeps beside the model and must survive a
+    restart, saved in the same file). An object with ``restored`` (what was restored, None when
+    nothing), ``save(step)`` and ``latest_step()``. With `keep_in` (a non-chief worker)
+    `directory` is only read and saves go to `keep_in`.
 
     Raises:
-      RunRefused: checkpoints are on disk but none can be read.
+      RunRefused: checkpoints are on disk but none can be read, or they were written on
+        another backend.
     """
-    _refuse_foreign_checkpoints(directory)
-    if on_tensorflow():
-        return _TensorFlowCheckpoints(model, state, directory, max_to_keep, keep_in)
-    if state:
-        raise ValueError(
-            f"Job.state ({', '.join(sorted(state))}) is checkpointed on TensorFlow only; on "
-            f"{BACKEND} keep state that must survive a restart in the model's layers."
-        )
-    from trainers.harness import keras_runtime
+    from trainers.harness import checkpoints
 
-    return keras_runtime.WeightsCheckpoints(model, directory, max_to_keep)
-
-
-# Each runtime's checkpoint files (a step's record): TensorFlow's index, Keras' step record.
-_FORMATS = {"tensorflow": "ckpt-*.index", "keras": "ckpt-*.json"}
-
-
-def _refuse_foreign_checkpoints(directory):
-    """Raises RunRefused when `directory` holds the other runtime's checkpoints (a run begun on
-    another backend): resuming would silently start over beside its records."""
-    own, other = ("tensorflow", "keras") if on_tensorflow() else ("keras", "tensorflow")
-    if glob.glob(os.path.join(directory, _FORMATS[other])) and not glob.glob(
-        os.path.join(directory, _FORMATS[own])
-    ):
-        began = "TensorFlow" if other == "tensorflow" else "JAX or PyTorch"
-        raise RunRefused(
-            f"The checkpoints in {directory} were written on {began} (another Keras backend "
-            f"than this process's {BACKEND}); resume the run with the backend it began on, or "
-            "move the folder away to start anew."
-        )
+    return checkpoints.WeightsCheckpoints(
+        model, directory, max_to_keep, state=state, keep_in=keep_in
+    )
 
 
 def latest_checkpoint_step(directory):
     """The newest checkpoint's step in `directory` (0 when none), for the interrupt message."""
-    if on_tensorflow():
-        import tensorflow as tf
+    from trainers.harness import checkpoints
 
-        latest = tf.train.latest_checkpoint(directory)
-        return int(latest.rsplit("-", 1)[-1]) if latest else 0
-    from trainers.harness import keras_runtime
-
-    return keras_runtime.latest_step(directory)
+    return checkpoints.latest_step(directory)
 
 
 def tensorflow_installed():

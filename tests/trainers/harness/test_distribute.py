@@ -179,7 +179,7 @@ def test_two_workers_train_retrieval_like_one_process_and_resume_after_a_sigkill
 
     ports = free_ports(2)
     workers = [_start_worker("train_retrieval", cluster, ports, i, *common) for i in range(2)]
-    first = cluster / "checkpoints" / "ckpt-6.index"
+    first = cluster / "checkpoints" / "ckpt-6.json"
     deadline = time.monotonic() + 600
     while not first.exists() and time.monotonic() < deadline and workers[1].poll() is None:
         time.sleep(0.2)
@@ -265,7 +265,7 @@ def test_workers_started_with_different_flags_are_all_refused_naming_the_flags(t
         assert "--seed" in stderr and "--train_steps" in stderr, stderr[-3000:]
         assert "Traceback" not in stderr, stderr[-3000:]
     assert not (cluster / "results.json").exists()
-    assert not list((cluster / "checkpoints").glob("*.index"))
+    assert not list((cluster / "checkpoints").glob("ckpt-*"))
 
 
 def test_a_worker_that_cannot_reach_its_cluster_fails_in_bounded_time_naming_tf_config(tmp_path):

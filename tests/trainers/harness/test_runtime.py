@@ -5,6 +5,7 @@ distribute is refused in one sentence."""
 
 import contextlib
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -129,7 +130,6 @@ def test_a_run_interrupted_then_resumed_trains_as_numpy_sgd(tmp_path):
     )
 
 
-@pytest.mark.skipif(runtime.on_tensorflow(), reason="TensorFlow's format: test_checkpoints.py")
 def test_a_damaged_newest_checkpoint_is_skipped_and_none_readable_is_refused(tmp_path, capfd):
     config = ToyConfig(output_dir=str(tmp_path / "run"), train_steps=9)
     with pytest.raises(KeyboardInterrupt):
@@ -178,15 +178,50 @@ def test_what_this_backend_cannot_distribute_is_refused_in_one_sentence():
     }
 
 
-def test_a_run_folder_of_another_backend_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    "record, began",
+    [
+        ({"backend": "torch" if runtime.BACKEND == "jax" else "jax"}, "JAX|PyTorch"),
+        ({"backend": "torch" if runtime.on_tensorflow() else "tensorflow"}, "PyTorch|TensorFlow"),
+        ({}, "JAX or PyTorch"),  # a record of before they named their backend
+    ],
+    ids=["other", "other2", "unnamed"],
+)
+def test_a_run_folder_of_another_backend_is_refused(tmp_path, record, began):
     config = ToyConfig(output_dir=str(tmp_path / "run"))
     with pytest.raises(KeyboardInterrupt):
         run_job(_job(config, [StopAfter(4)]), ToyConfig, started=0.0)  # checkpoint 3 kept
     folder = tmp_path / "run" / "checkpoints"
-    for path in folder.iterdir():  # as the run would have left them on the other backend
+    step_record = folder / "ckpt-3.json"
+    written = json.loads(step_record.read_text())
+    assert written["backend"] == runtime.BACKEND and written["step"] == 3
+    step_record.write_text(json.dumps({**written, **record}) if record else "{}")
+    if not record and runtime.BACKEND != "tensorflow":
+        # Before TensorFlow wrote Keras' format, an unnamed record was JAX's or PyTorch's.
+        assert run_job(_job(config), ToyConfig, started=0.0)["resumed_at_steps"] == [3]
+        return
+    with pytest.raises(
+        RunRefused,
+        match=f"were written on ({began}) \\(another Keras backend than this process's "
+        f"{runtime.BACKEND}\\); resume the run with the backend it began on",
+    ):
+        run_job(_job(config), ToyConfig, started=0.0)
+    assert step_record.exists()  # nothing of the run was touched
+
+
+@pytest.mark.skipif(runtime.on_tensorflow(), reason="TensorFlow restores it: test_checkpoints.py")
+def test_an_earlier_versions_tensorflow_folder_is_refused_off_tensorflow(tmp_path):
+    config = ToyConfig(output_dir=str(tmp_path / "run"))
+    with pytest.raises(KeyboardInterrupt):
+        run_job(_job(config, [StopAfter(4)]), ToyConfig, started=0.0)  # checkpoint 3 kept
+    folder = tmp_path / "run" / "checkpoints"
+    for path in folder.iterdir():  # as an earlier version left them on TensorFlow
         path.unlink()
-    (folder / ("ckpt-3.json" if runtime.on_tensorflow() else "ckpt-3.index")).write_text("{}")
-    with pytest.raises(RunRefused, match="were written on .* resume the run with the backend"):
+    (folder / "ckpt-3.index").write_bytes(b"")
+    (folder / "ckpt-3.data-00000-of-00001").write_bytes(b"")
+    with pytest.raises(
+        RunRefused, match="earlier version's tf.train format.*KERAS_BACKEND=tensorflow"
+    ):
         run_job(_job(config), ToyConfig, started=0.0)
 
 
