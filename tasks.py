@@ -38,9 +38,10 @@ APT_INSTALL_CHROMIUM = [
     ["apt-get", "update", "-qq"],
     ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq", "chromium"],
 ]
-# The other Keras backends the core's tests run on (tests/conftest.py's ALL_BACKENDS), each in a
-# process of its own after the main suite. torch 2.13.0 is pinned because that release's CPU build
-# lies on the CI machines' disk (PIP_FIND_LINKS), where a newer one would be a CUDA build of GBs.
+# The other Keras backends the core's tests run on (the test files marked all_backends, see
+# tests/conftest.py), each in a process of its own after the main suite. torch 2.13.0 is pinned
+# because that release's CPU build lies on the CI machines' disk (PIP_FIND_LINKS), where a newer
+# one would be a CUDA build of GBs.
 OTHER_BACKENDS = ("jax", "torch")
 # The backend runs split over pytest-xdist workers (`pytest_workers`): JAX's is the long one (~10
 # min alone on CI's 2 cores, PyTorch's ~4); with two workers beside PyTorch's run it took 7.5 min
@@ -282,9 +283,9 @@ def backend_status(backend, status, chosen):
 
 
 def start_backend_runs(rest):
-    """Starts the core's tests once per other backend (tests/conftest.py's ALL_BACKENDS), each in
-    its own process (Keras fixes its backend at import), all at once; `finish_backend_runs`
-    waits for them."""
+    """Starts the core's tests once per other backend (the test files marked all_backends, see
+    tests/conftest.py), each in its own process (Keras fixes its backend at import), all at once;
+    `finish_backend_runs` waits for them."""
     import tempfile
 
     runs = {}

@@ -1,4 +1,5 @@
 import os
+import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -10,45 +11,26 @@ import pytest  # noqa: E402
 TESTS = Path(__file__).resolve().parent
 # The backend Keras will use in this process (fixed at its first import; Keras' own default).
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
-# The tests of the backend-neutral core: with KERAS_BACKEND=jax or torch only these files are
-# collected (tasks.py runs them once per backend, each in its own process); every other test
-# imports TensorFlow or tests a surface that is TensorFlow by nature.
-ALL_BACKENDS = (
-    "test_backend_helpers.py",
-    "test_backend_ops.py",
-    "test_checks.py",
-    "test_docs_backends.py",
-    "data/test_pk_sampler.py",
-    "losses/test_center_backends.py",
-    "losses/test_common.py",
-    "losses/test_data_parallel_backends.py",
-    "losses/test_loss_classes_backends.py",
-    "losses/test_lorac_backends.py",
-    "losses/test_nan_propagation_backends.py",
-    "losses/test_paper_functions_backends.py",
-    "losses/test_reference_rows.py",
-    "losses/test_spectral_losses_backends.py",
-    "losses/test_tfa_functions_backends.py",
-    "losses/test_xbm_backends.py",
-    "losses/test_xml_backends.py",
-    "metrics/test_callbacks.py",
-    "metrics/test_classification.py",
-    "metrics/test_kmeans.py",
-    "metrics/test_retrieval.py",
-    "metrics/test_spectral_metrics_backends.py",
-    "models/test_backbones.py",
-    "models/test_heads_backends.py",
-    "models/test_two_head.py",
-    "ops/test_custom_gradient_errors.py",
-    "ops/test_distances.py",
-    "ops/test_ole.py",
-    "ops/test_prototypes.py",
-    "ops/test_ring.py",
-    "ops/test_spectral.py",
-    "regularizers/test_spectral_regularizers_backends.py",
-    "training/test_schedules.py",
-    "trainers/harness/test_runtime.py",
-)
+# The tests of the backend-neutral core are the files marked ``pytestmark =
+# pytest.mark.all_backends`` (or a list starting with it): with KERAS_BACKEND=jax or torch only
+# these files are collected (tasks.py runs them once per backend, each in its own process); every
+# other test imports TensorFlow or tests a surface that is TensorFlow by nature. The mark is read
+# from the file's text, before the file is imported (importing it could import TensorFlow).
+ALL_BACKENDS_MARK = "all_backends"
+_MARKED = re.compile(rf"^pytestmark = \[?\s*pytest\.mark\.{ALL_BACKENDS_MARK}\b", re.MULTILINE)
+
+
+def runs_on_every_backend(path):
+    """Whether the test file `path` is marked to run on every Keras backend."""
+    return bool(_MARKED.search(Path(path).read_text(encoding="utf-8")))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        f"{ALL_BACKENDS_MARK}: a backend-neutral test file, also run with KERAS_BACKEND=jax and "
+        "torch (set as the module's pytestmark; tests/conftest.py)",
+    )
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -56,8 +38,7 @@ def pytest_ignore_collect(collection_path, config):
         return None
     if collection_path.name == "conftest.py" or collection_path.is_dir():
         return None
-    relative = collection_path.resolve().relative_to(TESTS).as_posix()
-    return relative not in ALL_BACKENDS or None
+    return not runs_on_every_backend(collection_path) or None
 
 
 @pytest.fixture

@@ -253,7 +253,8 @@ def per_row_values_error():
 def main():
     out = {"replicas": REPLICAS, "cases": {}}
     for case in CASES:
-        row = {}
+        # The capability the split follows (`LabelLoss.splits_anchors`), as the loss declares it.
+        row = {"splits_anchors": bool(getattr(CASES[case][1](True), "splits_anchors", False))}
         sizes = [(GLOBAL_BATCH, "even")]
         if case not in WHOLE_BATCHES_ONLY:
             sizes.append((GLOBAL_BATCH + 3, "uneven"))

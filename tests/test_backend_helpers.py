@@ -3,8 +3,11 @@ closed forms: d/dx sum(x^2 * y) = 2xy, d/dy = x^2."""
 
 import keras
 import numpy as np
+import pytest
 
 from tests import backends
+
+pytestmark = pytest.mark.all_backends
 
 
 def _f(x, y):

@@ -9,6 +9,8 @@ import pytest
 from tests import backends
 from tf_svmax import _backend
 
+pytestmark = pytest.mark.all_backends
+
 
 @pytest.mark.parametrize("transpose_a", [False, True])
 @pytest.mark.parametrize("transpose_b", [False, True])

@@ -15,6 +15,8 @@ from keras import ops
 from tests import backends
 from tf_svmax import _backend, checks
 
+pytestmark = pytest.mark.all_backends
+
 PACKAGE = Path(checks.__file__).resolve().parent
 
 

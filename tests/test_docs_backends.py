@@ -5,7 +5,7 @@ TensorFlow. An example that is TensorFlow by nature says so on its first line
 (``# TensorFlow backend only: <why>``, which a reader sees too); it must then fail here, so that
 the line never outlives the reason.
 
-Runs in the JAX and PyTorch processes (tests/conftest.py ALL_BACKENDS); on TensorFlow,
+Runs in the JAX and PyTorch processes (marked all_backends: tests/conftest.py); on TensorFlow,
 tests/test_docs.py runs every example."""
 
 import pytest
@@ -15,9 +15,13 @@ from tests.test_docs import BLOCKS, EXAMPLES, check_no_warnings, check_printed, 
 
 TENSORFLOW_ONLY = "# TensorFlow backend only: "
 
-pytestmark = pytest.mark.skipif(
-    backends.BACKEND == "tensorflow", reason="tests/test_docs.py runs every example on TensorFlow"
-)
+pytestmark = [
+    pytest.mark.all_backends,
+    pytest.mark.skipif(
+        backends.BACKEND == "tensorflow",
+        reason="tests/test_docs.py runs every example on TensorFlow",
+    ),
+]
 
 
 def tensorflow_only(block):

@@ -7,6 +7,8 @@ import pytest
 
 from tf_svmax.data import PKBatches, PKIndexSampler
 
+pytestmark = pytest.mark.all_backends
+
 LABELS = np.array([7] * 10 + [3] * 2 + [9] * 5 + [1] * 7 + [4] * 1 + [8] * 4)  # 6 classes
 
 

@@ -16,6 +16,8 @@ from tests.backends import RTOL32, assert_close, to_numpy
 from tests.reference_ranking import center as ref_center
 from tf_svmax import losses
 
+pytestmark = pytest.mark.all_backends
+
 LAMBDA, ALPHA = 0.7, 0.5
 LABELS = np.array([0, 2, 2, 1, 0, 2, 2, 0])
 

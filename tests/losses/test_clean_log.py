@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tf_svmax import losses
+from tf_svmax.losses import _registry
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROGRAM = r"""
@@ -65,14 +68,8 @@ for line in ours:
     print("OUR WARNING", line, flush=True)
 """
 
-TFA_CLASSES = (
-    "TripletSemiHardLoss",
-    "TripletHardLoss",
-    "ContrastiveLoss",
-    "LiftedStructLoss",
-    "NpairsLoss",
-    "NpairsMultilabelLoss",
-)
+# The registry's tensorflow-addons classes (`register(tfa=True)`).
+TFA_CLASSES = tuple(e.name for e in _registry.entries("loss") if e.tfa)
 
 
 def _fit(names):
@@ -89,15 +86,17 @@ def _fit(names):
     return done
 
 
-# The library's other classes that `compile` can name (tf_svmax.losses._CLASSES).
-LIBRARY_CLASSES = (
-    "BatchHardTripletLoss",
-    "AllPairsContrastiveLoss",
-    "PKAngularLoss",
-    "PKContrastiveLoss",
-    "PKNpairLoss",
-    "ProxyAnchorLoss",
-    "SpreadOutLoss",
+# The library's other classes that `compile` can name on labels and embeddings (or proxy
+# similarities, which the program's 4-wide output serves): the registry's `LabelLoss` classes
+# constructible with their defaults, but for the two that run alone below.
+ALONE = ("OLELoss", "SVMaxLoss")
+LIBRARY_CLASSES = tuple(
+    e.name
+    for e in _registry.entries("loss")
+    if not e.tfa
+    and not e.required_arguments
+    and issubclass(e.obj, losses.LabelLoss)
+    and e.name not in ALONE
 )
 
 
@@ -109,10 +108,9 @@ LIBRARY_CLASSES = (
     [
         ("TripletSemiHardLoss",),
         ("TripletHardLoss",),
-        TFA_CLASSES[2:],
+        tuple(n for n in TFA_CLASSES if n not in ("TripletSemiHardLoss", "TripletHardLoss")),
         LIBRARY_CLASSES,
-        ("OLELoss",),
-        ("SVMaxLoss",),
+        *((name,) for name in ALONE),
     ],
     ids=[
         "TripletSemiHardLoss",

@@ -6,6 +6,8 @@ import pytest
 from tests import backends
 from tf_svmax.losses import _common
 
+pytestmark = pytest.mark.all_backends
+
 LABELS = np.array([3, 1, 3, 2, 1, 3], dtype="int32")
 
 

@@ -12,6 +12,8 @@ from tests import backends
 from tests import reference_spectral as ref
 from tests.losses.test_tfa_functions_backends import ref_semihard
 
+pytestmark = pytest.mark.all_backends
+
 B, DIM, OUT, LAMBDA, LR = 16, 6, 4, 0.1, 0.5
 
 # One SGD step of `semihard + LAMBDA * svmax` on `x @ W`, under DataParallel over 4 host CPU

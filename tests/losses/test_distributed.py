@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tests import backends
 from tf_svmax import losses
+from tf_svmax.losses import _registry
 
 ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-5
@@ -176,14 +177,11 @@ def test_one_share_is_not_the_whole_loss():
             assert abs(float(a.total) - float(b.total)) > 1e-3 * abs(float(a.total)), name
 
 
+# The registry's losses constructible with their defaults that declare ``splits_anchors``.
 SPLIT_LOSSES = [
-    losses.TripletSemiHardLoss,
-    losses.TripletHardLoss,
-    losses.LiftedStructLoss,
-    losses.AllPairsContrastiveLoss,
-    losses.PKNpairLoss,
-    losses.PKAngularLoss,
-    losses.ProxyAnchorLoss,
+    e.obj
+    for e in _registry.entries("loss")
+    if not e.required_arguments and getattr(e.obj, "splits_anchors", False)
 ]
 
 
@@ -207,18 +205,6 @@ def test_a_global_batch_of_no_rows_splits_into_zero(loss):
     assert float(value) == 0.0 and gradient.shape == (0, 4)
 
 
-# The probe's cases whose loss splits its anchors over the replicas (`reference_parts`).
-SPLITTING_CASES = {
-    "triplet_semihard",
-    "triplet_hard",
-    "batch_hard",
-    "lifted_struct",
-    "pk_npair",
-    "pk_angular",
-    "proxy_anchor",
-}
-
-
 @pytest.mark.parametrize("replicas", [2, 4])
 def test_the_step_tests_run_the_split_path(probes, replicas):
     """The step equality above checks the replica split (each replica's anchors against the
@@ -226,9 +212,11 @@ def test_the_step_tests_run_the_split_path(probes, replicas):
     it, on the even and the uneven batch: it called `reference_parts` (a batch-level loss) or
     `call` with the global batch's reference rows (a per-sample one); no other case did."""
     cases = probes[replicas]["cases"]
+    # The cases whose loss declares ``splits_anchors`` (the probe records it per case).
+    splitting = {case for case, row in cases.items() if row["splits_anchors"]}
+    assert splitting >= {"triplet_semihard", "batch_hard", "pk_npair", "proxy_anchor"}
     for size in ("even", "uneven"):  # P x K losses and XML have no uneven run
         ran = {
             case: row[f"{size}_split_calls"] for case, row in cases.items() if f"{size}_step" in row
         }
-        assert {case for case, calls in ran.items() if calls > 0} == SPLITTING_CASES & set(ran)
-    assert SPLITTING_CASES <= set(cases)
+        assert {case for case, calls in ran.items() if calls > 0} == splitting & set(ran)

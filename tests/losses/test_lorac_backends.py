@@ -14,6 +14,8 @@ from tests import backends
 from tf_svmax.losses import LORACLoss, lorac_loss
 from tf_svmax.ops import batched_nuclear_norm
 
+pytestmark = pytest.mark.all_backends
+
 # float32 against float64 references, relative to the largest reference entry.
 RTOL = 1e-5
 # The Gaussian prior's centre c0 = sqrt(5) (seed 003, Sec. 6), the library's default.

@@ -10,7 +10,7 @@
 * a `.keras` file saved on this backend loads on the two others (a subprocess each) with the
   same loss config, predictions and optimizer state, and trains there (one `fit` step).
 
-Runs once per backend (tests/conftest.py ALL_BACKENDS)."""
+Runs once per backend (marked all_backends: tests/conftest.py)."""
 
 import importlib.util
 import json
@@ -32,6 +32,9 @@ from tests.losses.test_tfa_functions_backends import (
     ref_npairs_multilabel,
     ref_semihard,
 )
+from tf_svmax.losses import _registry
+
+pytestmark = pytest.mark.all_backends
 
 RTOL = backends.RTOL32
 
@@ -257,25 +260,8 @@ def test_spread_out_loss_outside_the_model_is_refused_on_jax(compiled):
         model.fit(x, _distinct(12, 4, 3), batch_size=12, epochs=1, verbose=0)
 
 
-STRING_NAMES = sorted(
-    [
-        "AllPairsContrastiveLoss",
-        "BatchHardTripletLoss",
-        "ContrastiveLoss",
-        "PKAngularLoss",
-        "PKContrastiveLoss",
-        "PKNpairLoss",
-        "ProxyAnchorLoss",
-        "LiftedStructLoss",
-        "NpairsLoss",
-        "NpairsMultilabelLoss",
-        "OLELoss",
-        "SVMaxLoss",
-        "TripletHardLoss",
-        "TripletSemiHardLoss",
-    ]
-    + ["SpreadOutLoss"]
-)
+# The loss classes a string names: the registry's, constructible with their defaults.
+STRING_NAMES = sorted(e.name for e in _registry.entries("loss") if not e.required_arguments)
 
 
 @pytest.mark.parametrize("name", STRING_NAMES)
@@ -287,8 +273,11 @@ def test_string_names_resolve_in_get_and_keras(name):
 
 def test_a_function_name_and_an_unknown_name():
     assert L.get("tf_svmax>triplet_semihard_loss") is L.triplet_semihard_loss
+    assert L.get("tf_svmax>batch_hard_triplet_loss") is L.batch_hard_triplet_loss
     with pytest.raises(ValueError, match="identifier.*tf_svmax>TripletSemiHardLoss"):
         L.get("tf_svmax>NoSuchLoss")
+    with pytest.raises(ValueError, match=r"identifier.*needs arguments \(num_classes, embedding"):
+        L.get("tf_svmax>CenterLoss")
 
 
 # Stand-ins for `keras.losses.get`: Keras 3.15's string lookup (its module table only) and a
@@ -308,8 +297,6 @@ def get(identifier):
 def test_the_name_table_is_written_only_where_keras_needs_it(monkeypatch, public):
     """The string names go into Keras' private table only when its `losses.get` does not
     resolve the public registrations itself (the shim retires on such a Keras)."""
-    from tf_svmax.losses import _registry
-
     namespace = {"ALL_OBJECTS_DICT": {}, "PUBLIC": public, "keras": keras}
     exec(_KERAS_GET, namespace)
     monkeypatch.setattr(keras.losses, "get", namespace["get"])
@@ -489,6 +476,10 @@ STATE_LAYERS = {
     "ClassCenters": lambda **kw: L.ClassCenters(3, 4, seed=0, **kw),
     "SpreadOutDraws": lambda **kw: L.SpreadOutDraws(seed=1, **kw),
 }
+
+
+def test_every_registered_state_layer_is_checked():
+    assert sorted(STATE_LAYERS) == sorted(e.name for e in _registry.entries("layer"))
 
 
 @pytest.mark.parametrize("name", sorted(STATE_LAYERS))

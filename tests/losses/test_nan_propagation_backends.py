@@ -7,13 +7,15 @@ reported a loss of exactly 0), and XLA's max/min reductions on TensorFlow droppe
 (`BatchHardTripletLoss` finite, `TripletHardLoss` inf). The reference is IEEE arithmetic: a
 float64 NumPy sum over any NaN, inf - inf or overflowing distance is not finite.
 
-Runs once per backend (tests/conftest.py ALL_BACKENDS)."""
+Runs once per backend (marked all_backends: tests/conftest.py)."""
 
 import numpy as np
 import pytest
 
 from tests import backends
 from tf_svmax import losses as L
+
+pytestmark = pytest.mark.all_backends
 
 LABELS = np.repeat(np.arange(4), 3).astype("int32")
 

@@ -4,7 +4,7 @@ autodiff) against independent float64 NumPy references (tests/reference_ranking.
 a loop written from the all-pairs formula here, pytorch-metric-learning's stored values),
 in float32 within 1e-5 relative; also under the backend's compiler (tests/backends.compiled).
 
-Runs once per backend (tests/conftest.py ALL_BACKENDS)."""
+Runs once per backend (marked all_backends: tests/conftest.py)."""
 
 import json
 import math
@@ -26,6 +26,8 @@ from tf_svmax.losses.pk_pairs import (
 )
 from tf_svmax.losses.proxy_anchor import proxy_anchor_loss
 from tf_svmax.losses.spread_out import random_negatives, spread_out_loss
+
+pytestmark = pytest.mark.all_backends
 
 RTOL = 1e-5
 GOLDEN = Path(__file__).resolve().parent / "golden" / "pml_contrastive.npz"

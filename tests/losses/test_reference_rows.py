@@ -18,6 +18,8 @@ from tests.reference_xbm import (
 from tf_svmax import losses
 from tf_svmax.losses import _common
 
+pytestmark = pytest.mark.all_backends
+
 # name: (function, its NumPy reference with the anchors at `offset`, the loss class)
 FUNCTIONS = {
     "semihard": (losses.triplet_semihard_loss, ref_semihard, losses.TripletSemiHardLoss),

@@ -16,6 +16,8 @@ from tests import reference_spectral as ref
 from tf_svmax import losses as L
 from tf_svmax.losses import OLELoss, RegularizedLoss, SVMaxLoss, ole_loss, svmax_loss
 
+pytestmark = pytest.mark.all_backends
+
 BACKENDS = ("tensorflow", "jax", "torch")
 # float32 against float64 references, relative to the largest reference entry.
 RTOL = 1e-5

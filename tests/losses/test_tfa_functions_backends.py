@@ -18,6 +18,8 @@ import pytest
 from tests import backends
 from tests.conftest import MAX_RELATIVE_ERROR
 
+pytestmark = pytest.mark.all_backends
+
 # The modules themselves (the package refuses its loss names outside TensorFlow for now).
 contrastive, lifted, npairs, triplet = (
     importlib.import_module(f"tf_svmax.losses.{m}")

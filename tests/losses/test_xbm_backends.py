@@ -18,6 +18,8 @@ from tests.reference_xbm import distances, random_batch, ref_batch_hard, ref_sem
 from tf_svmax import _backend, losses
 from tf_svmax.losses import CrossBatchMemory
 
+pytestmark = pytest.mark.all_backends
+
 
 def ref_soft_hard(labels, x, b):
     d, n = distances(x), len(x)

@@ -28,6 +28,8 @@ from tf_svmax.losses import (
 from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.losses.xml import class_halves
 
+pytestmark = pytest.mark.all_backends
+
 # float32 against float64 references, relative to the largest reference entry.
 RTOL = 1e-5
 E, M = 6, 4  # embedding columns, prototype (histogram) columns

@@ -1,4 +1,4 @@
-"""`RetrievalEvaluation` on every Keras backend (listed in tests/conftest.py ALL_BACKENDS):
+"""`RetrievalEvaluation` on every Keras backend (marked all_backends: tests/conftest.py):
 array, PyDataset, generator and (TensorFlow installed) tf.data input, its JSON-lines scalars,
 and TensorBoard events on the TensorFlow backend."""
 
@@ -12,6 +12,8 @@ import pytest
 from tests.backends import BACKEND, ArrayBatches
 from tests.reference_retrieval import brute_recall
 from tf_svmax.metrics import RetrievalEvaluation
+
+pytestmark = pytest.mark.all_backends
 
 tensorflow_backend_only = pytest.mark.skipif(
     BACKEND != "tensorflow", reason="TensorBoard events and tf.data: the TensorFlow backend"

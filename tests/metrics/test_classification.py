@@ -6,6 +6,8 @@ from sklearn.metrics import accuracy_score, balanced_accuracy_score
 
 from tf_svmax import metrics
 
+pytestmark = pytest.mark.all_backends
+
 
 def test_micro_macro_and_per_class_accuracy_match_sklearn():
     rng = np.random.default_rng(0)

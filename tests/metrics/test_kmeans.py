@@ -6,6 +6,8 @@ from sklearn.cluster import KMeans, kmeans_plusplus
 
 from tf_svmax.metrics import kmeans
 
+pytestmark = pytest.mark.all_backends
+
 
 def _blobs(rng, n, k, d, dtype, spread=0.3):
     centres = rng.standard_normal((k, d))

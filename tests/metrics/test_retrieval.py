@@ -9,6 +9,8 @@ from sklearn.metrics import normalized_mutual_info_score
 from tests.reference_retrieval import brute_map_at_r, brute_neighbors, brute_recall
 from tf_svmax.metrics import retrieval
 
+pytestmark = pytest.mark.all_backends
+
 
 @pytest.mark.parametrize("block_size", [1, 7, 1024])
 def test_recall_and_map_at_r_match_brute_force_with_ties_and_singletons(rng, block_size):

@@ -12,6 +12,8 @@ from tests import backends
 from tests import reference_spectral as ref
 from tf_svmax.metrics import MeanSingularValue, SingularValueBound, svmax_metrics
 
+pytestmark = pytest.mark.all_backends
+
 RTOL = backends.RTOL32
 
 

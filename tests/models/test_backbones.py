@@ -1,5 +1,5 @@
 """The small backbones and their weights files (`tf_svmax/models/backbones.py`), on every Keras
-backend (tests/conftest.py ALL_BACKENDS)."""
+backend (marked all_backends: tests/conftest.py)."""
 
 import keras
 import numpy as np
@@ -7,6 +7,8 @@ import pytest
 
 from tests.backends import to_numpy
 from tf_svmax import models
+
+pytestmark = pytest.mark.all_backends
 
 SHAPE = (32, 32, 1)
 

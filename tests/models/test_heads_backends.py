@@ -1,6 +1,6 @@
 """`CosineProxies` and `PrototypeHistograms` (tf_svmax/models/heads.py) on every Keras backend
-(tests/conftest.py ALL_BACKENDS), against float64 NumPy references: values, gradients, a `fit`
-with the loss each is made for, and a `.keras` round trip."""
+(marked all_backends: tests/conftest.py), against float64 NumPy references: values, gradients,
+a `fit` with the loss each is made for, and a `.keras` round trip."""
 
 import keras
 import numpy as np
@@ -8,6 +8,8 @@ import pytest
 
 from tests.backends import RTOL32, assert_close, numpy_gradient, to_numpy, value_and_grad
 from tf_svmax import losses, models
+
+pytestmark = pytest.mark.all_backends
 
 
 def _unit_rows(a):

@@ -1,5 +1,5 @@
 """The two-head model: heads on the pooled and the unpooled map (Eqs. 5.8, 5.9), on every
-Keras backend (tests/conftest.py ALL_BACKENDS)."""
+Keras backend (marked all_backends: tests/conftest.py)."""
 
 import keras
 import numpy as np
@@ -7,6 +7,8 @@ import pytest
 
 from tests.backends import to_numpy
 from tf_svmax import models
+
+pytestmark = pytest.mark.all_backends
 
 
 def test_logits_on_the_pooled_map_and_embedding_on_the_flattened_map():

@@ -16,6 +16,8 @@ from tests import backends
 from tf_svmax import _backend
 from tf_svmax.ops import ole, spectral
 
+pytestmark = pytest.mark.all_backends
+
 
 class Boom(RuntimeError):
     pass

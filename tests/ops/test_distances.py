@@ -20,6 +20,8 @@ from tests import backends
 from tests import reference_ranking as rr
 from tf_svmax.ops import distances
 
+pytestmark = pytest.mark.all_backends
+
 
 def _weighted_sum(fn, weights):
     """``x -> sum(W * fn(x))``, the scalar whose gradient is compared."""

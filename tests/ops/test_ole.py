@@ -20,6 +20,8 @@ from tests import backends
 from tf_svmax import ops as svmax_ops
 from tf_svmax.ops.ole import nuclear_norms_and_subgradients
 
+pytestmark = pytest.mark.all_backends
+
 B = backends.BACKEND
 TF_ONLY = pytest.mark.skipif(B != "tensorflow", reason="tf.function graphs are TensorFlow's")
 DTYPES = ["float32", "float64"]

@@ -15,6 +15,8 @@ from tests import backends
 from tf_svmax.ops import cross_batch_embeddings, prototype_histograms
 from tf_svmax.ops.prototypes import fit_prototypes
 
+pytestmark = pytest.mark.all_backends
+
 
 def _softmax(a, axis):
     e = np.exp(a - a.max(axis=axis, keepdims=True))

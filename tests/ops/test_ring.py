@@ -9,6 +9,8 @@ from keras import ops
 
 from tf_svmax.ops.ring import ring_slots, ring_write
 
+pytestmark = pytest.mark.all_backends
+
 
 @pytest.mark.parametrize(("pointer", "count", "size"), [(0, 3, 5), (3, 4, 5), (4, 5, 5), (2, 0, 5)])
 def test_slots_and_next_pointer_follow_the_modular_rule(pointer, count, size):

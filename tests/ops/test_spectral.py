@@ -19,6 +19,8 @@ from tests import reference_spectral as ref
 from tf_svmax import _backend, checks
 from tf_svmax import ops as svmax_ops
 
+pytestmark = pytest.mark.all_backends
+
 B = backends.BACKEND
 SHAPES = [(144, 128), (72, 128), (9, 4), (4, 9), (6, 6)]
 METHODS = ["gram", "svd", "newton_schulz"]

@@ -15,6 +15,8 @@ from tests import reference_spectral as ref
 from tf_svmax.metrics import svmax_metrics
 from tf_svmax.regularizers import SVMaxRegularizer
 
+pytestmark = pytest.mark.all_backends
+
 BACKENDS = ("tensorflow", "jax", "torch")
 RTOL = backends.RTOL32
 

@@ -49,6 +49,12 @@ def test_the_tables_of_losses_are_read_from_the_records():
     assert retrieval.XBM_LOSSES == tuple(
         name for name, (cls, _) in EXPECTED.items() if cls.accepts_reference_rows
     )
+    # Each record's capability facts are those its class declares (`tf_svmax.losses.LabelLoss`:
+    # the memory wraps a loss that accepts reference rows; a P x K loss fixes K).
+    for record in retrieval.RANKING_LOSSES:
+        cls = getattr(losses, record.constructor)
+        assert record.cross_batch_memory == cls.accepts_reference_rows, record.name
+        assert record.required_k == cls.class_block_rows, record.name
     in_table1 = {x.name for x in retrieval.RANKING_LOSSES if x.in_table1}
     paper = {"contrastive", "triplet_hard", "triplet_semihard", "npair", "angular", "lifted"}
     assert paper <= in_table1 and not in_table1 & {"contrastive_pairs", "proxy_anchor"}

@@ -1,11 +1,13 @@
 """ConstantThenPolynomialDecay: values against the closed form, checks, serialization, on every
-Keras backend (tests/conftest.py ALL_BACKENDS)."""
+Keras backend (marked all_backends: tests/conftest.py)."""
 
 import keras
 import numpy as np
 import pytest
 
 from tf_svmax.training import ConstantThenPolynomialDecay
+
+pytestmark = pytest.mark.all_backends
 
 
 def test_constant_for_half_then_linear_to_the_end_rate():

@@ -16,10 +16,14 @@ runs on every backend; on JAX its `ClassCenters` layer must be in the model (a J
 carries out only the model's variables).
 
 String names (``"tf_svmax>TripletSemiHardLoss"`` in `compile`, `get`) work on every backend
-(`tf_svmax.losses._registry` says how).
+for every loss class constructible with its defaults and every loss function
+(`tf_svmax.losses._registry` says how). Every public name here is registered where it is
+defined; adding a loss is its module, its import line below and its reference test
+(docs/guide/adding-a-loss.md).
 """
 
 from tf_svmax.losses import _registry
+from tf_svmax.losses._base import BatchPenaltyLoss, LabelLoss, PerSampleLabelLoss
 from tf_svmax.losses._common import LossPart
 from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_loss
 from tf_svmax.losses.center import CenterLoss, ClassCenters
@@ -60,100 +64,15 @@ from tf_svmax.losses.triplet import (
 from tf_svmax.losses.xbm import CrossBatchMemory, CrossBatchMemoryBank
 from tf_svmax.losses.xml import XMLLoss
 
-# Losses constructible without arguments, hence nameable by a string in `compile`.
-_CLASSES = (
-    AllPairsContrastiveLoss,
-    BatchHardTripletLoss,
-    ContrastiveLoss,
-    PKAngularLoss,
-    PKContrastiveLoss,
-    PKNpairLoss,
-    ProxyAnchorLoss,
-    SpreadOutLoss,
-    LiftedStructLoss,
-    NpairsLoss,
-    NpairsMultilabelLoss,
-    OLELoss,
-    SVMaxLoss,
-    TripletHardLoss,
-    TripletSemiHardLoss,
-)
-# tensorflow-addons' loss functions, nameable as "tf_svmax>triplet_semihard_loss" like TFA's
-# "Addons>triplet_semihard_loss".
-_TFA_FUNCTIONS = (
-    contrastive_loss,
-    lifted_struct_loss,
-    npairs_loss,
-    npairs_multilabel_loss,
-    triplet_hard_loss,
-    triplet_semihard_loss,
-)
-# Loss functions of the ``(y_true, y_pred)`` form, nameable as "tf_svmax>svmax_loss".
-_FUNCTIONS = (*_TFA_FUNCTIONS, ole_loss, svmax_loss)
+# Every public name is registered where it is defined (`_registry.register`): the imports
+# above fill the registry, from which the exports and the string names come.
+__all__ = ["get", *_registry.public_names()]
 
-__all__ = [
-    "get",
-    "AllPairsContrastiveLoss",
-    "all_pairs_contrastive_loss",
-    "BatchHardTripletLoss",
-    "CenterLoss",
-    "ClassCenters",
-    "PKAngularLoss",
-    "PKContrastiveLoss",
-    "PKNpairLoss",
-    "ProxyAnchorLoss",
-    "SpreadOutDraws",
-    "SpreadOutLoss",
-    "batch_hard_triplet_loss",
-    "pk_angular_loss",
-    "pk_contrastive_loss",
-    "pk_contrastive_pairs",
-    "pk_npair_loss",
-    "proxy_anchor_loss",
-    "random_negatives",
-    "spread_out_loss",
-    "ContrastiveLoss",
-    "CrossBatchMemory",
-    "CrossBatchMemoryBank",
-    "FunctionLoss",
-    "LiftedStructLoss",
-    "LORACLoss",
-    "LossPart",
-    "NpairsLoss",
-    "NpairsMultilabelLoss",
-    "OLELoss",
-    "RegularizedLoss",
-    "SVMaxLoss",
-    "TripletHardLoss",
-    "TripletSemiHardLoss",
-    "XMLLoss",
-    "contrastive_loss",
-    "lifted_struct_loss",
-    "lorac_loss",
-    "npairs_loss",
-    "npairs_multilabel_loss",
-    "ole_loss",
-    "svmax_loss",
-    "triplet_hard_loss",
-    "triplet_semihard_loss",
-]
-
-_registry.install(_CLASSES, _FUNCTIONS)
-# The names tensorflow-addons' files store for its metric-learning losses ("Addons>...").
-_registry.install_tfa_names(
-    (
-        ContrastiveLoss,
-        LiftedStructLoss,
-        NpairsLoss,
-        NpairsMultilabelLoss,
-        TripletHardLoss,
-        TripletSemiHardLoss,
-    ),
-    _TFA_FUNCTIONS,
-)
+_registry.install_registered()
 
 
 def get(identifier):
-    """A loss from ``"tf_svmax>ClassName"`` (an instance with default arguments),
-    ``"tf_svmax>function_name"`` (the function) or any Keras loss identifier."""
-    return _registry.get(identifier, _CLASSES, _FUNCTIONS)
+    """A loss from ``"tf_svmax>ClassName"`` (an instance with default arguments; a loss whose
+    constructor needs arguments is refused by name), ``"tf_svmax>function_name"`` (the function)
+    or any Keras loss identifier."""
+    return _registry.get(identifier)

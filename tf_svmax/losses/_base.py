@@ -11,6 +11,7 @@ from keras import ops
 # that gathers and scales nothing elsewhere; `_backend.scale_loss_for_distribution` the scaling.
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
+from tf_svmax.losses._registry import register
 
 
 def _batch_weights(sample_weight, y_pred, dtype):
@@ -26,6 +27,7 @@ BATCH_REDUCTIONS = ("sum_over_batch_size", "sum", "none", None)
 PER_SAMPLE_REDUCTIONS = ("sum_over_batch_size", "sum", None, "none")
 
 
+@register(base=True)
 class LabelLoss(keras.losses.Loss):
     """Base class of the library's losses on labels and embeddings: one scalar per batch
     (``per_sample = False``, `BatchPenaltyLoss`) or one value per sample (``per_sample = True``,
@@ -57,6 +59,11 @@ class LabelLoss(keras.losses.Loss):
     ``accepts_ref_mask = True`` also takes ``ref_mask`` there (a bool `[R]`: the reference rows
     in use, the others as if absent, as references and, at the anchors' own rows, as anchors;
     see `tf_svmax.losses.triplet_semihard_loss`).
+
+    These class attributes are the loss' declared capabilities, read by `CrossBatchMemory`
+    (``accepts_reference_rows``, ``accepts_ref_mask``), `XMLLoss` (``ranks_embeddings``,
+    ``accepts_ref_mask``, ``class_block_rows``), the replica split (``splits_anchors``) and the
+    retrieval trainer's records (tests check they agree).
     """
 
     # One value per sample (`call` returns `[B]`) rather than one scalar per batch.
@@ -74,6 +81,11 @@ class LabelLoss(keras.losses.Loss):
     # K when the loss' batches are P classes x K consecutive rows (the P x K pair losses), else
     # None: `XMLLoss` then takes its class halves as static blocks of rows under XLA.
     class_block_rows = None
+    # Whether the loss ranks embeddings by their class labels (``y_true`` labels, ``y_pred``
+    # embeddings ``[B, D]``): `XMLLoss` wraps such losses. False for the regularizers (SVMax,
+    # OLE, spread-out: penalties on the embeddings) and for losses whose ``y_pred`` is no
+    # embedding (similarity matrices, proxy similarities).
+    ranks_embeddings = True
 
     def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
         self.global_batch = checks.check_bool(global_batch, "global_batch")
@@ -202,6 +214,7 @@ class _Local(collections.namedtuple("_Local", ["rows", "weights"])):
     one weight for all), before the global batch is gathered."""
 
 
+@register(base=True)
 class BatchPenaltyLoss(LabelLoss):
     """Base class for batch-level losses (SVMax, OLE, triplet, ...): `call` returns one scalar.
 
@@ -214,6 +227,7 @@ class BatchPenaltyLoss(LabelLoss):
     """
 
 
+@register(base=True)
 class PerSampleLabelLoss(LabelLoss):
     """Base class for label-aware losses whose `call` returns one value per sample `[B]`.
 
@@ -292,6 +306,36 @@ class LossFunctionWrapper:
             value = getattr(self, key)
             config[key] = keras.saving.serialize_keras_object(value) if callable(value) else value
         return config
+
+
+class NestedLosses:
+    """A loss that holds other losses (`RegularizedLoss`, `CrossBatchMemory`, `XMLLoss`):
+    listed before its Keras loss base, it serializes the constructor arguments named in
+    ``nested_losses`` (each a loss or a list of losses) in `get_config` and deserializes them in
+    `from_config`, nested losses and their own nested losses included, as Keras does for a
+    model's layers."""
+
+    nested_losses = ("loss",)
+
+    def get_config(self):
+        config = super().get_config()
+        for key in self.nested_losses:
+            config[key] = _each(keras.saving.serialize_keras_object, getattr(self, key))
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in cls.nested_losses:
+            config[key] = _each(keras.saving.deserialize_keras_object, config[key])
+        return cls(**config)
+
+
+def _each(function, value):
+    """`function` of `value`, or of each of its items for a list or tuple."""
+    if isinstance(value, (list, tuple)):
+        return [function(item) for item in value]
+    return function(value)
 
 
 def _references(ref_labels, ref_embeddings, ref_offset, ref_mask):

@@ -8,6 +8,7 @@ import numpy as np
 from keras import ops
 
 from tf_svmax import _backend, checks
+from tf_svmax.losses._registry import register
 
 
 def flat_labels(labels, embeddings, arg="y_true", embeddings_arg="y_pred"):
@@ -179,6 +180,7 @@ def _splice(refs, anchors, start, count):
     return spliced
 
 
+@register(helper=True)
 class LossPart(
     collections.namedtuple("LossPart", ["total", "count", "keep_nan"], defaults=(False,))
 ):

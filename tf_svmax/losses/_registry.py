@@ -1,4 +1,16 @@
-"""String names for the losses: ``"tf_svmax>TripletSemiHardLoss"`` in `model.compile`.
+"""The losses' registry and their string names (``"tf_svmax>TripletSemiHardLoss"`` in
+`model.compile`).
+
+Every public object of `tf_svmax.losses` is registered where it is defined, by the `register`
+decorator (in place of Keras' `register_keras_serializable`, which it applies): the loss
+classes, the loss functions, their base classes, the layers that hold a loss' state and the
+helpers. From that one registry come the package's ``__all__``, the string names
+(`install_registered`, `get`), the names tensorflow-addons' files store (``tfa=True``) and the
+tests' tables of losses (tests/losses/test_registry_backends.py and the tables derived in
+other test files). Adding a loss is its module (its class and function decorated), one import
+line in `tf_svmax/losses/__init__.py`, and its reference test: docs/guide/adding-a-loss.md.
+
+String names:
 
 Keras 3.15's `keras.losses.get` (which `compile` calls through `compile_utils.get_loss`)
 resolves a *string* only from its own module-level table of built-in losses
@@ -22,24 +34,127 @@ into Keras' private state, done once at import, tested (tests/losses/test_loss_c
 on every backend.
 """
 
+import dataclasses
+import inspect
 import warnings
 
 import keras
 
 PREFIX = "tf_svmax>"
+PACKAGE = PREFIX[:-1]
+
+# The kinds of registered object: a loss class (a `keras.losses.Loss`), a loss function, a layer
+# holding a loss' state, a base class to build losses on (`LabelLoss`), and a helper (public, no
+# loss: e.g. `random_negatives`).
+KINDS = ("loss", "function", "layer", "base", "helper")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One registered object. `tfa`: one of tensorflow-addons' metric-learning losses (its
+    ``"Addons>Name"`` resolves to ours)."""
+
+    obj: object
+    kind: str
+    tfa: bool = False
+
+    @property
+    def name(self):
+        return self.obj.__name__
+
+    @property
+    def required_arguments(self):
+        """A loss class' constructor arguments without a default (none: nameable by a string,
+        which constructs it with its defaults)."""
+        if self.kind != "loss":
+            return ()
+        parameters = list(inspect.signature(self.obj.__init__).parameters.values())[1:]
+        return tuple(
+            p.name
+            for p in parameters
+            if p.default is inspect.Parameter.empty
+            and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        )
+
+
+# name -> Entry, in the order of registration (the modules' import order).
+REGISTRY = {}
+
+
+def register(obj=None, *, tfa=False, helper=False, base=False):
+    """Registers a public object of `tf_svmax.losses` (``@register``, ``@register(tfa=True)``,
+    ``@register(helper=True)``, ``@register(base=True)``): in the registry, and with Keras'
+    serialization under ``"tf_svmax>Name"`` (`keras.saving.register_keras_serializable`) where
+    Keras can save it (a class with `get_config`, a function). Its kind follows from what it
+    is: a `keras.losses.Loss` class is a loss (a base class to build losses on with
+    ``base=True``), a `keras.layers.Layer` class a layer, a function a loss function unless
+    ``helper=True`` (public, but no loss: not a string name)."""
+
+    def decorate(obj):
+        if helper:
+            kind = "helper"
+        elif base:
+            kind = "base"
+        elif inspect.isclass(obj) and issubclass(obj, keras.losses.Loss):
+            kind = "loss"
+        elif inspect.isclass(obj) and issubclass(obj, keras.layers.Layer):
+            kind = "layer"
+        elif inspect.isfunction(obj):
+            kind = "function"
+        else:
+            raise TypeError(
+                f"register: expected a Loss or Layer class or a function, or helper=True; "
+                f"received {obj!r}."
+            )
+        if obj.__name__ in REGISTRY and REGISTRY[obj.__name__].obj is not obj:
+            raise ValueError(f"register: the name {obj.__name__!r} is registered twice.")
+        if not inspect.isclass(obj) or hasattr(obj, "get_config"):
+            obj = keras.saving.register_keras_serializable(package=PACKAGE)(obj)
+        REGISTRY[obj.__name__] = Entry(obj, kind, tfa)
+        return obj
+
+    return decorate if obj is None else decorate(obj)
+
+
+def entries(*kinds):
+    """The registered entries of `kinds` (every kind if none), in registration order."""
+    return [entry for entry in REGISTRY.values() if not kinds or entry.kind in kinds]
+
+
+def public_names():
+    """Every registered name, sorted: `tf_svmax.losses.__all__` (with `get`)."""
+    return sorted(REGISTRY)
+
+
+def nameable():
+    """The objects a string names: the loss classes constructible with their defaults and the
+    loss functions."""
+    return [
+        e.obj
+        for e in entries("loss", "function")
+        if e.kind == "function" or not e.required_arguments
+    ]
 
 
 def names(classes):
     return {f"{PREFIX}{cls.__name__}": cls for cls in classes}
 
 
-def install(classes, functions=()):
-    """Adds ``"tf_svmax>ClassName"`` for `classes` and ``"tf_svmax>function_name"`` for
-    `functions` (tensorflow-addons registered its loss functions by name too) to Keras' table,
-    and registers the functions for serialization (a model compiled with one saves by name)."""
-    for function in functions:
-        keras.saving.register_keras_serializable(package=PREFIX[:-1])(function)
-    _install(list(classes) + list(functions))
+def install_registered():
+    """Makes every registered loss class and function a string name in `compile`, and the TFA
+    ones (``tfa=True``) resolve from the names TensorFlow-Addons' files store."""
+    install(nameable())
+    tfa = entries("loss", "function")
+    install_tfa_names(
+        [e.obj for e in tfa if e.tfa and e.kind == "loss"],
+        [e.obj for e in tfa if e.tfa and e.kind == "function"],
+    )
+
+
+def install(objects):
+    """Adds ``"tf_svmax>Name"`` for `objects` (loss classes constructible without arguments,
+    loss functions: tensorflow-addons registered its functions by name too) to Keras' table."""
+    _install(list(objects))
 
 
 def _keras_resolves(name):
@@ -91,19 +206,25 @@ def install_tfa_names(classes, functions):
         custom_objects.setdefault(function.__name__, function)
 
 
-def get(identifier, classes, functions=()):
+def get(identifier):
     """Resolves ``"tf_svmax>ClassName"`` to a loss instance (default arguments),
     ``"tf_svmax>function_name"`` to the function, anything else as `keras.losses.get` does."""
     if isinstance(identifier, str) and identifier.startswith(PREFIX):
-        table = names(classes)
-        by_name = {f"{PREFIX}{f.__name__}": f for f in functions}
-        if identifier in by_name:
-            return by_name[identifier]
-        table.update(by_name)
-        if identifier not in table:
+        entry = REGISTRY.get(identifier[len(PREFIX) :])
+        if entry is None or entry.kind not in ("loss", "function"):
+            known = sorted(f"{PREFIX}{e.name}" for e in entries("loss", "function"))
             raise ValueError(
-                f"Invalid value for argument `identifier`. Expected one of {sorted(table)}. "
+                f"Invalid value for argument `identifier`. Expected one of {known}. "
                 f"Received: identifier={identifier!r}"
             )
-        return table[identifier]()
+        if entry.kind == "function":
+            return entry.obj
+        if entry.required_arguments:
+            raise ValueError(
+                f"Invalid value for argument `identifier`: {identifier!r} names a loss whose "
+                f"constructor needs arguments ({', '.join(entry.required_arguments)}); "
+                f"expected an instance, e.g. {entry.name}(...), or a name of a loss "
+                "constructible with its defaults."
+            )
+        return entry.obj()
     return keras.losses.get(identifier)

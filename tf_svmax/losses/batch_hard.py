@@ -11,12 +11,12 @@ It differs from tensorflow-addons' `triplet_hard_loss` (Gram-expansion distances
 
 import numbers
 
-import keras
 from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import LossFunctionWrapper, PerSampleLabelLoss
+from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
 MARGIN_MODES = ("soft", "none")
@@ -33,6 +33,7 @@ def _check_margin(margin):
     return checks.check_non_negative_number(margin, "margin")
 
 
+@register
 def batch_hard_triplet_loss(
     labels,
     embeddings,
@@ -113,7 +114,7 @@ def batch_hard_triplet_loss(
     return ops.cast(_common.nan_unless_finite(loss, dist, axis=1), dtype)
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class BatchHardTripletLoss(LossFunctionWrapper, PerSampleLabelLoss):
     """Keras loss for `batch_hard_triplet_loss` (mean over anchors by default).
 

@@ -21,6 +21,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common, _state_layers
+from tf_svmax.losses._registry import register
 from tf_svmax.ops.ole import class_labels
 
 
@@ -83,7 +84,7 @@ def _one_hot_classes(values, num_classes):
     return np.argmax(values, axis=-1)
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class ClassCenters(_state_layers.StateLayer):
     """The class centers of `CenterLoss` on Keras' JAX and PyTorch backends, as a layer of the
     model: a non-trainable `[num_classes, embedding_dim]` float32 weight, ``centers``.
@@ -145,7 +146,7 @@ class ClassCenters(_state_layers.StateLayer):
         }
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class CenterLoss(keras.losses.Loss):
     """Center loss whose centers are non-trainable state moved every training step.
 
@@ -396,6 +397,14 @@ class CenterLoss(keras.losses.Loss):
         )
         pulls = ops.segment_sum(batch_centers - x, labels, num_segments=self.num_classes)
         return self.alpha * pulls / (1.0 + counts)[:, None]
+
+    @property
+    def state_layers(self):
+        """The layers holding this loss' state, which belong in the model (after its outputs,
+        e.g. ``keras.Sequential([..., *loss.state_layers])``): its `ClassCenters` layer on
+        JAX and PyTorch (which JAX needs in the model), none on TensorFlow, whose centers are
+        the loss' own variable."""
+        return [] if self.centers_layer is None else [self.centers_layer]
 
     def get_config(self):
         config = {

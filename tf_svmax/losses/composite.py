@@ -6,6 +6,8 @@ import keras
 from keras import ops
 
 from tf_svmax import checks
+from tf_svmax.losses._base import NestedLosses
+from tf_svmax.losses._registry import register
 
 
 def _scope_name(name):
@@ -15,7 +17,7 @@ def _scope_name(name):
     return name or "function_loss"
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class FunctionLoss(keras.losses.Loss):
     """Wraps a function ``fn(y_true, y_pred) -> per-sample values`` as a reducing Keras loss.
 
@@ -59,8 +61,8 @@ def as_loss(obj, arg):
     raise ValueError(checks.invalid(arg, "a Keras loss (instance, name or function)", obj))
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
-class RegularizedLoss(keras.losses.Loss):
+@register
+class RegularizedLoss(NestedLosses, keras.losses.Loss):
     """``loss(y_true, y_pred) + sum_r r(y_true, y_pred)``.
 
     Adds batch-level regularizers (`SVMaxLoss`, `OLELoss`, ...) to any Keras loss (ours,
@@ -96,19 +98,5 @@ class RegularizedLoss(keras.losses.Loss):
     def call(self, y_true, y_pred):
         return self(y_true, y_pred)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            loss=keras.saving.serialize_keras_object(self.loss),
-            regularizers=[keras.saving.serialize_keras_object(r) for r in self.regularizers],
-        )
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["loss"] = keras.saving.deserialize_keras_object(config["loss"])
-        config["regularizers"] = [
-            keras.saving.deserialize_keras_object(r) for r in config["regularizers"]
-        ]
-        return cls(**config)
+    # `NestedLosses`: `get_config` and `from_config` (de)serialize these.
+    nested_losses = ("loss", "regularizers")

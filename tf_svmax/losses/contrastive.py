@@ -6,8 +6,10 @@ from keras import ops
 from tf_svmax import checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import LossFunctionWrapper
+from tf_svmax.losses._registry import register
 
 
+@register(tfa=True)
 def contrastive_loss(y_true, y_pred, margin=1.0):
     """Per-pair contrastive loss ``y d^2 + (1 - y) max(margin - d, 0)^2``.
 
@@ -63,7 +65,7 @@ def _paired_labels(y_true, y_pred):
     return y_true
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register(tfa=True)
 class ContrastiveLoss(LossFunctionWrapper, keras.losses.Loss):
     """Keras loss for `contrastive_loss` (drop-in for `tfa.losses.ContrastiveLoss`).
 

@@ -1,15 +1,16 @@
 """Lifted structured loss (Oh Song et al. 2016), tensorflow-addons' semantics."""
 
-import keras
 import numpy as np
 from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
 
+@register(tfa=True)
 def lifted_struct_loss(
     labels,
     embeddings,
@@ -162,7 +163,7 @@ def _negative_sums(margin, pdist, negatives, valid=None):
     return shift, scaled
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register(tfa=True)
 class LiftedStructLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `lifted_struct_loss` (drop-in for `tfa.losses.LiftedStructLoss`;
     ``squared=True`` is the SVMax repository's squared-distance variant).

@@ -35,6 +35,7 @@ from keras import ops
 from tf_svmax import _backend, checks
 from tf_svmax._args import LORAC_PRIORS as PRIORS  # one table: the trainers' flags read it
 from tf_svmax.losses._base import LossFunctionWrapper
+from tf_svmax.losses._registry import register
 from tf_svmax.ops import _guards
 from tf_svmax.ops.spectral import batched_nuclear_norm
 
@@ -137,6 +138,7 @@ def _check_settings(temperature, beta, prior, center, constant):
     return temperature, beta, prior, center, constant
 
 
+@register
 def lorac_loss(
     queries,
     positive_keys,
@@ -204,7 +206,7 @@ def _lorac_of_outputs(y_true, y_pred, **kwargs):
     return lorac_loss(y_pred["queries"], y_pred["positive_keys"], y_pred["negative_keys"], **kwargs)
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class LORACLoss(LossFunctionWrapper, keras.losses.Loss):
     """`lorac_loss` as a Keras loss; the mean over instances (Eq. 13) by default.
 

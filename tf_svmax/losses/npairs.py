@@ -6,6 +6,7 @@ from keras import ops
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._registry import register
 
 
 def _softmax_cross_entropy(targets, logits, dtype):
@@ -37,6 +38,7 @@ def _logits(y_pred):
     return ops.cast(logits, checks.compute_dtype(name)), logits.dtype
 
 
+@register(tfa=True)
 def npairs_loss(y_true, y_pred):
     """N-pair loss: softmax cross-entropy of each row of similarities against its class.
 
@@ -56,6 +58,7 @@ def npairs_loss(y_true, y_pred):
     return _softmax_cross_entropy(targets, logits, dtype)
 
 
+@register(tfa=True)
 def npairs_multilabel_loss(y_true, y_pred):
     """Multi-label N-pair loss: targets from shared labels, ``Y Y^T`` row-normalized.
 
@@ -106,17 +109,21 @@ def _per_replica(kwargs):
     return {**kwargs, "global_batch": False}
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register(tfa=True)
 class NpairsLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `npairs_loss` (drop-in for `tfa.losses.NpairsLoss`)."""
+
+    ranks_embeddings = False  # its y_pred is a similarity matrix
 
     def __init__(self, name="npairs_loss", **kwargs):
         super().__init__(npairs_loss, {}, name=name, **_per_replica(kwargs))
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register(tfa=True)
 class NpairsMultilabelLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `npairs_multilabel_loss` (drop-in for `tfa.losses.NpairsMultilabelLoss`)."""
+
+    ranks_embeddings = False  # its y_pred is a similarity matrix
 
     def __init__(self, name="npairs_multilabel_loss", **kwargs):
         super().__init__(npairs_multilabel_loss, {}, name=name, **_per_replica(kwargs))

@@ -8,12 +8,12 @@ against separate reference rows (``ref_labels``, ``ref_embeddings``), so `CrossB
 wrap it.
 """
 
-import keras
 from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
 # "cosine": cosine similarity (rows L2-normalized here; pytorch-metric-learning's
@@ -67,6 +67,7 @@ def _non_zero(terms):
     return ops.sum(ops.cast(terms > 0.0, "int32" if _backend.jax_without_x64() else "int64"))
 
 
+@register
 def all_pairs_contrastive_loss(
     y_true,
     y_pred,
@@ -181,7 +182,7 @@ def _contrastive_parts(
     return parts, dtype
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class AllPairsContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `all_pairs_contrastive_loss` (pytorch-metric-learning's
     `ContrastiveLoss`; defaults: the XBM paper's cosine similarity, margins 1 and 0.5).

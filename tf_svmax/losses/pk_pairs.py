@@ -9,13 +9,13 @@ Sec. 4.1; dissertation `001`, Sec. 3.4.1). Batches are P classes x K consecutive
 import math
 import numbers
 
-import keras
 import numpy as np
 from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._registry import register
 
 # Added under the square root of the pair distance, as in the original contrastive loss (its
 # README: avoids NaN gradients at zero distance). Note 10e-6 = 1e-5.
@@ -90,6 +90,7 @@ def _check_pk(labels, x, batch_k, expected_k):
     return labels
 
 
+@register(helper=True)
 def pk_contrastive_pairs(labels, embeddings, *, batch_k=4):
     """The originals' contrastive pairs from a P x 4 batch.
 
@@ -125,6 +126,7 @@ def _clamp_at_zero(x):
     return ops.where(x < 0.0, ops.zeros_like(x), x)
 
 
+@register
 def pk_contrastive_loss(labels, embeddings, *, margin=1.0, batch_k=4):
     """Per-pair contrastive loss of the SVMax experiments on a P x 4 batch.
 
@@ -204,6 +206,7 @@ def _batch(labels, embeddings):
     return x, labels, dtype
 
 
+@register
 def pk_npair_loss(labels, embeddings, *, l2_reg=0.002):
     """Per-anchor N-pair loss (Sohn 2016) on a P x 2 batch, with the originals' L2 term.
 
@@ -232,6 +235,7 @@ def _npair_values(x, labels, dtype, *, l2_reg, rows=None):
     return ops.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
 
 
+@register
 def pk_angular_loss(labels, embeddings, *, alpha=45.0, l2_reg=0.002):
     """Per-anchor angular loss (Wang et al. 2017, the "angular-mc" form) on a P x 2 batch.
 
@@ -299,7 +303,7 @@ def _pair_parts(values_fn):
     return parts
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class PKContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `pk_contrastive_loss` (mean over the batch's pairs).
 
@@ -321,7 +325,7 @@ class PKContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
         super().__init__(_mean_of(pk_contrastive_loss), fn_kwargs, name=name, **kwargs)
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class PKNpairLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `pk_npair_loss` (mean over anchors); 72 x 2 batches in the paper.
 
@@ -345,7 +349,7 @@ class PKNpairLoss(LossFunctionWrapper, BatchPenaltyLoss):
         )
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class PKAngularLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `pk_angular_loss` (mean over anchors); 72 x 2 batches in the paper.
 

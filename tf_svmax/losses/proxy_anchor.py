@@ -21,6 +21,7 @@ from keras import ops
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._registry import register
 from tf_svmax.ops.ole import class_labels
 
 
@@ -90,6 +91,7 @@ def _proxy_labels(labels, s):
     return labels, with_positive, valid
 
 
+@register
 def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1):
     """Proxy-Anchor loss from `[B]` labels and `[B, C]` cosine similarities to the proxies.
 
@@ -187,7 +189,7 @@ def _own_proxies(anchors, rows, classes):
     return bound(start), bound(start + count)
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class ProxyAnchorLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `proxy_anchor_loss`; `y_pred` is the `[B, C]` output of `CosineProxies`.
 
@@ -196,6 +198,8 @@ class ProxyAnchorLoss(LossFunctionWrapper, BatchPenaltyLoss):
     so `CrossBatchMemory` does not take it): `[B, C/N]` instead of `[B, C]`, the same value and
     gradients as one device.
     """
+
+    ranks_embeddings = False  # its y_pred holds proxy similarities
 
     splits_anchors = True
 

@@ -1,12 +1,12 @@
 """Keras losses for the SVD-based penalties: SVMax and OLE, each a pure function (`svmax_loss`,
 `ole_loss`) and its Keras loss class (`SVMaxLoss`, `OLELoss`)."""
 
-import keras
-
 from tf_svmax import checks, ops
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._registry import register
 
 
+@register
 def svmax_loss(y_true, y_pred, *, lambda_=1.0, bounded=True, method="auto"):
     """The SVMax penalty as a loss function: ``lambda_ * tf_svmax.ops.svmax(y_pred)``.
 
@@ -34,7 +34,7 @@ def svmax_loss(y_true, y_pred, *, lambda_=1.0, bounded=True, method="auto"):
     return lambda_ * ops.svmax(y_pred, bounded=bounded, method=method)
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class SVMaxLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """SVMax regularizer as a label-oblivious Keras loss: `svmax_loss`,
     ``lambda_ * svmax(y_pred)``.
@@ -54,6 +54,8 @@ class SVMaxLoss(LossFunctionWrapper, BatchPenaltyLoss):
       ...     "mse", [tf_svmax.losses.SVMaxLoss(lambda_=1.0)]))
     """
 
+    ranks_embeddings = False  # a regularizer on the embeddings
+
     def __init__(self, lambda_=1.0, bounded=True, method="auto", name="svmax", **kwargs):
         fn_kwargs = dict(
             lambda_=checks.check_non_negative_number(lambda_, "lambda_"),
@@ -63,6 +65,7 @@ class SVMaxLoss(LossFunctionWrapper, BatchPenaltyLoss):
         super().__init__(svmax_loss, fn_kwargs, name=name, **kwargs)
 
 
+@register
 def ole_loss(y_true, y_pred, *, lambda_=0.25, delta=1.0, threshold=1e-6, num_classes=None):
     """The OLE loss as a loss function: ``lambda_ * tf_svmax.ops.ole_loss(y_true, y_pred)``.
 
@@ -99,7 +102,7 @@ def ole_loss(y_true, y_pred, *, lambda_=0.25, delta=1.0, threshold=1e-6, num_cla
     )
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class OLELoss(LossFunctionWrapper, BatchPenaltyLoss):
     """OLE loss as a Keras loss: `ole_loss`, ``lambda_ * tf_svmax.ops.ole_loss(y_true,
     y_pred)`` (OLE paper Eq. 2, 5, 6).
@@ -133,6 +136,8 @@ class OLELoss(LossFunctionWrapper, BatchPenaltyLoss):
     RuntimeWarning says so once). Without XLA (TensorFlow's ``jit_compile=False``, PyTorch,
     a direct call on JAX) one SVD per class present.
     """
+
+    ranks_embeddings = False  # a regularizer on the embeddings
 
     def __init__(
         self, lambda_=0.25, delta=1.0, threshold=1e-6, num_classes=None, name="ole", **kwargs

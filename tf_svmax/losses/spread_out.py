@@ -13,8 +13,10 @@ from keras import ops
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common, _state_layers
 from tf_svmax.losses._base import BatchPenaltyLoss
+from tf_svmax.losses._registry import register
 
 
+@register(helper=True)
 def random_negatives(labels, uniform):
     """Index of a uniformly random other-class row for every row (-1 where there is none).
 
@@ -42,6 +44,7 @@ def random_negatives(labels, uniform):
     return ops.where(ops.any(other_class, axis=1), choice, -1)
 
 
+@register
 def spread_out_loss(labels, embeddings, negatives):
     """Global orthogonal regularization of anchor/negative pairs.
 
@@ -71,7 +74,7 @@ def spread_out_loss(labels, embeddings, negatives):
     return ops.cast(ops.where(count > 0, penalty, ops.zeros_like(penalty)), dtype)
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class SpreadOutDraws(_state_layers.StateLayer):
     """The seed state of `SpreadOutLoss`' negative sampling, as a layer of the model.
 
@@ -112,7 +115,7 @@ class SpreadOutDraws(_state_layers.StateLayer):
         return {**super().get_config(), "seed": self.seed}
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class SpreadOutLoss(BatchPenaltyLoss):
     """``alpha * spread_out_loss`` with a fresh random negative per row at every call.
 
@@ -133,6 +136,8 @@ class SpreadOutLoss(BatchPenaltyLoss):
       draws: Optional `SpreadOutDraws` layer to draw from (e.g. the one of a model loaded from a
         ``.keras`` file: ``draws=model.get_layer(name)``); by default a new one with `seed`.
     """
+
+    ranks_embeddings = False  # a regularizer on the embeddings
 
     def __init__(self, alpha=1.0, seed=None, draws=None, name="spread_out", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -161,6 +166,13 @@ class SpreadOutLoss(BatchPenaltyLoss):
         uniform = keras.random.uniform((size, size), seed=self.draws.generator)
         negatives = random_negatives(labels, ops.cast(uniform, "float32"))
         return self.alpha * spread_out_loss(labels, y_pred, negatives)
+
+    @property
+    def state_layers(self):
+        """The layers holding this loss' state, which belong in the model (after its outputs,
+        e.g. ``keras.Sequential([..., *loss.state_layers])``): its `SpreadOutDraws` layer
+        (which JAX needs in the model)."""
+        return [self.draws]
 
     def get_config(self):
         # `draws_name`: how a loaded model's loss finds the model's restored draws layer.

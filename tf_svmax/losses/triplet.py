@@ -12,13 +12,13 @@ Differences from tensorflow-addons 0.23.0 (documented, tested):
 * labels are never cast to float (TFA's Keras 2 classes compare float32 copies of them).
 """
 
-import keras
 import numpy as np
 from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
 from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, deserialize_callable
+from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
 
@@ -31,6 +31,7 @@ def _anchor_distances(embeddings, labels, distance_metric, rows, valid=None):
     return ops.cast(pdist, embeddings.dtype), positives, negatives
 
 
+@register(tfa=True)
 def triplet_semihard_loss(
     y_true,
     y_pred,
@@ -268,6 +269,7 @@ def _gradient_rows(pdist, upstream, count, high, order, first, end, least, valid
     return direct + share * is_high
 
 
+@register(tfa=True)
 def triplet_hard_loss(
     y_true,
     y_pred,
@@ -353,7 +355,7 @@ def _positive_pairs_of(labels, rows, dtype, valid=None):
     return ops.cast(_common.count_true(positives), dtype)
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register(tfa=True)
 class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `triplet_semihard_loss` (drop-in for `tfa.losses.TripletSemiHardLoss`).
 
@@ -377,7 +379,7 @@ class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
         )
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register(tfa=True)
 class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `triplet_hard_loss` (drop-in for `tfa.losses.TripletHardLoss`)."""
 

@@ -28,11 +28,13 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _state_layers
+from tf_svmax.losses._base import NestedLosses
 from tf_svmax.losses._common import flat_labels, mean_of_parts
+from tf_svmax.losses._registry import register
 from tf_svmax.ops.ring import index_dtype, ring_slots, ring_write
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
+@register
 class CrossBatchMemoryBank(_state_layers.StateLayer):
     """The state of `CrossBatchMemory`: a FIFO ring buffer (`tf_svmax.ops.ring.ring_slots`,
     the rule of `NegativeQueue`) of `size` embeddings and their int64 labels, the number of
@@ -242,8 +244,8 @@ def _check_int32_range(labels):
         )
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
-class CrossBatchMemory(keras.losses.Loss):
+@register
+class CrossBatchMemory(NestedLosses, keras.losses.Loss):
     """Cross-batch memory (XBM) around a ranking loss: the batch's anchors are mined against
     the batch plus the memory's embeddings and labels.
 
@@ -476,7 +478,14 @@ class CrossBatchMemory(keras.losses.Loss):
         checks.same_width(y_pred, memory.dim, "y_pred", "the memory")
         return memory
 
+    @property
+    def state_layers(self):
+        """The layers holding this loss' state, which belong in the model (after its outputs,
+        e.g. ``keras.Sequential([..., *loss.state_layers])``): its `CrossBatchMemoryBank`."""
+        return [self.memory]
+
     def get_config(self):
+        # Not Keras' `Loss` config (its reduction and dtype are not the memory's arguments).
         return {
             "name": self.name,
             "loss": keras.saving.serialize_keras_object(self.loss),
@@ -489,7 +498,6 @@ class CrossBatchMemory(keras.losses.Loss):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["loss"] = keras.saving.deserialize_keras_object(config["loss"])
         # Absent from configs written before it was recorded: a new memory layer.
         name = config.pop("memory_name", None)
         if name is not None:
@@ -502,4 +510,4 @@ class CrossBatchMemory(keras.losses.Loss):
             )
             if config["memory"] is None:  # not loading a model: a new layer of that name
                 config["memory"] = CrossBatchMemoryBank(config["memory_size"], name=name)
-        return cls(**config)
+        return super().from_config(config)  # `NestedLosses`: the wrapped loss

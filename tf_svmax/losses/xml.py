@@ -35,11 +35,8 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss, PerSampleLabelLoss
-from tf_svmax.losses.npairs import NpairsLoss, NpairsMultilabelLoss
-from tf_svmax.losses.proxy_anchor import ProxyAnchorLoss
-from tf_svmax.losses.spectral import OLELoss, SVMaxLoss
-from tf_svmax.losses.spread_out import SpreadOutLoss
+from tf_svmax.losses._base import BatchPenaltyLoss, NestedLosses
+from tf_svmax.losses._registry import register
 from tf_svmax.ops import prototypes
 from tf_svmax.ops.ole import first_row_ids
 
@@ -172,16 +169,6 @@ def _masked_value(loss, labels, embeddings, part):
     return _common.safe_mean_over(ops.sum(value), _common.count_true(part))
 
 
-# Label losses that are no ranking loss on embeddings (see `_ranking_loss`).
-_NOT_RANKING = (
-    ProxyAnchorLoss,
-    NpairsLoss,
-    NpairsMultilabelLoss,
-    SVMaxLoss,
-    SpreadOutLoss,
-    OLELoss,
-)
-
 _RANKING_LOSS = (
     "a ranking loss on class labels and embeddings: an instance (or 'tf_svmax>ClassName' name) "
     "of a tf_svmax.losses metric-learning loss such as TripletHardLoss() or PKContrastiveLoss(); "
@@ -195,26 +182,24 @@ _RANKING_LOSS = (
 
 def _ranking_loss(loss):
     """`loss` (resolved if a name or config) if XML can evaluate it on each half through its
-    `call`: one of the library's label-aware losses on embeddings (`BatchPenaltyLoss`,
-    `PerSampleLabelLoss`), not another `XMLLoss` nor `ProxyAnchorLoss` and the N-pair losses
-    (whose ``y_pred`` are not embeddings) nor a regularizer (SVMax, spread-out, OLE: penalties
-    on the embeddings, not the metric-learning loss of Eq. 2.11); anything else would fail on
-    shapes or mean something else."""
+    `call`: a loss that declares ``ranks_embeddings`` (`tf_svmax.losses.LabelLoss`: the
+    library's label-aware losses on embeddings), not another `XMLLoss` nor `ProxyAnchorLoss`
+    and the N-pair losses (whose ``y_pred`` are not embeddings) nor a regularizer (SVMax,
+    spread-out, OLE: penalties on the embeddings, not the metric-learning loss of Eq. 2.11);
+    anything else would fail on shapes or mean something else."""
     resolved = loss
     if isinstance(loss, (str, dict)):
         try:
             resolved = keras.losses.get(loss)
         except ValueError:  # an unknown name: the error below says what is expected
             resolved = None
-    if isinstance(resolved, (BatchPenaltyLoss, PerSampleLabelLoss)) and not isinstance(
-        resolved, (XMLLoss, *_NOT_RANKING)
-    ):
+    if isinstance(resolved, keras.losses.Loss) and getattr(resolved, "ranks_embeddings", False):
         return resolved
     raise ValueError(checks.invalid("loss", _RANKING_LOSS, loss))
 
 
-@keras.saving.register_keras_serializable(package="tf_svmax")
-class XMLLoss(BatchPenaltyLoss):
+@register
+class XMLLoss(NestedLosses, BatchPenaltyLoss):
     """``(1 - lambda_) loss(Y) + lambda_ * sum_k loss(Y_hat_k)`` (XML Eq. 2.11).
 
     Args:
@@ -235,6 +220,8 @@ class XMLLoss(BatchPenaltyLoss):
       ridge: The ridge term of the prototype fit (paper: 0.05).
       normalize: L2-normalise the predicted embeddings (for losses defined on unit vectors).
     """
+
+    ranks_embeddings = False  # it is the wrapper itself
 
     def __init__(
         self, loss, num_prototypes, lambda_=0.01, ridge=0.05, normalize=True, name="xml", **kwargs
@@ -287,16 +274,9 @@ class XMLLoss(BatchPenaltyLoss):
 
     def get_config(self):
         return {
-            **super().get_config(),
-            "loss": keras.saving.serialize_keras_object(self.loss),
+            **super().get_config(),  # with `loss` (`NestedLosses`)
             "num_prototypes": self.num_prototypes,
             "lambda_": self.lambda_,
             "ridge": self.ridge,
             "normalize": self.normalize,
         }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["loss"] = keras.saving.deserialize_keras_object(config["loss"])
-        return cls(**config)

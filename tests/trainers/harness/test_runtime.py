@@ -22,6 +22,8 @@ from trainers.harness.flags import option
 from trainers.harness.loop import Job, run_job
 from trainers.harness.run_dir import RunRefused
 
+pytestmark = pytest.mark.all_backends
+
 X = np.random.default_rng(0).normal(size=(64, 2)).astype("float32")
 Y = X @ np.array([[1.0], [-2.0]], "float32")
 LEARNING_RATE, BATCH = 0.1, 8
