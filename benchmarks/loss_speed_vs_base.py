@@ -6,7 +6,10 @@ commit before the port to ``keras.ops``), take turns: every round times each (lo
 both sides back to back, alternating which side goes first, so that the machine's load
 (other processes on a shared CPU) falls on both alike. A side's figure is the median over rounds
 of its per-round medians; the ratio is head / base of those (below 1: head is faster), with the
-median of the per-round ratios beside it.
+median of the per-round ratios and the ratio of the two sides' fastest calls beside it.
+`--threads=1` runs each worker's backend single-threaded: on a CPU shared with other processes
+the default-threaded figures move by tens of percent (a parallel op waits for its slowest
+thread), the single-threaded ones by a few.
 
 What is timed, per Keras backend (`--backend`; the base must run on it, so 02ac264 is
 TensorFlow only):
@@ -26,7 +29,8 @@ Writes ``<output>/loss_speed_vs_base.{csv,json}`` (machine, versions, both commi
 average before and after) and prints a markdown table.
 
     git worktree add /tmp/base 02ac264
-    python -m benchmarks.loss_speed_vs_base --base=/tmp/base --output=benchmarks/results/loss_speed_vs_base
+    python -m benchmarks.loss_speed_vs_base --base=/tmp/base --threads=1 \
+        --output=benchmarks/results/loss_speed_vs_base
 """
 
 import json
@@ -183,7 +187,9 @@ def serve(backend, save_dir, threads):
             b, d = (int(v) for v in request["shape"].split("x"))
             steps[key] = _step(backend, request["loss"], (b, d), request["xla"])
             value, grad = steps[key]()
-            np.savez(os.path.join(save_dir, "_".join(map(str, key)) + ".npz"), value=value, grad=grad)
+            np.savez(
+                os.path.join(save_dir, "_".join(map(str, key)) + ".npz"), value=value, grad=grad
+            )
             for _ in range(2):  # warm-up: tracing, caches
                 steps[key]()
         seconds = []
@@ -240,9 +246,7 @@ def _cpu():
             info = f.read()
     except OSError:
         return None
-    fields = dict(
-        line.split(":", 1) for line in info.splitlines() if ":" in line and line.strip()
-    )
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line and line.strip())
     flags = fields.get("flags\t\t", fields.get("flags", "")).split()
     return {
         "model": fields.get("model name\t", "").strip(),
@@ -307,7 +311,8 @@ def measure(base_root, head_root, backend, losses, shapes, rounds, repeats, xla_
                 {
                     "loss": key[0],
                     "shape": key[1],
-                    "mode": ("XLA" if key[2] else "tf.function") if backend == "tensorflow"
+                    "mode": ("XLA" if key[2] else "tf.function")
+                    if backend == "tensorflow"
                     else {"jax": "jax.jit", "torch": "eager"}[backend],
                     "base_ms": float(np.median(base)) * 1e3,
                     "head_ms": float(np.median(head)) * 1e3,
@@ -362,7 +367,8 @@ def _shapes(values):
         shapes = []
     if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
         raise app.UsageError(
-            f"Invalid value for flag `--shapes`. Expected b x d such as 144x128. Received: {values}",
+            "Invalid value for flag `--shapes`. Expected b x d such as 144x128. "
+            f"Received: {values}",
             exitcode=2,
         )
     return [f"{b}x{d}" for b, d in shapes]
@@ -384,8 +390,15 @@ def main(argv):
     xla_modes = (False, True) if FLAGS.xla and FLAGS.backend == "tensorflow" else (False,)
     load_before = os.getloadavg()
     rows = measure(
-        base_root, head_root, FLAGS.backend, FLAGS.losses, shapes, FLAGS.rounds, FLAGS.repeats,
-        xla_modes, FLAGS.threads,
+        base_root,
+        head_root,
+        FLAGS.backend,
+        FLAGS.losses,
+        shapes,
+        FLAGS.rounds,
+        FLAGS.repeats,
+        xla_modes,
+        FLAGS.threads,
     )
     load_after = os.getloadavg()
     table = format_table(rows)
@@ -401,7 +414,8 @@ def main(argv):
             "head_dirty": bool(
                 subprocess.run(
                     ["git", "-C", head_root, "status", "--porcelain", "tf_svmax"],
-                    capture_output=True, text=True,
+                    capture_output=True,
+                    text=True,
                 ).stdout.strip()
             ),
             "cpu": _cpu(),
