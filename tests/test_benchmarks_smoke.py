@@ -202,6 +202,7 @@ PROGRAMS = (
     "checkpoint_formats",
     "gather_overhead",
     "lorac_xml_overhead",
+    "loss_speed_vs_base",
     "mining_memory",
     "ole_cost",
     "retrieval_eval",
@@ -227,6 +228,8 @@ def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
         ("checkpoint_formats", ("--models=main,x",)),
         ("gather_overhead", ("--replicas=3", "--batches=8")),
         ("lorac_xml_overhead", ("--batch_p=6",)),
+        ("loss_speed_vs_base", (f"--base={ROOT}", "--losses=no_such_loss")),
+        ("loss_speed_vs_base", ("--base=/no/such/checkout",)),
         ("two_head_overhead", ("--modes=center",)),
         ("xbm_overhead", ("--batches=6",)),
     ],
@@ -243,6 +246,27 @@ def test_checkpoint_formats(tmp_path):
     assert set(rows) == {"tf_train_checkpoint", "keras_weights"} and "machine" in record
     assert rows["keras_weights"]["parameters"] == rows["tf_train_checkpoint"]["parameters"]
     assert "| main | keras_weights |" in stdout
+
+
+def test_loss_speed_vs_base(tmp_path):
+    """Two workers, each importing tf_svmax from its tree (here the same one): the values and
+    gradients of the two sides are then bit-identical, and every ratio is recorded."""
+    stdout = _run(
+        "loss_speed_vs_base",
+        f"--base={ROOT}",
+        "--losses=lifted_struct,proxy_anchor,contrastive",
+        "--shapes=16x8",
+        "--rounds=2",
+        "--repeats=1",
+        "--threads=1",
+        f"--output={tmp_path}",
+    )
+    record = json.loads((tmp_path / "loss_speed_vs_base.json").read_text())
+    rows = record["results"]
+    assert [r["loss"] for r in rows] == ["lifted_struct", "proxy_anchor", "contrastive"]
+    assert all(r["bit_identical"] and r["ratio"] > 0 and len(r["round_ratios"]) == 2 for r in rows)
+    assert record["config"]["threads"] == 1 and "load_average_before" in record["config"]
+    assert "| lifted_struct | 16x8 | tf.function |" in stdout
 
 
 def test_backend_speed(tmp_path):

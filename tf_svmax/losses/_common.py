@@ -225,7 +225,8 @@ def mean_of_parts(parts, reduce_count=None):
 def label_masks(labels):
     """`(same_class, positives)`: boolean `[B, B]`; positives exclude each anchor itself."""
     same = ops.equal(labels[:, None], labels[None, :])
-    eye = ops.cast(ops.eye(ops.shape(labels)[0]), "bool")
+    # Made bool (no float [B, B] identity cast to bool: one pass over [B, B] fewer).
+    eye = ops.eye(ops.shape(labels)[0], dtype="bool")
     return same, ops.logical_and(same, ops.logical_not(eye))
 
 

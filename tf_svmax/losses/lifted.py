@@ -107,15 +107,12 @@ def _lifted_parts(
     )
     has_negatives = pair_sum > 0.0
     # log(0) only where neither row has a negative; those pairs contribute max(-inf, 0) = 0.
-    log_sum = ops.where(
-        has_negatives,
-        ops.log(ops.where(has_negatives, pair_sum, ops.ones_like(pair_sum))),
-        ops.full_like(pair_sum, -np.inf),
-    )
+    # The other branches are scalars, broadcast by the select (as the original wrote them): a
+    # filled [n, b] tensor each would be one more array to write and read.
+    log_sum = ops.where(has_negatives, ops.log(ops.where(has_negatives, pair_sum, 1.0)), -np.inf)
     objective = pair_shift + log_sum + pdist
 
-    zero = ops.zeros_like(objective)
-    hinge = _common.hinge(ops.where(positives, objective, zero))
+    hinge = _common.hinge(ops.where(positives, objective, 0.0))
     # NaN where a distance is not finite (NaN, inf or overflowing embeddings).
     total = _common.nan_unless_finite(0.25 * ops.sum(ops.square(hinge)), window_distances)
     if anchors is None:
@@ -157,9 +154,8 @@ def _negative_sums(margin, pdist, negatives, valid=None):
     # gradient (letting it flow breaks at ties between two rows' shifts, as it does in TFA).
     shift = ops.stop_gradient(_common.masked_max(diff, negatives, valid=columns))  # [n, 1]
     # The exponent is masked before exp: an unselected overflow would still poison the gradient.
-    zero = ops.zeros_like(diff)
-    exponent = ops.where(negatives, diff - shift, zero)
-    scaled = ops.sum(ops.where(negatives, ops.exp(exponent), zero), axis=1, keepdims=True)
+    exponent = ops.where(negatives, diff - shift, 0.0)
+    scaled = ops.sum(ops.where(negatives, ops.exp(exponent), 0.0), axis=1, keepdims=True)
     return shift, scaled
 
 

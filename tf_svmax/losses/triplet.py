@@ -129,7 +129,7 @@ def _semihard_parts(
         # Only the positive pairs (TFA multiplies by the mask: the same values and gradient); a
         # `where`, as a row with no column in use (an empty `ref_mask`) holds inf - inf there,
         # and the NaN of a non-finite distance is the guard's to give.
-        pairs = ops.where(positives, loss_matrix, ops.zeros_like(loss_matrix))
+        pairs = ops.where(positives, loss_matrix, 0.0)
         # NaN where a distance is not finite (NaN, inf or overflowing embeddings).
         return _common.nan_unless_finite(ops.sum(_common.hinge(pairs)), pdist)
 
@@ -182,7 +182,9 @@ def _closest_farther(pdist, negatives, valid=None):
     """
     # Whether a negative is farther: the row's farthest negative is (the same comparisons as
     # the search's, so the same booleans).
-    keys = ops.where(negatives, pdist, ops.full_like(pdist, -np.inf))
+    # (Scalar fills here and below, broadcast by the select as the original wrote them: a
+    # filled [m, b] tensor each would be one more array to write and read.)
+    keys = ops.where(negatives, pdist, -np.inf)
     farthest = _backend.reduce_with_identity(ops.max, keys, 1, keepdims=True)  # no rows: -inf
     exists = ops.stop_gradient(farthest) > ops.stop_gradient(pdist)
 
@@ -210,7 +212,7 @@ def _search_rows(pdist, negatives, valid=None):
     minus the row maximum (0 where there is none)."""
     b = ops.shape(pdist)[1]
     # Each row's negatives in increasing order, +inf after them.
-    keys = ops.where(negatives, pdist, ops.full_like(pdist, np.inf))
+    keys = ops.where(negatives, pdist, np.inf)
     order = ops.cast(_backend.stable_argsort_rows(keys), "int32")
     ordered = _backend.take_rows(keys, order)
     count = ops.sum(ops.cast(negatives, "int32"), axis=1, keepdims=True)
@@ -220,12 +222,12 @@ def _search_rows(pdist, negatives, valid=None):
     # only below h's rounding step tie there, so the tie group is found among the shifted
     # values (sorted too: the shift is monotone), and the value is (d - h) + h as in TFA.
     # (Over the valid columns only: a masked column is no point of the row.)
-    rows_max = pdist if valid is None else ops.where(valid, pdist, ops.full_like(pdist, -np.inf))
+    rows_max = pdist if valid is None else ops.where(valid, pdist, -np.inf)
     high = _backend.reduce_with_identity(ops.max, rows_max, 1, keepdims=True)  # no rows: -inf
     shifted = ordered - high
     least = _backend.take_rows(shifted, ops.minimum(first, b - 1))
     # Never +inf, even where unused (no candidate).
-    least = ops.where(first < count, least, ops.zeros_like(least))
+    least = ops.where(first < count, least, 0.0)
     end = _backend.searchsorted_rows(shifted, least, side="right")
     return count, high, order, first, end, least
 
@@ -240,11 +242,10 @@ def _gradient_rows(pdist, upstream, count, high, order, first, end, least, valid
     # b: the row's number of points (TFA's batch size), the valid columns with a mask.
     b_f = ops.cast(b if valid is None else ops.sum(ops.cast(valid, "int32")), pdist.dtype)
     exists = first < count
-    zeros = ops.zeros_like(upstream)
     # At the row maximum (or with no candidate) the shifted min 0 ties with every entry.
     at_high = ops.logical_or(ops.logical_not(exists), ops.equal(least, 0.0))
     tied = ops.where(at_high, b_f, ops.cast(end - first, pdist.dtype))
-    per_candidate = ops.where(exists, upstream / tied, zeros)
+    per_candidate = ops.where(exists, upstream / tied, 0.0)
     # Spread over the sorted positions first .. end - 1 (a difference array, then cumsum).
     rows = ops.arange(m, dtype="int32")[:, None] * (b + 1)
     flat = ops.reshape(per_candidate, [-1])
@@ -259,8 +260,8 @@ def _gradient_rows(pdist, upstream, count, high, order, first, end, least, valid
     columns = ops.arange(m, dtype="int32")[:, None] * b + order
     direct = ops.reshape(segment_sum(ops.reshape(spread, [-1]), columns, m * b), [m, b])
     # What reaches the row maximum: 1 - (#candidates tied at it) / b of the upstream.
-    candidates = ops.where(exists, ops.cast(count - first, pdist.dtype), ops.zeros_like(least))
-    to_high = ops.where(at_high, upstream * (1.0 - candidates / b_f), zeros)
+    candidates = ops.where(exists, ops.cast(count - first, pdist.dtype), 0.0)
+    to_high = ops.where(at_high, upstream * (1.0 - candidates / b_f), 0.0)
     is_high = ops.equal(pdist, high)
     if valid is not None:
         is_high = ops.logical_and(is_high, valid)
