@@ -446,7 +446,7 @@ LOSS_LISTS = [
     ),
     (
         "docs/guide/backends.md",
-        "The five losses that take it run there",
+        "losses that take it run there",
         "The P × K losses",
         lambda r: loss_classes(r, capability("accepts_ref_mask")),
         "the loss classes with accepts_ref_mask",
@@ -485,6 +485,23 @@ LOSS_LISTS = [
         "\n| `PKContrastiveLoss`",
         lambda r: loss_classes(r, capability("splits_anchors")),
         "the loss classes with splits_anchors (the rows of those that split the work)",
+    ),
+    (
+        # The rows of the losses computed whole: none of them splits its anchors.
+        "docs/guide/multiple-devices.md",
+        "| what each replica computes |",
+        "returns 1/N of it |",
+        lambda r: set(),
+        "a loss class without splits_anchors",
+        lambda r: loss_classes(r, lambda c: not getattr(c, "splits_anchors", False)),
+    ),
+    (
+        "docs/guide/multiple-devices.md",
+        "| splits by proxies: all b rows against C/N proxies |",
+        "\n\n",
+        lambda r: set(),
+        "a loss class without splits_anchors",
+        lambda r: loss_classes(r, lambda c: not getattr(c, "splits_anchors", False)),
     ),
     (
         # Every loss class and every layer holding a loss' state has its row (or its place in
@@ -536,6 +553,23 @@ def test_the_papers_table_states_each_loss_class_block_layout():
                 f"docs/guide/ranking-losses.md: the row of {name} says batch {batch.strip()!r}; "
                 f"its class_block_rows is {k}"
             )
+
+
+# Where a page counts the losses of a capability in words: (page, the text with {n}).
+COUNTED = [
+    ("docs/guide/backends.md", "The {n} losses that take it run there"),
+    ("docs/guide/ranking-losses.md", "library's {n}, which take `ref_mask`"),
+]
+NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+
+
+@pytest.mark.parametrize("page, phrase", COUNTED)
+def test_the_count_of_losses_taking_ref_mask_is_the_registry_s(page, phrase):
+    registry = losses_registry()
+    n = len(loss_classes(registry, capability("accepts_ref_mask")))
+    text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+    want = phrase.format(n=NUMBER_WORDS[n])
+    assert want in text, f"{page}: expected {want!r} ({n} loss classes with accepts_ref_mask)"
 
 
 def test_a_loss_list_check_names_a_missing_and_a_stale_loss(tmp_path, monkeypatch):
