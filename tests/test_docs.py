@@ -1,8 +1,10 @@
 """The Python examples of the README and of every documentation page run as written, each on its
 own in a fresh process, and print what they show (a value stated in a comment beside a `print`
 is the value it prints); the README stays a short landing page whose links resolve, and the
-README, getting-started and guide pages keep their paragraphs short enough to skim. On JAX and
-PyTorch the same examples run in tests/test_docs_backends.py."""
+README, getting-started and guide pages keep their paragraphs short enough to skim; the pages'
+lists and tables of losses name exactly the losses the registry gives them (TFA or not, the
+capabilities each class declares; every loss class has its row in docs/guide/backends.md). On JAX
+and PyTorch the same examples run in tests/test_docs_backends.py."""
 
 import ast
 import io
@@ -359,3 +361,235 @@ def test_install_commands_install_from_the_clone_and_torch_as_its_cpu_build():
         assert 'pip install ".[jax]"' in text, name
         assert cpu_torch in text or "getting-started.md#" in text, name
     assert cpu_torch in pages[ROOT / "docs" / "getting-started.md"]
+
+
+# The docs' lists and tables of losses stay hand-written prose, but each one that names losses
+# by a fact of the registry (tf_svmax/losses/_registry.py: TFA or not, the capabilities a loss
+# class declares) is checked against the registry here, so a new loss, or a changed capability,
+# cannot leave a page stale. Each check: the page, the text between two anchors (unique on the
+# page), the registered names that text must name, exactly, and why.
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def losses_registry():
+    """The registry, filled (importing it imports `tf_svmax.losses`, whose modules register
+    their objects); imported here, not at module level: tests/test_docs_backends.py imports
+    this module on every backend."""
+    from tf_svmax.losses import _registry
+
+    return _registry
+
+
+def named(text, registry):
+    """The registered names in `text`'s code spans (``Name(...)``, ``losses.Name``)."""
+    found = set()
+    for span in CODE_SPAN.findall(text):
+        match = re.match(r"(?:tf_svmax\.)?(?:losses\.)?([A-Za-z_]\w*)", span)
+        if match and match.group(1) in registry.REGISTRY:
+            found.add(match.group(1))
+    return found
+
+
+def between(page, start, end):
+    text = (ROOT / page).read_text(encoding="utf-8")
+    assert text.count(start) == 1, f"{page}: the anchor {start!r} is not found once"
+    rest = text.split(start, 1)[1]
+    assert end in rest, f"{page}: no {end!r} after {start!r}"
+    return rest.split(end, 1)[0]
+
+
+def loss_classes(registry, fact):
+    return {e.name for e in registry.entries("loss") if fact(e.obj)}
+
+
+def takes_reference_rows(registry):
+    """The loss functions whose signature takes reference rows."""
+    import inspect
+
+    return {
+        e.name
+        for e in registry.entries("function")
+        if "ref_labels" in inspect.signature(e.obj).parameters
+    }
+
+
+def capability(name):
+    return lambda cls: bool(getattr(cls, name, False))
+
+
+def tfa(registry, *kinds):
+    return {e.name for e in registry.entries(*kinds) if e.tfa}
+
+
+# (page, start anchor, end anchor, what the text must name: registry -> names, why)
+LOSS_LISTS = [
+    (
+        "docs/guide/ranking-losses.md",
+        "losses under their TFA names (",
+        "; see",
+        lambda r: tfa(r, "loss"),
+        "the loss classes registered with tfa=True",
+    ),
+    (
+        "docs/guide/ranking-losses.md",
+        "It wraps any loss that accepts reference rows",
+        "or a loss of your own",
+        lambda r: loss_classes(r, capability("accepts_reference_rows")),
+        "the loss classes with accepts_reference_rows",
+    ),
+    (
+        "docs/guide/ranking-losses.md",
+        "## Reference rows",
+        "mine their anchors",
+        takes_reference_rows,
+        "the loss functions taking ref_labels",
+    ),
+    (
+        "docs/guide/backends.md",
+        "losses that take it run there",
+        "The P × K losses",
+        lambda r: loss_classes(r, capability("accepts_ref_mask")),
+        "the loss classes with accepts_ref_mask",
+    ),
+    (
+        "docs/guide/backends.md",
+        "The P × K losses",
+        "take no mask",
+        lambda r: loss_classes(r, lambda c: getattr(c, "class_block_rows", None) is not None),
+        "the loss classes with class_block_rows",
+    ),
+    (
+        "docs/guide/lorac-xml.md",
+        "the losses that take `ref_mask`",
+        "and the first and last",
+        lambda r: loss_classes(r, capability("accepts_ref_mask")),
+        "the loss classes with accepts_ref_mask",
+    ),
+    (
+        "docs/guide/lorac-xml.md",
+        "class blocks for the P × K losses",
+        "which are the class halves",
+        lambda r: loss_classes(r, lambda c: getattr(c, "class_block_rows", None) is not None),
+        "the loss classes with class_block_rows",
+    ),
+    (
+        "docs/guide/tfa-migration.md",
+        "Available: ",
+        "`ops.pairwise_distance`",
+        lambda r: tfa(r, "loss", "function"),
+        "the loss classes and functions registered with tfa=True",
+    ),
+    (
+        "docs/guide/multiple-devices.md",
+        "returns 1/N of it |\n",
+        "\n| `PKContrastiveLoss`",
+        lambda r: loss_classes(r, capability("splits_anchors")),
+        "the loss classes with splits_anchors (the rows of those that split the work)",
+    ),
+    (
+        # The rows of the losses computed whole: none of them splits its anchors.
+        "docs/guide/multiple-devices.md",
+        "| what each replica computes |",
+        "returns 1/N of it |",
+        lambda r: set(),
+        "a loss class without splits_anchors",
+        lambda r: loss_classes(r, lambda c: not getattr(c, "splits_anchors", False)),
+    ),
+    (
+        "docs/guide/multiple-devices.md",
+        "| splits by proxies: all b rows against C/N proxies |",
+        "\n\n",
+        lambda r: set(),
+        "a loss class without splits_anchors",
+        lambda r: loss_classes(r, lambda c: not getattr(c, "splits_anchors", False)),
+    ),
+    (
+        # Every loss class and every layer holding a loss' state has its row (or its place in
+        # one): which backends run it.
+        "docs/guide/backends.md",
+        "## What runs where",
+        "\n## ",
+        lambda r: {e.name for e in r.entries("loss", "layer")},
+        "every registered loss class and layer",
+        # The functions and helpers may stand beside them.
+        lambda r: {e.name for e in r.entries("function", "helper")},
+    ),
+]
+
+
+def list_problems(page, start, end, want, why, registry, also=None):
+    """What is wrong with one list: its missing and its stale names, in words (none: []).
+    `also`: the registered names it may name besides (registry -> names)."""
+    got = named(between(page, start, end), registry)
+    expected = want(registry)
+    stale = got - expected - (also(registry) if also else set())
+    problems = []
+    if expected - got:
+        problems.append(f"{page}, after {start!r}: missing {sorted(expected - got)} ({why})")
+    if stale:
+        problems.append(f"{page}, after {start!r}: stale {sorted(stale)} (not {why})")
+    return problems
+
+
+@pytest.mark.parametrize("case", LOSS_LISTS, ids=[f"{p}:{s[:30]}" for p, s, *_ in LOSS_LISTS])
+def test_the_docs_lists_of_losses_follow_the_registry(case):
+    page, start, end, want, why, *also = case
+    problems = list_problems(page, start, end, want, why, losses_registry(), *also)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_papers_table_states_each_loss_class_block_layout():
+    """docs/guide/ranking-losses.md's table of the papers' losses: its batch column says
+    P × K for a loss with ``class_block_rows = K``, never for another loss."""
+    registry = losses_registry()
+    table = between("docs/guide/ranking-losses.md", "| loss | batch | SVMax λ | notes |", "\n\n")
+    rows = [line.split("|")[1:3] for line in table.splitlines() if line.startswith("| `")]
+    assert rows, "the papers' table has rows"
+    for first, batch in rows:
+        for name in named(first, registry):
+            k = getattr(registry.REGISTRY[name].obj, "class_block_rows", None)
+            stated = re.fullmatch(r"P × (\d+)", batch.strip())
+            assert (int(stated.group(1)) if stated else None) == k, (
+                f"docs/guide/ranking-losses.md: the row of {name} says batch {batch.strip()!r}; "
+                f"its class_block_rows is {k}"
+            )
+
+
+# Where a page counts the losses of a capability in words: (page, the text with {n}).
+COUNTED = [
+    ("docs/guide/backends.md", "The {n} losses that take it run there"),
+    ("docs/guide/ranking-losses.md", "library's {n}, which take `ref_mask`"),
+]
+NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+
+
+@pytest.mark.parametrize("page, phrase", COUNTED)
+def test_the_count_of_losses_taking_ref_mask_is_the_registry_s(page, phrase):
+    registry = losses_registry()
+    n = len(loss_classes(registry, capability("accepts_ref_mask")))
+    text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+    want = phrase.format(n=NUMBER_WORDS[n])
+    assert want in text, f"{page}: expected {want!r} ({n} loss classes with accepts_ref_mask)"
+
+
+def test_a_loss_list_check_names_a_missing_and_a_stale_loss(tmp_path, monkeypatch):
+    """The check can fail: a list without one of its losses, or with one more, is named."""
+    registry = losses_registry()
+    page = "docs/guide/lorac-xml.md"
+    text = (ROOT / page).read_text(encoding="utf-8")
+    edited = text.replace("`TripletHardLoss`,", "`TripletHardLoss`, `PKNpairLoss`,", 1)
+    edited = edited.replace("`LiftedStructLoss`, ", "", 1)
+    (tmp_path / "docs" / "guide").mkdir(parents=True)
+    (tmp_path / page).write_text(edited, encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    problems = list_problems(
+        page,
+        "the losses that take `ref_mask`",
+        "and the first and last",
+        lambda r: loss_classes(r, capability("accepts_ref_mask")),
+        "the loss classes with accepts_ref_mask",
+        registry,
+    )
+    assert len(problems) == 2, problems
+    assert "missing ['LiftedStructLoss']" in problems[0]
+    assert "stale ['PKNpairLoss']" in problems[1]

@@ -7,8 +7,10 @@ classes, the loss functions, their base classes, the layers that hold a loss' st
 helpers. From that one registry come the package's ``__all__``, the string names
 (`install_registered`, `get`), the names tensorflow-addons' files store (``tfa=True``) and the
 tests' tables of losses (tests/losses/test_registry_backends.py and the tables derived in
-other test files). Adding a loss is its module (its class and function decorated), one import
-line in `tf_svmax/losses/__init__.py`, and its reference test: docs/guide/adding-a-loss.md.
+other test files), and the lists of losses the docs' pages must name (tests/test_docs.py).
+Adding a loss is its module (its class and function decorated), one import line in
+`tf_svmax/losses/__init__.py`, its reference test and its row in docs/guide/backends.md:
+docs/guide/adding-a-loss.md.
 
 String names:
 
