@@ -53,4 +53,3 @@ def model_scope(distribution, config):
     distribution.check_even_split(config.batch_p * config.batch_k)
     with distribution.scope(), weights_refusals(config):  # --weights of another backbone
         yield
-
