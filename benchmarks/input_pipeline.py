@@ -38,7 +38,7 @@ from absl import flags  # noqa: E402
 from benchmarks import _common  # noqa: E402
 from tf_svmax import data  # noqa: E402
 from trainers import retrieval  # noqa: E402
-from trainers.harness import image_data  # noqa: E402
+from trainers.harness import runtime  # noqa: E402
 from trainers.harness.flags import run as run_with_exit_codes  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -273,7 +273,7 @@ def trainer_batches(config, inputs, parallel_calls=tf.data.AUTOTUNE, threads=Non
     """The trainer's P x K batches (`train_retrieval`'s `batches`), with tf.data's private
     threadpool set to `threads` (None: tf.data's default, as the trainer runs)."""
     features, labels, map_fn, _ = inputs
-    out = image_data.pk_batches(
+    out = runtime.pk_batches(
         config, features, labels, map_fn=map_fn, start_step=0, num_parallel_calls=parallel_calls
     )
     if threads is not None:

@@ -20,6 +20,7 @@ from trainers.contrastive.config import (
 )
 from trainers.contrastive.evaluate import evaluate
 from trainers.contrastive.plots import plot_run
+from trainers.harness import runtime
 from trainers.harness.config import resolved
 from trainers.harness.loop import Job, run_job
 
@@ -155,6 +156,7 @@ def train_contrastive(config, *, callbacks=()):
             seed=config.seed,
             start_step=start_step,
         ),
+        distribution=runtime.default_distribution(model),
         global_batch=config.batch_size,
         evaluate=lambda step, epoch: evaluate(config, model, features, split),
         plot=lambda results, folder: plot_run(results, folder, title),

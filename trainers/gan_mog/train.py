@@ -12,6 +12,7 @@ from trainers.gan_mog.config import GanConfig, describe, mixture_weights, resolv
 from trainers.gan_mog.evaluate import evaluate, evaluation_noise, final_numbers, sample_path
 from trainers.gan_mog.model import build_gan
 from trainers.gan_mog.plots import plot_run
+from trainers.harness import runtime
 from trainers.harness.config import resolved
 from trainers.harness.loop import Job, run_job
 
@@ -88,6 +89,7 @@ def train_gan_mog(config, *, callbacks=()):
         model=gan,
         schedule=lambda step: config.learning_rate,
         batches=lambda start_step: batches(config, start_step),
+        distribution=runtime.default_distribution(gan),
         global_batch=config.batch_size,
         evaluate=lambda step, epoch: evaluate(config, gan, noise, centres, step),
         plot=lambda results, folder: plot_run(results, folder, title),

@@ -39,9 +39,9 @@ def interrupted_message(config):
     """One line: where the run stopped and how to resume it."""
     if config is None or "keras" not in sys.modules:  # stopped while checking the flags
         return "interrupted before the run started."
-    from trainers.harness import runtime  # Keras was imported before the run started
+    from trainers.harness import checkpoints  # Keras was imported before the run started
 
-    step = runtime.latest_checkpoint_step(layout(config.output_dir)["checkpoints"])
+    step = checkpoints.latest_step(layout(config.output_dir)["checkpoints"])
     if not step:
         return "interrupted before the first checkpoint; the same command starts the run anew."
     return (

@@ -1,6 +1,6 @@
 """What the image experiments (retrieval, two-head) share: how a run starts (distribution,
-seed, data, model, in that order), the loaders of image files, and the P x K batches with their
-labels given to every output of the model. Backend-neutral: through `trainers.harness.runtime`."""
+seed, data, model, in that order) and the loaders of image files (their P x K batches:
+`trainers.harness.runtime.pk_batches`). Backend-neutral: through `trainers.harness.runtime`."""
 
 import contextlib
 
@@ -53,23 +53,3 @@ def model_scope(distribution, config):
     distribution.check_even_split(config.batch_p * config.batch_k)
     with distribution.scope(), weights_refusals(config):  # --weights of another backbone
         yield
-
-
-def pk_batches(
-    config, features, labels, *, map_fn, start_step, outputs=None, num_parallel_calls=None
-):
-    """`runtime.pk_batches`: the config's P x K batches from batch `start_step` (tf.data on
-    TensorFlow and for image files; from memory, a `tf_svmax.data.PKBatches`, on JAX and
-    PyTorch); with `outputs` (the output names of a model with several), each batch's labels
-    are given to every one of them: Keras matches targets to outputs by key, trained or not.
-    `num_parallel_calls` is `map_fn`'s parallelism (None: tf.data's AUTOTUNE, the trainers';
-    the input-pipeline benchmark varies it)."""
-    return runtime.pk_batches(
-        config,
-        features,
-        labels,
-        map_fn=map_fn,
-        start_step=start_step,
-        outputs=outputs,
-        num_parallel_calls=num_parallel_calls,
-    )

@@ -26,9 +26,9 @@ run folder, evaluates and plots. The other workers write their checkpoints at th
 (reading a variable synchronised on read is a collective step) into a temporary folder,
 deleted when they end.
 
-The loop knows no backend: it distributes, checkpoints and reads its input through
-`trainers.harness.runtime` (TensorFlow's strategies on TensorFlow, Keras' own on JAX and
-PyTorch; Keras' checkpoint format on every backend).
+The loop knows no backend: it distributes and reads its input through the job's distribution
+and `trainers.harness.runtime` (TensorFlow's strategies on TensorFlow, Keras' own on JAX and
+PyTorch), and checkpoints in Keras' format on every backend (`trainers.harness.checkpoints`).
 
 The job's config must have the fields ``output_dir``, ``train_steps``, ``eval_every``,
 ``trace_every``, ``evaluate_untrained`` and ``verbose`` (resolved: no None).
@@ -52,6 +52,7 @@ from tf_svmax import (
     records,
 )
 from trainers.harness import progress, runtime
+from trainers.harness.checkpoints import WeightsCheckpoints
 from trainers.harness.flags import identity
 from trainers.harness.run_dir import RunDirectory, RunFailed, RunRefused, layout
 
@@ -67,6 +68,9 @@ class Job:
       schedule: The optimizer's learning-rate schedule (called with a step for the trace).
       batches: ``start_step -> dataset`` of training batches from that step on (what `fit`
         takes: a tf.data.Dataset, a `keras.utils.PyDataset`; `runtime.pk_batches`).
+      distribution: The run's distribution, the model built in its scope:
+        `runtime.make_distribution` of the config's --strategy, or for a trainer without one
+        `runtime.default_distribution(model)`.
       global_batch: Rows of every training batch (split across the replicas of a
         multi-replica strategy, see `trainers.harness.distribute.replica_batches`).
       evaluate: ``(step, epoch) -> {"metrics": {...}, "info": {...}}``, the held-out
@@ -89,8 +93,6 @@ class Job:
         bare error.
       summarize: ``results -> dict`` of entries the final record adds when training ends
         (completed or diverged), e.g. the last evaluation's headline numbers.
-      distribution: The run's `runtime.make_distribution` (the model built in its scope), or
-        None: `runtime.default_distribution` of the model.
     """
 
     name: str
@@ -98,6 +100,7 @@ class Job:
     model: keras.Model
     schedule: Callable
     batches: Callable[[int], object]
+    distribution: object
     global_batch: int
     evaluate: Callable[[int, int], dict]
     plot: Callable[[dict, str], None]
@@ -108,7 +111,6 @@ class Job:
     callbacks: Sequence = ()
     diagnose: Callable[[Exception], str | None] | None = None
     summarize: Callable[[dict], dict] = lambda results: {}
-    distribution: object = None
 
 
 def image_file_diagnosis(*path_lists):
@@ -364,7 +366,7 @@ def run_job(job, config_class, started):
     """
     config_dict = config_record(job.config)
     fields = identity(config_dict, config_class)  # what a resumed run must share
-    distribution = job.distribution or runtime.default_distribution(job.model)
+    distribution = job.distribution
     place = distribution.placement  # chief or not, multi-worker or not: resolved once
     # The chief's checkpoints, which every worker restores (a non-chief writes its own into a
     # temporary folder).
@@ -408,11 +410,11 @@ def _run(job, config_dict, run, started, distribution, shared_checkpoints):
     with distribution.scope():  # the optimizer's slots mirror the weights
         model.optimizer.build(model.trainable_variables)
     # Every worker restores the chief's checkpoint; a non-chief saves into its own folder.
-    checkpoints = runtime.open_checkpoints(
+    checkpoints = WeightsCheckpoints(
         model,
-        job.state,
         shared_checkpoints,
         max_to_keep=2,
+        state=job.state,
         keep_in=None if chief else paths["checkpoints"],
     )
     restored = checkpoints.restored

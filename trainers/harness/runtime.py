@@ -1,13 +1,12 @@
 """The trainers' runtime: the one interface through which the loop and the trainers distribute,
-checkpoint, read their input and recognise a failed input, whatever Keras' backend.
+read their input and recognise a failed input, whatever Keras' backend.
 
     distribution = runtime.make_distribution(config.strategy, config.cpu_devices, timeout)
     with distribution.scope(): ...                      # build and compile the model
-    checkpoints = runtime.open_checkpoints(model, state, folder, max_to_keep=2)
     batches = runtime.pk_batches(config, features, labels, map_fn=..., start_step=...)
     except runtime.input_errors(): ...                  # e.g. a corrupt image
 
-Two implementations behind it, and one checkpoint format:
+Two implementations behind it:
 
 - TensorFlow (the default backend): `tf.distribute` strategies (default, mirrored,
   multi-worker: `trainers.harness.distribute`), tf.data input.
@@ -15,11 +14,13 @@ Two implementations behind it, and one checkpoint format:
   `keras.distribution.DataParallel`; the embedded sets from memory (`tf_svmax.data.PKBatches`,
   a `keras.utils.PyDataset`), image files through tf.data on the host where TensorFlow is
   installed, else refused naming what to install.
-- Checkpoints, on every backend (`trainers.harness.checkpoints`): Keras' own weights files,
-  with the optimizer's variables, a job's state beside the model (a GAN's second optimizer, a
-  contrastive queue, the center loss's centers on TensorFlow) and a step record naming the
-  backend. Under multi-worker every worker restores the chief's newest checkpoint and saves at
-  the same steps (a non-chief into a folder of its own).
+
+Checkpoints have one format on every backend, Keras' own weights files
+(`trainers.harness.checkpoints`, which the loop opens itself): the optimizer's variables, a
+job's state beside the model (a GAN's second optimizer, a contrastive queue, the center loss's
+centers on TensorFlow) and a step record naming the backend. Under multi-worker every worker
+restores the chief's newest checkpoint and saves at the same steps (a non-chief into a folder
+of its own).
 
 Nothing here imports TensorFlow on JAX or PyTorch unless tf.data input is asked for.
 """
@@ -84,32 +85,6 @@ def default_distribution(model):
     from trainers.harness import keras_runtime
 
     return keras_runtime.KerasDistribution("default")
-
-
-def open_checkpoints(model, state, directory, *, max_to_keep, keep_in=None):
-    """The run's checkpoints in `directory` (`trainers.harness.checkpoints.WeightsCheckpoints`:
-    Keras' weights files on every backend), the newest readable one restored into `model` (its
-    optimizer built) and `state` (name -> what a job keeps beside the model and must survive a
-    restart, saved in the same file). An object with ``restored`` (what was restored, None when
-    nothing), ``save(step)`` and ``latest_step()``. With `keep_in` (a non-chief worker)
-    `directory` is only read and saves go to `keep_in`.
-
-    Raises:
-      RunRefused: checkpoints are on disk but none can be read, or they were written on
-        another backend.
-    """
-    from trainers.harness import checkpoints
-
-    return checkpoints.WeightsCheckpoints(
-        model, directory, max_to_keep, state=state, keep_in=keep_in
-    )
-
-
-def latest_checkpoint_step(directory):
-    """The newest checkpoint's step in `directory` (0 when none), for the interrupt message."""
-    from trainers.harness import checkpoints
-
-    return checkpoints.latest_step(directory)
 
 
 def tensorflow_installed():

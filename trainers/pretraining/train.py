@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tf_svmax import data, models
 from tf_svmax.training import ConstantThenPolynomialDecay
+from trainers.harness import runtime
 from trainers.harness.config import ConfigError, resolved
 from trainers.harness.loop import Job, run_job
 from trainers.pretraining.config import PretrainConfig, resolve
@@ -116,6 +117,7 @@ def pretrain(config):
         model=classifier,
         schedule=schedule,
         batches=batches,
+        distribution=runtime.default_distribution(classifier),
         global_batch=config.batch_size,
         evaluate=evaluate,
         plot=plot_run,

@@ -47,8 +47,7 @@ def train_retrieval(config, *, callbacks=()):
     config, split, embedding_model, distribution = setup(config)
     evaluated = distribution.local_copy(embedding_model)  # multi_worker: the chief's own copy
     with distribution.scope():  # the training head, the loss's state, the optimizer's slots
-        job = _job(config, split, embedding_model, callbacks, evaluated)
-    job.distribution = distribution
+        job = _job(config, split, embedding_model, callbacks, evaluated, distribution)
     return run_job(job, RetrievalConfig, started)
 
 
@@ -73,11 +72,11 @@ def setup(config):
     return config, split, embedding_model, distribution
 
 
-def _job(config, split, embedding_model, callbacks, evaluated):
+def _job(config, split, embedding_model, callbacks, evaluated, distribution):
     """The run's `Job`, top to bottom: what the start line says and the evaluation on the test
     split, what the P x K sampler draws from, the training model with its loss and optimizer,
     then what the loop calls (the batches, the evaluation); `evaluated` is ``(model,
-    refresh)`` of `local_copy`."""
+    refresh)`` of `distribution`'s `local_copy`."""
     train, test, input_shape, loaders = split
     description = _description(config)
     evaluator = _evaluator(
@@ -105,7 +104,7 @@ def _job(config, split, embedding_model, callbacks, evaluated):
     labels = train_labels if head == "proxies" else train[1]
 
     def batches(start_step):
-        return image_data.pk_batches(
+        return runtime.pk_batches(
             config,
             features,
             labels,
@@ -130,6 +129,7 @@ def _job(config, split, embedding_model, callbacks, evaluated):
         model=model,
         schedule=schedule,
         batches=batches,
+        distribution=distribution,
         global_batch=batch,
         evaluate=evaluate,
         plot=lambda results, folder: plot_run(results, bounds, folder),

@@ -52,7 +52,7 @@ def train_two_head(config, *, callbacks=()):
 
     def batches(start_step):
         map_fn = split["loaders"][0] if split["loaders"] else None
-        return image_data.pk_batches(
+        return runtime.pk_batches(
             config, train_x, train_y, map_fn=map_fn, start_step=start_step, outputs=output_names
         )
 
@@ -67,6 +67,7 @@ def train_two_head(config, *, callbacks=()):
         model=model,
         schedule=schedule,
         batches=batches,
+        distribution=distribution,
         global_batch=config.batch_p * config.batch_k,
         evaluate=evaluate_at,
         plot=lambda results, folder: plot_run(results, folder, title),
@@ -83,7 +84,6 @@ def train_two_head(config, *, callbacks=()):
         diagnose=(
             image_file_diagnosis(split["train"][0], split["test"][0]) if split["loaders"] else None
         ),
-        distribution=distribution,
     )
     return run_job(job, TwoHeadConfig, started)
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tests.data import fake_trees
 from tf_svmax import data
-from trainers.harness import distribute, image_data
+from trainers.harness import distribute, image_data, runtime
 from trainers.harness.config import ConfigError
 
 
@@ -75,8 +75,8 @@ def test_pk_batches_give_every_output_the_labels_of_the_plain_sampler():
     labels = np.repeat(np.arange(4), 3)
     config = _config(batch_p=2, batch_k=3)
     plain = data.pk_batches(features, labels, batch_p=2, batch_k=3, seed=3, start_batch=1)
-    alone = image_data.pk_batches(config, features, labels, map_fn=None, start_step=1)
-    labelled = image_data.pk_batches(
+    alone = runtime.pk_batches(config, features, labels, map_fn=None, start_step=1)
+    labelled = runtime.pk_batches(
         config, features, labels, map_fn=None, start_step=1, outputs=("embedding", "proxies")
     )
     for (x, y), (x1, y1), (x2, y2) in zip(

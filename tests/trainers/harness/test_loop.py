@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from trainers.harness import runtime
 from trainers.harness.flags import option
 from trainers.harness.loop import (
     Job,
@@ -63,6 +64,7 @@ def _job(config, counter):
         model=model,
         schedule=lambda step: 0.1,
         batches=batches,
+        distribution=runtime.default_distribution(model),
         global_batch=8,
         evaluate=evaluate,
         plot=lambda results, folder: None,

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from trainers.harness import runtime
+from trainers.harness.checkpoints import latest_step
 from trainers.harness.config import ConfigError
 from trainers.harness.flags import option
 from trainers.harness.loop import Job, run_job
@@ -85,12 +86,12 @@ def _job(config, callbacks=(), distribution=None):
         model=model,
         schedule=lambda step: LEARNING_RATE,
         batches=Batches,
+        distribution=distribution or runtime.default_distribution(model),
         global_batch=BATCH,
         evaluate=evaluate,
         plot=lambda results, folder: None,
         save=lambda folder: None,
         callbacks=callbacks,
-        distribution=distribution,
     )
 
 
@@ -118,13 +119,13 @@ def test_a_run_interrupted_then_resumed_trains_as_numpy_sgd(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_job(_job(config, [StopAfter(4)]), ToyConfig, started=0.0)  # checkpoint 3 kept
     checkpoints = str(tmp_path / "run" / "checkpoints")
-    assert runtime.latest_checkpoint_step(checkpoints) == 3
+    assert latest_step(checkpoints) == 3
     resumed = _job(config)
     results = run_job(resumed, ToyConfig, started=0.0)
     assert results["status"] == "completed" and results["resumed_at_steps"] == [3]
     assert [e["step"] for e in results["evaluations"]] == [0, 3, 6]
     assert [t["step"] for t in results["trace"]] == [1, 2, 3, 4, 5, 6]
-    assert runtime.latest_checkpoint_step(checkpoints) == 6
+    assert latest_step(checkpoints) == 6
     for got, want in zip(_trained(resumed), reference, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert results["evaluations"][-1]["mse"] == pytest.approx(
