@@ -7,8 +7,6 @@ import time
 
 import numpy as np
 
-from tf_svmax import records
-
 
 def progress(program, message):
     print(f"[{program}] {message}", file=sys.stderr, flush=True)
@@ -45,9 +43,18 @@ def materialize(result):
         np.asarray(value)
 
 
-# Shared with the trainers' results.json.
-environment = records.environment
-write_json = records.write_json
+# Shared with the trainers' results.json. Imported when called: `import tf_svmax` loads Keras
+# and its backend (seconds), which a program refusing its flags (exit 2) must not wait for.
+def environment(*args, **kwargs):
+    from tf_svmax import records
+
+    return records.environment(*args, **kwargs)
+
+
+def write_json(*args, **kwargs):
+    from tf_svmax import records
+
+    return records.write_json(*args, **kwargs)
 
 
 def write_csv(path, rows):

@@ -49,7 +49,6 @@ from absl import app, flags  # noqa: E402
 from benchmarks import _common  # noqa: E402
 from benchmarks.gpu_records import add_ratios, format_table, goals, plot  # noqa: E402
 from benchmarks.gpu_worker import BACKENDS, GRIDS, case_key, plan  # noqa: E402
-from tf_svmax import records  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("grid", "full", sorted(GRIDS), "full: issue 58's grid; tiny: the CPU test's.")
@@ -208,7 +207,7 @@ def main(argv):
     }
     out = FLAGS.output_dir
     _common.write_csv(os.path.join(out, f"{PROGRAM}.csv"), rows)
-    records.write_json(os.path.join(out, f"{PROGRAM}.json"), payload)
+    _common.write_json(os.path.join(out, f"{PROGRAM}.json"), payload)
     drew = plot(os.path.join(out, f"{PROGRAM}.png"), rows)
     print(format_table(rows))
     print(f"wrote {out}/{PROGRAM}.json, {PROGRAM}.csv" + (f" and {PROGRAM}.png" if drew else ""))
