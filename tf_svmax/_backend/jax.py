@@ -35,6 +35,7 @@ __all__ = [
     "RUN_TIME_ASSERTIONS",
     "STATE_ONLY_IN_MODEL",
     "after",
+    "at_least",
     "boolean_mask_rows",
     "center_sum_and_update",
     "checked_integer_floats",

@@ -18,6 +18,7 @@ __all__ = [
     "RUN_TIME_ASSERTIONS",
     "STATE_ONLY_IN_MODEL",
     "after",
+    "at_least",
     "boolean_mask_rows",
     "center_sum_and_update",
     "checked_integer_floats",
@@ -113,6 +114,15 @@ def reduce_with_identity(reduction, x, axis, keepdims=False):
     and its gradient's select over the result: the original's graph is the plain reduction)."""
     reduce = tf.reduce_min if reduction is ops.min else tf.reduce_max
     return reduce(x, axis=axis, keepdims=keepdims)
+
+
+def at_least(x, floor):
+    """``max(x, floor)`` for a Python float `floor`: `ops.maximum` (`tf.maximum`), one pass
+    where the `where` of the other backends is a compare and a select, and the original's graph
+    (02ac264's distances). It keeps NaN (in a graph and under XLA too), the dtype of `x`, and
+    passes the gradient to `x` where ``x >= floor``; at a NaN `x` its gradient is 0 where the
+    `where`'s is the upstream one, which a NaN loss makes NaN either way."""
+    return ops.maximum(x, floor)
 
 
 def hinge(x):

@@ -10,6 +10,7 @@ from keras import ops
 
 from tf_svmax._backend.common import (  # noqa: F401 (the API of this backend)
     after,
+    at_least,
     boolean_mask_rows,
     checked_when_run,
     class_layout,
@@ -34,6 +35,7 @@ __all__ = [
     "RUN_TIME_ASSERTIONS",
     "STATE_ONLY_IN_MODEL",
     "after",
+    "at_least",
     "boolean_mask_rows",
     "center_sum_and_update",
     "checked_integer_floats",
