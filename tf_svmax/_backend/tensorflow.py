@@ -47,6 +47,7 @@ __all__ = [
     "replica_row_counts",
     "scale_loss_for_distribution",
     "searchsorted_rows",
+    "set_diagonal",
     "slices_need_static_bounds",
     "stable_argsort_rows",
     "sum_over_replicas",
@@ -138,6 +139,12 @@ def maximum(a, b):
 def l2_normalize_rows(x):
     """`tf.math.l2_normalize` over the rows (the original's numerics)."""
     return tf.math.l2_normalize(x, axis=1)
+
+
+def set_diagonal(x, diagonal):
+    """`tf.linalg.set_diag`: one pass (the select on the identity of the other backends builds
+    and reads an `[n, n]` mask, and its gradient selects again), the original's graph."""
+    return tf.linalg.set_diag(x, diagonal)
 
 
 def checked_when_run(x, assertion, shape=None):
