@@ -159,6 +159,12 @@ def maximum(a, b):
     return ops.where(ops.logical_or(a < b, ops.isnan(b)), b, a)
 
 
+def set_diagonal(x, diagonal):
+    """The square `[n, n]` `x` with its diagonal replaced by the `[n]` `diagonal`
+    (`tf.linalg.set_diag`'s values and gradients), as a select on the identity."""
+    return ops.where(ops.eye(ops.shape(x)[0], dtype="bool"), diagonal[:, None], x)
+
+
 def checked_when_run(x, assertion, shape=None):
     """`x`: JAX traces with concrete shapes and PyTorch runs eagerly, so every check happened in
     Python before this (see the TensorFlow backend's `checked_when_run`)."""

@@ -25,6 +25,7 @@ from tf_svmax._backend.common import (  # noqa: F401 (the API of this backend)
     refuse_non_integers,
     row_blocks,
     scale_loss_for_distribution,
+    set_diagonal,
     write_tensorboard_scalars,
 )
 from tf_svmax._backend.common import float64_squared as _float64_squared
@@ -35,6 +36,7 @@ __all__ = [
     "RUN_TIME_ASSERTIONS",
     "STATE_ONLY_IN_MODEL",
     "after",
+    "at_least",
     "boolean_mask_rows",
     "center_sum_and_update",
     "checked_integer_floats",
@@ -56,6 +58,7 @@ __all__ = [
     "reduce_with_identity",
     "scale_loss_for_distribution",
     "searchsorted_rows",
+    "set_diagonal",
     "slices_need_static_bounds",
     "stable_argsort_rows",
     "sum_over_row_blocks",

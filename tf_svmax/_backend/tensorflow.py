@@ -18,6 +18,7 @@ __all__ = [
     "RUN_TIME_ASSERTIONS",
     "STATE_ONLY_IN_MODEL",
     "after",
+    "at_least",
     "boolean_mask_rows",
     "center_sum_and_update",
     "checked_integer_floats",
@@ -46,6 +47,7 @@ __all__ = [
     "replica_row_counts",
     "scale_loss_for_distribution",
     "searchsorted_rows",
+    "set_diagonal",
     "slices_need_static_bounds",
     "stable_argsort_rows",
     "sum_over_replicas",
@@ -115,6 +117,15 @@ def reduce_with_identity(reduction, x, axis, keepdims=False):
     return reduce(x, axis=axis, keepdims=keepdims)
 
 
+def at_least(x, floor):
+    """``max(x, floor)`` for a Python float `floor`: `ops.maximum` (`tf.maximum`), one pass
+    where the `where` of the other backends is a compare and a select, and the original's graph
+    (02ac264's distances). It keeps NaN (in a graph and under XLA too), the dtype of `x`, and
+    passes the gradient to `x` where ``x >= floor``; at a NaN `x` its gradient is 0 where the
+    `where`'s is the upstream one, which a NaN loss makes NaN either way."""
+    return ops.maximum(x, floor)
+
+
 def hinge(x):
     """``max(x, 0)``: `ops.maximum`, which keeps NaN and the dtype on TensorFlow."""
     return ops.maximum(x, 0.0)
@@ -128,6 +139,12 @@ def maximum(a, b):
 def l2_normalize_rows(x):
     """`tf.math.l2_normalize` over the rows (the original's numerics)."""
     return tf.math.l2_normalize(x, axis=1)
+
+
+def set_diagonal(x, diagonal):
+    """`tf.linalg.set_diag`: one pass (the select on the identity of the other backends builds
+    and reads an `[n, n]` mask, and its gradient selects again), the original's graph."""
+    return tf.linalg.set_diag(x, diagonal)
 
 
 def checked_when_run(x, assertion, shape=None):

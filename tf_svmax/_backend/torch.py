@@ -10,6 +10,7 @@ from keras import ops
 
 from tf_svmax._backend.common import (  # noqa: F401 (the API of this backend)
     after,
+    at_least,
     boolean_mask_rows,
     checked_when_run,
     class_layout,
@@ -25,6 +26,7 @@ from tf_svmax._backend.common import (  # noqa: F401 (the API of this backend)
     refuse_non_integers,
     row_blocks,
     scale_loss_for_distribution,
+    set_diagonal,
     write_tensorboard_scalars,
 )
 
@@ -34,6 +36,7 @@ __all__ = [
     "RUN_TIME_ASSERTIONS",
     "STATE_ONLY_IN_MODEL",
     "after",
+    "at_least",
     "boolean_mask_rows",
     "center_sum_and_update",
     "checked_integer_floats",
@@ -55,6 +58,7 @@ __all__ = [
     "reduce_with_identity",
     "scale_loss_for_distribution",
     "searchsorted_rows",
+    "set_diagonal",
     "slices_need_static_bounds",
     "stable_argsort_rows",
     "sum_over_row_blocks",

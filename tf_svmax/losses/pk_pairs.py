@@ -265,11 +265,14 @@ def _angular_values(x, labels, dtype, *, alpha, l2_reg, rows=None):
     t = math.tan(math.radians(alpha)) ** 2
     off_diagonal = 4.0 * t * _backend.matmul(own + own_positives, positives, transpose_b=True)
     diagonal = 2.0 * (1.0 + t) * ops.sum(own * own_positives, axis=1)
-    # The own pairs' "diagonal" sits at column first + i of row i (a selection: the values of
-    # `tf.linalg.set_diag` when all pairs are own).
-    first = 0 if rows is None else _own_pairs(rows)[0]
-    itself = ops.one_hot(ops.arange(ops.shape(own)[0]) + first, ops.shape(positives)[0]) > 0
-    logits = ops.where(itself, diagonal[:, None], off_diagonal)
+    if rows is None:
+        logits = _backend.set_diagonal(off_diagonal, diagonal)
+    else:
+        # The own pairs' "diagonal" sits at column first + i of row i (a selection: the values
+        # of `set_diagonal` when all pairs are own).
+        first = _own_pairs(rows)[0]
+        itself = ops.one_hot(ops.arange(ops.shape(own)[0]) + first, ops.shape(positives)[0]) > 0
+        logits = ops.where(itself, diagonal[:, None], off_diagonal)
     xent = _softmax_cross_entropy(targets, logits)
     return ops.cast(xent + _l2_term(anchors, positives, l2_reg), dtype)
 

@@ -33,8 +33,9 @@ def _log1p_sum_exp(z, mask, axis):
     # Shift by max(top, 0) so both the 1 and the exponentials stay <= 1; an empty mask has
     # top = -inf, replaced by 0 before any arithmetic.
     finite_top = ops.where(ops.isfinite(top), top, ops.zeros_like(top))
-    shift = ops.stop_gradient(ops.where(finite_top < 0.0, ops.zeros_like(top), finite_top))
-    zero = ops.zeros_like(z)
+    shift = ops.stop_gradient(_backend.hinge(finite_top))
+    # A 0-d zero, broadcast by the selects: `zeros_like(z)` filled a [B, C] tensor per call.
+    zero = ops.zeros((), z.dtype)
     terms = ops.where(mask, ops.exp(ops.where(mask, z - shift, zero)), zero)
     total = ops.exp(-shift) + ops.sum(terms, axis=axis, keepdims=True)
     return ops.squeeze(ops.log(total) + shift, axis=axis)
@@ -49,15 +50,17 @@ _LABELS_MESSAGE = (
 def _proxy_labels(labels, s):
     """``(labels [B] integer, with_positive [C] bool, valid)``: the class ids, checked to be
     integral, one per row of `s` and in ``[0, C)``, the proxies with a positive in the batch,
-    and `valid`: None where the labels were checked here (their values known), else a bool
-    scalar, whether they are valid (a trace, where the check cannot raise: XLA drops
-    `tf.debugging` asserts, JAX has none; the loss is then NaN, not the value with the invalid
-    rows ignored)."""
+    and `valid`: None where the labels are checked (here, their values known, or by a
+    TensorFlow graph's assertions when it runs), else a bool scalar, whether they are valid (a
+    trace where no check can raise: XLA drops `tf.debugging` asserts, JAX has none; the loss is
+    then NaN, not the value with the invalid rows ignored)."""
     classes = ops.shape(s)[1]
     if _backend.RUN_TIME_ASSERTIONS:
         # A TensorFlow graph: checked when it runs.
         raw = checks.label_vector(labels, "labels")
-        valid = ops.all(_common.valid_labels(raw, classes))
+        # Under XLA the assertions below are dropped: the loss is NaN unless `valid`. Elsewhere
+        # they refuse every label `valid_labels` would flag, so its ops are not built.
+        valid = ops.all(_common.valid_labels(raw, classes)) if _backend.in_xla_context() else None
         # Integral values only (1.7 is refused, not truncated), range-checked in int64
         # (2**32 + 1 would wrap to class 1 in int32).
         labels = checks.same_rows(class_labels(raw), s, "labels", "similarities")
@@ -111,8 +114,7 @@ def proxy_anchor_loss(labels, similarities, *, alpha=32.0, delta=0.1):
     classes = ops.shape(s)[1]
     count = ops.sum(ops.cast(with_positive, s.dtype))
     pos, neg = _proxy_terms(labels, s, with_positive, alpha, delta, valid)
-    at_least_one = ops.where(count < 1.0, ops.ones_like(count), count)
-    return ops.cast(pos / at_least_one + neg / ops.cast(classes, s.dtype), dtype)
+    return ops.cast(pos / _backend.at_least(count, 1.0) + neg / ops.cast(classes, s.dtype), dtype)
 
 
 def _similarities(similarities):

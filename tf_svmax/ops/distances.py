@@ -9,7 +9,6 @@ squared distance is not positive (the diagonal, duplicates). The square root is 
 from keras import ops
 
 from tf_svmax import _backend, checks
-from tf_svmax._backend.common import at_least as _at_least
 from tf_svmax._backend.common import l2_normalize_rows
 
 # Added under the square root where the squared distance is <= 0; the result is then masked to
@@ -45,7 +44,7 @@ def pairwise_distance(feature, squared=False, *, rows=None):
         ops.sum(ops.square(x_t), axis=0, keepdims=True),
     ) - 2.0 * _backend.matmul(queries, x_t)
     # Rounding can make the expansion slightly negative; a distance is never negative.
-    d2 = _at_least(d2, 0.0)
+    d2 = _backend.at_least(d2, 0.0)
     zero = d2 <= 0.0
     if squared:
         distances = d2
@@ -85,7 +84,7 @@ def angular_distance(feature, *, rows=None):
     unit = l2_normalize_rows(x)
     queries, _, _ = _row_range(unit, rows)
     # Rounding can push 1 - cos slightly below zero for (near-)identical rows.
-    distances = _at_least(1.0 - _backend.matmul(queries, unit, transpose_b=True), 0.0)
+    distances = _backend.at_least(1.0 - _backend.matmul(queries, unit, transpose_b=True), 0.0)
     return ops.cast(distances, dtype)
 
 
