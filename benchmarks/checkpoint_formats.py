@@ -49,8 +49,11 @@ def _main_model(folder):
     from trainers.retrieval.config import RetrievalConfig
     from trainers.retrieval.train import _job, setup
 
-    config, split, embedding_model, _ = setup(RetrievalConfig(output_dir=folder, verbose=0))
-    job = _job(config, split, embedding_model, (), (embedding_model, lambda: None))
+    config, split, embedding_model, distribution = setup(
+        RetrievalConfig(output_dir=folder, verbose=0)
+    )
+    evaluated = (embedding_model, lambda: None)
+    job = _job(config, split, embedding_model, (), evaluated, distribution)
     job.model.optimizer.build(job.model.trainable_variables)
     return job.model
 
