@@ -417,6 +417,16 @@ def capability(name):
     return lambda cls: bool(getattr(cls, name, False))
 
 
+def ref_mask_losses(registry):
+    """The loss classes that take a `ref_mask` (XML's and the memory's masked rows)."""
+    return loss_classes(registry, capability("accepts_ref_mask"))
+
+
+def class_block_losses(registry):
+    """The loss classes that need class blocks of K rows (the P x K losses)."""
+    return loss_classes(registry, lambda c: getattr(c, "class_block_rows", None) is not None)
+
+
 def tfa(registry, *kinds):
     return {e.name for e in registry.entries(*kinds) if e.tfa}
 
@@ -448,28 +458,28 @@ LOSS_LISTS = [
         "docs/guide/backends.md",
         "losses that take it run there",
         "The P × K losses",
-        lambda r: loss_classes(r, capability("accepts_ref_mask")),
+        ref_mask_losses,
         "the loss classes with accepts_ref_mask",
     ),
     (
         "docs/guide/backends.md",
         "The P × K losses",
         "take no mask",
-        lambda r: loss_classes(r, lambda c: getattr(c, "class_block_rows", None) is not None),
+        class_block_losses,
         "the loss classes with class_block_rows",
     ),
     (
         "docs/guide/lorac-xml.md",
         "the losses that take `ref_mask`",
         "and the first and last",
-        lambda r: loss_classes(r, capability("accepts_ref_mask")),
+        ref_mask_losses,
         "the loss classes with accepts_ref_mask",
     ),
     (
         "docs/guide/lorac-xml.md",
         "class blocks for the P × K losses",
         "which are the class halves",
-        lambda r: loss_classes(r, lambda c: getattr(c, "class_block_rows", None) is not None),
+        class_block_losses,
         "the loss classes with class_block_rows",
     ),
     (
@@ -566,7 +576,7 @@ NUMBER_WORDS = "zero one two three four five six seven eight nine ten eleven twe
 @pytest.mark.parametrize("page, phrase", COUNTED)
 def test_the_count_of_losses_taking_ref_mask_is_the_registry_s(page, phrase):
     registry = losses_registry()
-    n = len(loss_classes(registry, capability("accepts_ref_mask")))
+    n = len(ref_mask_losses(registry))
     text = " ".join((ROOT / page).read_text(encoding="utf-8").split())
     want = phrase.format(n=NUMBER_WORDS[n])
     assert want in text, f"{page}: expected {want!r} ({n} loss classes with accepts_ref_mask)"
@@ -586,7 +596,7 @@ def test_a_loss_list_check_names_a_missing_and_a_stale_loss(tmp_path, monkeypatc
         page,
         "the losses that take `ref_mask`",
         "and the first and last",
-        lambda r: loss_classes(r, capability("accepts_ref_mask")),
+        ref_mask_losses,
         "the loss classes with accepts_ref_mask",
         registry,
     )
