@@ -148,22 +148,16 @@ class WeightsCheckpoints:
             return self._restore_tensorflow_format(directory)
         if steps:
             self._refuse_another_backend(directory, steps[-1])
-        skipped = []
-        for step in reversed(steps):
-            path = self._path(step, ".weights.h5", directory)
-            try:
-                self._saved.load_weights(path)
-                found = int(_values(self._model.optimizer.iterations))
-                if found != step:
-                    raise ValueError(f"its optimizer's step is {found}, not {step}")
-            except Exception as error:  # noqa: BLE001 - h5py/Keras raise many kinds on a bad file
-                skipped.append(_note(path, error))
-                continue
-            _report(skipped, path)
-            return path
-        if skipped:
-            _refuse_unreadable(skipped)
-        return None
+        paths = {self._path(step, ".weights.h5", directory): step for step in reversed(steps)}
+
+        def load(path):
+            self._saved.load_weights(path)
+            found = int(_values(self._model.optimizer.iterations))
+            if found != paths[path]:
+                raise ValueError(f"its optimizer's step is {found}, not {paths[path]}")
+
+        # Exception: h5py and Keras raise many kinds on a damaged file.
+        return _first_readable(paths, load, Exception)
 
     def _restore_tensorflow_format(self, directory):
         """Restores the newest readable `tf.train.Checkpoint` of an earlier version's run
@@ -181,25 +175,23 @@ class WeightsCheckpoints:
         checkpoint = tf.train.Checkpoint(
             model=self._model, optimizer=self._model.optimizer, **self._state
         )
-        skipped = []
-        for step in reversed(_steps(directory, _LEGACY_INDEX)):
-            path = self._path(step, "", directory)
-            try:
-                checkpoint.restore(path).assert_existing_objects_matched()
+        path = _first_readable(
+            [
+                self._path(step, "", directory)
+                for step in reversed(_steps(directory, _LEGACY_INDEX))
+            ],
+            lambda path: checkpoint.restore(path).assert_existing_objects_matched(),
             # tf.errors (NotFound, DataLoss, a checksum mismatch as a bare OpError), an
             # IndexError when a .data file is shorter than its index says.
-            except (tf.errors.OpError, IndexError, AssertionError) as error:
-                skipped.append(_note(path, error))
-                continue
-            _report(skipped, path)
-            print(
-                f"[checkpoints] restored {path}, an earlier version's TensorFlow checkpoint; "
-                "the run goes on in Keras' format (ckpt-<step>.weights.h5)",
-                file=sys.stderr,
-            )
-            self._legacy = directory
-            return path
-        _refuse_unreadable(skipped)
+            (tf.errors.OpError, IndexError, AssertionError),
+        )  # never None: the caller found these files
+        print(
+            f"[checkpoints] restored {path}, an earlier version's TensorFlow checkpoint; "
+            "the run goes on in Keras' format (ckpt-<step>.weights.h5)",
+            file=sys.stderr,
+        )
+        self._legacy = directory
+        return path
 
     def save(self, step):
         """Writes step `step`'s checkpoint (weights, then its record), then drops the oldest
@@ -241,6 +233,27 @@ class WeightsCheckpoints:
 
     def latest_step(self):
         return latest_step(self._directory)
+
+
+def _first_readable(paths, restore, errors):
+    """The first of `paths` (newest first) that `restore(path)` reads without raising one of
+    `errors`, the unreadable ones before it noted on stderr; None when `paths` is empty.
+
+    Raises:
+      RunRefused: none of `paths` can be read.
+    """
+    skipped = []
+    for path in paths:
+        try:
+            restore(path)
+        except errors as error:
+            skipped.append(_note(path, error))
+            continue
+        _report(skipped, path)
+        return path
+    if skipped:
+        _refuse_unreadable(skipped)
+    return None
 
 
 def _note(path, error):
