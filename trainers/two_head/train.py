@@ -10,8 +10,8 @@ import time
 import keras
 import numpy as np
 
-from trainers.harness import image_data, runtime
-from trainers.harness.config import resolved
+from trainers.harness import runtime
+from trainers.harness.config import model_scope, resolved
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.two_head.config import TwoHeadConfig, has_embedding_head, resolve
 from trainers.two_head.evaluate import evaluate
@@ -90,13 +90,13 @@ def train_two_head(config, *, callbacks=()):
 
 def setup(config):
     """``(config, split, model, distribution)``: the config resolved once, before any data is
-    read (bad flags refused first), then the distribution and the seed (`image_data.start`),
+    read (bad flags refused first), then the distribution and the seed (`runtime.start`),
     the split and the model — in that order, so the same config always gives the same initial
     weights."""
     config = resolved(config, resolve)
-    distribution = image_data.start(config)
+    distribution = runtime.start(config)
     split = load_split(config)
-    with image_data.model_scope(distribution, config):
+    with model_scope(distribution, config):
         model = build_model(config, split)
     return config, split, model, distribution
 
