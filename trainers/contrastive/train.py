@@ -13,7 +13,6 @@ from tf_svmax import data, losses, models, training
 from trainers.contrastive.config import (
     DATASETS,
     ConfigError,
-    ContrastiveConfig,
     describe,
     prior_start_step,
     resolve,
@@ -180,4 +179,4 @@ def train_contrastive(config, *, callbacks=()):
         state={"key_encoder": model.key_encoder, "queue": model.queue},
         callbacks=callbacks,
     )
-    return run_job(job, ContrastiveConfig, started)
+    return run_job(job, started)

@@ -53,8 +53,7 @@ from tf_svmax import (
 )
 from trainers.harness import progress, runtime
 from trainers.harness.checkpoints import WeightsCheckpoints
-from trainers.harness.flags import identity
-from trainers.harness.run_dir import RunDirectory, RunFailed, RunRefused, layout
+from trainers.harness.run_dir import RunDirectory, RunFailed, RunRefused, identity, layout
 
 
 @dataclasses.dataclass
@@ -346,12 +345,11 @@ def _record_end(results, status, message, started, run):
     run.write_results(results)
 
 
-def run_job(job, config_class, started):
+def run_job(job, started):
     """Trains `job` in its config's ``output_dir``, resuming what an earlier attempt left.
 
     Args:
-      job: The `Job`.
-      config_class: The config dataclass (its ``identity=False`` fields may change on resume).
+      job: The `Job` (its config's ``identity=False`` fields may change on resume).
       started: `time.perf_counter()` when the program began (setup time counts).
 
     Returns the results dict (also in ``output_dir/results.json``), whose ``status`` is
@@ -365,7 +363,7 @@ def run_job(job, config_class, started):
         worker when any worker refuses.
     """
     config_dict = config_record(job.config)
-    fields = identity(config_dict, config_class)  # what a resumed run must share
+    fields = identity(config_dict, type(job.config))  # what a resumed run must share
     distribution = job.distribution
     place = distribution.placement  # chief or not, multi-worker or not: resolved once
     # The chief's checkpoints, which every worker restores (a non-chief writes its own into a

@@ -13,7 +13,7 @@ from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness import runtime
 from trainers.harness.config import ConfigError, resolved
 from trainers.harness.loop import Job, run_job
-from trainers.pretraining.config import PretrainConfig, resolve
+from trainers.pretraining.config import resolve
 from trainers.pretraining.plots import plot_run
 
 BACKBONE_FILE = "backbone.weights.h5"
@@ -128,4 +128,4 @@ def pretrain(config):
         ),
         summarize=summarize,
     )
-    return run_job(job, PretrainConfig, started)
+    return run_job(job, started)

@@ -15,7 +15,6 @@ from trainers.harness.config import model_scope, resolved
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.run_dir import layout
 from trainers.retrieval.config import (
-    RetrievalConfig,
     resolve_before_data,
     with_training_classes,
 )
@@ -48,7 +47,7 @@ def train_retrieval(config, *, callbacks=()):
     evaluated = distribution.local_copy(embedding_model)  # multi_worker: the chief's own copy
     with distribution.scope():  # the training head, the loss's state, the optimizer's slots
         job = _job(config, split, embedding_model, callbacks, evaluated, distribution)
-    return run_job(job, RetrievalConfig, started)
+    return run_job(job, started)
 
 
 def setup(config):

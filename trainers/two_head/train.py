@@ -13,7 +13,7 @@ import numpy as np
 from trainers.harness import runtime
 from trainers.harness.config import model_scope, resolved
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
-from trainers.two_head.config import TwoHeadConfig, has_embedding_head, resolve
+from trainers.two_head.config import has_embedding_head, resolve
 from trainers.two_head.evaluate import evaluate
 from trainers.two_head.inputs import load_split
 from trainers.two_head.model import build_losses, build_model, with_state_layers
@@ -85,7 +85,7 @@ def train_two_head(config, *, callbacks=()):
             image_file_diagnosis(split["train"][0], split["test"][0]) if split["loaders"] else None
         ),
     )
-    return run_job(job, TwoHeadConfig, started)
+    return run_job(job, started)
 
 
 def setup(config):
