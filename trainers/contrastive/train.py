@@ -159,7 +159,7 @@ def train_contrastive(config, *, callbacks=()):
         global_batch=config.batch_size,
         evaluate=lambda step, epoch: evaluate(config, model, features, split),
         plot=lambda results, folder: plot_run(results, folder, title),
-        save=lambda folder: model.encoder.save(os.path.join(folder, "encoder.keras")),
+        save_models=lambda folder: model.encoder.save(os.path.join(folder, "encoder.keras")),
         header={
             "prior_start_step": prior_start_step(config),
             "data": {

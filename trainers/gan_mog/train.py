@@ -93,7 +93,7 @@ def train_gan_mog(config, *, callbacks=()):
         global_batch=config.batch_size,
         evaluate=lambda step, epoch: evaluate(config, gan, noise, centres, step),
         plot=lambda results, folder: plot_run(results, folder, title),
-        save=save,
+        save_models=save,
         header={
             "mixture": {
                 "centres": centres.tolist(),

@@ -79,7 +79,7 @@ class Job:
         one flat record (``step``, ``epoch``, the metrics, the info) and lists the metric names
         under ``metric_keys``.
       plot: ``(results, folder) -> None``; writes the trainer's figures.
-      save: ``folder -> None``; writes the finished model(s).
+      save_models: ``folder -> None``; writes the finished model(s).
       header: Entries added to the record at every attempt (e.g. the batch's s_mu bounds).
       description: What the start line says the run is.
       state: What must survive a restart beside the model and its optimizer (name -> a
@@ -103,7 +103,7 @@ class Job:
     global_batch: int
     evaluate: Callable[[int, int], dict]
     plot: Callable[[dict, str], None]
-    save: Callable[[str], None]
+    save_models: Callable[[str], None]
     header: dict = dataclasses.field(default_factory=dict)
     description: str = ""
     state: dict = dataclasses.field(default_factory=dict)
@@ -452,6 +452,8 @@ def _run(job, config_dict, run, started, distribution, shared_checkpoints):
     )
     where = f"resuming at step {start_step}" if start_step else "starting"
     _say(job, f"{where}: {job.description} -> {config.output_dir}")
+    # The harness's callbacks of fit: the progress (bar or plain lines) and the cadence.
+    keras_verbose, progress_callbacks = progress.fit_progress(config.verbose, job.name)
     cadence = _Cadence(job, run, results, checkpoints, started, chief)
     try:
         if chief and config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
@@ -465,7 +467,6 @@ def _run(job, config_dict, run, started, distribution, shared_checkpoints):
             dataset = distribution.replica_batches(
                 lambda: job.batches(start_step), job.global_batch
             )
-            keras_verbose, progress_callbacks = progress.fit_progress(config.verbose, job.name)
             settings = dict(
                 epochs=config.train_steps // config.eval_every,
                 initial_epoch=start_step // config.eval_every,
@@ -520,7 +521,7 @@ def _run(job, config_dict, run, started, distribution, shared_checkpoints):
         if chief:
             # Saving and the final plots take tens of seconds on a CPU: the log says why it waits.
             _say(job, "training done; saving the model and drawing the plots")
-            job.save(config.output_dir)
+            job.save_models(config.output_dir)
     results.update(job.summarize(results))
     _record_end(results, status, message, started, run)
     if not chief:

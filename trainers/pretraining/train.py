@@ -121,7 +121,7 @@ def pretrain(config):
         global_batch=config.batch_size,
         evaluate=evaluate,
         plot=plot_run,
-        save=save,
+        save_models=save,
         description=(
             f"{config.backbone} on {num_classes} pretraining classes ({len(x_train)} images), "
             f"batch {config.batch_size}, lr {config.learning_rate}, {config.train_steps} steps"

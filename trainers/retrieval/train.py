@@ -132,7 +132,9 @@ def _job(config, split, embedding_model, callbacks, evaluated, distribution):
         global_batch=batch,
         evaluate=evaluate,
         plot=lambda results, folder: plot_run(results, bounds, folder),
-        save=lambda folder: embedding_model.save(os.path.join(folder, "embedding_model.keras")),
+        save_models=lambda folder: embedding_model.save(
+            os.path.join(folder, "embedding_model.keras")
+        ),
         header={
             "train_batch_bounds": {"batch_size": batch, "lower": bounds[0], "upper": bounds[1]}
         },

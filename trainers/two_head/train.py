@@ -71,7 +71,7 @@ def train_two_head(config, *, callbacks=()):
         global_batch=config.batch_p * config.batch_k,
         evaluate=evaluate_at,
         plot=lambda results, folder: plot_run(results, folder, title),
-        save=lambda folder: model.save(os.path.join(folder, "model.keras")),
+        save_models=lambda folder: model.save(os.path.join(folder, "model.keras")),
         header={"data": _data_record(config, split)},
         description=(
             f"{config.dataset} ({split['num_classes']} classes, {len(train_y)} train / "

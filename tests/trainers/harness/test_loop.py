@@ -68,7 +68,7 @@ def _job(config, counter):
         global_batch=8,
         evaluate=evaluate,
         plot=lambda results, folder: None,
-        save=lambda folder: None,
+        save_models=lambda folder: None,
         state={"counter": counter},
     )
 

@@ -90,7 +90,7 @@ def _job(config, callbacks=(), distribution=None):
         global_batch=BATCH,
         evaluate=evaluate,
         plot=lambda results, folder: None,
-        save=lambda folder: None,
+        save_models=lambda folder: None,
         callbacks=callbacks,
     )
 
