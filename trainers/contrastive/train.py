@@ -13,7 +13,6 @@ from tf_svmax import data, losses, models, training
 from trainers.contrastive.config import (
     DATASETS,
     ConfigError,
-    ContrastiveConfig,
     describe,
     prior_start_step,
     resolve,
@@ -160,7 +159,7 @@ def train_contrastive(config, *, callbacks=()):
         global_batch=config.batch_size,
         evaluate=lambda step, epoch: evaluate(config, model, features, split),
         plot=lambda results, folder: plot_run(results, folder, title),
-        save=lambda folder: model.encoder.save(os.path.join(folder, "encoder.keras")),
+        save_models=lambda folder: model.encoder.save(os.path.join(folder, "encoder.keras")),
         header={
             "prior_start_step": prior_start_step(config),
             "data": {
@@ -180,4 +179,4 @@ def train_contrastive(config, *, callbacks=()):
         state={"key_encoder": model.key_encoder, "queue": model.queue},
         callbacks=callbacks,
     )
-    return run_job(job, ContrastiveConfig, started)
+    return run_job(job, started)

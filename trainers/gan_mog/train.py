@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_svmax import data
-from trainers.gan_mog.config import GanConfig, describe, mixture_weights, resolve, svmax_bounds
+from trainers.gan_mog.config import describe, mixture_weights, resolve, svmax_bounds
 from trainers.gan_mog.evaluate import evaluate, evaluation_noise, final_numbers, sample_path
 from trainers.gan_mog.model import build_gan
 from trainers.gan_mog.plots import plot_run
@@ -93,7 +93,7 @@ def train_gan_mog(config, *, callbacks=()):
         global_batch=config.batch_size,
         evaluate=lambda step, epoch: evaluate(config, gan, noise, centres, step),
         plot=lambda results, folder: plot_run(results, folder, title),
-        save=save,
+        save_models=save,
         header={
             "mixture": {
                 "centres": centres.tolist(),
@@ -118,4 +118,4 @@ def train_gan_mog(config, *, callbacks=()):
         callbacks=callbacks,
         summarize=final_numbers,
     )
-    return run_job(job, GanConfig, started)
+    return run_job(job, started)

@@ -1,4 +1,6 @@
-"""Checks every trainer's config shares: each field against its option, the data source."""
+"""Checks every trainer's config shares: each field against its option, the data source; and
+the refusals made once a run reads its data (`dataset_refusals`) and builds its model in its
+distribution's scope (`model_scope`: the cluster's configs, the batch's split, --weights)."""
 
 import contextlib
 import dataclasses
@@ -280,3 +282,20 @@ def dataset_refusals(config):
         raise ConfigError(
             f"--dataset={config.dataset} --data_dir={config.data_dir}: {error}"
         ) from None
+
+
+@contextlib.contextmanager
+def model_scope(distribution, config):
+    """Where an image run builds its model from its resolved `config`: the scope of its
+    distribution (`trainers.harness.runtime.start`).
+
+    Raises:
+      ConfigError: the workers of a multi-worker cluster hold different configs
+        (`check_same_config`: every worker holds the chief's, or all refuse, before any
+        variable is made), the global batch P x K does not split evenly over the replicas, or
+        (building) a --weights file that does not fit the backbone.
+    """
+    distribution.check_same_config(config)
+    distribution.check_even_split(config.batch_p * config.batch_k)
+    with distribution.scope(), weights_refusals(config):  # --weights of another backbone
+        yield

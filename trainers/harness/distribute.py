@@ -25,7 +25,7 @@ import keras
 import tensorflow as tf
 
 from trainers.harness.config import ConfigError
-from trainers.harness.flags import identity
+from trainers.harness.run_dir import identity
 from trainers.harness.runtime import Placement
 
 
@@ -243,7 +243,7 @@ def _digest(value):
 def check_same_config(strategy, config):
     """Raises ConfigError on every worker of a multi-worker `strategy` unless every worker
     holds the same `config` (a config dataclass instance; its fields that define the run,
-    `trainers.harness.flags.identity`): a worker started with other flags would train along
+    `trainers.harness.run_dir.identity`): a worker started with other flags would train along
     under the chief's record without a word. Exchanges a digest of each field (one collective
     step; call it at the same point on every worker); the message names the fields that
     differ, with this worker's values. A no-op for the other strategies."""

@@ -46,7 +46,7 @@ def option(
     `flag_default` gives the flag a default where the dataclass field has none (a library
     caller must pass it, a command-line user need not). `identity=False` marks a field that
     does not change what a run computes (where it writes, how much it prints): changing it
-    resumes the run."""
+    resumes the run (`trainers.harness.run_dir.identity`)."""
     metadata = {
         "help": help,
         "choices": choices,
@@ -242,14 +242,6 @@ def validate(config, only=None):
                     check(item, name)
         except ValueError as error:
             raise FlagValueError(str(error)) from None
-
-
-def identity(config_dict, config_class):
-    """The entries of `config_dict` that define a run (fields not marked ``identity=False``)."""
-    ignored = {
-        f.name for f in dataclasses.fields(config_class) if f.metadata.get("identity") is False
-    }
-    return {k: v for k, v in config_dict.items() if k not in ignored}
 
 
 HELP_FLAGS = ("-?", "--help", "--helpshort", "--helpfull", "--helpxml")

@@ -53,8 +53,7 @@ from tf_svmax import (
 )
 from trainers.harness import progress, runtime
 from trainers.harness.checkpoints import WeightsCheckpoints
-from trainers.harness.flags import identity
-from trainers.harness.run_dir import RunDirectory, RunFailed, RunRefused, layout
+from trainers.harness.run_dir import RunDirectory, RunFailed, RunRefused, identity, layout
 
 
 @dataclasses.dataclass
@@ -80,7 +79,7 @@ class Job:
         one flat record (``step``, ``epoch``, the metrics, the info) and lists the metric names
         under ``metric_keys``.
       plot: ``(results, folder) -> None``; writes the trainer's figures.
-      save: ``folder -> None``; writes the finished model(s).
+      save_models: ``folder -> None``; writes the finished model(s).
       header: Entries added to the record at every attempt (e.g. the batch's s_mu bounds).
       description: What the start line says the run is.
       state: What must survive a restart beside the model and its optimizer (name -> a
@@ -104,7 +103,7 @@ class Job:
     global_batch: int
     evaluate: Callable[[int, int], dict]
     plot: Callable[[dict, str], None]
-    save: Callable[[str], None]
+    save_models: Callable[[str], None]
     header: dict = dataclasses.field(default_factory=dict)
     description: str = ""
     state: dict = dataclasses.field(default_factory=dict)
@@ -346,12 +345,11 @@ def _record_end(results, status, message, started, run):
     run.write_results(results)
 
 
-def run_job(job, config_class, started):
+def run_job(job, started):
     """Trains `job` in its config's ``output_dir``, resuming what an earlier attempt left.
 
     Args:
-      job: The `Job`.
-      config_class: The config dataclass (its ``identity=False`` fields may change on resume).
+      job: The `Job` (its config's ``identity=False`` fields may change on resume).
       started: `time.perf_counter()` when the program began (setup time counts).
 
     Returns the results dict (also in ``output_dir/results.json``), whose ``status`` is
@@ -365,7 +363,7 @@ def run_job(job, config_class, started):
         worker when any worker refuses.
     """
     config_dict = config_record(job.config)
-    fields = identity(config_dict, config_class)  # what a resumed run must share
+    fields = identity(config_dict, type(job.config))  # what a resumed run must share
     distribution = job.distribution
     place = distribution.placement  # chief or not, multi-worker or not: resolved once
     # The chief's checkpoints, which every worker restores (a non-chief writes its own into a
@@ -454,6 +452,8 @@ def _run(job, config_dict, run, started, distribution, shared_checkpoints):
     )
     where = f"resuming at step {start_step}" if start_step else "starting"
     _say(job, f"{where}: {job.description} -> {config.output_dir}")
+    # The harness's callbacks of fit: the progress (bar or plain lines) and the cadence.
+    keras_verbose, progress_callbacks = progress.fit_progress(config.verbose, job.name)
     cadence = _Cadence(job, run, results, checkpoints, started, chief)
     try:
         if chief and config.evaluate_untrained and start_step == 0 and not results["evaluations"]:
@@ -467,7 +467,6 @@ def _run(job, config_dict, run, started, distribution, shared_checkpoints):
             dataset = distribution.replica_batches(
                 lambda: job.batches(start_step), job.global_batch
             )
-            keras_verbose, progress_callbacks = progress.fit_progress(config.verbose, job.name)
             settings = dict(
                 epochs=config.train_steps // config.eval_every,
                 initial_epoch=start_step // config.eval_every,
@@ -522,7 +521,7 @@ def _run(job, config_dict, run, started, distribution, shared_checkpoints):
         if chief:
             # Saving and the final plots take tens of seconds on a CPU: the log says why it waits.
             _say(job, "training done; saving the model and drawing the plots")
-            job.save(config.output_dir)
+            job.save_models(config.output_dir)
     results.update(job.summarize(results))
     _record_end(results, status, message, started, run)
     if not chief:

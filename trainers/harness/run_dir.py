@@ -12,6 +12,7 @@ or damaged record cannot let another configuration resume these checkpoints),
 the operating system releases it when the process ends, however it ends).
 """
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -29,6 +30,15 @@ class RunFailed(RuntimeError):
     """The run stopped on an error whose cause `Job.diagnose` named, or a multi-worker run
     lost a worker (exit status 1). (Here, beside `RunRefused`, so that the command line
     `trainers.harness.cli` knows both without importing the training loop.)"""
+
+
+def identity(config_dict, config_class):
+    """The entries of `config_dict` that define a run (fields its option does not mark
+    ``identity=False``, `trainers.harness.flags.option`): what a folder's runs must share."""
+    ignored = {
+        f.name for f in dataclasses.fields(config_class) if f.metadata.get("identity") is False
+    }
+    return {k: v for k, v in config_dict.items() if k not in ignored}
 
 
 def config_differences(old, new):

@@ -1,7 +1,7 @@
 """The trainers' runtime: the one interface through which the loop and the trainers distribute,
 read their input and recognise a failed input, whatever Keras' backend.
 
-    distribution = runtime.make_distribution(config.strategy, config.cpu_devices, timeout)
+    distribution = runtime.start(config)                # the distribution, then the seed
     with distribution.scope(): ...                      # build and compile the model
     batches = runtime.pk_batches(config, features, labels, map_fn=..., start_step=...)
     except runtime.input_errors(): ...                  # e.g. a corrupt image
@@ -131,6 +131,24 @@ def set_seed(seed, *, tf_data=False):
         keras.utils.set_random_seed(seed)
     finally:
         del sys.modules["tensorflow"]
+
+
+def start(config):
+    """The start of an image run (retrieval, two-head): its distribution (`make_distribution`),
+    made before any op runs, then the seed. A trainer reads its split after it and builds its
+    model in `trainers.harness.config.model_scope`, in that order, so the same config always
+    starts from the same weights. The fields read here (strategy, cpu_devices,
+    cluster_timeout, seed, dataset, data_dir) are ones resolving never changes.
+
+    Raises:
+      ConfigError: a --strategy this backend cannot run, or a dataset of image files (a
+        --data_dir) where tf.data cannot run (TensorFlow not installed), before any work.
+    """
+    if config.data_dir:  # the embedded sets take none; image files are read by tf.data
+        require_tf_data(f"--dataset={config.dataset}")
+    distribution = make_distribution(config.strategy, config.cpu_devices, config.cluster_timeout)
+    set_seed(config.seed, tf_data=bool(config.data_dir))
+    return distribution
 
 
 def input_errors():

@@ -13,7 +13,7 @@ from tf_svmax.training import ConstantThenPolynomialDecay
 from trainers.harness import runtime
 from trainers.harness.config import ConfigError, resolved
 from trainers.harness.loop import Job, run_job
-from trainers.pretraining.config import PretrainConfig, resolve
+from trainers.pretraining.config import resolve
 from trainers.pretraining.plots import plot_run
 
 BACKBONE_FILE = "backbone.weights.h5"
@@ -121,11 +121,11 @@ def pretrain(config):
         global_batch=config.batch_size,
         evaluate=evaluate,
         plot=plot_run,
-        save=save,
+        save_models=save,
         description=(
             f"{config.backbone} on {num_classes} pretraining classes ({len(x_train)} images), "
             f"batch {config.batch_size}, lr {config.learning_rate}, {config.train_steps} steps"
         ),
         summarize=summarize,
     )
-    return run_job(job, PretrainConfig, started)
+    return run_job(job, started)

@@ -10,12 +10,11 @@ import time
 import numpy as np
 
 from tf_svmax import data, losses, metrics, models, ops
-from trainers.harness import image_data, runtime
-from trainers.harness.config import resolved
+from trainers.harness import runtime
+from trainers.harness.config import model_scope, resolved
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
 from trainers.harness.run_dir import layout
 from trainers.retrieval.config import (
-    RetrievalConfig,
     resolve_before_data,
     with_training_classes,
 )
@@ -48,21 +47,21 @@ def train_retrieval(config, *, callbacks=()):
     evaluated = distribution.local_copy(embedding_model)  # multi_worker: the chief's own copy
     with distribution.scope():  # the training head, the loss's state, the optimizer's slots
         job = _job(config, split, embedding_model, callbacks, evaluated, distribution)
-    return run_job(job, RetrievalConfig, started)
+    return run_job(job, started)
 
 
 def setup(config):
     """``(config, (train, test, input_shape, loaders), embedding_model, distribution)``, in the
     order a run takes them: the config resolved but for P before any data is read (bad flags
     refused first; a config `resolve_before_data` returned is taken as it is), the
-    distribution and the seed (`image_data.start`), the split, P settled with its training
+    distribution and the seed (`runtime.start`), the split, P settled with its training
     classes (the one fact of the data the config needs), and the embedding
     model — so the same config always gives the same initial weights."""
     config = resolved(config, resolve_before_data)
-    distribution = image_data.start(config)
+    distribution = runtime.start(config)
     split = load_split(config)  # its loaders at the --input_size resolved before the data
     config = with_training_classes(config, num_train_classes=len(np.unique(split[0][1])))
-    with image_data.model_scope(distribution, config):
+    with model_scope(distribution, config):
         embedding_model = models.build_embedding_model(
             config.backbone,
             input_shape=split[2],
@@ -133,7 +132,9 @@ def _job(config, split, embedding_model, callbacks, evaluated, distribution):
         global_batch=batch,
         evaluate=evaluate,
         plot=lambda results, folder: plot_run(results, bounds, folder),
-        save=lambda folder: embedding_model.save(os.path.join(folder, "embedding_model.keras")),
+        save_models=lambda folder: embedding_model.save(
+            os.path.join(folder, "embedding_model.keras")
+        ),
         header={
             "train_batch_bounds": {"batch_size": batch, "lower": bounds[0], "upper": bounds[1]}
         },

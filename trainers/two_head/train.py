@@ -10,10 +10,10 @@ import time
 import keras
 import numpy as np
 
-from trainers.harness import image_data, runtime
-from trainers.harness.config import resolved
+from trainers.harness import runtime
+from trainers.harness.config import model_scope, resolved
 from trainers.harness.loop import Job, image_file_diagnosis, run_job
-from trainers.two_head.config import TwoHeadConfig, has_embedding_head, resolve
+from trainers.two_head.config import has_embedding_head, resolve
 from trainers.two_head.evaluate import evaluate
 from trainers.two_head.inputs import load_split
 from trainers.two_head.model import build_losses, build_model, with_state_layers
@@ -71,7 +71,7 @@ def train_two_head(config, *, callbacks=()):
         global_batch=config.batch_p * config.batch_k,
         evaluate=evaluate_at,
         plot=lambda results, folder: plot_run(results, folder, title),
-        save=lambda folder: model.save(os.path.join(folder, "model.keras")),
+        save_models=lambda folder: model.save(os.path.join(folder, "model.keras")),
         header={"data": _data_record(config, split)},
         description=(
             f"{config.dataset} ({split['num_classes']} classes, {len(train_y)} train / "
@@ -85,18 +85,18 @@ def train_two_head(config, *, callbacks=()):
             image_file_diagnosis(split["train"][0], split["test"][0]) if split["loaders"] else None
         ),
     )
-    return run_job(job, TwoHeadConfig, started)
+    return run_job(job, started)
 
 
 def setup(config):
     """``(config, split, model, distribution)``: the config resolved once, before any data is
-    read (bad flags refused first), then the distribution and the seed (`image_data.start`),
+    read (bad flags refused first), then the distribution and the seed (`runtime.start`),
     the split and the model — in that order, so the same config always gives the same initial
     weights."""
     config = resolved(config, resolve)
-    distribution = image_data.start(config)
+    distribution = runtime.start(config)
     split = load_split(config)
-    with image_data.model_scope(distribution, config):
+    with model_scope(distribution, config):
         model = build_model(config, split)
     return config, split, model, distribution
 

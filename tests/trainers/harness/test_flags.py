@@ -15,7 +15,6 @@ from trainers.harness.flags import (
     FlagValueError,
     config_from_flags,
     define_flags,
-    identity,
     non_negative_int,
     number_at_least,
     open_fraction,
@@ -92,16 +91,6 @@ def test_every_retrieval_config_field_is_a_flag_with_its_default():
     config = config_from_flags(retrieval.RetrievalConfig, values)
     assert config == retrieval.RetrievalConfig(output_dir="runs/retrieval")
     assert values["loss"].parser.enum_values == list(retrieval.LOSSES)
-
-
-def test_identity_leaves_out_fields_marked_so():
-    config = dataclasses.asdict(Config(output_dir="o"))
-    assert "loud" in config and "loud" not in identity(config, Config)
-    assert identity(config, Config)["ks"] == (1, 2)
-    kept = identity(
-        dataclasses.asdict(retrieval.RetrievalConfig(output_dir="o")), retrieval.RetrievalConfig
-    )
-    assert {"output_dir", "verbose", "eval_batch_size"}.isdisjoint(kept) and "learning_rate" in kept
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import tensorflow as tf
 from tests.data import fake_trees
 from tf_svmax import data
 from trainers.harness import distribute, image_data, runtime
-from trainers.harness.config import ConfigError
+from trainers.harness.config import ConfigError, model_scope
 
 
 def _config(**kwargs):
@@ -33,9 +33,9 @@ def test_file_loaders_load_training_and_evaluation_images_at_the_given_side(tmp_
 def _start(config):
     """A trainer's start: the strategy and seed, the config resolved with its data (P = 4),
     the model built in `model_scope`."""
-    distribution = image_data.start(config)
+    distribution = runtime.start(config)
     config = types.SimpleNamespace(**{**vars(config), "batch_p": 4})
-    with image_data.model_scope(distribution, config):
+    with model_scope(distribution, config):
         model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
         in_scope = tf.distribute.get_strategy()
     return config, model, distribution.strategy, in_scope
@@ -62,11 +62,11 @@ def test_model_scope_refuses_a_batch_the_replicas_cannot_share(monkeypatch):
         lambda *args: distribute.TensorFlowDistribution(TwoReplicas()),
     )
     config = _config(batch_p=3, batch_k=1)
-    strategy = image_data.start(config)
+    strategy = runtime.start(config)
     with pytest.raises(
         ConfigError, match=r"global batch \(3 = --batch_p x --batch_k\).*2 replicas"
     ):
-        with image_data.model_scope(strategy, config):
+        with model_scope(strategy, config):
             pytest.fail("the scope is entered")
 
 

@@ -68,7 +68,7 @@ def _job(config, counter):
         global_batch=8,
         evaluate=evaluate,
         plot=lambda results, folder: None,
-        save=lambda folder: None,
+        save_models=lambda folder: None,
         state={"counter": counter},
     )
 
@@ -76,7 +76,7 @@ def _job(config, counter):
 def test_cadence_trace_and_extra_state_resume(tmp_path):
     config = ToyConfig(output_dir=str(tmp_path))
     counter = tf.Variable(0.0)
-    results = run_job(_job(config, counter), ToyConfig, started=0.0)
+    results = run_job(_job(config, counter), started=0.0)
     assert results["status"] == "completed"
     assert [e["step"] for e in results["evaluations"]] == [0, 3, 6]
     assert [t["step"] for t in results["trace"]] == [1, 2, 3, 4, 5, 6]
@@ -93,9 +93,9 @@ def test_cadence_trace_and_extra_state_resume(tmp_path):
     # The counter was 3 at the last checkpoint (step 6); a longer run resumes it from there.
     longer = dataclasses.replace(config, train_steps=9)
     with pytest.raises(ValueError, match="differs in: train_steps"):
-        run_job(_job(longer, tf.Variable(0.0)), ToyConfig, started=0.0)
+        run_job(_job(longer, tf.Variable(0.0)), started=0.0)
     fresh = tf.Variable(0.0)
-    again = run_job(_job(config, fresh), ToyConfig, started=0.0)
+    again = run_job(_job(config, fresh), started=0.0)
     assert again == results  # finished: reported unchanged
     assert float(fresh.numpy()) == 3.0  # restored from the checkpoint, not re-counted
 
@@ -104,7 +104,7 @@ def test_a_log_file_gets_plain_progress_lines_naming_the_interval(tmp_path, caps
     """--verbose=1 with stdout not a terminal (pytest's capture): the harness's own plain lines
     for every trainer, with each interval's evaluation, instead of Keras' "Epoch 1/2"."""
     config = ToyConfig(output_dir=str(tmp_path), verbose=1)
-    results = run_job(_job(config, tf.Variable(0.0)), ToyConfig, started=0.0)
+    results = run_job(_job(config, tf.Variable(0.0)), started=0.0)
     assert results["status"] == "completed"
     out = capsys.readouterr().out
     assert "\r" not in out and "\x1b" not in out and "Epoch" not in out
@@ -184,7 +184,7 @@ def test_a_ctrl_c_while_plotting_waits_for_the_plot_then_interrupts(tmp_path, li
     job = _job(config, tf.Variable(0.0))
     job.plot = plot
     with pytest.raises(KeyboardInterrupt):
-        run_job(job, ToyConfig, started=0.0)
+        run_job(job, started=0.0)
     assert plotted == [3]  # the first interval's plot, whole; no later interval ran
     assert [p.name for p in sorted((tmp_path / "checkpoints").glob("ckpt-*"))] == [
         "ckpt-3.json",
@@ -219,7 +219,7 @@ def test_non_finite_weights_under_a_finite_loss_end_the_run_diverged(tmp_path):
     evaluated = []
     evaluate = job.evaluate
     job.evaluate = lambda step, epoch: evaluated.append(step) or evaluate(step, epoch)
-    results = run_job(job, ToyConfig, started=0.0)
+    results = run_job(job, started=0.0)
     assert results["status"] == "diverged" and evaluated == [0, 3]
     assert re.match(r"Non-finite weights \(\S*dense\S*/kernel\) at step 6", results["message"])
     assert "The last good checkpoint (step 3) is kept" in results["message"]

@@ -1,5 +1,6 @@
 """RunDirectory: one process per folder, one configuration per folder, damaged records refused."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -9,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trainers.harness.run_dir import RunDirectory, RunRefused, config_differences
+from trainers import retrieval
+from trainers.harness.flags import option
+from trainers.harness.run_dir import RunDirectory, RunRefused, config_differences, identity
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = {"loss": "contrastive", "learning_rate": 0.01, "seed": 0}
@@ -116,3 +119,17 @@ def test_a_run_folder_whose_record_is_not_yet_written_takes_the_run(tmp_path):
     with RunDirectory(str(tmp_path), CONFIG):
         pass
     assert json.loads((tmp_path / "config.json").read_text()) == CONFIG
+
+
+def test_identity_leaves_out_the_fields_whose_option_says_so():
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        ks: tuple[int, ...] = option((1, 2), "Ks.")
+        loud: bool = option(False, "Loud.", identity=False)
+        hidden: int = 3  # no option(): part of the identity
+
+    assert identity(dataclasses.asdict(Config()), Config) == {"ks": (1, 2), "hidden": 3}
+    kept = identity(
+        dataclasses.asdict(retrieval.RetrievalConfig(output_dir="o")), retrieval.RetrievalConfig
+    )
+    assert {"output_dir", "verbose", "eval_batch_size"}.isdisjoint(kept) and "learning_rate" in kept

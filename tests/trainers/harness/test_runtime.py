@@ -90,7 +90,7 @@ def _job(config, callbacks=(), distribution=None):
         global_batch=BATCH,
         evaluate=evaluate,
         plot=lambda results, folder: None,
-        save=lambda folder: None,
+        save_models=lambda folder: None,
         callbacks=callbacks,
     )
 
@@ -117,11 +117,11 @@ def test_a_run_interrupted_then_resumed_trains_as_numpy_sgd(tmp_path):
     config = ToyConfig(output_dir=str(tmp_path / "run"))
     reference = _numpy_sgd(_job(config).model, 6)
     with pytest.raises(KeyboardInterrupt):
-        run_job(_job(config, [StopAfter(4)]), ToyConfig, started=0.0)  # checkpoint 3 kept
+        run_job(_job(config, [StopAfter(4)]), started=0.0)  # checkpoint 3 kept
     checkpoints = str(tmp_path / "run" / "checkpoints")
     assert latest_step(checkpoints) == 3
     resumed = _job(config)
-    results = run_job(resumed, ToyConfig, started=0.0)
+    results = run_job(resumed, started=0.0)
     assert results["status"] == "completed" and results["resumed_at_steps"] == [3]
     assert [e["step"] for e in results["evaluations"]] == [0, 3, 6]
     assert [t["step"] for t in results["trace"]] == [1, 2, 3, 4, 5, 6]
@@ -136,7 +136,7 @@ def test_a_run_interrupted_then_resumed_trains_as_numpy_sgd(tmp_path):
 def test_a_damaged_newest_checkpoint_is_skipped_and_none_readable_is_refused(tmp_path, capfd):
     config = ToyConfig(output_dir=str(tmp_path / "run"), train_steps=9)
     with pytest.raises(KeyboardInterrupt):
-        run_job(_job(config, [StopAfter(7)]), ToyConfig, started=0.0)  # checkpoints 3 and 6
+        run_job(_job(config, [StopAfter(7)]), started=0.0)  # checkpoints 3 and 6
     folder = tmp_path / "run" / "checkpoints"
     assert sorted(p.name for p in folder.iterdir()) == [
         "ckpt-3.json",
@@ -148,7 +148,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_and_none_readable_is_refused(tmp
     newest.write_bytes(newest.read_bytes()[:100])  # truncated
     reference = _numpy_sgd(_job(config).model, 9)
     resumed = _job(config)
-    results = run_job(resumed, ToyConfig, started=0.0)
+    results = run_job(resumed, started=0.0)
     assert f"skipped unreadable {newest}" in capfd.readouterr().err
     assert results["resumed_at_steps"] == [3]
     for got, want in zip(_trained(resumed), reference, strict=True):
@@ -157,7 +157,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_and_none_readable_is_refused(tmp
         path.write_bytes(b"")
     (tmp_path / "run" / "results.json").unlink()
     with pytest.raises(RunRefused, match="No checkpoint in this run folder can be read"):
-        run_job(_job(config), ToyConfig, started=0.0)
+        run_job(_job(config), started=0.0)
 
 
 @pytest.mark.skipif(runtime.on_tensorflow(), reason="tf.distribute runs every strategy")
@@ -193,7 +193,7 @@ def test_what_this_backend_cannot_distribute_is_refused_in_one_sentence():
 def test_a_run_folder_of_another_backend_is_refused(tmp_path, record, began):
     config = ToyConfig(output_dir=str(tmp_path / "run"))
     with pytest.raises(KeyboardInterrupt):
-        run_job(_job(config, [StopAfter(4)]), ToyConfig, started=0.0)  # checkpoint 3 kept
+        run_job(_job(config, [StopAfter(4)]), started=0.0)  # checkpoint 3 kept
     folder = tmp_path / "run" / "checkpoints"
     step_record = folder / "ckpt-3.json"
     written = json.loads(step_record.read_text())
@@ -201,14 +201,14 @@ def test_a_run_folder_of_another_backend_is_refused(tmp_path, record, began):
     step_record.write_text(json.dumps({**written, **record}) if record else "{}")
     if not record and runtime.BACKEND != "tensorflow":
         # Before TensorFlow wrote Keras' format, an unnamed record was JAX's or PyTorch's.
-        assert run_job(_job(config), ToyConfig, started=0.0)["resumed_at_steps"] == [3]
+        assert run_job(_job(config), started=0.0)["resumed_at_steps"] == [3]
         return
     with pytest.raises(
         RunRefused,
         match=f"were written on ({began}) \\(another Keras backend than this process's "
         f"{runtime.BACKEND}\\); resume the run with the backend it began on",
     ):
-        run_job(_job(config), ToyConfig, started=0.0)
+        run_job(_job(config), started=0.0)
     assert step_record.exists()  # nothing of the run was touched
 
 
@@ -216,7 +216,7 @@ def test_a_run_folder_of_another_backend_is_refused(tmp_path, record, began):
 def test_an_earlier_versions_tensorflow_folder_is_refused_off_tensorflow(tmp_path):
     config = ToyConfig(output_dir=str(tmp_path / "run"))
     with pytest.raises(KeyboardInterrupt):
-        run_job(_job(config, [StopAfter(4)]), ToyConfig, started=0.0)  # checkpoint 3 kept
+        run_job(_job(config, [StopAfter(4)]), started=0.0)  # checkpoint 3 kept
     folder = tmp_path / "run" / "checkpoints"
     for path in folder.iterdir():  # as an earlier version left them on TensorFlow
         path.unlink()
@@ -225,7 +225,7 @@ def test_an_earlier_versions_tensorflow_folder_is_refused_off_tensorflow(tmp_pat
     with pytest.raises(
         RunRefused, match="earlier version's tf.train format.*KERAS_BACKEND=tensorflow"
     ):
-        run_job(_job(config), ToyConfig, started=0.0)
+        run_job(_job(config), started=0.0)
 
 
 # Trains the toy job under --strategy=mirrored on JAX's 2 host devices (XLA_FLAGS set before JAX
@@ -240,7 +240,7 @@ DATA_PARALLEL = textwrap.dedent(
     config = t.ToyConfig(output_dir=sys.argv[1])
     job = t._job(config, distribution=distribution)
     reference = t._numpy_sgd(job.model, 6)
-    record = t.run_job(job, t.ToyConfig, started=0.0)
+    record = t.run_job(job, started=0.0)
     worst = max(float(np.max(np.abs(a - b))) for a, b in zip(t._trained(job), reference))
     print(record["distribution"]["replicas"], worst)
     """
