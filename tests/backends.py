@@ -98,6 +98,19 @@ def value_and_grad(fn, *args):
     raise NotImplementedError(f"no autodiff helper for the {BACKEND!r} backend")
 
 
+def saved_loss(module, class_name, name, **arguments):
+    """A loss as `keras.saving.serialize_keras_object` wrote it (a `.keras` file's compiled
+    loss) with its own `arguments` under their names then: e.g. the ``metric``/``squared`` of
+    the configs saved before ``distance=`` (the base's keys at their defaults, float32)."""
+    config = {"name": name, "reduction": "sum_over_batch_size", "dtype": "float32"}
+    return {
+        "module": f"tf_svmax.losses.{module}",
+        "class_name": class_name,
+        "config": {**config, "global_batch": True, **arguments},
+        "registered_name": f"tf_svmax>{class_name}",
+    }
+
+
 def split_value(loss, labels, x, ranges):
     """The value a loss' replica split computes: each anchor range ``(start, count)`` of the
     set (`labels`, `x`) against the whole set (`reference_parts`, the references holding the

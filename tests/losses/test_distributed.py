@@ -163,7 +163,7 @@ def test_center_loss_refuses_per_replica_centers(probes):
 SHARE_ROWS = ((0, 13), (13, 0), (13, 30), (43, 3))
 ANCHOR_SHARES = {
     "lifted": (losses.LiftedStructLoss(0.5), 7),
-    "lifted_squared": (losses.LiftedStructLoss(2.0, squared=True), 7),
+    "lifted_squared": (losses.LiftedStructLoss(2.0, distance="squared-L2"), 7),
     # consecutive classes: each range's window is its rows +- one pair
     "lifted_pk": (losses.LiftedStructLoss(1.0), 2),
     "pk_npair": (losses.PKNpairLoss(l2_reg=0.1), 2),

@@ -82,13 +82,13 @@ CASES = {
         lambda y, d: ref_contrastive_sum(y, d.ravel(), 1.0) / len(d),
     ),
     "AllPairsContrastiveLoss": (
-        lambda: L.AllPairsContrastiveLoss(pos_margin=0.5, neg_margin=1.5, metric="euclidean"),
+        lambda: L.AllPairsContrastiveLoss(pos_margin=0.5, neg_margin=1.5, distance="L2"),
         SEMI,
         5,
-        lambda y, e: ref_all_pairs(y, e, 0.5, 1.5, "euclidean"),
+        lambda y, e: ref_all_pairs(y, e, 0.5, 1.5, "L2"),
     ),
     "BatchHardTripletLoss": (
-        lambda: L.BatchHardTripletLoss(margin="soft", metric="sqeuclidean"),
+        lambda: L.BatchHardTripletLoss(margin="soft", distance="sqeuclidean"),
         SEMI,
         5,
         lambda y, e: float(np.mean(ref.batch_hard(y, e, "soft", "sqeuclidean"))),

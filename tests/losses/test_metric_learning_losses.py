@@ -357,10 +357,16 @@ def test_semihard_traced_and_xla_match_eager(rng):
         np.testing.assert_allclose(traced(y, x).numpy(), eager, rtol=1e-5)
 
 
-def _lifted_numpy(labels, x, margin, squared):
+def _lifted_numpy(labels, x, margin, distance):
     """The lifted structured loss by its definition, pair by pair, in float64."""
-    d2 = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
-    d = d2 if squared else np.sqrt(d2)
+    diff = x[:, None, :] - x[None, :, :]
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    d = {
+        "L2": np.sqrt((diff**2).sum(-1)),
+        "squared-L2": (diff**2).sum(-1),
+        "cityblock": np.abs(diff).sum(-1),
+        "angular": 1.0 - unit @ unit.T,
+    }[distance]
     same = labels[:, None] == labels[None, :]
     total, pairs = 0.0, 0
     for i in range(len(x)):
@@ -375,20 +381,63 @@ def _lifted_numpy(labels, x, margin, squared):
     return 0.25 * total / (pairs / 2.0)
 
 
-@pytest.mark.parametrize("squared", [False, True])
-def test_lifted_matches_its_definition_with_plain_or_squared_distances(rng, squared):
+@pytest.mark.parametrize("distance", ["L2", "squared-L2", "cityblock", "angular"])
+def test_lifted_matches_its_definition_with_each_distance(rng, distance):
     x = rng.standard_normal((12, 5))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     labels = np.repeat(np.arange(4), 3)
-    expected = _lifted_numpy(labels, x, 0.5, squared)
-    value = losses.lifted_struct_loss(labels, tf.constant(x), 0.5, squared=squared)
+    expected = _lifted_numpy(labels, x, 0.5, distance)
+    value = losses.lifted_struct_loss(labels, tf.constant(x), 0.5, distance=distance)
     assert float(value) == pytest.approx(expected, rel=1e-10)  # float64 in, float64 out
-    loss = losses.LiftedStructLoss(margin=0.5, squared=squared)
+    loss = losses.LiftedStructLoss(margin=0.5, distance=distance)
     assert float(loss(labels, tf.constant(x))) == pytest.approx(expected, rel=1e-6)
     restored = losses.LiftedStructLoss.from_config(loss.get_config())
-    assert restored.squared is squared
-    with pytest.raises(ValueError, match="`squared`"):
+    assert restored.distance == distance
+    # Reference rows (the replica split's and the memory's): two anchor ranges' parts.
+    split = backends.split_value(restored, labels, tf.constant(x), ((0, 5), (5, 7)))
+    assert float(split) == pytest.approx(expected, rel=1e-10)
+
+
+def test_lifted_refuses_the_squared_keyword_naming_distance(rng):
+    x = ref.unit_rows(rng, 6, 4)
+    labels = np.repeat(np.arange(3), 2)
+    with pytest.raises(ValueError, match=r"argument `distance`.*Received: distance='yes'"):
+        losses.LiftedStructLoss(distance="yes")
+    message = (
+        r"the argument `squared` is now `distance` \(pass distance='squared-L2' for "
+        r"squared=True\)"
+    )
+    with pytest.raises(TypeError, match=r"lifted_struct_loss: " + message):
+        losses.lifted_struct_loss(labels, x, squared=True)
+    with pytest.raises(TypeError, match=r"LiftedStructLoss: " + message):
+        losses.LiftedStructLoss(squared=True)
+    with pytest.raises(TypeError, match=r"squared=False -> distance='L2', squared=True -> "):
         losses.LiftedStructLoss(squared="yes")
+
+
+@pytest.mark.parametrize("squared", [False, True])
+def test_lifted_config_saved_with_squared_loads_with_the_same_values(rng, squared):
+    # As get_config wrote it before `distance=` (a .keras file's compiled loss).
+    saved = backends.saved_loss(
+        "lifted", "LiftedStructLoss", "lifted_struct_loss", margin=0.5, squared=squared
+    )
+    saved["config"]["dtype"] = "float64"
+    loss = keras.saving.deserialize_keras_object(saved)
+    distance = "squared-L2" if squared else "L2"
+    assert isinstance(loss, losses.LiftedStructLoss) and loss.distance == distance
+    assert "squared" not in loss.get_config()
+    x = ref.unit_rows(rng, 12, 5, dtype=np.float64)
+    labels = np.repeat(np.arange(4), 3)
+    expected = _lifted_numpy(labels, x, 0.5, distance)
+    assert float(loss(labels, x)) == pytest.approx(expected, rel=1e-10)
+    # Inside a wrapping loss' config too (nested losses deserialize through from_config).
+    wrapped = keras.saving.serialize_keras_object(losses.RegularizedLoss(loss, []))
+    wrapped["config"]["loss"] = saved
+    again = keras.saving.deserialize_keras_object(wrapped)
+    assert float(again(labels, x)) == pytest.approx(expected, rel=1e-10)
+    saved["config"]["squared"] = 1
+    with pytest.raises(ValueError, match=r"argument `squared`.*\[False, True\].*squared=1"):
+        keras.saving.deserialize_keras_object(saved)
 
 
 @pytest.mark.parametrize(

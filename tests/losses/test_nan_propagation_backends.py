@@ -24,7 +24,7 @@ LOSSES = {
     "TripletHardLoss": L.TripletHardLoss,
     "TripletHardLoss-soft": lambda: L.TripletHardLoss(soft=True),
     "LiftedStructLoss": L.LiftedStructLoss,
-    "LiftedStructLoss-squared": lambda: L.LiftedStructLoss(squared=True),
+    "LiftedStructLoss-squared": lambda: L.LiftedStructLoss(distance="squared-L2"),
     "BatchHardTripletLoss": L.BatchHardTripletLoss,
     "BatchHardTripletLoss-soft": lambda: L.BatchHardTripletLoss(margin="soft"),
 }

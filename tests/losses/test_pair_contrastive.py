@@ -9,6 +9,7 @@ inputs are stored in golden/pml_contrastive.npz by make_pml_golden.py, and every
 runs everywhere."""
 
 import json
+import zipfile
 from pathlib import Path
 
 import keras
@@ -24,7 +25,14 @@ from tf_svmax.losses import AllPairsContrastiveLoss, CrossBatchMemory, all_pairs
 
 
 def ref_all_pairs(
-    labels, x, *, pos_margin=1.0, neg_margin=0.5, metric="cosine", anchors=None, normalizer=None
+    labels,
+    x,
+    *,
+    pos_margin=1.0,
+    neg_margin=0.5,
+    distance="cosine_similarity",
+    anchors=None,
+    normalizer=None,
 ):
     """Pair terms of the anchors `anchors` (rows, default all) against every other row, each
     kind summed and divided by its number of terms > 0 among the `normalizer` rows' pairs."""
@@ -32,7 +40,7 @@ def ref_all_pairs(
     n = len(x)
     anchors = range(n) if anchors is None else anchors
     normalizer = range(n) if normalizer is None else normalizer
-    if metric == "cosine":
+    if distance == "cosine_similarity":
         x = x / np.linalg.norm(x, axis=1, keepdims=True)
 
     def terms(a):
@@ -40,12 +48,17 @@ def ref_all_pairs(
         for r in range(n):
             if r == a:
                 continue
-            if metric == "euclidean":
-                d = float(np.sqrt(((x[a] - x[r]) ** 2).sum()))
-                pos, neg = d - pos_margin, neg_margin - d
-            else:
+            diff = x[a] - x[r]
+            if distance in ("cosine_similarity", "dot"):
                 s = float(x[a] @ x[r])
                 pos, neg = pos_margin - s, s - neg_margin
+            else:
+                d = {
+                    "L2": np.sqrt(diff @ diff),
+                    "squared-L2": diff @ diff,
+                    "cosine": 1.0 - x[a] @ x[r],  # the cosine distance of the rows as given
+                }[distance]
+                pos, neg = d - pos_margin, neg_margin - d
             positive = labels[a] == labels[r]
             out.append((positive, max(pos if positive else neg, 0.0)))
         return out
@@ -67,16 +80,18 @@ def _data(rng, n=12, dim=5, classes=3):
 
 # Margins that leave some terms of each kind at 0 and some above it on Gaussian rows.
 METRIC_MARGINS = {
-    "cosine": {"pos_margin": 1.0, "neg_margin": 0.5},
+    "cosine_similarity": {"pos_margin": 1.0, "neg_margin": 0.5},
     "dot": {"pos_margin": 1.0, "neg_margin": 0.0},
-    "euclidean": {"pos_margin": 2.0, "neg_margin": 3.5},
+    "L2": {"pos_margin": 2.0, "neg_margin": 3.5},
+    "squared-L2": {"pos_margin": 4.0, "neg_margin": 12.0},
+    "cosine": {"pos_margin": 0.0, "neg_margin": 1.0},
 }
 
 
 @pytest.mark.parametrize("metric", sorted(METRIC_MARGINS))
 def test_all_rows_and_reference_rows_match_the_numpy_loops(rng, metric):
     x, y = _data(rng)
-    kw = {"metric": metric, **METRIC_MARGINS[metric]}
+    kw = {"distance": metric, **METRIC_MARGINS[metric]}
     got = float(all_pairs_contrastive_loss(y, x, **kw))
     assert got == pytest.approx(ref_all_pairs(y, x, **kw), rel=1e-5)
     # Anchors 3..7 against all rows (the references), normalized over those anchors' pairs.
@@ -118,7 +133,7 @@ def test_no_term_above_zero_gives_zero_and_a_zero_gradient():
     # Duplicate rows under the Euclidean distance: distance 0, a finite (zero) gradient.
     with tf.GradientTape() as tape:
         tape.watch(x)
-        value = all_pairs_contrastive_loss([0, 0, 1], x, metric="euclidean", pos_margin=0.0)
+        value = all_pairs_contrastive_loss([0, 0, 1], x, distance="L2", pos_margin=0.0)
     assert np.all(np.isfinite(tape.gradient(value, x)))
 
 
@@ -129,12 +144,12 @@ def test_a_nan_row_gives_nan_even_when_no_finite_term_is_above_zero(metric, grap
     # NaN terms of row 3 were the only candidates for the non-zero counts, which NaN fails.
     x = np.array([[1, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [np.nan, 0, 0, 0]], np.float32)
     fn = tf.function(all_pairs_contrastive_loss) if graph else all_pairs_contrastive_loss
-    assert np.isnan(float(fn([0, 0, 1, 1], x, metric=metric)))
+    assert np.isnan(float(fn([0, 0, 1, 1], x, distance=metric)))
     # Also when only the anchors' pairs with the NaN row are NaN (rows 0 and 1 normalized).
     labels = np.array([0, 0, 1, 1])
-    value = fn(labels[:2], x[:2], metric=metric, ref_labels=labels, ref_embeddings=x)
+    value = fn(labels[:2], x[:2], distance=metric, ref_labels=labels, ref_embeddings=x)
     assert np.isnan(float(value))
-    assert np.isnan(float(AllPairsContrastiveLoss(metric=metric)([0, 0, 1, 1], x)))
+    assert np.isnan(float(AllPairsContrastiveLoss(distance=metric)([0, 0, 1, 1], x)))
 
 
 # --- pytorch-metric-learning, through its stored values ---
@@ -158,10 +173,10 @@ def pml():
 # Our arguments matching each PML setting, and whether our input is L2-normalized first.
 PML_SETTINGS = {
     # PML's defaults: LpDistance normalizes, margins 0 and 1.
-    "lp_default": ({"metric": "euclidean", "pos_margin": 0.0, "neg_margin": 1.0}, True),
-    "lp_raw": ({"metric": "euclidean", **METRIC_MARGINS["euclidean"]}, False),
+    "lp_default": ({"distance": "L2", "pos_margin": 0.0, "neg_margin": 1.0}, True),
+    "lp_raw": ({"distance": "L2", **METRIC_MARGINS["L2"]}, False),
     "cosine": ({}, False),  # the XBM paper's setting, our defaults
-    "dot": ({"metric": "dot", **METRIC_MARGINS["dot"]}, False),
+    "dot": ({"distance": "dot", **METRIC_MARGINS["dot"]}, False),
 }
 
 
@@ -172,9 +187,9 @@ def _our_kw(pml, setting):
     loss = AllPairsContrastiveLoss(**kw)
     assert (loss.pos_margin, loss.neg_margin) == (theirs["pos_margin"], theirs["neg_margin"])
     distance, options = theirs["distance"]
-    want = {"LpDistance": "euclidean", "CosineSimilarity": "cosine"}.get(distance, "dot")
-    assert loss.metric == want
-    assert options.get("normalize_embeddings", True) == (normalize or want == "cosine")
+    want = {"LpDistance": "L2", "CosineSimilarity": "cosine_similarity"}.get(distance, "dot")
+    assert loss.distance == want
+    assert options.get("normalize_embeddings", True) == (normalize or want == "cosine_similarity")
     return kw, normalize
 
 
@@ -270,10 +285,11 @@ def test_cross_batch_memory_matches_the_numpy_loop(rng):
 
 def test_bad_arguments_are_refused_in_the_library_s_format():
     x = np.eye(3, dtype=np.float32)
-    with pytest.raises(ValueError, match=r"argument `metric`.*'cosine'.*Received: metric='L2'"):
-        all_pairs_contrastive_loss([0, 1, 1], x, metric="L2")
-    with pytest.raises(ValueError, match=r"argument `metric`"):
-        AllPairsContrastiveLoss(metric="angular")
+    names = r"\['L2', 'squared-L2', .*'cosine', 'cosine_similarity', 'dot'\]"
+    with pytest.raises(ValueError, match=rf"argument `distance`. Expected one of {names}\. Rec"):
+        all_pairs_contrastive_loss([0, 1, 1], x, distance="L1")
+    with pytest.raises(ValueError, match=r"argument `distance`.*Received: distance='euclidian'"):
+        AllPairsContrastiveLoss(distance="euclidian")
     for margin in (float("nan"), float("inf"), True, "1"):
         with pytest.raises(ValueError, match=r"argument `pos_margin`"):
             AllPairsContrastiveLoss(pos_margin=margin)
@@ -314,15 +330,15 @@ def test_embedding_dtypes(rng, dtype):
 
 
 def test_get_config_round_trips_and_the_string_name_resolves():
-    loss = AllPairsContrastiveLoss(pos_margin=0.0, neg_margin=1.0, metric="euclidean", name="c")
+    loss = AllPairsContrastiveLoss(pos_margin=0.0, neg_margin=1.0, distance="L2", name="c")
     config = loss.get_config()
     again = AllPairsContrastiveLoss.from_config(config)
     assert again.get_config() == config
-    assert (again.pos_margin, again.neg_margin, again.metric) == (0.0, 1.0, "euclidean")
+    assert (again.pos_margin, again.neg_margin, again.distance) == (0.0, 1.0, "L2")
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert isinstance(restored, AllPairsContrastiveLoss) and restored.get_config() == config
     by_name = losses.get("tf_svmax>AllPairsContrastiveLoss")
-    assert isinstance(by_name, AllPairsContrastiveLoss) and by_name.metric == "cosine"
+    assert isinstance(by_name, AllPairsContrastiveLoss) and by_name.distance == "cosine_similarity"
     assert keras.losses.get("tf_svmax>AllPairsContrastiveLoss").neg_margin == 0.5
     wrapped = CrossBatchMemory(loss, 16, start_step=3)
     assert CrossBatchMemory.from_config(wrapped.get_config()).get_config() == wrapped.get_config()
@@ -333,12 +349,14 @@ def test_keras_file_round_trip_of_a_compiled_model(rng, tmp_path):
     y = np.repeat(np.arange(4), 4)
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4)])
-    loss = AllPairsContrastiveLoss(pos_margin=0.2, neg_margin=0.3, metric="dot")
+    loss = AllPairsContrastiveLoss(pos_margin=0.2, neg_margin=0.3, distance="dot")
     model.compile(keras.optimizers.SGD(0.1), loss=loss)
     model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
     want = model.evaluate(x, y, batch_size=16, verbose=0)
     assert want == pytest.approx(
-        ref_all_pairs(y, model.predict(x, verbose=0), pos_margin=0.2, neg_margin=0.3, metric="dot"),
+        ref_all_pairs(
+            y, model.predict(x, verbose=0), pos_margin=0.2, neg_margin=0.3, distance="dot"
+        ),
         rel=1e-5,
     )
     model.save(tmp_path / "m.keras")
@@ -346,3 +364,70 @@ def test_keras_file_round_trip_of_a_compiled_model(rng, tmp_path):
     assert isinstance(loaded.loss, AllPairsContrastiveLoss)
     assert loaded.loss.get_config() == loss.get_config()
     assert loaded.evaluate(x, y, batch_size=16, verbose=0) == pytest.approx(want, rel=1e-6)
+
+
+# --- `metric=`, the former name of `distance=` ---
+
+# The former names and the table's names of the same pair matrices.
+FORMER = {"cosine": "cosine_similarity", "dot": "dot", "euclidean": "L2"}
+
+
+def test_the_metric_keyword_is_refused_naming_distance_and_the_value_to_pass():
+    x = np.eye(3, dtype=np.float32)
+    for old, new in FORMER.items():
+        message = rf"`metric` is now `distance` \(pass distance='{new}' for metric='{old}'\)"
+        with pytest.raises(TypeError, match="all_pairs_contrastive_loss: the argument " + message):
+            all_pairs_contrastive_loss([0, 1, 1], x, metric=old)
+        with pytest.raises(TypeError, match="AllPairsContrastiveLoss: the argument " + message):
+            AllPairsContrastiveLoss(metric=old)
+    spellings = r"metric='cosine' -> distance='cosine_similarity', metric='dot' -> distance='dot'"
+    with pytest.raises(TypeError, match=rf"the old values map as {spellings}, metric='euclidean'"):
+        AllPairsContrastiveLoss(metric="angular")
+
+
+@pytest.mark.parametrize("old", sorted(FORMER))
+def test_a_config_saved_with_metric_loads_with_the_same_values(rng, old):
+    # As get_config wrote it before `distance=`.
+    margins = METRIC_MARGINS[FORMER[old]]
+    saved = backends.saved_loss(
+        "pair_contrastive",
+        "AllPairsContrastiveLoss",
+        "all_pairs_contrastive",
+        **margins,
+        metric=old,
+    )
+    loss = keras.saving.deserialize_keras_object(saved)
+    assert isinstance(loss, AllPairsContrastiveLoss) and loss.distance == FORMER[old]
+    x, y = _data(rng)
+    want = ref_all_pairs(y, x, distance=FORMER[old], **METRIC_MARGINS[FORMER[old]])
+    assert float(loss(y, x)) == pytest.approx(want, rel=1e-5)
+    # Inside the memory's config too.
+    memory = keras.saving.serialize_keras_object(CrossBatchMemory(AllPairsContrastiveLoss(), 16))
+    memory["config"]["loss"] = saved
+    restored = keras.saving.deserialize_keras_object(memory)
+    assert restored.loss.get_config() == loss.get_config()
+
+
+def test_a_keras_file_saved_with_metric_loads(rng, tmp_path):
+    x = rng.standard_normal((16, 5)).astype(np.float32)
+    y = np.repeat(np.arange(4), 4)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4)])
+    loss = AllPairsContrastiveLoss(pos_margin=0.2, neg_margin=0.3, distance="L2")
+    model.compile(keras.optimizers.SGD(0.1), loss=loss)
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    model.save(tmp_path / "new.keras")
+    # The same file as the code before `distance=` wrote it: the loss' "metric": "euclidean".
+    with zipfile.ZipFile(tmp_path / "new.keras") as new:
+        files = {name: new.read(name) for name in new.namelist()}
+    config = files["config.json"].decode()
+    assert config.count('"distance": "L2"') == 1
+    files["config.json"] = config.replace('"distance": "L2"', '"metric": "euclidean"').encode()
+    with zipfile.ZipFile(tmp_path / "old.keras", "w") as old:
+        for name, data in files.items():
+            old.writestr(name, data)
+    loaded = keras.models.load_model(tmp_path / "old.keras")
+    assert isinstance(loaded.loss, AllPairsContrastiveLoss) and loaded.loss.distance == "L2"
+    want = ref_all_pairs(
+        y, model.predict(x, verbose=0), pos_margin=0.2, neg_margin=0.3, distance="L2"
+    )
+    assert loaded.evaluate(x, y, batch_size=16, verbose=0) == pytest.approx(want, rel=1e-5)

@@ -79,7 +79,7 @@ def test_batch_hard_matches_the_reference(data, metric, margin):
     def fn(e):
         return ops.sum(
             ops.convert_to_tensor(w, "float32")
-            * batch_hard_triplet_loss(y, e, margin=margin, metric=metric)
+            * batch_hard_triplet_loss(y, e, margin=margin, distance=metric)
         )
 
     check(fn, lambda e: float(w @ ref.batch_hard(y, e, margin, metric)), x)
@@ -116,7 +116,7 @@ def ref_all_pairs(labels, x, pos_margin, neg_margin, metric):
     """Hadsell's pair terms over every ordered pair of distinct rows, each kind averaged over
     its terms above 0 (pytorch-metric-learning's AvgNonZeroReducer), from the formula."""
     x = np.asarray(x, np.float64)
-    if metric == "cosine":
+    if metric == "cosine_similarity":
         x = x / np.linalg.norm(x, axis=1, keepdims=True)
     sums, counts = {True: 0.0, False: 0.0}, {True: 0, False: 0}
     for a in range(len(x)):
@@ -124,7 +124,7 @@ def ref_all_pairs(labels, x, pos_margin, neg_margin, metric):
             if a == r:
                 continue
             same = labels[a] == labels[r]
-            if metric == "euclidean":
+            if metric == "L2":
                 d = math.sqrt(((x[a] - x[r]) ** 2).sum())
                 term = d - pos_margin if same else neg_margin - d
             else:
@@ -136,7 +136,7 @@ def ref_all_pairs(labels, x, pos_margin, neg_margin, metric):
     return sum(sums[k] / counts[k] if counts[k] else 0.0 for k in (True, False))
 
 
-MARGINS = {"cosine": (1.0, 0.5), "dot": (1.0, 0.0), "euclidean": (0.5, 1.5)}
+MARGINS = {"cosine_similarity": (1.0, 0.5), "dot": (1.0, 0.0), "L2": (0.5, 1.5)}
 
 
 @pytest.mark.parametrize("metric", sorted(MARGINS))
@@ -145,7 +145,7 @@ def test_all_pairs_matches_the_reference(rng, metric):
     y = np.array([0, 1, 0, 2, 1, 0, 2, 1, 1, 3])
     pos, neg = MARGINS[metric]
     value = check(
-        lambda e: all_pairs_contrastive_loss(y, e, pos_margin=pos, neg_margin=neg, metric=metric),
+        lambda e: all_pairs_contrastive_loss(y, e, pos_margin=pos, neg_margin=neg, distance=metric),
         lambda e: ref_all_pairs(y, e, pos, neg, metric),
         x,
     )
@@ -159,8 +159,8 @@ def test_all_pairs_matches_pytorch_metric_learning_golden_values():
     x, y = golden["values/x"].astype(np.float32), golden["values/y"]
     for setting, kw in (
         ("cosine", {}),
-        ("dot", {"metric": "dot", "pos_margin": 1.0, "neg_margin": 0.0}),
-        ("lp_raw", {"metric": "euclidean", "pos_margin": 2.0, "neg_margin": 3.5}),
+        ("dot", {"distance": "dot", "pos_margin": 1.0, "neg_margin": 0.0}),
+        ("lp_raw", {"distance": "L2", "pos_margin": 2.0, "neg_margin": 3.5}),
     ):
         theirs = settings[setting]
         assert (theirs["pos_margin"], theirs["neg_margin"]) == (

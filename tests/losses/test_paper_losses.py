@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import backends
 from tests import reference_ranking as rr
 from tests import reference_spectral as ref
 from tf_svmax import losses
@@ -29,7 +30,7 @@ def test_batch_hard_matches_numpy(rng, metric, margin):
     labels = np.repeat(np.arange(6), 4)
     labels[-1] = 99  # a singleton anchor (no positive)
     x = _unit(rng, 24, 8)
-    got = losses.batch_hard_triplet_loss(labels, x, margin=margin, metric=metric).numpy()
+    got = losses.batch_hard_triplet_loss(labels, x, margin=margin, distance=metric).numpy()
     np.testing.assert_allclose(
         got, rr.batch_hard(labels, x, margin, metric), rtol=1e-10, atol=1e-12
     )
@@ -40,7 +41,7 @@ def test_batch_hard_gradient(rng, metric):
     labels = tf.constant(np.repeat(np.arange(3), 3))
     _grad_check(
         lambda x: tf.reduce_sum(
-            losses.batch_hard_triplet_loss(labels, x, margin="soft", metric=metric)
+            losses.batch_hard_triplet_loss(labels, x, margin="soft", distance=metric)
         ),
         _unit(rng, 9, 5),
     )
@@ -285,7 +286,7 @@ def test_paper_composition_with_svmax_fits_and_round_trips(rng, tmp_path, loss, 
 @pytest.mark.parametrize(
     "loss",
     [
-        losses.BatchHardTripletLoss(margin="soft", metric="cityblock"),
+        losses.BatchHardTripletLoss(margin="soft", distance="cityblock"),
         losses.PKContrastiveLoss(margin=0.5),
         losses.PKNpairLoss(l2_reg=0.0),
         losses.PKAngularLoss(alpha=40.0, l2_reg=0.001),
@@ -297,6 +298,41 @@ def test_paper_composition_with_svmax_fits_and_round_trips(rng, tmp_path, loss, 
 def test_config_round_trip(loss):
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert type(restored) is type(loss) and restored.get_config() == loss.get_config()
+
+
+def test_batch_hard_metric_keyword_is_refused_naming_distance(rng):
+    x = _unit(rng, 8, 4, np.float32)
+    y = np.repeat(np.arange(4), 2)
+    message = (
+        r"batch_hard_triplet_loss: the argument `metric` is now `distance` "
+        r"\(pass distance='cosine' for metric='cosine'\)"
+    )
+    with pytest.raises(TypeError, match=message):
+        losses.batch_hard_triplet_loss(y, x, metric="cosine")
+    with pytest.raises(TypeError, match=message.replace("batch_hard_triplet_loss", "BatchHard.*")):
+        losses.BatchHardTripletLoss(metric="cosine")
+    with pytest.raises(TypeError, match=r"`metric` is now `distance` \(the old values map as "):
+        losses.BatchHardTripletLoss(metric="cos")
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cityblock", "cosine"])
+def test_batch_hard_config_saved_with_metric_loads_with_the_same_values(rng, metric):
+    # As get_config wrote it before `distance=` (a .keras file's compiled loss).
+    saved = backends.saved_loss(
+        "batch_hard", "BatchHardTripletLoss", "batch_hard_triplet", margin="soft", metric=metric
+    )
+    saved["config"].update(reduction=None, dtype="float64")
+    loss = keras.saving.deserialize_keras_object(saved)
+    assert isinstance(loss, losses.BatchHardTripletLoss) and loss.distance == metric
+    assert "metric" not in loss.get_config() and loss.get_config()["distance"] == metric
+    labels = np.repeat(np.arange(4), 3)
+    x = _unit(rng, 12, 5)
+    np.testing.assert_allclose(
+        loss(labels, x).numpy(), rr.batch_hard(labels, x, "soft", metric), rtol=1e-10
+    )
+    both = {**saved, "config": {**saved["config"], "distance": metric}}
+    with pytest.raises(ValueError, match=r"both `metric` and `distance`"):
+        keras.saving.deserialize_keras_object(both)
 
 
 def test_batch_hard_class_reductions_and_label_errors(rng):
@@ -316,8 +352,8 @@ def test_batch_hard_class_reductions_and_label_errors(rng):
     for margin in ("hard", float("nan"), -0.1, float("inf")):
         with pytest.raises(ValueError, match=r"argument `margin`"):
             losses.BatchHardTripletLoss(margin=margin)
-    with pytest.raises(ValueError, match=r"argument `metric`"):
-        losses.BatchHardTripletLoss(metric="cos")
+    with pytest.raises(ValueError, match=r"argument `distance`.*Received: distance='cos'"):
+        losses.BatchHardTripletLoss(distance="cos")
     with pytest.raises(ValueError, match=r"argument `labels`.*one label per row"):
         losses.batch_hard_triplet_loss(np.zeros(5), x)
 

@@ -37,7 +37,7 @@ LAMBDA, RIDGE = 0.3, 0.05
 
 
 def _base():
-    return BatchHardTripletLoss(margin="soft", metric="sqeuclidean")
+    return BatchHardTripletLoss(margin="soft", distance="sqeuclidean")
 
 
 def _xml(base=None, **kwargs):

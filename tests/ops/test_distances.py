@@ -10,6 +10,7 @@ tests/losses/test_tfa_parity.py (TensorFlow).
 """
 
 import functools
+import re
 
 import keras
 import numpy as np
@@ -188,9 +189,10 @@ def test_distance_rows_are_rows_of_the_matrix(rng, squared):
     )
 
 
-# Each spelling's one meaning (tf_svmax.ops.distances.METRICS), from SciPy/NumPy on float64 rows:
+# Each name's one meaning (tf_svmax.ops.distances.DISTANCES), from SciPy/NumPy on float64 rows:
 # TFA's names with TFA's definitions (exactly zero where a row meets itself), the cdist
-# names with the originals' (1e-12 under the square root; cosine of the rows as given).
+# names with the originals' (1e-12 under the square root; cosine of the rows as given), and the
+# two similarities (pytorch-metric-learning's `CosineSimilarity`, `DotProductSimilarity`).
 def _scipy_table(x):
     from scipy.spatial import distance as sd  # noqa: PLC0415 (test-only dependency)
 
@@ -204,18 +206,34 @@ def _scipy_table(x):
         "sqeuclidean": sq,
         "cityblock": sd.cdist(x, x, "cityblock"),
         "cosine": 1.0 - x @ x.T,
+        "cosine_similarity": 1.0 - sd.cdist(x, x, "cosine"),
+        "dot": x @ x.T,
     }
 
 
+SIMILARITIES = ("cosine_similarity", "dot")
+
+
+def test_the_table_says_which_names_are_similarities():
+    assert set(distances.DISTANCES) == set(_scipy_table(np.eye(2)))
+    assert distances.SIMILARITY_NAMES == SIMILARITIES
+    assert set(distances.DISTANCE_NAMES) == set(distances.DISTANCES) - set(SIMILARITIES)
+    for name, entry in distances.DISTANCES.items():
+        assert entry.name == name
+        assert distances.is_similarity(name) == (name in SIMILARITIES)
+    assert not distances.is_similarity(np.abs)  # TFA's callable: a distance
+
+
 @pytest.mark.parametrize("dtype", [np.float32, backends.FLOAT64])
-@pytest.mark.parametrize("metric", distances.METRICS)
-def test_every_metric_spelling_has_its_one_meaning(rng, metric, dtype):
+@pytest.mark.parametrize("metric", list(distances.DISTANCES))
+def test_every_name_has_its_one_meaning(rng, metric, dtype):
     x = rng.standard_normal((9, 5)).astype(dtype)
     expected = _scipy_table(x.astype(np.float64))[metric]
     got = backends.to_numpy(distances.distance_matrix(x, metric))
     rows = backends.to_numpy(distances.distance_matrix(x, metric, rows=(2, 5)))
     assert got.dtype == dtype
-    assert distances.check_metric(metric) == metric
+    kinds = (distances.DISTANCE, distances.SIMILARITY)
+    assert distances.check_distance(metric, kinds=kinds) == metric
     if dtype == np.float32:
         backends.assert_close(got, expected, backends.RTOL32)
         backends.assert_close(rows, expected[2:7], backends.RTOL32)
@@ -232,7 +250,7 @@ def test_half_precision_is_computed_in_float32_and_returned_in_its_dtype(rng, dt
     x = rng.standard_normal((7, 3)).astype(np.float32)
     x_half = ops.cast(x, dtype)
     exact = _scipy_table(backends.to_numpy(ops.cast(x_half, "float32")).astype(np.float64))
-    for metric in distances.METRICS:
+    for metric in distances.DISTANCES:
         got = distances.distance_matrix(x_half, metric)
         assert keras.backend.standardize_dtype(got.dtype) == dtype
         # One rounding to the half type of the float32 result (2^-8 for bfloat16).
@@ -256,7 +274,7 @@ def test_the_two_families_differ_where_their_definitions_do(rng):
     x = rng.standard_normal((6, 3)).astype(np.float32)  # rows not normalized
     table = {
         m: backends.to_numpy(distances.distance_matrix(x, m)).astype(np.float64)
-        for m in distances.METRICS
+        for m in distances.DISTANCE_NAMES
     }
     # "L2" is exactly 0 on the diagonal, "euclidean" 1e-6 (sqrt of the 1e-12).
     assert np.all(np.diag(table["L2"]) == 0.0)
@@ -269,21 +287,69 @@ def test_the_two_families_differ_where_their_definitions_do(rng):
     )
 
 
-def test_check_metric_refuses_other_names_and_callables_unless_allowed():
+def test_check_distance_refuses_other_names_other_kinds_and_callables_unless_allowed():
+    distance_names = r"\['L2', 'squared-L2', 'angular', 'euclidean', 'sqeuclidean', " + (
+        r"'cityblock', 'cosine'\]"
+    )
     for bad in ("L1", "cos", "Euclidean", None, 2):
-        with pytest.raises(ValueError, match=r"argument `distance_metric`"):
-            distances.check_metric(bad)
-    with pytest.raises(ValueError, match=r"argument `metric`.*or a callable"):
-        distances.check_metric("dot", "metric", allow_callable=True)
-    with pytest.raises(ValueError, match=r"argument `metric`"):
-        distances.check_metric(np.abs, "metric")
-    assert distances.check_metric(np.abs, allow_callable=True) is np.abs
+        with pytest.raises(
+            ValueError,
+            match=rf"argument `distance`. Expected one of {distance_names}. Received: "
+            + rf"distance={re.escape(repr(bad))}$",
+        ):
+            distances.check_distance(bad)
+    with pytest.raises(ValueError, match=r"argument `distance_metric`.*or a callable"):
+        distances.check_distance("L1", "distance_metric", allow_callable=True)
+    # A similarity where a distance is needed, and the reverse: refused as such.
+    for similarity in SIMILARITIES:
+        with pytest.raises(
+            ValueError,
+            match=rf"argument `distance`. Expected a distance \(one of {distance_names}\); "
+            + rf"'{similarity}' is a similarity \(larger for closer rows\). Received: "
+            + rf"distance='{similarity}'",
+        ):
+            distances.check_distance(similarity)
+    with pytest.raises(ValueError, match=r"a similarity \(one of \['cosine_similarity', 'dot'\]"):
+        distances.check_distance("L2", kinds=(distances.SIMILARITY,))
+    with pytest.raises(ValueError, match=r"argument `distance`"):
+        distances.check_distance(np.abs)
+    assert distances.check_distance(np.abs, allow_callable=True) is np.abs
+    both = (distances.DISTANCE, distances.SIMILARITY)
+    assert distances.check_distance("dot", kinds=both) == "dot"
+    with pytest.raises(ValueError, match=r"argument `distance`"):
+        distances.distance_matrix(np.eye(2), "L1")
+
+
+def test_the_losses_that_take_a_distance_refuse_a_similarity(rng):
+    from tf_svmax import losses  # noqa: PLC0415
+
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    y = np.repeat(np.arange(3), 2)
+    takers = {
+        "distance_metric": (
+            losses.TripletSemiHardLoss,
+            losses.TripletHardLoss,
+            lambda **kw: losses.triplet_semihard_loss(y, x, **kw),
+            lambda **kw: losses.triplet_hard_loss(y, x, **kw),
+        ),
+        "distance": (
+            losses.BatchHardTripletLoss,
+            losses.LiftedStructLoss,
+            lambda **kw: losses.batch_hard_triplet_loss(y, x, **kw),
+            lambda **kw: losses.lifted_struct_loss(y, x, **kw),
+        ),
+    }
+    for arg, makers in takers.items():
+        for make in makers:
+            for similarity in SIMILARITIES:
+                with pytest.raises(ValueError, match=rf"`{arg}`.*'{similarity}' is a similarity"):
+                    make(**{arg: similarity})
 
 
 @pytest.mark.skipif(
     backends.BACKEND != "tensorflow", reason="the losses run on TensorFlow until their port"
 )
-@pytest.mark.parametrize("metric", distances.METRICS)
+@pytest.mark.parametrize("metric", distances.DISTANCE_NAMES)
 def test_the_losses_read_both_spellings_from_the_one_table(rng, metric):
     import tensorflow as tf  # noqa: PLC0415
 
@@ -304,7 +370,7 @@ def test_the_losses_read_both_spellings_from_the_one_table(rng, metric):
     positive = np.where(same & ~np.eye(8, dtype=bool), table, 0.0).max(axis=1)
     negative = np.where(same, np.inf, table).min(axis=1)
     np.testing.assert_allclose(
-        losses.batch_hard_triplet_loss(y, x, margin="none", metric=metric).numpy(),
+        losses.batch_hard_triplet_loss(y, x, margin="none", distance=metric).numpy(),
         positive - negative,
         rtol=1e-9,
         atol=1e-12,
@@ -319,10 +385,10 @@ def test_tensorflow_graphs_of_unknown_shape(rng):
 
     x = tf.constant(rng.standard_normal((10, 4)))
     spec = tf.TensorSpec([None, None], tf.float64)
-    for metric in distances.METRICS:
-        full = tf.function(functools.partial(distances.distance_matrix, distance_metric=metric))
+    for metric in distances.DISTANCES:
+        full = tf.function(functools.partial(distances.distance_matrix, distance=metric))
         rows = tf.function(
-            functools.partial(distances.distance_matrix, distance_metric=metric, rows=(2, 5))
+            functools.partial(distances.distance_matrix, distance=metric, rows=(2, 5))
         )
         expected = _scipy_table(x.numpy())[metric]
         atol = 1e-8 if metric == "euclidean" else 1e-12

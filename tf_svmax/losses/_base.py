@@ -3,6 +3,7 @@ value per sample, `PerSampleLabelLoss`), and `LossFunctionWrapper`, which makes 
 pure loss function and its keyword arguments."""
 
 import collections
+import functools
 
 import keras
 from keras import ops
@@ -277,9 +278,20 @@ class LossFunctionWrapper:
 
     ``parts_fn`` (a batch-level loss over reference rows): ``parts_fn(y_true, y_pred,
     **references, **fn_kwargs)`` returns ``(parts, dtype)``, the value's `_common.LossPart` s
-    (`LabelLoss.reference_parts`)."""
+    (`LabelLoss.reference_parts`).
+
+    ``renamed_arguments`` (a class attribute) lists keyword arguments the loss spelled otherwise
+    before: the constructor refuses them naming the new spelling, and `from_config` reads a
+    config saved with them (e.g. `BatchHardTripletLoss`' ``metric``, now ``distance``)."""
+
+    # Keyword arguments the loss spelled otherwise before, ``{old: (new, {old value: new
+    # value})}``: the constructor refuses the old keyword with a TypeError naming the new one and
+    # the value to pass (`refuses_renamed`), and `from_config` reads a config saved with the old
+    # key as the new one (a `.keras` file saved before the rename loads as the same loss).
+    renamed_arguments = {}
 
     def __init__(self, fn, fn_kwargs, parts_fn=None, **kwargs):
+        _refuse_renamed(type(self).__name__, self.renamed_arguments, kwargs)
         self._fn, self._fn_args, self._parts_fn = fn, tuple(fn_kwargs), parts_fn
         for key, value in fn_kwargs.items():
             setattr(self, key, value)
@@ -306,6 +318,10 @@ class LossFunctionWrapper:
             value = getattr(self, key)
             config[key] = keras.saving.serialize_keras_object(value) if callable(value) else value
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config(_renamed_config(cls.renamed_arguments, config))
 
 
 class NestedLosses:
@@ -345,6 +361,64 @@ def _references(ref_labels, ref_embeddings, ref_offset, ref_mask):
     if ref_mask is not None:
         references["ref_mask"] = ref_mask
     return references
+
+
+def refuses_renamed(renamed):
+    """Decorates a loss function whose keyword arguments `renamed` (as
+    `LossFunctionWrapper.renamed_arguments`) were spelled otherwise before: an old keyword is
+    refused with a TypeError naming the new one and the value to pass for it."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def loss_function(*args, **kwargs):
+            _refuse_renamed(fn.__name__, renamed, kwargs)
+            return fn(*args, **kwargs)
+
+        return loss_function
+
+    return decorate
+
+
+def _new_value(values, value):
+    """The new spelling of `value` in `values` (old -> new; a bool matches only a bool), or
+    None."""
+    for old, new in values.items():
+        if type(old) is type(value) and old == value:
+            return new
+    return None
+
+
+def _refuse_renamed(owner, renamed, kwargs):
+    """A TypeError for the first keyword of `kwargs` that `renamed` lists (`owner` its loss)."""
+    for old, (new, values) in renamed.items():
+        if old not in kwargs:
+            continue
+        value = _new_value(values, kwargs[old])
+        if value is None:
+            spellings = ", ".join(f"{old}={o!r} -> {new}={n!r}" for o, n in values.items())
+            hint = f"the old values map as {spellings}"
+        else:
+            hint = f"pass {new}={value!r} for {old}={kwargs[old]!r}"
+        raise TypeError(f"{owner}: the argument `{old}` is now `{new}` ({hint}).")
+
+
+def _renamed_config(renamed, config):
+    """`config` with each old key of `renamed` (a config saved before the rename) replaced by
+    its new key and value."""
+    config = dict(config)
+    for old, (new, values) in renamed.items():
+        if old not in config:
+            continue
+        value = config.pop(old)
+        if new in config:
+            raise ValueError(
+                f"A saved config has both `{old}` and `{new}` (the new name of `{old}`): "
+                f"expected one. Received: {old}={value!r}, {new}={config[new]!r}"
+            )
+        config[new] = _new_value(values, value)
+        if config[new] is None:
+            raise ValueError(checks.invalid(old, f"one of {list(values)} (saved)", value))
+    return config
 
 
 def deserialize_callable(value):

@@ -2,9 +2,9 @@
 
 Semantics of ahmdtaha/tf_retrieval_baseline (`ranking/hard_triplet.py`, used by the SVMax
 paper, seed `000` Sec. 4.1): per anchor, the farthest positive and the closest negative under
-one of four metrics with the originals' definitions (`tf_svmax.ops.distances.cdist`, in
-O(b^2) memory where the originals broadcast `[b, b, d]` differences), with a float margin, a
-soft margin (softplus) or none. One value per anchor.
+a distance of `tf_svmax.ops.distances.DISTANCES`, by default one of the originals' four
+(`tf_svmax.ops.distances.cdist`, in O(b^2) memory where the originals broadcast `[b, b, d]`
+differences), with a float margin, a soft margin (softplus) or none. One value per anchor.
 
 It differs from tensorflow-addons' `triplet_hard_loss` (Gram-expansion distances, mean only).
 """
@@ -15,11 +15,14 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import LossFunctionWrapper, PerSampleLabelLoss
+from tf_svmax.losses._base import LossFunctionWrapper, PerSampleLabelLoss, refuses_renamed
 from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
 MARGIN_MODES = ("soft", "none")
+
+# `distance=` was `metric=` (the same names, each with the same meaning).
+RENAMED = {"metric": ("distance", {name: name for name in distances.DISTANCE_NAMES})}
 
 
 def _check_margin(margin):
@@ -34,12 +37,13 @@ def _check_margin(margin):
 
 
 @register
+@refuses_renamed(RENAMED)
 def batch_hard_triplet_loss(
     labels,
     embeddings,
     *,
     margin=0.2,
-    metric="euclidean",
+    distance="euclidean",
     ref_labels=None,
     ref_embeddings=None,
     ref_offset=0,
@@ -59,10 +63,11 @@ def batch_hard_triplet_loss(
       labels: `[B]` class labels.
       embeddings: `[B, D]` embeddings (normally L2-normalized).
       margin: A float >= 0 (paper: 0.2), ``"soft"`` or ``"none"``.
-      metric: ``"euclidean"`` (with the originals' 1e-12 under the square root),
+      distance: ``"euclidean"`` (with the originals' 1e-12 under the square root),
         ``"sqeuclidean"``, ``"cityblock"`` or ``"cosine"`` (the originals' `cdist`), or
         tensorflow-addons' ``"L2"``, ``"squared-L2"`` or ``"angular"`` (see
-        `tf_svmax.ops.distances.METRICS`: each name keeps its own definition).
+        `tf_svmax.ops.distances.DISTANCES`: each name keeps its own definition; a similarity
+        is refused). Formerly ``metric``, which is refused with a message naming this one.
       ref_labels: Optional `[m]` labels of reference rows (with `ref_embeddings`), which hold
         the anchors at rows ``ref_offset ..`` (as in `tf_svmax.losses.triplet_semihard_loss`):
         each anchor's farthest positive and closest negative are then among the references
@@ -79,12 +84,12 @@ def batch_hard_triplet_loss(
       anchor with a non-finite distance (NaN, inf or overflowing embeddings).
     """
     margin = _check_margin(margin)
-    metric = distances.check_metric(metric, "metric")
+    distance = distances.check_distance(distance)
     x, labels, rows, dtype = _common.anchors_and_references(
         labels, embeddings, ref_labels, ref_embeddings, ref_offset, "labels", "embeddings"
     )
     x, valid = _common.reference_mask(ref_mask, x, rows)
-    dist = distances.distance_matrix(x, metric, rows=rows)
+    dist = distances.distance_matrix(x, distance, rows=rows)
     positives, negatives = _common.anchor_masks(labels, rows, valid)
 
     # Farthest positive (0 where there is none) and closest negative.
@@ -116,7 +121,8 @@ def batch_hard_triplet_loss(
 
 @register
 class BatchHardTripletLoss(LossFunctionWrapper, PerSampleLabelLoss):
-    """Keras loss for `batch_hard_triplet_loss` (mean over anchors by default).
+    """Keras loss for `batch_hard_triplet_loss` (mean over anchors by default). A config saved
+    with ``metric`` (its former name for ``distance``) loads as the same loss.
 
     Example:
       >>> loss = RegularizedLoss(BatchHardTripletLoss(margin=0.2), [SVMaxLoss(lambda_=0.1)])
@@ -126,9 +132,11 @@ class BatchHardTripletLoss(LossFunctionWrapper, PerSampleLabelLoss):
     accepts_reference_rows = True
     accepts_ref_mask = True
 
-    def __init__(self, margin=0.2, metric="euclidean", name="batch_hard_triplet", **kwargs):
+    renamed_arguments = RENAMED
+
+    def __init__(self, margin=0.2, distance="euclidean", name="batch_hard_triplet", **kwargs):
         fn_kwargs = {
             "margin": _check_margin(margin),
-            "metric": distances.check_metric(metric, "metric"),
+            "distance": distances.check_distance(distance),
         }
         super().__init__(batch_hard_triplet_loss, fn_kwargs, name=name, **kwargs)

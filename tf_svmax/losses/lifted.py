@@ -5,18 +5,22 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, refuses_renamed
 from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
+# `distance=` was `squared=` (False: plain Euclidean distances, True: squared ones).
+RENAMED = {"squared": ("distance", {False: "L2", True: "squared-L2"})}
+
 
 @register(tfa=True)
+@refuses_renamed(RENAMED)
 def lifted_struct_loss(
     labels,
     embeddings,
     margin=1.0,
     *,
-    squared=False,
+    distance="L2",
     ref_labels=None,
     ref_embeddings=None,
     ref_offset=0,
@@ -34,9 +38,11 @@ def lifted_struct_loss(
       labels: `[batch_size]` class labels.
       embeddings: `[batch_size, dim]` embeddings.
       margin: Margin term.
-      squared: Use squared Euclidean distances for ``d`` (the SVMax repository's
-        ``ranking/lifted_structured.py`` variant); False (tensorflow-addons, tf.contrib and
-        tf_retrieval_baseline) uses plain ones.
+      distance: The distance ``d``, a name of `tf_svmax.ops.distances.DISTANCES` (a
+        similarity is refused), e.g. ``"L2"`` (the default: tensorflow-addons, tf.contrib and
+        tf_retrieval_baseline; exactly 0 at duplicate rows) or ``"squared-L2"`` (the SVMax
+        repository's ``ranking/lifted_structured.py`` variant). Formerly ``squared`` (False:
+        ``"L2"``, True: ``"squared-L2"``), which is refused with a message naming this one.
       ref_labels: Optional `[m]` labels of reference rows (with `ref_embeddings`), which hold
         the anchors at rows ``ref_offset ..`` (as in `triplet_semihard_loss`): the ordered
         pairs are then ``(i, j)`` with ``i`` an anchor and ``j`` a reference, ``J_ij``'s
@@ -61,16 +67,17 @@ def lifted_struct_loss(
       tensorflow-addons' is not (it differentiates through the shift).
     """
     parts, dtype = _lifted_parts(
-        labels, embeddings, margin, squared, ref_labels, ref_embeddings, ref_offset, ref_mask
+        labels, embeddings, margin, distance, ref_labels, ref_embeddings, ref_offset, ref_mask
     )
     return ops.cast(_common.mean_of_parts(parts), dtype)
 
 
 def _lifted_parts(
-    labels, embeddings, margin, squared, ref_labels, ref_embeddings, ref_offset, ref_mask=None
+    labels, embeddings, margin, distance, ref_labels, ref_embeddings, ref_offset, ref_mask=None
 ):
     """``([LossPart(0.25 * sum of squared hinges, #positive pairs / 2)], dtype)`` of
     `lifted_struct_loss`'s anchors."""
+    distance = distances.check_distance(distance)
     x, labels, anchors, dtype = _common.anchors_and_references(
         labels, embeddings, ref_labels, ref_embeddings, ref_offset, "labels", "embeddings"
     )
@@ -86,7 +93,7 @@ def _lifted_parts(
             window = _class_window(labels, anchors, valid)
         # The anchors' place in the window (they are its rows own .. own + count - 1).
         own = anchors[0] - window[0]
-    pdist = distances.pairwise_distance(x, squared=squared, rows=window)  # [n, b]
+    pdist = distances.distance_matrix(x, distance, rows=window)  # [n, b]
     window_distances = pdist  # all of them enter the negative sums
     positives, negatives = _common.anchor_masks(labels, window, valid)
     shift, scaled = _negative_sums(margin, pdist, negatives, valid)  # [n, 1] each
@@ -162,7 +169,8 @@ def _negative_sums(margin, pdist, negatives, valid=None):
 @register(tfa=True)
 class LiftedStructLoss(LossFunctionWrapper, BatchPenaltyLoss):
     """Keras loss for `lifted_struct_loss` (drop-in for `tfa.losses.LiftedStructLoss`;
-    ``squared=True`` is the SVMax repository's squared-distance variant).
+    ``distance="squared-L2"`` is the SVMax repository's squared-distance variant; a config
+    saved with ``squared``, its former name, loads as the same loss).
 
     Under a `tf.distribute` strategy each replica computes the pairs of its own anchors
     against the global batch (its reference rows, `lifted_struct_loss`): the distance rows of
@@ -174,9 +182,11 @@ class LiftedStructLoss(LossFunctionWrapper, BatchPenaltyLoss):
     accepts_reference_rows = True
     accepts_ref_mask = True
 
-    def __init__(self, margin=1.0, squared=False, name="lifted_struct_loss", **kwargs):
+    renamed_arguments = RENAMED
+
+    def __init__(self, margin=1.0, distance="L2", name="lifted_struct_loss", **kwargs):
         fn_kwargs = dict(
             margin=checks.check_finite_number(margin, "margin"),
-            squared=checks.check_bool(squared, "squared"),
+            distance=distances.check_distance(distance),
         )
         super().__init__(lifted_struct_loss, fn_kwargs, parts_fn=_lifted_parts, name=name, **kwargs)

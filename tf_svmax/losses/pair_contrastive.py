@@ -12,43 +12,30 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, refuses_renamed
 from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
-# "cosine": cosine similarity (rows L2-normalized here; pytorch-metric-learning's
-# `CosineSimilarity`); "dot": the plain dot product (its
-# `DotProductSimilarity(normalize_embeddings=False)`, the XBM paper's code on embeddings its
-# model already normalized); "euclidean": the plain Euclidean distance (its
-# `LpDistance(normalize_embeddings=False)`).
-# Not `tf_svmax.ops.distances.METRICS`: "cosine" and "dot" here are similarities (pulled up for
-# positives), and "euclidean" is pytorch-metric-learning's `LpDistance`, which is that table's
-# "L2" (exactly 0 at duplicates), not its cdist "euclidean" (1e-6 there).
-METRICS = ("cosine", "dot", "euclidean")
-SIMILARITIES = ("cosine", "dot")
+# Both kinds of `tf_svmax.ops.distances.DISTANCES`: a similarity is pulled up for positives, a
+# distance down.
+KINDS = (distances.DISTANCE, distances.SIMILARITY)
+# `distance=` was `metric=`, whose names were this loss' own: "cosine" (cosine similarity, the
+# table's "cosine_similarity"), "dot" (the same in the table) and "euclidean"
+# (pytorch-metric-learning's `LpDistance`: the table's "L2", exactly 0 at duplicates, not its
+# cdist "euclidean", 1e-6 there).
+RENAMED = {"metric": ("distance", {"cosine": "cosine_similarity", "dot": "dot", "euclidean": "L2"})}
 
 
-def _check_metric(metric):
-    return checks.check_choice(metric, "metric", METRICS)
+def _check_distance(distance):
+    return distances.check_distance(distance, kinds=KINDS)
 
 
-def _pair_matrix(x, metric, rows):
-    """`[count, n]`: the similarities or distances of the rows ``rows = (start, count)`` (all
-    rows when None) to every row."""
-    if metric == "euclidean":
-        # Exactly 0 with a zero gradient at duplicate rows (sqrt is not differentiable there).
-        return distances.pairwise_distance(x, rows=rows)
-    unit = _backend.l2_normalize_rows(x) if metric == "cosine" else x
-    queries = unit if rows is None else unit[rows[0] : rows[0] + rows[1]]
-    return _backend.matmul(queries, unit, transpose_b=True)
-
-
-def _pair_terms(x, labels, metric, pos_margin, neg_margin, rows, valid=None):
+def _pair_terms(x, labels, distance, pos_margin, neg_margin, rows, valid=None):
     """``(positive, negative)`` `[count, n]` pair terms of the anchors `rows` against every
     (`valid`) row, 0 outside the pairs of their kind (and at the anchor itself)."""
-    matrix = _pair_matrix(x, metric, rows)
+    matrix = distances.distance_matrix(x, distance, rows=rows)
     positives, negatives = _common.anchor_masks(labels, rows, valid)
-    if metric in SIMILARITIES:
+    if distances.is_similarity(distance):
         positive, negative = pos_margin - matrix, matrix - neg_margin
     else:
         positive, negative = matrix - pos_margin, neg_margin - matrix
@@ -68,13 +55,14 @@ def _non_zero(terms):
 
 
 @register
+@refuses_renamed(RENAMED)
 def all_pairs_contrastive_loss(
     y_true,
     y_pred,
     *,
     pos_margin=1.0,
     neg_margin=0.5,
-    metric="cosine",
+    distance="cosine_similarity",
     ref_labels=None,
     ref_embeddings=None,
     ref_offset=0,
@@ -84,8 +72,8 @@ def all_pairs_contrastive_loss(
     non-zero pair terms (pytorch-metric-learning's `ContrastiveLoss` with its default
     `AvgNonZeroReducer`).
 
-    With ``s`` the pair's similarity (``metric="cosine"`` or ``"dot"``) or ``d`` its distance
-    (``"euclidean"``), each pair term is::
+    With ``s`` the pair's similarity (``distance="cosine_similarity"`` or ``"dot"``) or ``d``
+    its distance (``"L2"`` or any other distance), each pair term is::
 
         positive pair (same label, r != a):  relu(pos_margin - s)   or  relu(d - pos_margin)
         negative pair (other label):         relu(s - neg_margin)   or  relu(neg_margin - d)
@@ -100,7 +88,7 @@ def all_pairs_contrastive_loss(
     this average over non-zero terms, and takes ``s`` rather than ``s - 0.5`` as a negative's
     term (the same gradient). pytorch-metric-learning's defaults are the Euclidean distance
     with ``pos_margin=0, neg_margin=1`` on rows that its `LpDistance` L2-normalizes first:
-    ``metric="euclidean", pos_margin=0.0, neg_margin=1.0`` on normalized rows.
+    ``distance="L2", pos_margin=0.0, neg_margin=1.0`` on normalized rows.
 
     Args:
       y_true: `[batch_size]` (or `[batch_size, 1]`) class labels, compared in their own dtype
@@ -110,10 +98,14 @@ def all_pairs_contrastive_loss(
         down to it).
       neg_margin: A negative pair's margin: its similarity is pushed below it (or its distance
         above it).
-      metric: ``"cosine"`` (cosine similarity: the rows are L2-normalized here), ``"dot"``
-        (dot product of the rows as given) or ``"euclidean"`` (distance of the rows as given,
-        exactly 0 at duplicate rows: `tf_svmax.ops.distances`' ``"L2"``, not its cdist
-        ``"euclidean"``, which adds 1e-12 under the square root as `BatchHardTripletLoss` does).
+      distance: A similarity or a distance of `tf_svmax.ops.distances.DISTANCES`:
+        ``"cosine_similarity"`` (the rows are L2-normalized here), ``"dot"`` (dot product of
+        the rows as given), ``"L2"`` (Euclidean distance of the rows as given, exactly 0 at
+        duplicate rows: pytorch-metric-learning's `LpDistance`; the cdist ``"euclidean"``
+        adds 1e-12 under the square root, as `BatchHardTripletLoss` does) or another distance
+        of the table. Formerly ``metric``, whose ``"cosine"``, ``"dot"`` and ``"euclidean"``
+        are ``"cosine_similarity"``, ``"dot"`` and ``"L2"`` here (the table's ``"cosine"`` is
+        the cosine *distance* ``1 - a.b``); it is refused with a message naming this one.
       ref_labels: Optional `[m]` labels of reference rows (with `ref_embeddings`), which hold
         the anchors at rows ``ref_offset ..`` (as in `triplet_semihard_loss`): the pairs are
         then ``(a, r)`` with ``a`` an anchor and ``r`` any other reference, each part divided
@@ -127,7 +119,7 @@ def all_pairs_contrastive_loss(
         `triplet_semihard_loss` (a False row is in no pair and in no count; a False at an
         anchor's own row drops that anchor's pairs).
 
-    Differences from pytorch-metric-learning 2.9: ``"euclidean"`` does not L2-normalize (its
+    Differences from pytorch-metric-learning 2.9: ``"L2"`` does not L2-normalize (its
     `LpDistance` does by default; normalize the embeddings, e.g. with
     `keras.layers.UnitNormalization`); it returns 0 when the batch has at most one positive and
     at most one negative ordered pair (a batch has them in pairs, so this only concerns a
@@ -147,7 +139,7 @@ def all_pairs_contrastive_loss(
       similarity 0 past the margin: mean 0.3.)
     """
     references = (ref_labels, ref_embeddings, ref_offset, ref_mask)
-    parts, dtype = _contrastive_parts(y_true, y_pred, pos_margin, neg_margin, metric, *references)
+    parts, dtype = _contrastive_parts(y_true, y_pred, pos_margin, neg_margin, distance, *references)
     return ops.cast(_common.mean_of_parts(parts), dtype)
 
 
@@ -156,7 +148,7 @@ def _contrastive_parts(
     y_pred,
     pos_margin,
     neg_margin,
-    metric,
+    distance,
     ref_labels,
     ref_embeddings,
     ref_offset,
@@ -168,12 +160,12 @@ def _contrastive_parts(
     0)."""
     pos_margin = checks.check_finite_number(pos_margin, "pos_margin")
     neg_margin = checks.check_finite_number(neg_margin, "neg_margin")
-    metric = _check_metric(metric)
+    distance = _check_distance(distance)
     x, labels, rows, dtype = _common.anchors_and_references(
         y_true, y_pred, ref_labels, ref_embeddings, ref_offset
     )
     x, valid = _common.reference_mask(ref_mask, x, rows)
-    positive, negative = _pair_terms(x, labels, metric, pos_margin, neg_margin, rows, valid)
+    positive, negative = _pair_terms(x, labels, distance, pos_margin, neg_margin, rows, valid)
     # The counts are of a comparison: no gradient flows through them.
     parts = [
         _common.LossPart(ops.sum(positive), _non_zero(positive), keep_nan=True),
@@ -188,7 +180,9 @@ class AllPairsContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
     `ContrastiveLoss`; defaults: the XBM paper's cosine similarity, margins 1 and 0.5).
 
     `y_true`: `[batch_size]` integer labels; `y_pred`: `[batch_size, dim]` embeddings. One
-    scalar per batch. `CrossBatchMemory` can wrap it (the XBM paper's pairing).
+    scalar per batch. `CrossBatchMemory` can wrap it (the XBM paper's pairing). A config saved
+    with ``metric`` (the former name of ``distance``, its values mapped as in the function)
+    loads as the same loss.
 
     Under a `tf.distribute` strategy each replica computes the pairs of its own anchors against
     the global batch (its reference rows; the replicas' counts of non-zero terms are summed,
@@ -201,19 +195,20 @@ class AllPairsContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
     splits_anchors = True
     accepts_reference_rows = True
     accepts_ref_mask = True
+    renamed_arguments = RENAMED
 
     def __init__(
         self,
         pos_margin=1.0,
         neg_margin=0.5,
-        metric="cosine",
+        distance="cosine_similarity",
         name="all_pairs_contrastive",
         **kwargs,
     ):
         fn_kwargs = dict(
             pos_margin=checks.check_finite_number(pos_margin, "pos_margin"),
             neg_margin=checks.check_finite_number(neg_margin, "neg_margin"),
-            metric=_check_metric(metric),
+            distance=_check_distance(distance),
         )
         super().__init__(
             all_pairs_contrastive_loss, fn_kwargs, parts_fn=_contrastive_parts, name=name, **kwargs

@@ -26,6 +26,10 @@ def _anchor_distances(embeddings, labels, distance_metric, rows, valid=None):
     """``(pdist, positives, negatives)``, each `[count, b]`: the rows of the anchors
     ``rows = (start, count)`` (all rows when None) against the whole set (its `valid` columns,
     `_common.reference_mask`)."""
+    # A distance (a similarity is refused) or TFA's callable.
+    distance_metric = distances.check_distance(
+        distance_metric, "distance_metric", allow_callable=True
+    )
     pdist = distances.distance_matrix(embeddings, distance_metric, rows=rows)
     positives, negatives = _common.anchor_masks(labels, rows, valid)
     return ops.cast(pdist, embeddings.dtype), positives, negatives
@@ -60,11 +64,12 @@ def triplet_semihard_loss(
       y_true: `[batch_size]` (or `[batch_size, 1]`) class labels.
       y_pred: `[batch_size, dim]` embeddings (normally L2-normalized).
       margin: Margin term.
-      distance_metric: "L2", "squared-L2", "angular" (tensorflow-addons'), a cdist name
-        ("euclidean", "sqeuclidean", "cityblock", "cosine"; see
-        `tf_svmax.ops.distances.METRICS`), or a callable mapping embeddings to a
-        `[batch_size, batch_size]` distance matrix (with reference rows: the references'
-        `[m, m]` matrix, of which the anchors' rows are taken).
+      distance_metric: tensorflow-addons' name for the other losses' ``distance``: "L2",
+        "squared-L2", "angular" (tensorflow-addons'), a cdist name ("euclidean",
+        "sqeuclidean", "cityblock", "cosine"), each a distance of
+        `tf_svmax.ops.distances.DISTANCES` (a similarity is refused), or a callable mapping
+        embeddings to a `[batch_size, batch_size]` distance matrix (with reference rows: the
+        references' `[m, m]` matrix, of which the anchors' rows are taken).
       ref_labels: Optional `[m]` labels of reference rows (with `ref_embeddings`): the anchors
         `y_true`, `y_pred` are then mined against them, ``p`` and ``n`` ranging over the
         references, and the sum is divided by the anchors' number of positive pairs ``(a, p)``
@@ -371,8 +376,8 @@ class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
     def __init__(self, margin=1.0, distance_metric="L2", name="triplet_semihard_loss", **kwargs):
         fn_kwargs = dict(
             margin=checks.check_finite_number(margin, "margin"),
-            distance_metric=distances.check_metric(
-                deserialize_callable(distance_metric), allow_callable=True
+            distance_metric=distances.check_distance(
+                deserialize_callable(distance_metric), "distance_metric", allow_callable=True
             ),
         )
         super().__init__(
@@ -394,8 +399,8 @@ class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
         fn_kwargs = dict(
             margin=checks.check_finite_number(margin, "margin"),
             soft=checks.check_bool(soft, "soft"),
-            distance_metric=distances.check_metric(
-                deserialize_callable(distance_metric), allow_callable=True
+            distance_metric=distances.check_distance(
+                deserialize_callable(distance_metric), "distance_metric", allow_callable=True
             ),
         )
         super().__init__(triplet_hard_loss, fn_kwargs, parts_fn=_hard_parts, name=name, **kwargs)

@@ -1,10 +1,14 @@
-"""Pairwise distance matrices with tensorflow-addons' semantics (values and gradients).
+"""Pairwise distance and similarity matrices: the one table of the names the losses take
+(`DISTANCES`, `check_distance`, `distance_matrix`), tensorflow-addons' matrices (values and
+gradients) and the SVMax originals' `cdist`.
 
 `pairwise_distance` expands ``||a - b||^2 = ||a||^2 + ||b||^2 - 2 a.b`` (one matrix product),
 clamps the rounding negatives to zero, and gives exactly zero, with zero gradient, where the
 squared distance is not positive (the diagonal, duplicates). The square root is taken of
 ``d^2 + 1e-16`` at those entries only, so its derivative never sees 0.
 """
+
+import collections
 
 from keras import ops
 
@@ -88,54 +92,117 @@ def angular_distance(feature, *, rows=None):
     return ops.cast(distances, dtype)
 
 
-# Every accepted spelling of a distance, each with one meaning wherever a loss accepts it (pinned
-# against NumPy/SciPy in tests/ops/test_distances.py). TFA's names keep TFA's definitions, the
-# cdist names the SVMax originals' (`cdist`); the two families differ in the last bits and at
-# zero distance, so a TFA name is never silently an alias of a cdist one:
-#   "L2"          ||a - b||, TFA's Gram expansion, exactly 0 at a row itself and duplicates
-#   "squared-L2"  ||a - b||^2, the same expansion
-#   "angular"     1 - cos(a, b) of the L2-normalized rows, >= 0
-#   "euclidean"   sqrt(||a - b||^2 + 1e-12) (1e-6 at zero distance)
-#   "sqeuclidean" ||a - b||^2 (float64 Gram expansion)
-#   "cityblock"   sum |a - b|
-#   "cosine"      1 - a.b of the rows as given (not normalized: the originals assume unit rows)
-TFA_METRICS = ("L2", "squared-L2", "angular")
+# The one table of the names a loss's `distance=` (TFA's `distance_metric=`) accepts, each with
+# one meaning wherever a loss accepts it (pinned against NumPy/SciPy in
+# tests/ops/test_distances.py), and whether it is a distance (small for close rows) or a
+# similarity (large for close rows). TFA's names keep TFA's definitions, the cdist names the SVMax
+# originals' (`cdist`); the two families differ in the last bits and at zero distance, so a TFA
+# name is never silently an alias of a cdist one:
+#   "L2"                 distance   ||a - b||, TFA's Gram expansion, exactly 0 at a row itself and
+#                                   duplicates (pytorch-metric-learning's `LpDistance` unnormalized)
+#   "squared-L2"         distance   ||a - b||^2, the same expansion
+#   "angular"            distance   1 - cos(a, b) of the L2-normalized rows, >= 0
+#   "euclidean"          distance   sqrt(||a - b||^2 + 1e-12) (1e-6 at zero distance)
+#   "sqeuclidean"        distance   ||a - b||^2 (float64 Gram expansion)
+#   "cityblock"          distance   sum |a - b|
+#   "cosine"             distance   1 - a.b of the rows as given (not normalized: the originals
+#                                   assume unit rows)
+#   "cosine_similarity"  similarity cos(a, b) of the L2-normalized rows (pytorch-metric-learning's
+#                                   `CosineSimilarity`)
+#   "dot"                similarity a.b of the rows as given (its `DotProductSimilarity`
+#                                   unnormalized)
+DISTANCE = "distance"
+SIMILARITY = "similarity"
+
+
+class Distance(collections.namedtuple("Distance", ["name", "kind", "matrix"])):
+    """One entry of `DISTANCES`: its `name`, its `kind` (`DISTANCE`: small for close rows, or
+    `SIMILARITY`: large for close rows) and ``matrix(feature, rows=None)``, the `[n, n]` matrix
+    of the rows of `feature` (`[count, n]` for ``rows=(start, count)``) in `feature`'s dtype."""
+
+
+def _tfa_l2(squared):
+    return lambda feature, rows=None: pairwise_distance(feature, squared=squared, rows=rows)
+
+
+def _cdist_rows(metric):
+    def matrix(feature, rows=None):
+        x, dtype = checks.float_matrix(feature, "feature")  # half precision computed in float32
+        queries, _, _ = _row_range(x, rows)
+        return ops.cast(cdist(queries, x, metric), dtype)
+
+    return matrix
+
+
+def _inner_products(normalize):
+    def matrix(feature, rows=None):
+        x, dtype = checks.float_matrix(feature, "feature")  # half precision computed in float32
+        unit = l2_normalize_rows(x) if normalize else x
+        queries, _, _ = _row_range(unit, rows)
+        return ops.cast(_backend.matmul(queries, unit, transpose_b=True), dtype)
+
+    return matrix
+
+
+DISTANCES = {
+    entry.name: entry
+    for entry in (
+        Distance("L2", DISTANCE, _tfa_l2(squared=False)),
+        Distance("squared-L2", DISTANCE, _tfa_l2(squared=True)),
+        Distance("angular", DISTANCE, angular_distance),
+        Distance("euclidean", DISTANCE, _cdist_rows("euclidean")),
+        Distance("sqeuclidean", DISTANCE, _cdist_rows("sqeuclidean")),
+        Distance("cityblock", DISTANCE, _cdist_rows("cityblock")),
+        Distance("cosine", DISTANCE, _cdist_rows("cosine")),
+        Distance("cosine_similarity", SIMILARITY, _inner_products(normalize=True)),
+        Distance("dot", SIMILARITY, _inner_products(normalize=False)),
+    )
+}
+# The names of each kind, in the table's order.
+DISTANCE_NAMES = tuple(name for name, entry in DISTANCES.items() if entry.kind == DISTANCE)
+SIMILARITY_NAMES = tuple(name for name, entry in DISTANCES.items() if entry.kind == SIMILARITY)
 CDIST_METRICS = ("euclidean", "sqeuclidean", "cityblock", "cosine")
-METRICS = TFA_METRICS + CDIST_METRICS
 
 
-def check_metric(metric, arg="distance_metric", *, allow_callable=False):
-    """`metric` if it is one of `METRICS` (either spelling: TFA's names or cdist's), or a
-    callable where `allow_callable` (TFA's custom distance: embeddings -> `[b, b]` matrix);
-    else a ValueError naming `arg`."""
-    if allow_callable and callable(metric):
-        return metric
-    if isinstance(metric, str) and metric in METRICS:
-        return metric
-    expected = f"one of {list(METRICS)}" + (" or a callable" if allow_callable else "")
-    raise ValueError(checks.invalid(arg, expected, metric))
+def check_distance(distance, arg="distance", *, kinds=(DISTANCE,), allow_callable=False):
+    """`distance` if it names an entry of `DISTANCES` of one of `kinds` (`DISTANCE`,
+    `SIMILARITY`), or is a callable where `allow_callable` (TFA's custom distance: embeddings
+    -> `[b, b]` distance matrix); else a ValueError naming `arg`, the names it accepts and the
+    value received (a name of the other kind is refused as such: a similarity is never taken
+    for a distance)."""
+    if allow_callable and callable(distance):
+        return distance
+    accepted = [name for name, entry in DISTANCES.items() if entry.kind in kinds]
+    entry = DISTANCES.get(distance) if isinstance(distance, str) else None
+    if entry is not None and entry.kind in kinds:
+        return distance
+    expected = f"one of {accepted}" + (" or a callable" if allow_callable else "")
+    if entry is not None:
+        larger = "closer" if entry.kind == SIMILARITY else "farther"
+        expected = (
+            f"a {' or a '.join(kinds)} ({expected}); {distance!r} is a {entry.kind} (larger "
+            f"for {larger} rows)"
+        )
+    raise ValueError(checks.invalid(arg, expected, distance))
 
 
-def distance_matrix(embeddings, distance_metric, *, rows=None):
-    """The distances between the rows of `embeddings` under `distance_metric`: any of
-    `METRICS` (TFA's names or cdist's, each with its meaning above) or a callable.
+def is_similarity(distance):
+    """Whether `distance` (a name of `DISTANCES`, or a callable: a distance) is a similarity."""
+    return isinstance(distance, str) and DISTANCES[distance].kind == SIMILARITY
+
+
+def distance_matrix(embeddings, distance, *, rows=None):
+    """The distances (or similarities) between the rows of `embeddings` under `distance`: a
+    name of `DISTANCES` (each with its one meaning above) or a callable (a distance).
 
     `rows` (``(start, count)``) asks for those rows of the matrix only; a callable computes the
     whole matrix, of which the rows are taken.
     """
-    distance_metric = check_metric(distance_metric, allow_callable=True)
-    if callable(distance_metric):
-        full = distance_metric(embeddings)
+    distance = check_distance(distance, kinds=(DISTANCE, SIMILARITY), allow_callable=True)
+    if callable(distance):
+        full = distance(embeddings)
         return full if rows is None else full[rows[0] : rows[0] + rows[1]]
-    if distance_metric == "L2":
-        return pairwise_distance(embeddings, squared=False, rows=rows)
-    if distance_metric == "squared-L2":
-        return pairwise_distance(embeddings, squared=True, rows=rows)
-    if distance_metric == "angular":
-        return angular_distance(embeddings, rows=rows)
-    x, dtype = checks.float_matrix(embeddings, "feature")  # half precision computed in float32
-    queries, _, _ = _row_range(x, rows)
-    return ops.cast(cdist(queries, x, distance_metric), dtype)
+    return DISTANCES[distance].matrix(embeddings, rows=rows)
 
 
 # Added inside the square root of the "euclidean" metric, as in the SVMax/retrieval originals
