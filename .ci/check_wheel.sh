@@ -7,7 +7,7 @@
 # Neither takes the trainers extra: the core must work without it.
 # Everything happens in a temporary directory outside the checkout, which is left untouched.
 #
-#   .ci/check_wheel.sh          # by hand, from anywhere; CI (.ci/run) calls it after the tests
+#   .ci/check_wheel.sh          # by hand, from anywhere; CI (.ci/run) runs it beside its setup
 #   PYTHON=python3.10 .ci/check_wheel.sh
 #   CHECK_WHEEL_KEEP=1 .ci/check_wheel.sh   # keep the temporary directory to look into
 set -euo pipefail
