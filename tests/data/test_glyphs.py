@@ -53,18 +53,21 @@ def test_images_vary_within_a_class(split):
 
 
 def test_same_arguments_give_identical_arrays_and_the_cache_returns_them(split, cache):
-    fresh = data.load_glyphs_open_set(cache_dir=False)
-    assert fresh["characters"] == split["characters"]
-    for part in ("train", "test"):
-        for a, b in zip(fresh[part], split[part], strict=True):
-            np.testing.assert_array_equal(a, b)
+    # The cached default set (the fixture's) read back, then a second, smaller set: its own
+    # cache file, another class order, and the same arrays when generated again without a cache.
     files = list(cache.glob("glyphs-*.npz"))
     assert len(files) == 1
     again = data.load_glyphs_open_set(cache_dir=cache)
+    assert again["characters"] == split["characters"]
     np.testing.assert_array_equal(again["test"][0], split["test"][0])
     other = data.load_glyphs_open_set(seed=1, images_per_class=2, cache_dir=cache)
     assert other["characters"] != split["characters"]  # another seed, another class order
     assert len(list(cache.glob("glyphs-*.npz"))) == 2
+    fresh = data.load_glyphs_open_set(seed=1, images_per_class=2, cache_dir=False)
+    assert fresh["characters"] == other["characters"]
+    for part in ("train", "test"):
+        for a, b in zip(fresh[part], other[part], strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_a_damaged_cache_file_is_regenerated(tmp_path):
