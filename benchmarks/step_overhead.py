@@ -15,12 +15,13 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
-from tf_svmax import losses  # noqa: E402
+
+# Keras and tf_svmax are imported where they are used: a refused flag (exit 2) does not wait
+# seconds for them.
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batch_sizes", ["72", "144", "288"], "b swept at d = --sweep_dim (x 8).")
@@ -41,6 +42,8 @@ PROGRAM = "step_overhead"
 
 
 def build_model(backbone, image_size, dim):
+    import keras
+
     inputs = keras.Input((image_size, image_size, 3))
     if backbone == "mobilenet_v2":
         features = keras.applications.MobileNetV2(
@@ -54,6 +57,8 @@ def build_model(backbone, image_size, dim):
 
 
 def loss_variants():
+    from tf_svmax import losses
+
     return {
         "ranking": lambda: losses.PKContrastiveLoss(),
         "ranking+svmax": lambda: losses.RegularizedLoss(
@@ -66,6 +71,8 @@ def loss_variants():
 
 
 def run(configs, backbone, image_size, repeats):
+    import keras
+
     rows = []
     rng = np.random.default_rng(0)
     for b, d in configs:

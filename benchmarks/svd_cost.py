@@ -22,11 +22,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 from absl import flags  # noqa: E402
 
-import tf_svmax  # noqa: E402
 from benchmarks import _common  # noqa: E402
+
+# TensorFlow and tf_svmax are imported where they are used: a refused flag (exit 2) does not
+# wait seconds for them.
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -70,6 +71,10 @@ def shapes(batch_sizes, dims, sweep_batch, sweep_dim, grid):
 
 
 def _penalty(path):
+    import tensorflow as tf
+
+    import tf_svmax
+
     if path == "naive":
 
         def naive(x):
@@ -83,6 +88,8 @@ def _penalty(path):
 
 
 def _tf_callable(path, mode, backward):
+    import tensorflow as tf
+
     penalty = _penalty(path)
 
     def forward(x):
@@ -149,6 +156,8 @@ def _measure(call, config, meta):
 
 
 def run(config):
+    import tensorflow as tf
+
     rows = []
     rng = np.random.default_rng(0)
     for (b, d), dtype, backward in itertools.product(
