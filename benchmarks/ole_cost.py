@@ -13,7 +13,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
 
@@ -92,12 +92,13 @@ def speedups(rows):
 def main(argv):
     del argv
     base = (FLAGS.base_batch, FLAGS.base_dim, FLAGS.base_rows_per_class)
-    grid = points(
-        _common.parse_ints(FLAGS.batch_sizes, "batch_sizes"),
-        _common.parse_ints(FLAGS.dims, "dims"),
-        _common.parse_ints(FLAGS.rows_per_class, "rows_per_class"),
-        base,
-    )
+    try:
+        batch_sizes = _common.parse_ints(FLAGS.batch_sizes, "batch_sizes")
+        dims = _common.parse_ints(FLAGS.dims, "dims")
+        rows_per_class = _common.parse_ints(FLAGS.rows_per_class, "rows_per_class")
+    except ValueError as error:
+        raise app.UsageError(str(error), exitcode=2) from None
+    grid = points(batch_sizes, dims, rows_per_class, base)
     rows = run(grid, FLAGS.repeats)
     ups = speedups(rows)
     out = FLAGS.output_dir

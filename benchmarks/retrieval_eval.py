@@ -30,7 +30,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
 from trainers.harness.lazy import library_args  # noqa: E402  (the library's tables, no Keras)
@@ -143,7 +143,10 @@ def compare_pml(x, labels, ours):
 
 def main(argv):
     del argv
-    ks = _common.parse_ints(FLAGS.ks, "ks")
+    try:
+        ks = _common.parse_ints(FLAGS.ks, "ks")
+    except ValueError as error:
+        raise app.UsageError(str(error), exitcode=2) from None
     # Imported after the flags are checked: tf_svmax loads Keras and its backend (seconds).
     from tf_svmax.metrics import retrieval
 

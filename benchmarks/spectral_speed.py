@@ -21,7 +21,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
 
@@ -105,11 +105,6 @@ def _progress(message):
 
 def run(batch_size, embedding_dim, classes_per_batch, repeats, xla_naive_repeats, xla, use_torch):
     """Runs every measurement and returns the results dictionary."""
-    if batch_size % classes_per_batch:
-        raise ValueError(
-            f"Invalid value for flag `classes_per_batch`. Expected a divisor of batch_size="
-            f"{batch_size}. Received: classes_per_batch={classes_per_batch}"
-        )
     import tensorflow as tf
 
     import tf_svmax
@@ -255,6 +250,12 @@ def format_table(results):
 
 def main(argv):
     del argv
+    if FLAGS.batch_size % FLAGS.classes_per_batch:
+        raise app.UsageError(
+            f"Invalid value for flag `classes_per_batch`. Expected a divisor of batch_size="
+            f"{FLAGS.batch_size}. Received: classes_per_batch={FLAGS.classes_per_batch}",
+            exitcode=2,
+        )
     results = run(
         FLAGS.batch_size,
         FLAGS.embedding_dim,

@@ -16,7 +16,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
 
@@ -76,11 +76,6 @@ def run(configs, backbone, image_size, repeats):
     rows = []
     rng = np.random.default_rng(0)
     for b, d in configs:
-        if b % 8:
-            raise ValueError(
-                f"Invalid value for flag `batch_sizes`. Expected multiples of 8 "
-                f"(P x 4 contrastive batches, P even). Received: {b}"
-            )
         x = rng.uniform(size=(b, image_size, image_size, 3)).astype(np.float32)
         y = np.repeat(np.arange(b // 4), 4)
         for name, make in loss_variants().items():
@@ -120,11 +115,20 @@ def overheads(rows):
 
 def main(argv):
     del argv
-    batch_sizes = _common.parse_ints(FLAGS.batch_sizes, "batch_sizes")
-    dims = _common.parse_ints(FLAGS.dims, "dims")
-    configs = sorted(
-        {(b, FLAGS.sweep_dim) for b in batch_sizes} | {(FLAGS.sweep_batch, d) for d in dims}
-    )
+    try:
+        batch_sizes = _common.parse_ints(FLAGS.batch_sizes, "batch_sizes")
+        dims = _common.parse_ints(FLAGS.dims, "dims")
+        configs = sorted(
+            {(b, FLAGS.sweep_dim) for b in batch_sizes} | {(FLAGS.sweep_batch, d) for d in dims}
+        )
+        for b, _ in configs:
+            if b % 8:
+                raise ValueError(
+                    f"Invalid value for flag `batch_sizes`. Expected multiples of 8 "
+                    f"(P x 4 contrastive batches, P even). Received: {b}"
+                )
+    except ValueError as error:
+        raise app.UsageError(str(error), exitcode=2) from None
     rows = run(configs, FLAGS.backbone, FLAGS.image_size, FLAGS.repeats)
     ratios = overheads(rows)
     out = FLAGS.output_dir

@@ -22,7 +22,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
 
@@ -269,9 +269,20 @@ def plots(rows, output_dir, sweep_batch, sweep_dim):
 
 def main(argv):
     del argv
+    try:
+        batch_sizes = _common.parse_ints(FLAGS.batch_sizes, "batch_sizes")
+        dims = _common.parse_ints(FLAGS.dims, "dims")
+        for mode in FLAGS.modes:
+            if mode not in ("eager", "function", "xla"):
+                raise ValueError(
+                    "Invalid value for flag `modes`. Expected eager, function or xla. "
+                    f"Received: {mode}"
+                )
+    except ValueError as error:
+        raise app.UsageError(str(error), exitcode=2) from None
     config = {
-        "batch_sizes": _common.parse_ints(FLAGS.batch_sizes, "batch_sizes"),
-        "dims": _common.parse_ints(FLAGS.dims, "dims"),
+        "batch_sizes": batch_sizes,
+        "dims": dims,
         "sweep_batch": FLAGS.sweep_batch,
         "sweep_dim": FLAGS.sweep_dim,
         "grid": FLAGS.grid,
@@ -283,11 +294,6 @@ def main(argv):
         "seconds_per_point": FLAGS.seconds_per_point,
         "xla_naive_max_elements": FLAGS.xla_naive_max_elements,
     }
-    for mode in config["modes"]:
-        if mode not in ("eager", "function", "xla"):
-            raise ValueError(
-                f"Invalid value for flag `modes`. Expected eager, function or xla. Received: {mode}"
-            )
     rows = run(config)
     exponents = growth_exponents(rows, config["sweep_batch"], config["sweep_dim"])
     ratios = ratios_to_torch(rows)
