@@ -32,14 +32,14 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 from absl import flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
-from tf_svmax import data  # noqa: E402
-from trainers import retrieval  # noqa: E402
-from trainers.harness import runtime  # noqa: E402
+from trainers import retrieval  # noqa: E402  (light: its training code loads when used)
 from trainers.harness.flags import run as run_with_exit_codes  # noqa: E402
+
+# TensorFlow, tf_svmax and the trainers' runtime are imported where they are used: refused
+# flags (exit 2) do not wait seconds for them.
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -81,10 +81,11 @@ NOISE_SIGMA = 16.0  # grey levels: makes a 500 x 375 q90 JPEG ~80 KB, photograph
 
 
 def _parallel_calls(values):
+    """Each value an int >= 1 or "autotune" (tf.data.AUTOTUNE where a pipeline is built)."""
     out = []
     for value in values:
         if value.lower() == "autotune":
-            out.append(tf.data.AUTOTUNE)
+            out.append("autotune")
         elif value.isdigit() and int(value) >= 1:
             out.append(int(value))
         else:
@@ -93,10 +94,6 @@ def _parallel_calls(values):
                 f"'autotune'. Received: {values}"
             )
     return out
-
-
-def _label(parallel_calls):
-    return "autotune" if parallel_calls == tf.data.AUTOTUNE else str(parallel_calls)
 
 
 def check_flags():
@@ -269,12 +266,22 @@ def trainer_inputs(config):
     return features, train[1], map_fn, time.perf_counter() - started
 
 
-def trainer_batches(config, inputs, parallel_calls=tf.data.AUTOTUNE, threads=None):
-    """The trainer's P x K batches (`train_retrieval`'s `batches`), with tf.data's private
-    threadpool set to `threads` (None: tf.data's default, as the trainer runs)."""
+def trainer_batches(config, inputs, parallel_calls="autotune", threads=None):
+    """The trainer's P x K batches (`train_retrieval`'s `batches`) mapped with `parallel_calls`
+    (an int or "autotune"), with tf.data's private threadpool set to `threads` (None: tf.data's
+    default, as the trainer runs)."""
+    import tensorflow as tf
+
+    from trainers.harness import runtime
+
     features, labels, map_fn, _ = inputs
     out = runtime.pk_batches(
-        config, features, labels, map_fn=map_fn, start_step=0, num_parallel_calls=parallel_calls
+        config,
+        features,
+        labels,
+        map_fn=map_fn,
+        start_step=0,
+        num_parallel_calls=tf.data.AUTOTUNE if parallel_calls == "autotune" else parallel_calls,
     )
     if threads is not None:
         options = tf.data.Options()
@@ -309,14 +316,13 @@ def pipeline_rows(name, config, inputs, settings):
             rate = float(np.median(rates))
             _common.progress(
                 PROGRAM,
-                f"{name} parallel_calls={_label(parallel_calls)} threads={threads}: "
-                f"{rate:.1f} images/s",
+                f"{name} parallel_calls={parallel_calls} threads={threads}: {rate:.1f} images/s",
             )
             rows.append(
                 {
                     "kind": "pipeline",
                     "pipeline": name,
-                    "num_parallel_calls": _label(parallel_calls),
+                    "num_parallel_calls": str(parallel_calls),
                     "threads": threads,
                     "images_per_s": rate,
                     "images_per_s_min": float(np.min(rates)),
@@ -335,6 +341,8 @@ def _ms_per_image(dataset, count):
     """Per element of `dataset` on one tf.data thread, iterated from Python after two untimed
     elements (tracing, the page cache); the iterator is made outside the timing. The stage
     ``none`` measures what the iteration itself costs per element."""
+    import tensorflow as tf
+
     options = tf.data.Options()
     options.threading.private_threadpool_size = 1
     options.threading.max_intra_op_parallelism = 1
@@ -348,6 +356,10 @@ def _ms_per_image(dataset, count):
 
 
 def stage_rows(files_config, files_inputs, cache_inputs):
+    import tensorflow as tf
+
+    from tf_svmax import data
+
     paths = files_inputs[0][: FLAGS.stage_images]
     count = len(paths)
     size = files_config.input_size
@@ -440,6 +452,8 @@ def step_rows(files_config, feeds):
 
 
 def constant_feed(config, inputs):
+    import tensorflow as tf
+
     images, labels = next(iter(trainer_batches(config, inputs)))
     return lambda: tf.data.Dataset.from_tensors((images, labels)).repeat()
 
@@ -531,6 +545,8 @@ def main(argv):
     except ValueError as error:
         print(f"[{PROGRAM}] refused: {error}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+    from tf_svmax import data
+
     load_before = os.getloadavg()
     _common.progress(PROGRAM, f"tree in {FLAGS.data_dir}")
     base, tree = make_tree(FLAGS.data_dir)

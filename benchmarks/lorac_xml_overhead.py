@@ -22,14 +22,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import math  # noqa: E402
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
-from tf_svmax import losses, models  # noqa: E402
-from trainers import contrastive, retrieval  # noqa: E402
+from trainers import contrastive, retrieval  # noqa: E402  (light: their code loads when used)
+
+# TensorFlow, Keras and tf_svmax are imported where they are used: a refused flag (exit 2) does
+# not wait seconds for them.
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batch_sizes", ["64", "256"], "N instances per contrastive step.")
@@ -45,6 +45,8 @@ IMAGE = (32, 32, 1)
 
 
 def time_contrastive_step(method, batch_size, views, queue_size, repeats):
+    import tensorflow as tf
+
     config = contrastive.resolve(
         contrastive.ContrastiveConfig(
             output_dir="unused",
@@ -64,6 +66,10 @@ def time_contrastive_step(method, batch_size, views, queue_size, repeats):
 
 
 def time_lorac_loss(beta, batch_size, views, queue_size, repeats):
+    import tensorflow as tf
+
+    from tf_svmax import losses
+
     rng = np.random.default_rng(0)
     q = tf.constant(rng.standard_normal((batch_size, views - 1, 128)).astype(np.float32))
     k = tf.constant(rng.standard_normal((batch_size, 128)).astype(np.float32))
@@ -82,6 +88,10 @@ def time_lorac_loss(beta, batch_size, views, queue_size, repeats):
 
 
 def time_xml_step(xml_lambda, batch_p, repeats):
+    import keras
+
+    from tf_svmax import models
+
     config = retrieval.resolve(
         retrieval.RetrievalConfig(
             output_dir="unused", regularizer="none", xml_lambda=xml_lambda, batch_p=batch_p

@@ -13,12 +13,9 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
-import tf_svmax  # noqa: E402
 from benchmarks import _common  # noqa: E402
-from benchmarks.reference_ole import ole_reference  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batch_sizes", ["72", "144", "288", "576"], "N swept at D, K defaults.")
@@ -40,15 +37,20 @@ def points(batch_sizes, dims, rows_per_class, base):
     return sorted(p for p in grid if p[0] % p[2] == 0)
 
 
-@tf.function
-def _tf_step(labels, x):
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        value = tf_svmax.ops.ole_loss(labels, x)
-    return value, tape.gradient(value, x)
-
-
 def run(grid, repeats):
+    # Imported here, not at the top: a refused flag (exit 2) does not wait seconds for them.
+    import tensorflow as tf
+
+    import tf_svmax
+    from benchmarks.reference_ole import ole_reference
+
+    @tf.function
+    def _tf_step(labels, x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = tf_svmax.ops.ole_loss(labels, x)
+        return value, tape.gradient(value, x)
+
     rows = []
     rng = np.random.default_rng(0)
     for n, d, k in grid:
@@ -90,12 +92,13 @@ def speedups(rows):
 def main(argv):
     del argv
     base = (FLAGS.base_batch, FLAGS.base_dim, FLAGS.base_rows_per_class)
-    grid = points(
-        _common.parse_ints(FLAGS.batch_sizes, "batch_sizes"),
-        _common.parse_ints(FLAGS.dims, "dims"),
-        _common.parse_ints(FLAGS.rows_per_class, "rows_per_class"),
-        base,
-    )
+    try:
+        batch_sizes = _common.parse_ints(FLAGS.batch_sizes, "batch_sizes")
+        dims = _common.parse_ints(FLAGS.dims, "dims")
+        rows_per_class = _common.parse_ints(FLAGS.rows_per_class, "rows_per_class")
+    except ValueError as error:
+        raise app.UsageError(str(error), exitcode=2) from None
+    grid = points(batch_sizes, dims, rows_per_class, base)
     rows = run(grid, FLAGS.repeats)
     ups = speedups(rows)
     out = FLAGS.output_dir

@@ -30,10 +30,10 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
-from tf_svmax.metrics import kmeans, retrieval  # noqa: E402
+from trainers.harness.lazy import library_args  # noqa: E402  (the library's tables, no Keras)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_embeddings", 60502, "Test embeddings (SOP test split: 60,502).")
@@ -44,7 +44,7 @@ flags.DEFINE_list("ks", ["1", "10", "100", "1000"], "K of Recall@K (SOP protocol
 flags.DEFINE_enum(
     "kmeans_init",
     "k-means++",
-    list(kmeans.INITS),
+    list(library_args.KMEANS_INITS),
     "k-means seeding for NMI (library default: k-means++, greedy with pooled draws; "
     "k-means++-sklearn: scikit-learn's draws, one data pass per centre).",
 )
@@ -143,7 +143,13 @@ def compare_pml(x, labels, ours):
 
 def main(argv):
     del argv
-    ks = _common.parse_ints(FLAGS.ks, "ks")
+    try:
+        ks = _common.parse_ints(FLAGS.ks, "ks")
+    except ValueError as error:
+        raise app.UsageError(str(error), exitcode=2) from None
+    # Imported after the flags are checked: tf_svmax loads Keras and its backend (seconds).
+    from tf_svmax.metrics import retrieval
+
     _common.progress(PROGRAM, f"synthetic embedding {FLAGS.num_embeddings} x {FLAGS.dim}")
     x, labels = synthetic_embedding(
         FLAGS.num_embeddings, FLAGS.num_classes, FLAGS.dim, FLAGS.noise, FLAGS.seed

@@ -21,12 +21,12 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
-import tf_svmax  # noqa: E402
 from benchmarks import _common  # noqa: E402
-from benchmarks.reference_ole import ole_reference  # noqa: E402
+
+# TensorFlow and tf_svmax are imported where they are used: a refused flag (exit 2) does not
+# wait seconds for them.
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch_size", 144, "Rows b of the embedding matrix (paper: 144).")
@@ -45,6 +45,8 @@ def _time(fn, repeats):
 
 
 def _tf_step(penalty, jit_compile=False):
+    import tensorflow as tf
+
     @tf.function(jit_compile=jit_compile)
     def step(x):
         with tf.GradientTape() as tape:
@@ -62,6 +64,7 @@ def _in_graph(step_body, calls):
     dispatch cost (~0.3-0.5 ms here) is paid once per step, not per penalty. Chaining the calls
     (each input depends on the previous value) keeps them sequential.
     """
+    import tensorflow as tf
 
     @tf.function
     def loop(*args):
@@ -76,6 +79,8 @@ def _in_graph(step_body, calls):
 
 
 def _naive_s_mu(x):
+    import tensorflow as tf
+
     return tf.reduce_mean(tf.linalg.svd(x, compute_uv=False))
 
 
@@ -100,11 +105,11 @@ def _progress(message):
 
 def run(batch_size, embedding_dim, classes_per_batch, repeats, xla_naive_repeats, xla, use_torch):
     """Runs every measurement and returns the results dictionary."""
-    if batch_size % classes_per_batch:
-        raise ValueError(
-            f"Invalid value for flag `classes_per_batch`. Expected a divisor of batch_size="
-            f"{batch_size}. Received: classes_per_batch={classes_per_batch}"
-        )
+    import tensorflow as tf
+
+    import tf_svmax
+    from benchmarks.reference_ole import ole_reference
+
     rng = np.random.default_rng(0)
     x_np = rng.standard_normal((batch_size, embedding_dim)).astype(np.float32)
     x_np /= np.linalg.norm(x_np, axis=1, keepdims=True)
@@ -203,6 +208,10 @@ def _per_call(summary, calls):
 
 
 def _tf_step_with_labels(y, x):
+    import tensorflow as tf
+
+    import tf_svmax
+
     with tf.GradientTape() as tape:
         tape.watch(x)
         value = tf_svmax.ops.ole_loss(y, x)
@@ -241,6 +250,12 @@ def format_table(results):
 
 def main(argv):
     del argv
+    if FLAGS.batch_size % FLAGS.classes_per_batch:
+        raise app.UsageError(
+            f"Invalid value for flag `classes_per_batch`. Expected a divisor of batch_size="
+            f"{FLAGS.batch_size}. Received: classes_per_batch={FLAGS.classes_per_batch}",
+            exitcode=2,
+        )
     results = run(
         FLAGS.batch_size,
         FLAGS.embedding_dim,

@@ -15,12 +15,13 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
-from tf_svmax import losses  # noqa: E402
+
+# Keras and tf_svmax are imported where they are used: a refused flag (exit 2) does not wait
+# seconds for them.
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batch_sizes", ["72", "144", "288"], "b swept at d = --sweep_dim (x 8).")
@@ -41,6 +42,8 @@ PROGRAM = "step_overhead"
 
 
 def build_model(backbone, image_size, dim):
+    import keras
+
     inputs = keras.Input((image_size, image_size, 3))
     if backbone == "mobilenet_v2":
         features = keras.applications.MobileNetV2(
@@ -54,6 +57,8 @@ def build_model(backbone, image_size, dim):
 
 
 def loss_variants():
+    from tf_svmax import losses
+
     return {
         "ranking": lambda: losses.PKContrastiveLoss(),
         "ranking+svmax": lambda: losses.RegularizedLoss(
@@ -66,14 +71,11 @@ def loss_variants():
 
 
 def run(configs, backbone, image_size, repeats):
+    import keras
+
     rows = []
     rng = np.random.default_rng(0)
     for b, d in configs:
-        if b % 8:
-            raise ValueError(
-                f"Invalid value for flag `batch_sizes`. Expected multiples of 8 "
-                f"(P x 4 contrastive batches, P even). Received: {b}"
-            )
         x = rng.uniform(size=(b, image_size, image_size, 3)).astype(np.float32)
         y = np.repeat(np.arange(b // 4), 4)
         for name, make in loss_variants().items():
@@ -113,11 +115,20 @@ def overheads(rows):
 
 def main(argv):
     del argv
-    batch_sizes = _common.parse_ints(FLAGS.batch_sizes, "batch_sizes")
-    dims = _common.parse_ints(FLAGS.dims, "dims")
-    configs = sorted(
-        {(b, FLAGS.sweep_dim) for b in batch_sizes} | {(FLAGS.sweep_batch, d) for d in dims}
-    )
+    try:
+        batch_sizes = _common.parse_ints(FLAGS.batch_sizes, "batch_sizes")
+        dims = _common.parse_ints(FLAGS.dims, "dims")
+        configs = sorted(
+            {(b, FLAGS.sweep_dim) for b in batch_sizes} | {(FLAGS.sweep_batch, d) for d in dims}
+        )
+        for b, _ in configs:
+            if b % 8:
+                raise ValueError(
+                    f"Invalid value for flag `batch_sizes`. Expected multiples of 8 "
+                    f"(P x 4 contrastive batches, P even). Received: {b}"
+                )
+    except ValueError as error:
+        raise app.UsageError(str(error), exitcode=2) from None
     rows = run(configs, FLAGS.backbone, FLAGS.image_size, FLAGS.repeats)
     ratios = overheads(rows)
     out = FLAGS.output_dir

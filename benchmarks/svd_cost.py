@@ -22,11 +22,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
-import tf_svmax  # noqa: E402
 from benchmarks import _common  # noqa: E402
+
+# TensorFlow and tf_svmax are imported where they are used: a refused flag (exit 2) does not
+# wait seconds for them.
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -70,6 +71,10 @@ def shapes(batch_sizes, dims, sweep_batch, sweep_dim, grid):
 
 
 def _penalty(path):
+    import tensorflow as tf
+
+    import tf_svmax
+
     if path == "naive":
 
         def naive(x):
@@ -83,6 +88,8 @@ def _penalty(path):
 
 
 def _tf_callable(path, mode, backward):
+    import tensorflow as tf
+
     penalty = _penalty(path)
 
     def forward(x):
@@ -149,6 +156,8 @@ def _measure(call, config, meta):
 
 
 def run(config):
+    import tensorflow as tf
+
     rows = []
     rng = np.random.default_rng(0)
     for (b, d), dtype, backward in itertools.product(
@@ -260,9 +269,20 @@ def plots(rows, output_dir, sweep_batch, sweep_dim):
 
 def main(argv):
     del argv
+    try:
+        batch_sizes = _common.parse_ints(FLAGS.batch_sizes, "batch_sizes")
+        dims = _common.parse_ints(FLAGS.dims, "dims")
+        for mode in FLAGS.modes:
+            if mode not in ("eager", "function", "xla"):
+                raise ValueError(
+                    "Invalid value for flag `modes`. Expected eager, function or xla. "
+                    f"Received: {mode}"
+                )
+    except ValueError as error:
+        raise app.UsageError(str(error), exitcode=2) from None
     config = {
-        "batch_sizes": _common.parse_ints(FLAGS.batch_sizes, "batch_sizes"),
-        "dims": _common.parse_ints(FLAGS.dims, "dims"),
+        "batch_sizes": batch_sizes,
+        "dims": dims,
         "sweep_batch": FLAGS.sweep_batch,
         "sweep_dim": FLAGS.sweep_dim,
         "grid": FLAGS.grid,
@@ -274,11 +294,6 @@ def main(argv):
         "seconds_per_point": FLAGS.seconds_per_point,
         "xla_naive_max_elements": FLAGS.xla_naive_max_elements,
     }
-    for mode in config["modes"]:
-        if mode not in ("eager", "function", "xla"):
-            raise ValueError(
-                f"Invalid value for flag `modes`. Expected eager, function or xla. Received: {mode}"
-            )
     rows = run(config)
     exponents = growth_exponents(rows, config["sweep_batch"], config["sweep_dim"])
     ratios = ratios_to_torch(rows)

@@ -17,12 +17,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from benchmarks import _common  # noqa: E402
-from trainers import two_head  # noqa: E402
+from trainers import two_head  # noqa: E402  (light: its training code loads when used)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("backbones", ["small_cnn_bn", "resnet50"], "Backbones to time.")
@@ -37,6 +36,8 @@ INPUTS = {"small_cnn_bn": (32, 32, 1), "small_cnn": (32, 32, 1), "resnet50": (22
 
 
 def time_mode(backbone, mode, num_classes, repeats):
+    import keras  # here, not at the top: a refused flag (exit 2) does not wait seconds for it
+
     config = two_head.resolve(
         two_head.TwoHeadConfig(
             output_dir="unused",

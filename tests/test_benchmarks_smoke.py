@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import run_program
+from tests.benchmarks import run_program, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -214,12 +214,38 @@ PROGRAMS = (
 )
 
 
-@pytest.mark.parametrize("program", PROGRAMS)
+# The backends whose import takes seconds (tf_svmax imports Keras, Keras its backend).
+BACKENDS = ("tensorflow", "keras", "jax", "torch")
+# `python -m benchmarks.<argv[1]> <argv[2:]>` (runpy runs the module as -m does) that prints, as
+# the interpreter exits (atexit handlers run after absl's SystemExit too), the backends imported.
+IMPORT_PROBE = f"""
+import atexit, runpy, sys
+atexit.register(
+    lambda: print("imported:", [m for m in {BACKENDS!r} if m in sys.modules], file=sys.stderr)
+)
+runpy.run_module("benchmarks." + sys.argv.pop(1), run_name="__main__", alter_sys=True)
+"""
+
+
+def run_refusal(program, *flags):
+    """`python -m benchmarks.<program> <flags>` through `IMPORT_PROBE`: the `CompletedProcess`
+    and the backends the program had imported when it exited."""
+    done = run_python("-c", IMPORT_PROBE, program, *flags, timeout=300)
+    reports = [line for line in done.stderr.splitlines() if line.startswith("imported: ")]
+    assert reports, done.stderr[-2000:]
+    return done, reports[-1].removeprefix("imported: ")
+
+
+@pytest.mark.parametrize(
+    "program", (*PROGRAMS, "backend_speed", "gpu", "input_pipeline", "main_job_backends")
+)
 def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
+    """Before any work and before TensorFlow, Keras, JAX or torch load (seconds of CPU each)."""
     # absl exits 1 for a flag it cannot parse; 1 means a failed run here.
-    done = run_program(program, "--no_such_flag=1", f"--output_dir={tmp_path}", timeout=300)
+    done, imported = run_refusal(program, "--no_such_flag=1", f"--output_dir={tmp_path}")
     assert done.returncode == 2, done.stderr[-2000:]
     assert "no_such_flag" in done.stderr and list(tmp_path.iterdir()) == []
+    assert imported == "[]", done.stderr[-2000:]
 
 
 @pytest.mark.parametrize(
@@ -227,16 +253,22 @@ def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
     [
         ("checkpoint_formats", ("--models=main,x",)),
         ("gather_overhead", ("--replicas=3", "--batches=8")),
+        ("input_pipeline", ("--threads=0",)),
         ("lorac_xml_overhead", ("--batch_p=6",)),
         ("loss_speed_vs_base", (f"--base={ROOT}", "--losses=no_such_loss")),
         ("loss_speed_vs_base", ("--base=/no/such/checkout",)),
+        ("ole_cost", ("--batch_sizes=72,0",)),
+        ("retrieval_eval", ("--ks=1,x",)),
+        ("spectral_speed", ("--batch_size=144", "--classes_per_batch=5")),
+        ("step_overhead", ("--batch_sizes=12",)),
+        ("svd_cost", ("--modes=function,graph",)),
         ("two_head_overhead", ("--modes=center",)),
         ("xbm_overhead", ("--batches=6",)),
     ],
 )
 def test_a_refused_value_exits_2(program, flags):
-    done = run_program(program, *flags, timeout=300)
-    assert done.returncode == 2, done.stderr[-2000:]
+    done, imported = run_refusal(program, *flags)
+    assert done.returncode == 2 and imported == "[]", (imported, done.stderr[-2000:])
 
 
 def test_checkpoint_formats(tmp_path):

@@ -11,9 +11,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_program(program, *flags, timeout=600):
     """`python -m benchmarks.<program> <flags>` from the repository root (absl flags are
     process-global, so every run is its own process); the `CompletedProcess`."""
+    return run_python("-m", f"benchmarks.{program}", *flags, timeout=timeout)
+
+
+def run_python(*args, timeout=600):
+    """`python <args>` from the repository root, with the repository first on the path; the
+    `CompletedProcess`."""
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{program}", *flags],
+        [sys.executable, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
