@@ -173,6 +173,22 @@ def graph(fn):
 
 
 ROOT = Path(__file__).resolve().parents[1]
+# The backends in the order in which each one's run of the core's tests hands the .keras files
+# it saves to the next to load (TensorFlow -> JAX -> PyTorch -> TensorFlow): over the three
+# runs every backend saves and every backend loads, one fresh process per test and run.
+RING = ("tensorflow", "jax", "torch")
+
+
+def next_backend():
+    """The first installed backend after this one in `RING`: where this run's saved files are
+    loaded. Fails the test where no other backend is installed."""
+    import importlib.util
+
+    at = RING.index(BACKEND)
+    for backend in RING[at + 1 :] + RING[:at]:
+        if importlib.util.find_spec(backend) is not None:
+            return backend
+    pytest.fail(f"no Keras backend but {BACKEND} is installed; the file cannot be loaded elsewhere")
 
 
 def run_script(script, *args, backend, cwd):

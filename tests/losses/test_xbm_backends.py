@@ -353,7 +353,7 @@ def test_a_keras_file_with_the_memory_loads_on_another_backend(rng, tmp_path):
     model.fit(x, np.arange(12) % 3, batch_size=6, shuffle=False, verbose=0)
     model.save(tmp_path / "xbm.keras")
     np.save(tmp_path / "x.npy", x)
-    other = "jax" if backends.BACKEND != "jax" else "torch"
+    other = backends.next_backend()
     got = backends.run_script(
         LOAD, tmp_path / "xbm.keras", tmp_path / "x.npy", backend=other, cwd=tmp_path
     )

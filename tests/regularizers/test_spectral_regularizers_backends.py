@@ -17,7 +17,6 @@ from tf_svmax.regularizers import SVMaxRegularizer
 
 pytestmark = pytest.mark.all_backends
 
-BACKENDS = ("tensorflow", "jax", "torch")
 RTOL = backends.RTOL32
 
 
@@ -202,7 +201,7 @@ def _regularized_model():
     return keras.Model(inputs, keras.layers.UnitNormalization()(x))
 
 
-def test_a_keras_file_loads_and_evaluates_the_same_on_the_other_backends(rng, tmp_path):
+def test_a_keras_file_loads_and_evaluates_the_same_on_the_next_backend(rng, tmp_path):
     """The regularizer and the spectral metrics in one file: the loss (with the activity
     penalty) and the metrics evaluated on another backend equal this backend's."""
     x = rng.standard_normal((32, 12)).astype(np.float32)
@@ -227,17 +226,13 @@ def test_a_keras_file_loads_and_evaluates_the_same_on_the_other_backends(rng, tm
         "svmax_upper_bound",
     }
     config = json.loads(json.dumps(model.layers[1].activity_regularizer.get_config()))
-    for backend in BACKENDS:
-        if backend == backends.BACKEND:
-            continue
-        other = backends.run_script(
-            LOAD, path, tmp_path / "data.npz", backend=backend, cwd=tmp_path
-        )
-        assert other["regularizer"] == config, backend
-        np.testing.assert_allclose(other["predict"], predicted, atol=1e-6, err_msg=backend)
-        assert set(other["evaluate"]) == set(evaluated), backend
-        for name, value in evaluated.items():
-            np.testing.assert_allclose(other["evaluate"][name], value, rtol=1e-5, err_msg=name)
+    backend = backends.next_backend()
+    other = backends.run_script(LOAD, path, tmp_path / "data.npz", backend=backend, cwd=tmp_path)
+    assert other["regularizer"] == config, backend
+    np.testing.assert_allclose(other["predict"], predicted, atol=1e-6, err_msg=backend)
+    assert set(other["evaluate"]) == set(evaluated), backend
+    for name, value in evaluated.items():
+        np.testing.assert_allclose(other["evaluate"][name], value, rtol=1e-5, err_msg=name)
 
 
 # One SGD step of `mse` with an SVMax activity regularizer and the spectral metrics, under JAX's
