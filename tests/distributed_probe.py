@@ -1,14 +1,12 @@
-"""One SGD step per batch-level loss under MirroredStrategy, and the same step on one device.
+"""One SGD step per batch-level loss under MirroredStrategy vs. one device on the same batch.
 
 Run as ``python -m tests.distributed_probe REPLICAS`` (a fresh process: logical CPU devices must
 be configured before TensorFlow initializes, and one process keeps one strategy object, as
-collective keys of two MirroredStrategy objects in one process collide). ``REPLICAS`` 1 runs the
-one-device steps, which every replica count is compared with, once; 2 or 4 runs the steps under
-the strategy. Prints one JSON line: for each case the weights after the step(s) (one device:
-also how far the step moved them), the evaluate() values, the per-replica (opt-out) comparison,
-and how often the replicas' step called the loss's `reference_parts` or its `call` with
-reference rows (the replica split of the losses that split anchors; 0 for the others).
-`tests/losses/test_distributed.py` compares the runs.
+collective keys of two MirroredStrategy objects in one process collide). Prints one JSON line:
+for each case the largest weight difference after the step(s), the evaluate() values, the
+per-replica (opt-out) comparison, and how often the replicas' step called the loss's
+`reference_parts` or its `call` with reference rows (the replica split of the losses that split
+anchors; 0 for the others).
 """
 
 import json
@@ -22,18 +20,13 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 REPLICAS = int(sys.argv[1])
-if REPLICAS > 1:
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * REPLICAS
-    )
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * REPLICAS)
 
 from tf_svmax import losses, metrics, models, regularizers  # noqa: E402
 
 GLOBAL_BATCH = 32
-STRATEGY = (
-    tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(REPLICAS)]) if REPLICAS > 1 else None
-)
+STRATEGY = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(REPLICAS)])
 DEFAULT = tf.distribute.get_strategy()
 rng = np.random.default_rng(0)
 INPUTS = rng.standard_normal((GLOBAL_BATCH + 3, 6)).astype(np.float32)
@@ -257,63 +250,38 @@ def per_row_values_error():
     return float(np.abs(gathered - loss(y, x).numpy()).max())
 
 
-def batch_sizes(case):
-    """``(rows, label)`` of the case's runs: the 32-row batch, then the 35 rows (a 3-row
-    remainder batch) unless the case takes whole batches only."""
-    sizes = [(GLOBAL_BATCH, "even")]
-    if case not in WHOLE_BATCHES_ONLY:
-        sizes.append((GLOBAL_BATCH + 3, "uneven"))
-    return sizes
-
-
-def as_lists(state):
-    return [w.tolist() for w in state]
-
-
-def single_device_runs():
-    """Per case and batch size, the one-device step(s) on the global batch: the weights after
-    them, how far they moved the weights, and evaluate()'s values after the even step."""
-    out = {}
-    for case in CASES:
-        row = {}
-        for rows, label in batch_sizes(case):
-            # evaluate() is compared once per case (after the even step); the uneven run checks
-            # the step on a remainder batch only.
-            state, logs, moved = train(DEFAULT, case, True, rows, evaluate=label == "even")
-            row[f"{label}_weights"] = as_lists(state)
-            row[f"{label}_step"] = moved
-            if logs is not None:
-                row[f"{label}_logs"] = logs
-        out[case] = row
-        print(case, file=sys.stderr, flush=True)
-    return {"replicas": 1, "cases": out}
-
-
-def replica_runs():
-    """Per case and batch size, the same step(s) under the strategy; the opt-out's step,
-    compared here with one device averaging the loss over the replicas' slices."""
+def main():
     out = {"replicas": REPLICAS, "cases": {}}
     for case in CASES:
         # The capability the split follows (`LabelLoss.splits_anchors`), as the loss declares it.
         row = {"splits_anchors": bool(getattr(CASES[case][1](True), "splits_anchors", False))}
-        for rows, label in batch_sizes(case):
+        sizes = [(GLOBAL_BATCH, "even")]
+        if case not in WHOLE_BATCHES_ONLY:
+            sizes.append((GLOBAL_BATCH + 3, "uneven"))
+        single_even = None
+        for rows, label in sizes:
+            # evaluate() is compared once per case (after the even step); the uneven run checks
+            # the step on a remainder batch only.
             evaluate = label == "even"
+            single, single_logs, moved = train(DEFAULT, case, True, rows, evaluate)
             split_calls = {}
             many, many_logs, _ = train(STRATEGY, case, True, rows, evaluate, split_calls)
             row[f"{label}_split_calls"] = split_calls["count"]
-            row[f"{label}_weights"] = as_lists(many)
+            row[f"{label}_weight_error"] = max_difference(single, many)
+            row[f"{label}_step"] = moved
             if evaluate:
-                row[f"{label}_logs"] = many_logs
+                single_even = single
+                row[f"{label}_logs"] = {"single": single_logs, "replicas": many_logs}
         # Not compared with a one-device reference: the center loss refuses the opt-out under a
         # strategy, the regularizer has no loss-level opt-out, and spread-out draws its random
         # negatives per replica.
         if case not in ("center", "svmax_regularizer", "spread_out"):
             opt_out = train(STRATEGY, case, False, GLOBAL_BATCH, evaluate=False)[0]
             row["opt_out_vs_per_replica"] = max_difference(opt_out, per_replica_reference(case))
-            # Compared with the one-device global-batch step of the same 32 rows by the test.
-            row["opt_out_weights"] = as_lists(opt_out)
+            # The one-device global-batch step of the same 32 rows: the even run's.
+            row["opt_out_vs_global"] = max_difference(opt_out, single_even[: len(opt_out)])
         out["cases"][case] = row
-        print(case, file=sys.stderr, flush=True)
+        print(case, json.dumps(row), file=sys.stderr, flush=True)
     out["per_row_error"] = per_row_values_error()
     with STRATEGY.scope():
         model = embedding_model(normalize=False)
@@ -323,11 +291,7 @@ def replica_runs():
         out["center_opt_out"] = "no error"
     except ValueError as error:  # the refusal surfaces from inside fit
         out["center_opt_out"] = str(error)
-    return out
-
-
-def main():
-    print(json.dumps(single_device_runs() if REPLICAS == 1 else replica_runs()))
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
