@@ -926,7 +926,7 @@ def test_contrastive_pairs_is_the_xbm_papers_loss_inside_the_memory(tmp_path):
     assert isinstance(xbm, losses.CrossBatchMemory) and xbm.memory is memory
     inner = xbm.loss
     assert isinstance(inner, losses.AllPairsContrastiveLoss)
-    assert (inner.pos_margin, inner.neg_margin, inner.metric) == (1.0, 0.5, "cosine")
+    assert (inner.pos_margin, inner.neg_margin, inner.distance) == (1.0, 0.5, "cosine_similarity")
     keras.backend.clear_session()
     results = retrieval.train_retrieval(
         _config(tmp_path, loss="contrastive_pairs", xbm_size=40, train_steps=4, eval_every=4)
