@@ -32,20 +32,12 @@ features on the set's disjoint test classes.
 Its training code (Keras) is imported when one of its names is first read (`harness.lazy`).
 """
 
-# ruff: noqa: F401 (the imports are the package's names: lazy.exports lists them in __all__)
-
-from trainers.contrastive.config import (
-    METHODS,
-    ConfigError,
-    ContrastiveConfig,
-    prior_start_step,
-    resolve,
-)
 from trainers.harness import lazy
 
 __getattr__, __all__ = lazy.exports(
     __name__,
     {
+        "config": ("METHODS", "ConfigError", "ContrastiveConfig", "prior_start_step", "resolve"),
         "evaluate": ("augmented_nuclear_norms",),
         "train": ("build_model", "load_split", "train_contrastive", "view_batches"),
     },

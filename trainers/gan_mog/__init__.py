@@ -36,25 +36,23 @@ Evaluation: `num_samples` points from fixed noise, VEEGAN's mode coverage
 Its training code (Keras) is imported when one of its names is first read (`harness.lazy`).
 """
 
-# ruff: noqa: F401 (the imports are the package's names: lazy.exports lists them in __all__)
-
-from trainers.gan_mog.config import (
-    NOTEBOOK_UNROLL_STEPS,
-    PAPER_SVMAX_LAMBDA,
-    PAPER_UNROLL_STEPS,
-    UNROLL_ADAM_STATE,
-    UNROLL_GRADIENTS,
-    UNROLL_REAL,
-    ConfigError,
-    GanConfig,
-    resolve,
-    svmax_bounds,
-)
 from trainers.harness import lazy
 
 __getattr__, __all__ = lazy.exports(
     __name__,
     {
+        "config": (
+            "NOTEBOOK_UNROLL_STEPS",
+            "PAPER_SVMAX_LAMBDA",
+            "PAPER_UNROLL_STEPS",
+            "UNROLL_ADAM_STATE",
+            "UNROLL_GRADIENTS",
+            "UNROLL_REAL",
+            "ConfigError",
+            "GanConfig",
+            "resolve",
+            "svmax_bounds",
+        ),
         "evaluate": ("sample_path",),
         "model": ("build_gan", "discriminator_loss", "generator_loss"),
         "plots": ("draw_density",),

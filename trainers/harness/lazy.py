@@ -1,12 +1,14 @@
 """An experiment package's training code, imported when first used (PEP 562).
 
 The packages under `trainers/` name their config (flags, checks: no Keras) and their training
-code (model, data, loop: Keras and TensorFlow) in one namespace. A program imports the package
-to define and check its flags; the training code is imported only when a name of it is first
-read, after the flags are checked, so that ``--help`` and a refused flag return without
-importing TensorFlow:
+code (model, data, loop: Keras and TensorFlow) in one namespace, one table of submodules and
+their names. A program imports the package to define and check its flags, which imports only
+the config; the training code is imported only when a name of it is first read, after the flags
+are checked, so that ``--help`` and a refused flag return without importing TensorFlow:
 
-    __getattr__, __all__ = lazy.exports(__name__, {"train": ("train_retrieval", "setup"), ...})
+    __getattr__, __all__ = lazy.exports(
+        __name__, {"config": ("RetrievalConfig", "resolve"), "train": ("train_retrieval",), ...}
+    )
 
 The flags themselves are checked with the library's validators and name tables, which
 `library_args` holds without importing Keras.
@@ -47,18 +49,25 @@ library_args = _library_args()
 
 def attributes(package, modules):
     """A module ``__getattr__`` for `package` that, the first time one of the names in
-    `modules` (submodule -> its names) is read, imports every submodule listed and binds all
-    their names in the package (as eager imports in its ``__init__`` would have: a name that
-    is also a submodule's, e.g. two_head's ``evaluate``, is the function)."""
+    `modules` (submodule -> its names) is read, imports the submodule holding it and binds the
+    names of every listed submodule imported by then (as eager imports in its ``__init__``
+    would have: a name that is also a submodule's, e.g. two_head's ``evaluate``, is the
+    function, also where importing one submodule imported another). The package's config
+    (Keras-free) and its training code (Keras) are so listed side by side: reading a config
+    name does not import the training code."""
     owner = {name: module for module, names in modules.items() for name in names}
 
     def __getattr__(name):
         if name not in owner:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        importlib.import_module(f"{package}.{owner[name]}")
         namespace = vars(sys.modules[package])
         for module, names in modules.items():
-            loaded = importlib.import_module(f"{package}.{module}")
-            namespace.update({n: getattr(loaded, n) for n in names})
+            loaded = sys.modules.get(f"{package}.{module}")
+            # A submodule still being imported (it imported another of the package's) has
+            # not defined all its names yet: bound on a later read, once it has.
+            if loaded is not None and all(hasattr(loaded, n) for n in names):
+                namespace.update({n: getattr(loaded, n) for n in names})
         return namespace[name]
 
     return __getattr__

@@ -18,14 +18,12 @@ loads into the same backbone.
 Its training code (Keras) is imported when one of its names is first read (`harness.lazy`).
 """
 
-# ruff: noqa: F401 (the imports are the package's names: lazy.exports lists them in __all__)
-
 from trainers.harness import lazy
-from trainers.pretraining.config import ConfigError, PretrainConfig, resolve
 
 __getattr__, __all__ = lazy.exports(
     __name__,
     {
+        "config": ("ConfigError", "PretrainConfig", "resolve"),
         "train": ("BACKBONE_FILE", "batch_indices", "pretrain", "top_k_accuracies"),
     },
 )

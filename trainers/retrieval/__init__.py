@@ -17,29 +17,27 @@
 Its training code (Keras) is imported when one of its names is first read (`harness.lazy`).
 """
 
-# ruff: noqa: F401 (the imports are the package's names: lazy.exports lists them in __all__)
-
 from trainers.harness import lazy
-from trainers.harness.config import ConfigError
-from trainers.retrieval.config import (
-    DATASETS,
-    LOSSES,
-    XBM_LOSSES,
-    RetrievalConfig,
-    check,
-    resolve,
-    resolve_before_data,
-    with_training_classes,
-)
-from trainers.retrieval.options import LR_SCHEDULES, REGULARIZERS, Regularizer, Schedule
-from trainers.retrieval.ranking import RANKING, RANKING_LOSSES, RankingLoss
 
 __getattr__, __all__ = lazy.exports(
     __name__,
     {
+        "config": (
+            "DATASETS",
+            "LOSSES",
+            "XBM_LOSSES",
+            "ConfigError",
+            "RetrievalConfig",
+            "check",
+            "resolve",
+            "resolve_before_data",
+            "with_training_classes",
+        ),
         "inputs": ("load_split", "read_split", "train_features", "with_loaders"),
         "model": ("build_loss", "build_optimizer", "build_training_model", "head_output"),
+        "options": ("LR_SCHEDULES", "REGULARIZERS", "Regularizer", "Schedule"),
         "plots": ("plot_run", "run_title"),
+        "ranking": ("RANKING", "RANKING_LOSSES", "RankingLoss"),
         "train": ("evaluate_untrained", "setup", "train_retrieval"),
     },
 )

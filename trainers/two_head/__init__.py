@@ -21,22 +21,20 @@ image in that embedding has the predicted label.
 Its training code (Keras) is imported when one of its names is first read (`harness.lazy`).
 """
 
-# ruff: noqa: F401 (the imports are the package's names: lazy.exports lists them in __all__)
-
 from trainers.harness import lazy
-from trainers.harness.config import ConfigError
-from trainers.two_head.config import (
-    DATASETS,
-    MODES,
-    TWO_HEAD_MODES,
-    TwoHeadConfig,
-    has_embedding_head,
-    resolve,
-)
 
 __getattr__, __all__ = lazy.exports(
     __name__,
     {
+        "config": (
+            "DATASETS",
+            "MODES",
+            "TWO_HEAD_MODES",
+            "ConfigError",
+            "TwoHeadConfig",
+            "has_embedding_head",
+            "resolve",
+        ),
         "evaluate": ("evaluate", "retrieval_features"),
         "inputs": ("check_classes", "load_split"),
         "model": ("build_losses", "build_model"),

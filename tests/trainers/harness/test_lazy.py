@@ -1,23 +1,30 @@
-"""`trainers.harness.lazy`: an experiment package's training code is imported when one of its
-names is first read, and then every listed name is bound as an eager import would bind it."""
+"""`trainers.harness.lazy`: an experiment package's names are imported when first read, each
+from its own submodule (the config without the training code), and bound as eager imports
+would bind them."""
 
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-# A package whose training code ("heavy") is a submodule that records its import, with a
-# function named as its own module (two_head's `evaluate` is so).
+# A package with a light submodule (as the config is), its training code ("heavy", which records
+# its import and imports another listed submodule itself) and a function named as its own
+# module (two_head's `evaluate` is so).
 PACKAGE = {
     "pkg/__init__.py": """
         from trainers.harness import lazy
-        LIGHT = 1
+        EAGER = 0
         __getattr__, __all__ = lazy.exports(
-            __name__, {"heavy": ("run", "CONSTANT"), "evaluate": ("evaluate",)}
+            __name__,
+            {"light": ("LIGHT",), "heavy": ("run", "CONSTANT"), "evaluate": ("evaluate",)},
         )
+    """,
+    "pkg/light.py": """
+        LIGHT = 1
     """,
     "pkg/heavy.py": """
         import sys
+        import pkg.evaluate
         sys.modules["pkg"].imported = sys.modules["pkg"].__dict__.get("imported", 0) + 1
         CONSTANT = 42
         def run():
@@ -32,12 +39,16 @@ PACKAGE = {
 CHECK = """
 import sys
 import pkg
-assert pkg.LIGHT == 1 and "pkg.heavy" not in sys.modules and "pkg.evaluate" not in sys.modules
+assert pkg.EAGER == 0 and not {"pkg.light", "pkg.heavy", "pkg.evaluate"} & set(sys.modules)
 # Every public name, imported or lazy, once; not the `lazy` module the package imported.
-assert pkg.__all__ == ["CONSTANT", "LIGHT", "evaluate", "run"], pkg.__all__
+assert pkg.__all__ == ["CONSTANT", "EAGER", "LIGHT", "evaluate", "run"], pkg.__all__
+assert pkg.LIGHT == 1 and "pkg.light" in sys.modules  # its own submodule only
+assert "pkg.heavy" not in sys.modules and "pkg.evaluate" not in sys.modules
 assert pkg.run() == "ran" and pkg.imported == 1
-assert "pkg.heavy" in sys.modules and "pkg.evaluate" in sys.modules  # every listed module
-assert pkg.evaluate() == "evaluated"  # the function, not its module
+# heavy imported pkg.evaluate, which bound the module as the package's `evaluate`: rebound to
+# the function, as eager imports would have left it.
+assert "pkg.evaluate" in sys.modules and "evaluate" in vars(pkg)
+assert pkg.evaluate() == "evaluated"
 assert pkg.CONSTANT == 42 and pkg.imported == 1  # imported once
 from pkg import run  # noqa: E402
 assert run is pkg.run
