@@ -92,7 +92,7 @@ def test_a_tiny_run_end_to_end_then_reused(tmp_path):
     flags = [
         "--backends=tensorflow",
         "--seeds=3",
-        "--train_steps=20",
+        "--train_steps=2",  # two trace windows for the median step time, three evaluations
         f"--runs_dir={tmp_path}/runs",
         f"--output={tmp_path}/out",
     ]
@@ -102,7 +102,7 @@ def test_a_tiny_run_end_to_end_then_reused(tmp_path):
     record = json.loads((tmp_path / "out/main_job_backends.json").read_text())
     (only,) = record["runs"]
     assert only["test_recall_at_1"] == run["evaluations"][-1]["recall_at_1"]
-    assert run["config"]["seed"] == 3 and run["config"]["train_steps"] == 20
+    assert run["config"]["seed"] == 3 and run["config"]["train_steps"] == 2
     assert record["machine"]["cpu_count"] == os.cpu_count()
     assert (tmp_path / "out/main_job_backends.csv").exists()
     again = _program(*flags)  # the completed run is read, not run again

@@ -226,6 +226,23 @@ def test_every_class_has_enough_fonts():
             assert not any(name.startswith("cm") for name in coverage[character])
 
 
+def test_confusable_groups_are_computed_once_and_handed_out_as_copies(tmp_path, monkeypatch):
+    first = glyphs.confusable_groups()
+    first["classes"].clear()
+    first["groups"][0].append("?")
+    first["distance"][:] = 0.0
+    again = glyphs.confusable_groups()  # unchanged by what its caller did to the first answer
+    assert len(again["classes"]) >= 200 and "?" not in again["groups"][0]
+    assert np.nanmax(again["distance"]) > 0.0
+    # Other font files are another key: the rule is computed from them, not reused.
+    fonts = tmp_path / "ttf"
+    shutil.copytree(glyphs.font_directory(), fonts)
+    (fonts / "DejaVuSans.ttf").write_bytes((fonts / "DejaVuSerif.ttf").read_bytes())
+    monkeypatch.setattr(glyphs, "font_directory", lambda: str(fonts))
+    other = glyphs.confusable_groups()
+    assert not np.array_equal(other["distance"], again["distance"], equal_nan=True)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -94,21 +94,24 @@ def test_fit_from_a_py_dataset_with_a_partial_last_batch(rng):
     assert_close(logged, _want(ref_svmax, model.predict(x, verbose=0), y, 8), RTOL32)
 
 
-def _under_xla_with_unknown_rows(fn, x):
-    """`fn(x)` and the gradient of its sum, in a `tf.function(jit_compile=True)` traced for any
-    row count (as Keras traces a train step over a partial last batch)."""
+def _under_xla_with_unknown_rows(fns, x):
+    """``[(fn(x), the gradient of its sum) for fn in fns]``, in one `tf.function(jit_compile=
+    True)` traced for any row count (as Keras traces a train step over a partial last batch):
+    one XLA program for all of them."""
     import tensorflow as tf  # noqa: PLC0415 (TensorFlow only, see pytestmark)
 
     @tf.function(jit_compile=True, input_signature=[tf.TensorSpec([None, x.shape[1]], x.dtype)])
-    def value_and_grad(rows):
-        with tf.GradientTape() as tape:
-            tape.watch(rows)
-            value = fn(rows)
-            total = tf.reduce_sum(value)
-        return value, tape.gradient(total, rows)
+    def values_and_grads(rows):
+        out = []
+        for fn in fns:
+            with tf.GradientTape() as tape:
+                tape.watch(rows)
+                value = fn(rows)
+                total = tf.reduce_sum(value)
+            out.append((value, tape.gradient(total, rows)))
+        return out
 
-    value, grad = value_and_grad(x)
-    return value.numpy(), grad.numpy()
+    return [(value.numpy(), grad.numpy()) for value, grad in values_and_grads(x)]
 
 
 @pytest.mark.parametrize("method", ["auto", "gram", "svd"])
@@ -117,15 +120,16 @@ def test_spectral_ops_under_xla_with_an_unknown_row_count(rng, method, shape):
     x = rng.standard_normal(shape).astype(np.float32)
     s = ref.singular_values(x)
     u, _, vt = np.linalg.svd(x.astype(np.float64), full_matrices=False)
-    got, grad = _under_xla_with_unknown_rows(
-        lambda rows: ops.singular_values(rows, method=method), x
+    (got, grad), (got_mean, grad_mean) = _under_xla_with_unknown_rows(
+        [
+            lambda rows: ops.singular_values(rows, method=method),
+            lambda rows: ops.mean_singular_value(rows, method=method),
+        ],
+        x,
     )
     assert_close(got, s, 1e-5)
     assert_close(grad, u @ vt, 1e-4)  # d sum(s) / dx = U V^T
     nuclear, polar = ref.nuclear_norm_and_gradient(x)
     k = min(shape)
-    got, grad = _under_xla_with_unknown_rows(
-        lambda rows: ops.mean_singular_value(rows, method=method), x
-    )
-    assert_close(got, nuclear / k, 1e-5)
-    assert_close(grad, polar / k, 1e-4)
+    assert_close(got_mean, nuclear / k, 1e-5)
+    assert_close(grad_mean, polar / k, 1e-4)

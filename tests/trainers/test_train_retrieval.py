@@ -644,6 +644,17 @@ def test_cli_refuses_a_second_run_in_a_folder_in_use(tmp_path):
         first.wait()
 
 
+class _StoppedBeforeTraining(Exception):
+    pass
+
+
+class _StopBeforeTraining(keras.callbacks.Callback):
+    """Ends a run as fit begins: after its step-0 evaluation is recorded, before any step."""
+
+    def on_train_begin(self, logs=None):
+        raise _StoppedBeforeTraining
+
+
 def test_reproduce_table1_writes_the_table(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     table = tmp_path / "t.md"
@@ -672,13 +683,18 @@ def test_reproduce_table1_writes_the_table(tmp_path):
         assert row in text
     assert "reproduce_table1 --dataset=digits --losses=npair --learning_rates=0.01" in text
     assert "npair 5 × 2, λ 1" in text and "seeds 0, 1" in text
-    # The untrained row is the mean ± sample std of standalone runs' step 0 (same seeds).
+    # The untrained row is the mean ± sample std of standalone runs' step 0 (same seeds): each
+    # run is stopped once its record holds step 0, before fit traces a training step (what
+    # follows does not change step 0).
     starts = []
     for seed in (0, 1):
         keras.backend.clear_session()
-        alone = retrieval.train_retrieval(
-            _config(tmp_path / f"alone{seed}", loss="npair", train_steps=2, eval_every=2, seed=seed)
+        config = _config(
+            tmp_path / f"alone{seed}", loss="npair", train_steps=2, eval_every=2, seed=seed
         )
+        with pytest.raises(_StoppedBeforeTraining):
+            retrieval.train_retrieval(config, callbacks=[_StopBeforeTraining()])
+        alone = json.loads((Path(config.output_dir) / "results.json").read_text())
         assert alone["evaluations"][0]["step"] == 0
         starts.append(alone["evaluations"][0])
     r1 = [100 * e["recall_at_1"] for e in starts]

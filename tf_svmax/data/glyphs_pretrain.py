@@ -136,18 +136,6 @@ def block_name(character):
     raise ValueError(checks.invalid("character", "a character of BLOCKS", character))
 
 
-def _fonts_fingerprint():
-    """Pillow's version and the font files' SHA-256 (what the selection depends on besides the
-    module's constants)."""
-    import PIL
-
-    digest = hashlib.sha256(PIL.__version__.encode())
-    for name, path in sorted(glyphs.font_paths().items()):
-        with open(path, "rb") as f:
-            digest.update(name.encode() + hashlib.sha256(f.read()).digest())
-    return digest.hexdigest()
-
-
 def pretraining_classes():
     """How the pretraining classes are chosen, with the evidence.
 
@@ -173,7 +161,7 @@ def pretraining_classes():
 
     Computed once per process for the same font files and Pillow (a few seconds).
     """
-    selection = _selection(_fonts_fingerprint())
+    selection = _selection(glyphs.fonts_fingerprint())
     out = dict(selection)
     for key in ("characters", "retrieval", "dropped", "groups", "classes", "excluded"):
         out[key] = list(selection[key])
@@ -410,7 +398,7 @@ def cache_key(*, seed, images_per_class, image_size):
         "retrieval_candidates": glyphs.CANDIDATES,
     }
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    digest.update(_fonts_fingerprint().encode())  # Pillow's version and the font files
+    digest.update(glyphs.fonts_fingerprint().encode())  # Pillow's version and the font files
     return digest.hexdigest()[:20]
 
 
