@@ -222,8 +222,8 @@ ZYGOTE = textwrap.dedent(
                 status = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
                 if not isinstance(stop.code, (int, type(None))):
                     print(stop.code, file=sys.stderr)
-            except BaseException:
-                traceback.print_exc()
+            except BaseException as error:  # its traceback from the program's first line
+                traceback.print_exception(type(error), error, error.__traceback__.tb_next)
                 status = 1
             atexit._run_exitfuncs()
             sys.stdout.flush()
