@@ -6,10 +6,14 @@ Every helper takes and returns NumPy arrays, so a test's reference side (NumPy/S
 touches a backend tensor.
 """
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import textwrap
 from pathlib import Path
 
 import keras
@@ -172,10 +176,119 @@ def graph(fn):
     return compiled(fn)
 
 
+# The zygote: imports what every example of the docs and every script here imports first
+# (NumPy, Keras, tf_svmax: seconds of CPU, most of such a program's run), then for each request,
+# one JSON line {program, argv, cwd, stdout, stderr, timeout}, forks a child that runs the
+# program as `python -c program *argv` would, in `cwd`, its output in the two files, and
+# answers {returncode} once the child is gone. A child starts from the state the imports left,
+# never from another program's; what the imports wrote on stderr (a warning there would be the
+# program's too) starts each child's stderr. A program that runs past its timeout is killed by
+# its alarm (returncode -14).
+ZYGOTE = textwrap.dedent(
+    """
+    import atexit, builtins, json, os, signal, sys, tempfile, traceback, types
+    with tempfile.TemporaryFile() as imports_stderr:
+        saved = os.dup(2)
+        os.dup2(imports_stderr.fileno(), 2)
+        import keras, numpy, tf_svmax
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        imports_stderr.seek(0)
+        prelude = imports_stderr.read()
+    for request in sys.stdin:
+        request = json.loads(request)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(request["timeout"])
+            os.chdir(request["cwd"])
+            for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+                with open(path, "wb") as out:
+                    out.write(prelude if fd == 2 else b"")
+                    out.flush()
+                    os.dup2(out.fileno(), fd)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            sys.stdin = open(os.devnull)
+            sys.argv = ["-c", *request["argv"]]
+            main = types.ModuleType("__main__")
+            main.__dict__["__builtins__"] = builtins
+            sys.modules["__main__"] = main
+            status = 0
+            try:
+                exec(compile(request["program"], "<string>", "exec"), main.__dict__)
+            except SystemExit as stop:  # as the interpreter reads sys.exit's argument
+                status = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+                if not isinstance(stop.code, (int, type(None))):
+                    print(stop.code, file=sys.stderr)
+            except BaseException as error:  # its traceback from the program's first line
+                traceback.print_exception(type(error), error, error.__traceback__.tb_next)
+                status = 1
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+        _, wait_status = os.waitpid(pid, 0)
+        print(json.dumps({"returncode": os.waitstatus_to_exitcode(wait_status)}), flush=True)
+    """
+)
+
+
+class Zygote:
+    """A process that has imported NumPy, Keras and tf_svmax (`ZYGOTE`), in the environment
+    `env` (this process' by default), whose `run` runs a program in a child forked from it,
+    as ``subprocess.run([python, "-c", program, *args], cwd=cwd, capture_output=True)`` runs it
+    in a fresh process. Programs that set an environment variable before their imports
+    (KERAS_BACKEND, XLA_FLAGS, ...) would get another Keras there: they are refused."""
+
+    def __init__(self, folder, env=None):
+        self.folder = Path(folder)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE],
+            cwd=self.folder,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.runs = 0
+
+    def run(self, program, *args, cwd, timeout):
+        assert "environ" not in program and "putenv" not in program, (
+            "a program that sets the environment before its imports needs a fresh process"
+        )
+        self.runs += 1
+        out, err = self.folder / f"{self.runs}.stdout", self.folder / f"{self.runs}.stderr"
+        request = {
+            "program": program,
+            "argv": [str(arg) for arg in args],
+            "cwd": str(cwd),
+            "stdout": str(out),
+            "stderr": str(err),
+            "timeout": timeout,
+        }
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        assert answer, f"the zygote stopped (exit status {self.process.poll()})"
+        return subprocess.CompletedProcess(
+            [sys.executable, "-c", program, *request["argv"]],
+            json.loads(answer)["returncode"],
+            out.read_text(encoding="utf-8"),
+            err.read_text(encoding="utf-8"),
+        )
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
 ROOT = Path(__file__).resolve().parents[1]
 # The backends in the order in which each one's run of the core's tests hands the .keras files
 # it saves to the next to load (TensorFlow -> JAX -> PyTorch -> TensorFlow): over the three
-# runs every backend saves and every backend loads, one fresh process per test and run.
+# runs every backend saves and every backend loads, in a child of one zygote per run
+# (`run_script`).
 RING = ("tensorflow", "jax", "torch")
 
 
@@ -191,21 +304,41 @@ def next_backend():
     pytest.fail(f"no Keras backend but {BACKEND} is installed; the file cannot be loaded elsewhere")
 
 
-def run_script(script, *args, backend, cwd):
-    """Runs ``python -c script *args`` in a fresh process on Keras backend `backend` (the
-    backend is fixed at Keras' first import, so another backend needs another process), with
-    this checkout on the path; fails the test with the script's stderr if it fails, and returns
-    the JSON object its last line of output printed."""
-    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    done = subprocess.run(
-        [sys.executable, "-c", script, *(str(arg) for arg in args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=cwd,
-    )
+# backend -> the Zygote of `run_script`'s programs on it (one per test process, closed at exit).
+_ZYGOTES = {}
+
+
+def _zygote(backend):
+    if backend not in _ZYGOTES:
+        env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        folder = tempfile.mkdtemp(prefix=f"tf_svmax_zygote_{backend}_")
+        _ZYGOTES[backend] = zygote = Zygote(folder, env=env)
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        atexit.register(zygote.close)
+    return _ZYGOTES[backend]
+
+
+def run_script(script, *args, backend, cwd, fresh=False):
+    """Runs ``python -c script *args`` on Keras backend `backend` (the backend is fixed at
+    Keras' first import, so another backend needs another process), with this checkout on the
+    path: in a child of this backend's `Zygote` (the import done once per test process), or in
+    a fresh process where `fresh` (a script that sets the environment before importing Keras);
+    fails the test with the script's stderr if it fails, and returns the JSON object its last
+    line of output printed."""
+    if fresh:
+        env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": str(ROOT)}
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        done = subprocess.run(
+            [sys.executable, "-c", script, *(str(arg) for arg in args)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=cwd,
+        )
+    else:
+        done = _zygote(backend).run(script, *args, cwd=cwd, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -62,7 +62,12 @@ def test_semihard_and_svmax_step_on_4_devices_equals_one_device_and_numpy(rng, t
     w0 = (rng.standard_normal((DIM, OUT)) * 0.5).astype(np.float32)
     np.savez(tmp_path / "data.npz", x=x, labels=labels, w0=w0, lam=LAMBDA, lr=LR)
     (loss_1, kernel_1), (loss_4, kernel_4) = backends.run_script(
-        DATA_PARALLEL, tmp_path / "data.npz", backend="jax", cwd=tmp_path
+        # a fresh process: the script sets XLA_FLAGS before importing Keras
+        DATA_PARALLEL,
+        tmp_path / "data.npz",
+        backend="jax",
+        cwd=tmp_path,
+        fresh=True,
     )
     # The 4-device step is the one-device step.
     assert loss_4 == pytest.approx(loss_1, rel=1e-6)

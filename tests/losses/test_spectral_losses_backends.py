@@ -385,7 +385,11 @@ def test_jax_data_parallel_step_equals_one_device_step(tmp_path):
     """DataParallel shards the batch but the loss sees the global batch (no gather needed):
     SVMax, not a mean of per-row terms, gives the single-device loss and step on 4 devices."""
     (loss_1, kernel_1), (loss_4, kernel_4) = backends.run_script(
-        DATA_PARALLEL, backend="jax", cwd=tmp_path
+        # a fresh process: the script sets XLA_FLAGS before importing Keras
+        DATA_PARALLEL,
+        backend="jax",
+        cwd=tmp_path,
+        fresh=True,
     )
     assert loss_4 == pytest.approx(loss_1, rel=1e-6)
     np.testing.assert_allclose(kernel_4, kernel_1, rtol=1e-6, atol=1e-7)

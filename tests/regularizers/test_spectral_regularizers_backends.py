@@ -284,7 +284,12 @@ def test_jax_data_parallel_step_equals_one_device_and_numpy(rng, tmp_path):
     w0 = (rng.standard_normal((12, 8)) * 0.3).astype(np.float32)
     np.savez(tmp_path / "data.npz", x=x, t=t, w0=w0, lam=lam, lr=lr)
     (logs_1, kernel_1), (logs_4, kernel_4) = backends.run_script(
-        DATA_PARALLEL, tmp_path / "data.npz", backend="jax", cwd=tmp_path
+        # a fresh process: the script sets XLA_FLAGS before importing Keras
+        DATA_PARALLEL,
+        tmp_path / "data.npz",
+        backend="jax",
+        cwd=tmp_path,
+        fresh=True,
     )
     assert set(logs_4) == set(logs_1)
     for name, value in logs_1.items():
