@@ -1,5 +1,6 @@
 """The Python examples of the README and of every documentation page run as written, each on its
-own in a fresh process, and print what they show (a value stated in a comment beside a `print`
+own in a fresh process (forked from one that has only imported NumPy, Keras and tf_svmax:
+`tests.backends.Zygote`), and print what they show (a value stated in a comment beside a `print`
 is the value it prints); the README stays a short landing page whose links resolve, and the
 README, getting-started and guide pages keep their paragraphs short enough to skim; the pages'
 lists and tables of losses name exactly the losses the registry gives them (TFA or not, the
@@ -9,9 +10,7 @@ and PyTorch the same examples run in tests/test_docs_backends.py."""
 import ast
 import io
 import math
-import os
 import re
-import subprocess
 import sys
 import tokenize
 from decimal import Decimal
@@ -42,15 +41,16 @@ def block_containing(text):
     return next(b for b in BLOCKS if text in b)
 
 
-def run(program, cwd, env=None):
-    return subprocess.run(
-        [sys.executable, "-c", program],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=None if env is None else {**os.environ, **env},
-    )
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    """Each example in a child of one `backends.Zygote` (importing TensorFlow, Keras and
+    tf_svmax is most of an example's run), as ``python -c example`` runs it in a process of its
+    own."""
+    from tests import backends
+
+    zygote = backends.Zygote(tmp_path_factory.mktemp("zygote"))
+    yield zygote
+    zygote.close()
 
 
 # A comment beside a top-level `print(...)` states what it prints: words as printed, numbers to
@@ -159,8 +159,8 @@ def check_no_warnings(block, stderr):
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[EXAMPLES[b] for b in BLOCKS])
-def test_each_python_example_runs_alone_and_prints_what_it_says(block, tmp_path):
-    done = run(block, cwd=tmp_path)  # a user's own folder, not the checkout
+def test_each_python_example_runs_alone_and_prints_what_it_says(block, tmp_path, examples):
+    done = examples.run(block, cwd=tmp_path, timeout=600)  # a user's folder, not the checkout
     assert done.returncode == 0, f"{EXAMPLES[block]}:\n{block}\n{done.stderr[-2000:]}"
     check_printed(block, done.stdout)
     check_no_warnings(block, done.stderr)
@@ -289,15 +289,16 @@ def test_relative_links_resolve(page):
         assert path.exists(), f"{page.name} links to {target}, which does not exist"
 
 
-def test_the_functions_example_prints_the_bounds_it_claims():
+def test_the_functions_example_prints_the_bounds_it_claims(examples):
     block = block_containing("ops.svmax_bounds(144, 128)")
-    done = run(block + "\nprint(ops.svmax_bounds(144, 128))\n", cwd=ROOT)
+    program = block + "\nprint(ops.svmax_bounds(144, 128))\n"
+    done = examples.run(program, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     lower, upper = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 (our own print)
     assert (lower, round(upper, 5)) == (0.09375, 1.06066)
 
 
-def test_the_ole_example_puts_ole_on_the_features_not_the_logits():
+def test_the_ole_example_puts_ole_on_the_features_not_the_logits(examples):
     # The OLE paper applies OLE to the penultimate layer's features; the classifier's logits
     # take the cross-entropy. The README's example is the guide's (one block, run once).
     block = block_containing("OLELoss")
@@ -306,7 +307,7 @@ def test_the_ole_example_puts_ole_on_the_features_not_the_logits():
         "\nole = [k for k, v in model.loss.items() if isinstance(v, tf_svmax.losses.OLELoss)]"
         "\nprint(ole, model.output[ole[0]].shape[-1], model.output['logits'].shape[-1])\n"
     )
-    done = run(program, cwd=ROOT)
+    done = examples.run(program, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "['features'] 128 10"
 
