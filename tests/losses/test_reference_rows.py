@@ -270,23 +270,25 @@ def test_only_the_anchors_in_use_is_the_loss_on_the_anchors(name):
 @pytest.mark.parametrize("name", FUNCTIONS)
 def test_the_classes_pass_the_mask(name):
     """`call` and `reference_parts` (through `LossFunctionWrapper`) take ``ref_mask``: the
-    parts' value is the function's; without it they are unchanged."""
+    parts' value is the function's; without it they are unchanged. (The shapes of
+    `test_the_mask_compiles`' eager call: eager JAX compiles one program per operation and
+    shape.)"""
     fn, _, cls = FUNCTIONS[name]
-    x, y, mask = _masked_case(3, 9, 2, 5)
+    x, y, mask = _masked_case(5, 13, 2, 4)
     loss = cls()
     assert loss.accepts_ref_mask
     refs = dict(ref_labels=y, ref_embeddings=x, ref_offset=2)
-    want = backends.to_numpy(fn(y[2:7], x[2:7], **refs, ref_mask=mask))
-    parts = loss.reference_parts(y[2:7], x[2:7], **refs, ref_mask=mask)
+    want = backends.to_numpy(fn(y[2:6], x[2:6], **refs, ref_mask=mask))
+    parts = loss.reference_parts(y[2:6], x[2:6], **refs, ref_mask=mask)
     backends.assert_close(_common.mean_of_parts(parts), want, 1e-6)
-    called = loss.call(y[2:7], x[2:7], **refs, ref_mask=mask)
+    called = loss.call(y[2:6], x[2:6], **refs, ref_mask=mask)
     if name == "batch_hard":
         called = _mean(called)
     backends.assert_close(called, want, 1e-6)
-    unmasked = backends.to_numpy(fn(y[2:7], x[2:7], **refs))
+    unmasked = backends.to_numpy(fn(y[2:6], x[2:6], **refs))
     assert abs(unmasked - want) > 1e-3  # the mask changes the value here
     backends.assert_close(
-        _common.mean_of_parts(loss.reference_parts(y[2:7], x[2:7], **refs)), unmasked, 1e-6
+        _common.mean_of_parts(loss.reference_parts(y[2:6], x[2:6], **refs)), unmasked, 1e-6
     )
 
 
@@ -393,7 +395,7 @@ def test_an_empty_subset_gives_zero_with_zero_gradient(name, mode):
 def test_a_dropped_anchor_is_out_of_the_per_sample_mean(rng):
     """`BatchHardTripletLoss` (one value per anchor): a dropped anchor's value is 0 and its
     `reference_parts` count only the anchors in use, so the mean is the subset's."""
-    x, y, keep = _subset_case(5, 14)
+    x, y, keep = _subset_case(4, 11)  # the first subset case's (eager JAX: its programs)
     loss = losses.BatchHardTripletLoss()
     values = backends.to_numpy(
         losses.batch_hard_triplet_loss(y, x, ref_labels=y, ref_embeddings=x, ref_mask=keep)
