@@ -66,7 +66,9 @@ def test_anchors_against_references_match_numpy(rng, name):
     def loss(a, r):
         return fn(y[OFFSET : OFFSET + B], a, ref_labels=y, ref_embeddings=r, ref_offset=OFFSET)
 
-    value, (grad_anchors, grad_refs) = backends.value_and_grad(loss, anchors, placeholder)
+    value, (grad_anchors, grad_refs) = backends.value_and_grad_in_one_program(
+        loss, anchors, placeholder
+    )
     want = ref(y, x, B, offset=OFFSET)
     assert want > 0.01  # the comparison means something
     backends.assert_close(value, want, backends.RTOL32)
@@ -98,7 +100,7 @@ def test_reference_parts_of_disjoint_anchor_ranges_add_up_to_the_loss(rng, name)
     def split(z):
         return backends.split_value(cls(), y, z, ranges)
 
-    value, (grad,) = backends.value_and_grad(split, x)
+    value, (grad,) = backends.value_and_grad_in_one_program(split, x)
     backends.assert_close(value, ref(y, x, N), backends.RTOL32)
     want = backends.numpy_gradient(lambda z: ref(y, z, N), x.astype(np.float64))
     backends.assert_close(grad, want, 1e-4)
@@ -146,8 +148,8 @@ MASK_CASES = (
     (3, 9, 2, 5),
 )
 # The masking is keras.ops code shared by the backends: TensorFlow runs every case, JAX and
-# PyTorch two (JAX's eager gradients of the semi-hard search take ~9 s a case on a 2-core CPU,
-# the long pole of CI's backend step).
+# PyTorch two (JAX compiles a case's two programs, `backends.value_and_grad_in_one_program`:
+# ~4 s for the semi-hard one on a 2-core CPU, the long pole of CI's backend step).
 if backends.BACKEND != "tensorflow":
     MASK_CASES = MASK_CASES[::2]  # anchors first (the memory's layout) and last
 
@@ -197,7 +199,7 @@ def test_masked_references_are_the_kept_references(name, case):
         )
 
     anchors = x[offset : offset + b]
-    value, (grad_anchors, grad_refs) = backends.value_and_grad(masked, anchors, x)
+    value, (grad_anchors, grad_refs) = backends.value_and_grad_in_one_program(masked, anchors, x)
     want = ref(y[keep], x[keep], b, offset=kept_offset)
     assert want > 0.01
     backends.assert_close(value, want, backends.RTOL32)
@@ -213,7 +215,9 @@ def test_masked_references_are_the_kept_references(name, case):
     np.testing.assert_array_equal(grad_refs[offset : offset + b], 0.0)  # the anchors' places
 
     # The same computation on fewer columns: equal to float32 rounding (sums over other orders).
-    value_c, (grad_anchors_c, grad_refs_c) = backends.value_and_grad(compacted, anchors, x[keep])
+    value_c, (grad_anchors_c, grad_refs_c) = backends.value_and_grad_in_one_program(
+        compacted, anchors, x[keep]
+    )
     np.testing.assert_allclose(value, value_c, rtol=1e-6)
     np.testing.assert_allclose(grad_anchors, grad_anchors_c, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(grad_refs[keep], grad_refs_c, rtol=1e-5, atol=1e-7)
@@ -231,8 +235,8 @@ def test_masked_rows_are_never_read(name):
     def masked(r):
         return fn(y[5:8], r[5:8], ref_labels=y, ref_embeddings=r, ref_offset=5, ref_mask=mask)
 
-    value, (grad,) = backends.value_and_grad(masked, x)
-    value_p, (grad_p,) = backends.value_and_grad(masked, poisoned)
+    value, (grad,) = backends.value_and_grad_in_one_program(masked, x)
+    value_p, (grad_p,) = backends.value_and_grad_in_one_program(masked, poisoned)
     np.testing.assert_array_equal(value_p, value)
     np.testing.assert_array_equal(grad_p, grad)
 
@@ -249,8 +253,8 @@ def test_only_the_anchors_in_use_is_the_loss_on_the_anchors(name):
     def masked(a):
         return fn(y[4:9], a, ref_labels=y, ref_embeddings=x, ref_offset=4, ref_mask=mask)
 
-    value, (grad,) = backends.value_and_grad(masked, x[4:9])
-    alone, (grad_alone,) = backends.value_and_grad(lambda a: fn(y[4:9], a), x[4:9])
+    value, (grad,) = backends.value_and_grad_in_one_program(masked, x[4:9])
+    alone, (grad_alone,) = backends.value_and_grad_in_one_program(lambda a: fn(y[4:9], a), x[4:9])
     assert alone > 0.01
     np.testing.assert_allclose(value, alone, rtol=1e-6)
     np.testing.assert_allclose(grad, grad_alone, rtol=1e-5, atol=1e-7)
@@ -266,23 +270,25 @@ def test_only_the_anchors_in_use_is_the_loss_on_the_anchors(name):
 @pytest.mark.parametrize("name", FUNCTIONS)
 def test_the_classes_pass_the_mask(name):
     """`call` and `reference_parts` (through `LossFunctionWrapper`) take ``ref_mask``: the
-    parts' value is the function's; without it they are unchanged."""
+    parts' value is the function's; without it they are unchanged. (The shapes of
+    `test_the_mask_compiles`' eager call: eager JAX compiles one program per operation and
+    shape.)"""
     fn, _, cls = FUNCTIONS[name]
-    x, y, mask = _masked_case(3, 9, 2, 5)
+    x, y, mask = _masked_case(5, 13, 2, 4)
     loss = cls()
     assert loss.accepts_ref_mask
     refs = dict(ref_labels=y, ref_embeddings=x, ref_offset=2)
-    want = backends.to_numpy(fn(y[2:7], x[2:7], **refs, ref_mask=mask))
-    parts = loss.reference_parts(y[2:7], x[2:7], **refs, ref_mask=mask)
+    want = backends.to_numpy(fn(y[2:6], x[2:6], **refs, ref_mask=mask))
+    parts = loss.reference_parts(y[2:6], x[2:6], **refs, ref_mask=mask)
     backends.assert_close(_common.mean_of_parts(parts), want, 1e-6)
-    called = loss.call(y[2:7], x[2:7], **refs, ref_mask=mask)
+    called = loss.call(y[2:6], x[2:6], **refs, ref_mask=mask)
     if name == "batch_hard":
         called = _mean(called)
     backends.assert_close(called, want, 1e-6)
-    unmasked = backends.to_numpy(fn(y[2:7], x[2:7], **refs))
+    unmasked = backends.to_numpy(fn(y[2:6], x[2:6], **refs))
     assert abs(unmasked - want) > 1e-3  # the mask changes the value here
     backends.assert_close(
-        _common.mean_of_parts(loss.reference_parts(y[2:7], x[2:7], **refs)), unmasked, 1e-6
+        _common.mean_of_parts(loss.reference_parts(y[2:6], x[2:6], **refs)), unmasked, 1e-6
     )
 
 
@@ -389,7 +395,7 @@ def test_an_empty_subset_gives_zero_with_zero_gradient(name, mode):
 def test_a_dropped_anchor_is_out_of_the_per_sample_mean(rng):
     """`BatchHardTripletLoss` (one value per anchor): a dropped anchor's value is 0 and its
     `reference_parts` count only the anchors in use, so the mean is the subset's."""
-    x, y, keep = _subset_case(5, 14)
+    x, y, keep = _subset_case(4, 11)  # the first subset case's (eager JAX: its programs)
     loss = losses.BatchHardTripletLoss()
     values = backends.to_numpy(
         losses.batch_hard_triplet_loss(y, x, ref_labels=y, ref_embeddings=x, ref_mask=keep)
