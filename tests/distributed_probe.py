@@ -33,8 +33,12 @@ INPUTS = rng.standard_normal((GLOBAL_BATCH + 3, 6)).astype(np.float32)
 
 
 def labels_for(k):
-    """P x K labels (classes in blocks of k), 35 rows: a 32-row batch then a 3-row remainder."""
+    """P x K labels (classes in blocks of k), 35 rows: a 32-row batch then a 3-row remainder of
+    two classes (its last row a class of its own), so that the remainder's step has pairs of
+    either kind: of one class it would give the losses that need a negative (spread-out) no
+    step to compare."""
     labels = np.repeat(np.arange(GLOBAL_BATCH // k + 2), k)[: GLOBAL_BATCH + 3]
+    labels[-1] = labels[-2] + 1
     return labels.astype(np.int64)
 
 
@@ -272,6 +276,8 @@ def main():
             if evaluate:
                 single_even = single
                 row[f"{label}_logs"] = {"single": single_logs, "replicas": many_logs}
+            else:  # the remainder's own step, from the even step's weights (centers included)
+                row["remainder_step"] = max_difference(single_even, single)
         # Not compared with a one-device reference: the center loss refuses the opt-out under a
         # strategy, the regularizer has no loss-level opt-out, and spread-out draws its random
         # negatives per replica.

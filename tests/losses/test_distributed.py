@@ -63,6 +63,8 @@ def test_one_step_equals_the_single_device_step_on_the_global_batch(probes, repl
                 continue
             # The step itself is far larger than the tolerance, so equality means something.
             assert row[f"{size}_step"] > 1e-3, (case, size, row)
+            if size == "uneven":  # and so is the remainder's own step, after the even one
+                assert row["remainder_step"] > 1e-3, (case, row)
             assert row[f"{size}_weight_error"] < CASE_TOLERANCE.get(case, TOLERANCE), (
                 case,
                 size,
