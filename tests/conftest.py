@@ -46,6 +46,19 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    """The docs' examples' runner (tests/test_docs.py, tests/test_docs_backends.py): each program
+    in a child of one `tests.backends.Zygote` of this process' backend and environment, as
+    ``python -c program`` runs it in a process of its own (importing the backend, Keras and
+    tf_svmax is most of an example's run)."""
+    from tests import backends  # imports Keras: only where a test asks for the runner
+
+    zygote = backends.Zygote(tmp_path_factory.mktemp("zygote"))
+    yield zygote
+    zygote.close()
+
+
 # A test's user property (``record_property``): a dict key -> the largest relative error of its
 # checks against a reference. Not a check (the test's asserts are): the terminal summary prints
 # the maximum per key over the run's passed tests, for the record. Properties reach the

@@ -41,18 +41,6 @@ def block_containing(text):
     return next(b for b in BLOCKS if text in b)
 
 
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory):
-    """Each example in a child of one `backends.Zygote` (importing TensorFlow, Keras and
-    tf_svmax is most of an example's run), as ``python -c example`` runs it in a process of its
-    own."""
-    from tests import backends
-
-    zygote = backends.Zygote(tmp_path_factory.mktemp("zygote"))
-    yield zygote
-    zygote.close()
-
-
 # A comment beside a top-level `print(...)` states what it prints: words as printed, numbers to
 # the digits written, "about" (or "~") before the numbers that are only approximate.
 # An explanation may follow the expected output after ": ", " (" or "; ".

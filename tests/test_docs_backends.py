@@ -26,15 +26,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory):
-    """Each example in a child of one `backends.Zygote` of this process' backend, as
-    `tests.test_docs.run` runs it in a process of its own (the same environment)."""
-    zygote = backends.Zygote(tmp_path_factory.mktemp("zygote"))
-    yield zygote
-    zygote.close()
-
-
 def tensorflow_only(block):
     first = block.splitlines()[0]
     return first.startswith(TENSORFLOW_ONLY) and len(first) > len(TENSORFLOW_ONLY) + 10
