@@ -28,7 +28,7 @@ from trainers import contrastive, retrieval
 from trainers.harness import grid
 from trainers.harness.flags import option, positive_int, rate
 from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds
-from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.plots import finish_figure, pyplot
 from trainers.harness.tables import mean_std
 
 PROGRAM = "reproduce_lorac_xml"
@@ -220,10 +220,7 @@ def plot(contrastive_runs, split_images, path, title):
         ylabel="held-out accuracy % (mean ± std over seeds)", title="Frozen-feature accuracy"
     )
     ax_bar.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    finish_figure(fig, path, title, title_size=10)
 
 
 def record(results):

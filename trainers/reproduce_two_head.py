@@ -29,7 +29,7 @@ from trainers.harness import flags as harness_flags
 from trainers.harness import grid
 from trainers.harness.flags import option, positive_int
 from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds
-from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.plots import finish_figure, pyplot
 from trainers.harness.tables import mean_std
 
 PROGRAM = "reproduce_two_head"
@@ -180,10 +180,7 @@ def plot(results, settings, modes, path, title):
         ax.set_xticks(np.arange(len(settings)), settings)
         ax.set(title=name, ylabel="% (mean ± std over seeds)")
     axes[0].legend(fontsize=7, loc="lower left")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    finish_figure(fig, path, title, title_size=10)
 
 
 def reproduce(config):

@@ -1,5 +1,5 @@
-"""What every trainer's figures share: a headless pyplot, an atomic PNG write and a row of
-images."""
+"""What every trainer's figures share: a headless pyplot, an atomic PNG write (and the end of a
+figure: its title, layout, write and close) and a row of images."""
 
 import os
 
@@ -20,6 +20,18 @@ def save_figure(fig, path):
     tmp = f"{path}.tmp.png"
     fig.savefig(tmp, dpi=100)
     os.replace(tmp, path)
+
+
+def finish_figure(fig, path, title=None, *, title_size=None, **layout):
+    """Ends `fig` as every figure here ends: `title` above it (at `title_size`; None:
+    matplotlib's figure-title size), laid out (``fig.tight_layout(**layout)``, e.g. a `rect`
+    that leaves room for the title), written to `path` (`save_figure`) and closed, so that a
+    program drawing many figures holds none of them."""
+    if title is not None:
+        fig.suptitle(title, **({} if title_size is None else {"fontsize": title_size}))
+    fig.tight_layout(**layout)
+    save_figure(fig, path)
+    pyplot().close(fig)
 
 
 def show_images(axes, images):
