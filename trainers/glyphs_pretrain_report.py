@@ -11,7 +11,6 @@ kept class and a retrieval candidate, and a sample grid (a class drawn from each
 """
 
 import os
-import sys
 import time
 import unicodedata
 
@@ -19,8 +18,9 @@ import numpy as np
 from absl import flags
 
 from trainers import quiet_start
+from trainers.glyph_reports import character, pairs_table, write, written_by
 from trainers.harness import flags as harness_flags
-from trainers.harness.plots import pyplot, save_figure, show_images
+from trainers.harness.plots import image_grid
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("report", "docs/glyphs_pretraining.md", "Markdown output.")
@@ -28,10 +28,6 @@ flags.DEFINE_string(
     "sample", "docs/glyphs_pretraining_sample.png", "Sample grid (classes x instances)."
 )
 flags.DEFINE_integer("sample_instances", 12, "Columns of the sample grid.")
-
-
-def _name(character):
-    return f"`{character}` (U+{ord(character):04X})"
 
 
 def _visible(character):
@@ -42,41 +38,31 @@ def sample_grid(split, columns, path):
     """One class per block (drawn at random, seeded), `columns` training instances each."""
     from tf_svmax.data import glyphs_pretrain
 
-    plt = pyplot()
     x, y = split["train"]
     characters = split["characters"]
     rng = np.random.default_rng(0)
     rows = []
     for name, _, _ in glyphs_pretrain.BLOCKS:
         labels = [i for i, c in enumerate(characters) if glyphs_pretrain.block_name(c) == name]
-        rows.append((name, int(rng.choice(labels))))
-    fig, axes = plt.subplots(
-        len(rows), columns, figsize=(columns * 0.62 + 2.6, len(rows) * 0.62 + 0.9)
-    )
-    for r, (block, label) in enumerate(rows):
-        show_images(axes[r], x[y == label][:columns, ..., 0])
-        axes[r][0].set_ylabel(
-            f"U+{ord(characters[label]):04X} {block}",
-            rotation=0,
-            ha="right",
-            va="center",
-            fontsize=7,
-        )
-    fig.suptitle(
+        label = int(rng.choice(labels))
+        rows.append((f"U+{ord(characters[label]):04X} {name}", x[y == label][:columns, ..., 0]))
+    image_grid(
+        rows,
+        path,
         f"tf_svmax glyph pretraining set ({len(characters)} classes, none a look-alike of a "
         f"retrieval glyph):\none class per Unicode block (rows) x {columns} training "
         f"instances (columns), {x.shape[1]} x {x.shape[2]} px",
-        fontsize=9,
+        figsize=(columns * 0.62 + 2.6, len(rows) * 0.62 + 0.9),
+        top=0.95,
+        ha="right",
+        va="center",
+        fontsize=7,
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.95), h_pad=0.1, w_pad=0.1)
-    save_figure(fig, path)
-    plt.close(fig)
 
 
 def main(argv):
     del argv
     quiet_start.import_tensorflow()  # the flags are parsed: the work starts
-    from tf_svmax import records
     from tf_svmax.data import glyphs, glyphs_pretrain
 
     load = os.getloadavg()[0]
@@ -138,13 +124,10 @@ def main(argv):
     ]
     direct = [d for d in dropped if d["via"] is None]
 
-    environment = records.environment()
     lines = [
         "# The glyph pretraining set",
         "",
-        "Written by `python -m trainers.glyphs_pretrain_report "
-        + " ".join(sys.argv[1:])
-        + f"` on {records.device(environment['machine'])}.",
+        written_by("glyphs_pretrain_report"),
         "",
         "A source for pretraining backbones by softmax classification before they are "
         "fine-tuned on the [retrieval glyphs](glyphs.md), standing in for ImageNet "
@@ -211,7 +194,7 @@ def main(argv):
         "- **Marks, controls, format characters and spaces** (Hebrew points, Arabic harakat): "
         "they draw nothing, or nothing on their own. Drawings that are blank or a font's "
         f".notdef box do not count as fonts: {len(selection['excluded'])} such drawings "
-        f"({', '.join(sorted({_name(c) for c, _ in selection['excluded']}))}).",
+        f"({', '.join(sorted({character(c) for c, _ in selection['excluded']}))}).",
         "- **For time**: the Canadian syllabics (about 240 more classes, DejaVu Sans only), the "
         "192 eight-dot Braille cells and the pictographic blocks (Yijing, Tai Xuan Jing, "
         "dominoes, playing cards, emoticons) would keep the generation above a minute on this "
@@ -260,21 +243,13 @@ def main(argv):
         "dropped directly (e.g. `∆`/`Δ`, Arabic `ا`/`l`, `∼`/`~`) and every step of the "
         "chains below the threshold, so the check can fail.",
         "",
-        "The 25 closest pairs of a kept class and a retrieval candidate:",
+        *pairs_table(
+            "The 25 closest pairs of a kept class and a retrieval candidate:",
+            closest_cross,
+            heads=("kept class", "retrieval candidate"),
+        ),
         "",
-        "| kept class | retrieval candidate | distance |",
-        "|---|---|---:|",
-    ]
-    lines += [f"| {_name(a)} | {_name(b)} | {d:.3f} |" for a, b, d in closest_cross]
-    lines += [
-        "",
-        "The 15 closest pairs of two kept classes:",
-        "",
-        "| pair | distance |",
-        "|---|---:|",
-    ]
-    lines += [f"| {_name(a)} {_name(b)} | {d:.3f} |" for a, b, d in closest_within]
-    lines += [
+        *pairs_table("The 15 closest pairs of two kept classes:", closest_within),
         "",
         f"### The {len(dropped)} characters dropped as look-alikes of retrieval candidates",
         "",
@@ -312,11 +287,13 @@ def main(argv):
         f"![Sample: one class per block x instances]({os.path.basename(FLAGS.sample)})",
         "",
     ]
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.report)) or ".", exist_ok=True)
-    with open(FLAGS.report, "w") as f:
-        f.write("\n".join(lines))
-    sample_grid(split, FLAGS.sample_instances, FLAGS.sample)
-    print(f"[glyphs_pretrain_report] wrote {FLAGS.report} and {FLAGS.sample}")
+    write(
+        "glyphs_pretrain_report",
+        lines,
+        FLAGS.report,
+        FLAGS.sample,
+        lambda path: sample_grid(split, FLAGS.sample_instances, path),
+    )
 
 
 if __name__ == "__main__":

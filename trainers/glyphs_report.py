@@ -9,15 +9,15 @@ closest pairs that stayed apart, and the raw-pixel retrieval baseline on the tes
 """
 
 import os
-import sys
 import time
 
 import numpy as np
 from absl import flags
 
 from trainers import quiet_start
+from trainers.glyph_reports import character, pairs_table, write, written_by
 from trainers.harness import flags as harness_flags
-from trainers.harness.plots import pyplot, save_figure, show_images
+from trainers.harness.plots import image_grid
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("report", "docs/glyphs.md", "Markdown output.")
@@ -53,32 +53,25 @@ def _pairs(groups, distance, characters):
     return merged, sorted(apart, key=lambda t: t[2])
 
 
-def _name(character):
-    return f"`{character}` (U+{ord(character):04X})"
-
-
 def sample_grid(split, rows, columns, path):
-    plt = pyplot()
+    """The first `rows` test classes, `columns` instances each."""
     x, y = split["test"]
-    labels = np.unique(y)[:rows]
-    fig, axes = plt.subplots(rows, columns, figsize=(columns * 0.62, rows * 0.68 + 0.8))
-    for r, label in enumerate(labels):
-        show_images(axes[r], x[y == label][:columns, ..., 0])
-        axes[r][0].set_ylabel(split["characters"][label], rotation=0, labelpad=12, fontsize=10)
-    fig.suptitle(
+    image_grid(
+        [(split["characters"][c], x[y == c][:columns, ..., 0]) for c in np.unique(y)[:rows]],
+        path,
         f"tf_svmax embedded glyph set: {rows} test classes (rows) x {columns} instances "
         f"(columns), {x.shape[1]} x {x.shape[2]} px",
-        fontsize=9,
+        figsize=(columns * 0.62, rows * 0.68 + 0.8),
+        top=0.96,
+        labelpad=12,
+        fontsize=10,
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.96), h_pad=0.1, w_pad=0.1)
-    save_figure(fig, path)
-    plt.close(fig)
 
 
 def main(argv):
     del argv
     quiet_start.import_tensorflow()  # the flags are parsed: the work starts
-    from tf_svmax import metrics, records
+    from tf_svmax import metrics
     from tf_svmax.data import glyphs
 
     started = time.perf_counter()
@@ -92,14 +85,11 @@ def main(argv):
     raw -= raw.mean(axis=1, keepdims=True)
     raw /= np.linalg.norm(raw, axis=1, keepdims=True)
     baseline = metrics.evaluate_retrieval(raw, y_test, ks=(1, 8), seed=0, verbose=0)
-    environment = records.environment()
     coverage = glyphs.font_coverage()
     lines = [
         "# The embedded glyph set",
         "",
-        "Written by `python -m trainers.glyphs_report "
-        + " ".join(sys.argv[1:])
-        + f"` on {records.device(environment['machine'])}.",
+        written_by("glyphs_report"),
         "",
         f"- **{len(split['characters'])} classes** × 32 images of 32 × 32 px: "
         f"{len(np.unique(y_train))} training classes ({len(x_train)} images), "
@@ -141,21 +131,19 @@ def main(argv):
     for group in groups["groups"]:
         dropped = [m for m in merged if m[0] == group[0]]
         lines.append(
-            f"- {_name(group[0])} ← "
+            f"- {character(group[0])} ← "
             + ", ".join(
-                f"{_name(b)} {d:.3f}" + ("" if via is None else f" (via `{via[0]}` {via[1]:.3f})")
+                f"{character(b)} {d:.3f}"
+                + ("" if via is None else f" (via `{via[0]}` {via[1]:.3f})")
                 for _, b, d, via in dropped
             )
         )
     lines += [
         "",
-        f"The 25 closest pairs that stay apart (the threshold is {glyphs.MERGE_DISTANCE:g}):",
-        "",
-        "| pair | distance |",
-        "|---|---:|",
-    ]
-    lines += [f"| {_name(a)} {_name(b)} | {d:.3f} |" for a, b, d in apart[:25]]
-    lines += [
+        *pairs_table(
+            f"The 25 closest pairs that stay apart (the threshold is {glyphs.MERGE_DISTANCE:g}):",
+            apart[:25],
+        ),
         "",
         f"Fonts per kept class: min {min(len(coverage[c]) for c in groups['classes'])}, "
         f"median {int(np.median([len(coverage[c]) for c in groups['classes']]))}.",
@@ -163,11 +151,13 @@ def main(argv):
         f"![Sample: test classes x instances]({os.path.basename(FLAGS.sample)})",
         "",
     ]
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.report)) or ".", exist_ok=True)
-    with open(FLAGS.report, "w") as f:
-        f.write("\n".join(lines))
-    sample_grid(split, FLAGS.sample_classes, FLAGS.sample_instances, FLAGS.sample)
-    print(f"[glyphs_report] wrote {FLAGS.report} and {FLAGS.sample}")
+    write(
+        "glyphs_report",
+        lines,
+        FLAGS.report,
+        FLAGS.sample,
+        lambda path: sample_grid(split, FLAGS.sample_classes, FLAGS.sample_instances, path),
+    )
 
 
 if __name__ == "__main__":

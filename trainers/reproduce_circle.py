@@ -45,7 +45,7 @@ from trainers.harness import grid
 from trainers.harness.config import ConfigError
 from trainers.harness.datasets import embedded_names
 from trainers.harness.flags import non_negative_number, number_at_least, option, positive_int
-from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.plots import finish_figure, pyplot
 from trainers.harness.tables import mean_std
 
 PROGRAM = "reproduce_circle"
@@ -295,10 +295,7 @@ def plot_frames(runs, steps, path, title, protocol="ours", steps_per_epoch=None)
                 ax.set_title(label, fontsize=8)
             if j == 0:
                 ax.set_ylabel(LABELS[regularizer], fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    finish_figure(fig, path, title, title_size=9)
 
 
 def plot_s_mu(cells, path, title):
@@ -320,9 +317,7 @@ def plot_s_mu(cells, path, title):
     ax.axhline(trace[-1]["svmax_upper_bound"], color="k", ls=":", lw=0.8, label="U")
     ax.set(xlabel="step", ylabel="s_mu of the training batch", title=title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    finish_figure(fig, path)
 
 
 def markdown(g, first, summaries, timeline, steps_per_epoch, frame_images):

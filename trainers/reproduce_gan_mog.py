@@ -32,7 +32,7 @@ from trainers.harness import flags as harness_flags
 from trainers.harness import grid
 from trainers.harness.flags import option, positive_int
 from trainers.harness.grid import step_seconds
-from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.plots import finish_figure, pyplot
 from trainers.harness.tables import mean_std
 
 PROGRAM = "reproduce_gan_mog"
@@ -219,10 +219,7 @@ def plot_grid(rows, path, title):
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    finish_figure(fig, path, title, title_size=9)
 
 
 def reproduce(config):

@@ -28,8 +28,8 @@ from trainers import contrastive, retrieval
 from trainers.harness import grid
 from trainers.harness.flags import option, positive_int, rate
 from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds
-from trainers.harness.plots import pyplot, save_figure
-from trainers.harness.tables import mean_std
+from trainers.harness.plots import finish_figure, pyplot
+from trainers.harness.tables import Column, mean_std
 
 PROGRAM = "reproduce_lorac_xml"
 
@@ -58,16 +58,16 @@ class LoracXmlGrid(grid.GridConfig):
 
 LABELS = {"lorac": "LORAC (β = 2)", "moco_m": "MoCo-M (β = ∞)", "moco": "MoCo (M = 2)"}
 CONTRASTIVE_COLUMNS = (
-    ("Linear probe %", "linear_probe_accuracy", 100, 2),
-    ("k-NN %", "knn_accuracy", 100, 2),
-    ("Test ‖Q̂‖* ({views} views)", "test_nuclear_norm", 1, 2),
-    ("Open-set R@1 %", "open_set_recall_at_1", 100, 2),
-    ("Open-set MAP@R %", "open_set_map_at_r", 100, 2),
+    Column("Linear probe %", "linear_probe_accuracy", 100),
+    Column("k-NN %", "knn_accuracy", 100),
+    Column("Test ‖Q̂‖* ({views} views)", "test_nuclear_norm"),
+    Column("Open-set R@1 %", "open_set_recall_at_1", 100),
+    Column("Open-set MAP@R %", "open_set_map_at_r", 100),
 )
 XML_COLUMNS = (
-    ("R@1 %", "recall_at_1", 100, 2),
-    ("MAP@R %", "map_at_r", 100, 2),
-    ("NMI", "nmi", 1, 3),
+    Column("R@1 %", "recall_at_1", 100),
+    Column("MAP@R %", "map_at_r", 100),
+    Column("NMI", "nmi", digits=3),
 )
 
 
@@ -104,15 +104,17 @@ def rows(cells, labels, columns, baseline=None, first_evaluation=False):
             statuses = ", ".join(sorted({r["status"] for r in runs}))
             out.append(f"| {labels[key]} | {statuses} |" + " |" * (len(columns) + 1))
             continue
-        values = [mean_std([p[k] for p in picks], scale, digits) for _, k, scale, digits in columns]
+        values = [column.cell(picks) for column in columns]
         seconds = "–" if first_evaluation else mean_std([step_seconds(r) for r in runs], 1e3, 0)
         delta = "–"
         base = cells.get(baseline, [])
         # No baseline cell (e.g. --methods without moco_m): no difference to show.
         if key != baseline and base and not first_evaluation and all(final(r) for r in base):
-            _, column, scale, digits = columns[0]
-            diffs = [final(r)[column] - final(b)[column] for r, b in zip(runs, base, strict=True)]
-            delta = signed_mean_std(diffs, scale, digits)
+            first = columns[0]
+            diffs = [
+                final(r)[first.key] - final(b)[first.key] for r, b in zip(runs, base, strict=True)
+            ]
+            delta = signed_mean_std(diffs, first.scale, first.digits)
         out.append(f"| {labels[key]} | " + " | ".join(values) + f" | {seconds} | {delta} |")
     return out
 
@@ -122,7 +124,7 @@ def markdown(contrastive_runs, xml_runs, seeds, xml_lambda):
     c, d = first["config"], first["data"]
     x = next(iter(xml_runs.values()))[0]["config"]
     head = "| Method | " + " | ".join(
-        col[0].format(views=c["test_views"]) for col in CONTRASTIVE_COLUMNS
+        column.head.format(views=c["test_views"]) for column in CONTRASTIVE_COLUMNS
     )
     head += " | ms/step | Δ probe vs MoCo-M (paired) |"
     lines = [
@@ -166,7 +168,9 @@ def markdown(contrastive_runs, xml_runs, seeds, xml_lambda):
         "cross-batch term with m = 64 prototype histograms of the last convolutional map "
         "(ε = 10, ridge 0.05). Test classes are disjoint from the training classes.",
         "",
-        "| Loss | " + " | ".join(col[0] for col in XML_COLUMNS) + " | ms/step | Δ R@1 (paired) |",
+        "| Loss | "
+        + " | ".join(column.head for column in XML_COLUMNS)
+        + " | ms/step | Δ R@1 (paired) |",
         "|---|" + "---:|" * (len(XML_COLUMNS) + 2),
         *rows(
             xml_runs,
@@ -220,10 +224,7 @@ def plot(contrastive_runs, split_images, path, title):
         ylabel="held-out accuracy % (mean ± std over seeds)", title="Frozen-feature accuracy"
     )
     ax_bar.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    finish_figure(fig, path, title, title_size=10)
 
 
 def record(results):

@@ -45,7 +45,7 @@ from trainers.harness import flags as harness_flags
 from trainers.harness import grid
 from trainers.harness.flags import option, positive_number
 from trainers.harness.grid import error_bars, signed_mean_std
-from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.plots import finish_figure, pyplot
 from trainers.harness.tables import mean_std, starting_weights
 
 PROGRAM = "reproduce_table1"
@@ -307,13 +307,11 @@ def plot(results, losses, methods, learning_rates, path, title):
         lowest = min(lowest, np.mean(untrained))
     axes[0][0].set_ylim(max(0.0, lowest - 5), 100)
     handles, names = axes[0][0].get_legend_handles_labels()
-    fig.suptitle(title, fontsize=10)
     fig.legend(
         handles, names, loc="upper center", ncol=len(names), fontsize=9, bbox_to_anchor=(0.5, 0.94)
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.86))  # room for the title and legend above the panels
-    save_figure(fig, path)
-    plt.close(fig)
+    # The rect leaves room for the title and the legend above the panels.
+    finish_figure(fig, path, title, title_size=10, rect=(0, 0, 1, 0.86))
 
 
 def _panels(plt, losses, learning_rates):
@@ -357,10 +355,7 @@ def plot_s_mu(results, losses, methods, learning_rates, bounds, path, title):
                 ax.set_ylabel("training-batch s_μ")
             if row == 0 and col == 0 or loss in SVMAX_LAMBDA_ROWS and row == 0:
                 ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    save_figure(fig, path)
-    plt.close(fig)
+    finish_figure(fig, path, title, title_size=10, rect=(0, 0, 1, 0.95))
 
 
 def header(runs, seeds):
@@ -490,10 +485,7 @@ def plot_recall(results, losses, methods, learning_rates, path, title):
                 ax.set_ylabel("test R@1 (%)")
             if row == 0:
                 ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    save_figure(fig, path)
-    plt.close(fig)
+    finish_figure(fig, path, title, title_size=10, rect=(0, 0, 1, 0.95))
 
 
 def _cell_of(run, loss, label, lr):

@@ -29,8 +29,8 @@ from trainers.harness import flags as harness_flags
 from trainers.harness import grid
 from trainers.harness.flags import option, positive_int
 from trainers.harness.grid import error_bars, final, signed_mean_std, step_seconds
-from trainers.harness.plots import pyplot, save_figure
-from trainers.harness.tables import mean_std
+from trainers.harness.plots import finish_figure, pyplot
+from trainers.harness.tables import Column, mean_std
 
 PROGRAM = "reproduce_two_head"
 SETTINGS = ("balanced", "long_tailed", "scarce")
@@ -78,16 +78,16 @@ LABELS = {
 
 
 COLUMNS = (
-    ("Top-1 acc. %", "accuracy", 100, 2),
-    ("Macro acc. %", "macro_accuracy", 100, 2),
-    ("R@1 %", "recall_at_1", 100, 2),
-    ("NMI", "nmi", 1, 3),
-    ("Errors whose NN has the predicted label %", "error_neighbour_agreement", 100, 1),
+    Column("Top-1 acc. %", "accuracy", 100),
+    Column("Macro acc. %", "macro_accuracy", 100),
+    Column("R@1 %", "recall_at_1", 100),
+    Column("NMI", "nmi", digits=3),
+    Column("Errors whose NN has the predicted label %", "error_neighbour_agreement", 100, 1),
 )
 
 
 def markdown(results, settings, modes):
-    head = "| Setting | Method | " + " | ".join(c[0] for c in COLUMNS)
+    head = "| Setting | Method | " + " | ".join(column.head for column in COLUMNS)
     head += " | Δ top-1 vs softmax | Δ macro vs softmax | s/step ÷ softmax |"
     lines = [head, "|---|---|" + "---:|" * (len(COLUMNS) + 3)]
     for setting in settings:
@@ -99,10 +99,7 @@ def markdown(results, settings, modes):
                 statuses = ", ".join(sorted({r["status"] for r in runs}))
                 lines.append(f"| {setting} | {LABELS[mode]} | {statuses} |" + " |" * 7)
                 continue
-            cells = []
-            for _, key, scale, digits in COLUMNS:
-                values = [f[key] for f in finals if f.get(key) is not None]
-                cells.append(mean_std(values, scale, digits) if values else "–")
+            cells = [column.cell(finals) for column in COLUMNS]
             if softmax is not None and mode != "softmax" and all(final(r) for r in softmax):
                 for key in ("accuracy", "macro_accuracy"):
                     cells.append(
@@ -180,10 +177,7 @@ def plot(results, settings, modes, path, title):
         ax.set_xticks(np.arange(len(settings)), settings)
         ax.set(title=name, ylabel="% (mean ± std over seeds)")
     axes[0].legend(fontsize=7, loc="lower left")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    finish_figure(fig, path, title, title_size=10)
 
 
 def reproduce(config):

@@ -2,7 +2,7 @@
 
 import os
 
-from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.plots import finish_figure, pyplot
 
 
 def plot_run(results, directory, title):
@@ -44,7 +44,4 @@ def plot_run(results, directory, title):
         twin.legend(fontsize=8, loc="lower right")
     axes[2].set(xlabel="step", ylabel="held-out accuracy", title="Evaluation")
     axes[2].legend(fontsize=8, loc="upper left")
-    fig.suptitle(title)
-    fig.tight_layout()
-    save_figure(fig, os.path.join(directory, "training.png"))
-    plt.close("all")
+    finish_figure(fig, os.path.join(directory, "training.png"), title)

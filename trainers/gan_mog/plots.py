@@ -6,7 +6,7 @@ import numpy as np
 
 from tf_svmax import data
 from trainers.gan_mog.evaluate import sample_path
-from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.plots import finish_figure, pyplot
 
 # Square the heat maps cover (the ring has radius 2; the original plots [-5, 5]).
 PLOT_EXTENT = 3.0
@@ -53,10 +53,7 @@ def plot_run(results, directory, title):
         )
         draw_density(axes[-1], truth)
         axes[-1].set_title("target mixture", fontsize=8)
-        fig.suptitle(title, fontsize=9)
-        fig.tight_layout()
-        save_figure(fig, os.path.join(directory, "samples.png"))
-        plt.close(fig)
+        finish_figure(fig, os.path.join(directory, "samples.png"), title, title_size=9)
     trace = results["trace"]
     if not trace:
         return
@@ -74,7 +71,4 @@ def plot_run(results, directory, title):
         title="Mode coverage (VEEGAN: 3σ, ≥ 1 %)",
         ylim=(-0.3, len(centres) + 0.3),
     )
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    save_figure(fig, os.path.join(directory, "training.png"))
-    plt.close(fig)
+    finish_figure(fig, os.path.join(directory, "training.png"), title, title_size=9)

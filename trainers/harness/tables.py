@@ -1,5 +1,6 @@
 """What the reproduction programs' tables share."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -11,6 +12,23 @@ def mean_std(values, scale=1.0, digits=2):
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
     return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """A column of a reproduction table: its heading, the evaluation key it shows and how
+    (`mean_std`'s `scale` and `digits`)."""
+
+    head: str
+    key: str
+    scale: float = 1.0
+    digits: int = 2
+
+    def cell(self, evaluations):
+        """The column's cell over `evaluations` (one per seed): `mean_std` of their values,
+        leaving out a None (undefined at that evaluation); "–" where none has one."""
+        values = [e[self.key] for e in evaluations if e.get(self.key) is not None]
+        return mean_std(values, self.scale, self.digits) if values else "–"
 
 
 def starting_weights(weights):

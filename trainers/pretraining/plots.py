@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.plots import finish_figure, pyplot
 
 # The held-out accuracies an evaluation records.
 METRIC_KEYS = ("top1", "top5")
@@ -28,12 +28,11 @@ def plot_run(results, directory):
     ax_acc.set(xlabel="step", ylabel="held-out accuracy", title="Held-out top-1 / top-5")
     ax_acc.legend(fontsize=8)
     classes = results.get("classes", "?")
-    fig.suptitle(
+    finish_figure(
+        fig,
+        os.path.join(directory, "pretraining.png"),
         f"Pretraining {c['backbone']} on the glyph pretraining source ({classes} classes), "
         f"batch {c['batch_size']}, lr {c['learning_rate']:g}, {c['train_steps']} steps, "
         f"seed {c['seed']}",
-        fontsize=10,
+        title_size=10,
     )
-    fig.tight_layout()
-    save_figure(fig, os.path.join(directory, "pretraining.png"))
-    plt.close("all")

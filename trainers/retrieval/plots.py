@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.plots import finish_figure, pyplot
 from trainers.retrieval.options import REGULARIZERS
 
 
@@ -50,9 +50,7 @@ def plot_run(results, bounds, directory):
     ax_s.axhline(bounds[1], color="gray", ls=":", label=f"U = {bounds[1]:.3f}")
     ax_s.set(xlabel="step", ylabel="mean singular value", title="s_mu of the training batches")
     ax_s.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, os.path.join(directory, "training.png"))
+    finish_figure(fig, os.path.join(directory, "training.png"), title, title_size=10)
     if not evaluations:
         return
     ks = sorted(int(k.split("_")[-1]) for k in evaluations[-1] if k.startswith("recall_at_"))
@@ -77,7 +75,4 @@ def plot_run(results, bounds, directory):
     ax_k.plot(ks, [evaluations[-1][f"recall_at_{k}"] for k in ks], marker="o")
     ax_k.set_xscale("log", base=2)
     ax_k.set(xlabel="K", ylabel="Recall@K", title=f"Test recall at step {evaluations[-1]['step']}")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, os.path.join(directory, "recall.png"))
-    plt.close("all")
+    finish_figure(fig, os.path.join(directory, "recall.png"), title, title_size=10)

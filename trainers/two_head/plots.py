@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from trainers.harness.plots import pyplot, save_figure
+from trainers.harness.plots import finish_figure, pyplot
 
 
 def plot_run(results, directory, title):
@@ -55,10 +55,7 @@ def plot_run(results, directory, title):
             )
     ax_acc.set(xlabel="step", ylabel="accuracy", title="Accuracy")
     ax_acc.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    save_figure(fig, os.path.join(directory, "training.png"))
-    plt.close("all")
+    finish_figure(fig, os.path.join(directory, "training.png"), title)
 
 
 def run_title(config, num_classes):
