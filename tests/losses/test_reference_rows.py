@@ -269,10 +269,9 @@ def test_only_the_anchors_in_use_is_the_loss_on_the_anchors(name):
 
 @pytest.mark.parametrize("name", FUNCTIONS)
 def test_the_classes_pass_the_mask(name):
-    """`call` and `reference_parts` (through `LossFunctionWrapper`) take ``ref_mask``: the
-    parts' value is the function's; without it they are unchanged. (The shapes of
-    `test_the_mask_compiles`' eager call: eager JAX compiles one program per operation and
-    shape.)"""
+    """`call` and `reference_parts` (through `Loss`) take ``ref_mask``: the parts' value is
+    the function's; without it they are unchanged. (The shapes of `test_the_mask_compiles`'
+    eager call: eager JAX compiles one program per operation and shape.)"""
     fn, _, cls = FUNCTIONS[name]
     x, y, mask = _masked_case(5, 13, 2, 4)
     loss = cls()

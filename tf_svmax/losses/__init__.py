@@ -23,7 +23,7 @@ defined; adding a loss is its module, its import line below and its reference te
 """
 
 from tf_svmax.losses import _registry
-from tf_svmax.losses._base import BatchPenaltyLoss, LabelLoss, PerSampleLabelLoss
+from tf_svmax.losses._base import BatchPenaltyLoss, LabelLoss, Loss, PerSampleLabelLoss
 from tf_svmax.losses._common import LossPart
 from tf_svmax.losses.batch_hard import BatchHardTripletLoss, batch_hard_triplet_loss
 from tf_svmax.losses.center import CenterLoss, ClassCenters

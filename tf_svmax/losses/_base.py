@@ -1,6 +1,8 @@
-"""The library's loss base class, `LabelLoss` (one scalar per batch, `BatchPenaltyLoss`, or one
-value per sample, `PerSampleLabelLoss`), and `LossFunctionWrapper`, which makes a loss class of a
-pure loss function and its keyword arguments."""
+"""The library's loss base classes: `Loss`, which owns a loss' function, its arguments, its
+declared capabilities and its config (nested losses, functions, state layers and renamed
+arguments included), and `LabelLoss` on it (labels passed uncast, the global batch under
+`tf.distribute`; one scalar per batch, `BatchPenaltyLoss`, or one value per sample,
+`PerSampleLabelLoss`)."""
 
 import collections
 import functools
@@ -29,7 +31,139 @@ PER_SAMPLE_REDUCTIONS = ("sum_over_batch_size", "sum", None, "none")
 
 
 @register(base=True)
-class LabelLoss(keras.losses.Loss):
+class Loss(keras.losses.Loss):
+    """Base class of the library's losses: a Keras loss that owns its function, its arguments
+    and its config, as Keras 3's `LossFunctionWrapper` does for Keras' own losses.
+
+    ``Loss(fn, fn_kwargs)``: `call` is ``fn(y_true, y_pred, **references, **fn_kwargs)``
+    (``references``: the reference rows of a loss that accepts them, see `LabelLoss`). A loss
+    that writes its own `call` passes no `fn`. Each of ``fn_kwargs`` (the loss' validated
+    arguments, ``{name: value}``) is an attribute of the loss, and `get_config` saves them
+    beside Keras' ``name`` and ``reduction``: a loss or a function (or a list of them)
+    serialized by Keras, so that a loss holding other losses (`RegularizedLoss`, `XMLLoss`,
+    `CrossBatchMemory`) round-trips with them. A layer holding the loss' state is saved by its
+    name instead (``state_layer_arguments``: `CenterLoss`, `SpreadOutLoss`,
+    `CrossBatchMemory`), and a loss loaded with a model gets the model's restored layer back.
+    `from_config` deserializes them and reads ``renamed_arguments``; a subclass writes neither.
+
+    ``parts_fn`` (a batch-level loss over reference rows): ``parts_fn(y_true, y_pred,
+    **references, **fn_kwargs)`` returns ``(parts, dtype)``, the value's `LossPart` s
+    (`reference_parts`).
+
+    Reduced as Keras reduces (`keras.losses.Loss.__call__`); `LabelLoss` passes labels uncast
+    and evaluates the global batch under `tf.distribute`. The class attributes below are the
+    loss' declared capabilities (see `LabelLoss`), read by `CrossBatchMemory`, `XMLLoss`, the
+    replica split and the retrieval trainer's records.
+    """
+
+    # Whether `call` takes reference rows (``ref_labels``, ``ref_embeddings``, ``ref_offset``)
+    # and `reference_parts` gives its value's parts for them (`CrossBatchMemory` wraps such
+    # losses).
+    accepts_reference_rows = False
+    # Whether `call` and `reference_parts` also take ``ref_mask`` (the reference rows in use):
+    # `CrossBatchMemory` then passes its whole fixed-size bank, which compiles under XLA.
+    accepts_ref_mask = False
+    # Whether the replica split applies (see `LabelLoss`): set by losses that accept reference
+    # rows and by batch-level ones whose `reference_parts` splits something else (pairs,
+    # proxies).
+    splits_anchors = False
+    # K when the loss' batches are P classes x K consecutive rows (the P x K pair losses), else
+    # None: `XMLLoss` then takes its class halves as static blocks of rows under XLA.
+    class_block_rows = None
+    # Whether the loss ranks embeddings by their class labels (``y_true`` labels, ``y_pred``
+    # embeddings ``[B, D]``): `XMLLoss` wraps such losses. True for `LabelLoss`; False for the
+    # regularizers (SVMax, OLE, spread-out: penalties on the embeddings), for losses whose
+    # ``y_pred`` is no embedding (similarity matrices, proxy similarities, distances) and for
+    # the wrappers.
+    ranks_embeddings = False
+
+    # Keyword arguments the loss spelled otherwise before, ``{old: (new, {old value: new
+    # value})}``: the constructor refuses the old keyword with a TypeError naming the new one and
+    # the value to pass (`refuses_renamed` does so for a function), and `from_config` reads a
+    # config saved with the old key as the new one (a `.keras` file saved before the rename loads
+    # as the same loss; e.g. `BatchHardTripletLoss`' ``metric``, now ``distance``).
+    renamed_arguments = {}
+
+    # The arguments that take a layer holding the loss' state (its `state_layers`, which belong
+    # in the model), ``{argument: config key}``: `get_config` saves the layer's name under the
+    # key (its state is saved with the model), and `from_config` passes the layer that
+    # `state_layer_from_config` finds for that name (the loaded model's restored layer).
+    state_layer_arguments = {}
+
+    def __init__(
+        self,
+        fn=None,
+        fn_kwargs=None,
+        *,
+        parts_fn=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+        **kwargs,
+    ):
+        _refuse_renamed(type(self).__name__, self.renamed_arguments, kwargs)
+        fn_kwargs = dict(fn_kwargs or {})
+        self._fn, self._fn_args, self._parts_fn = fn, tuple(fn_kwargs), parts_fn
+        for key, value in fn_kwargs.items():
+            setattr(self, key, value)
+        # Keras' `Loss` refuses any other keyword argument by name.
+        super().__init__(name=name, reduction=reduction, dtype=dtype, **kwargs)
+
+    def _fn_kwargs(self):
+        return {key: getattr(self, key) for key in self._fn_args}
+
+    def call(self, y_true, y_pred, **references):
+        if self._fn is None:
+            return super().call(y_true, y_pred)  # Keras: a subclass must define `call`
+        return self._fn(y_true, y_pred, **references, **self._fn_kwargs())
+
+    def reference_parts(
+        self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0, ref_mask=None
+    ):
+        """The value's parts (a list of `LossPart`) for the anchors `y_true`, `y_pred`
+        against the reference rows: ``sum(total / count)`` is the value, and the totals and
+        counts of disjoint anchor sets add up. From ``parts_fn``; None without one."""
+        if self._parts_fn is None:
+            return None
+        references = _references(ref_labels, ref_embeddings, ref_offset, ref_mask)
+        parts, _ = self._parts_fn(y_true, y_pred, **references, **self._fn_kwargs())
+        return parts
+
+    def get_config(self):
+        config = super().get_config()
+        for key in self._fn_args:
+            config[key] = _serialized(getattr(self, key))
+        for argument, key in self.state_layer_arguments.items():
+            layer = getattr(self, argument)
+            if layer is not None:
+                config[key] = layer.name
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = _renamed_config(cls.renamed_arguments, config)
+        config = {key: _deserialized(value) for key, value in config.items()}
+        for argument, key in cls.state_layer_arguments.items():
+            # Absent from configs written before the name was recorded: a new layer.
+            name = config.pop(key, None)
+            if name is not None:
+                config[argument] = cls.state_layer_from_config(argument, name, config)
+        return cls(**config)
+
+    @classmethod
+    def state_layer_from_config(cls, argument, name, config):
+        """The layer to pass as `argument` (one of ``state_layer_arguments``) to a loss made
+        from `config`, whose layer was named `name`: while a model loads, the model's restored
+        layer of that name (`tf_svmax.losses._state_layers.restored_layer`), so that the loss
+        and the model share it as they did; otherwise a new layer of that name (or None for
+        the constructor's default)."""
+        raise NotImplementedError(
+            f"{cls.__name__} declares state_layer_arguments and defines no state_layer_from_config."
+        )
+
+
+@register(base=True)
+class LabelLoss(Loss):
     """Base class of the library's losses on labels and embeddings: one scalar per batch
     (``per_sample = False``, `BatchPenaltyLoss`) or one value per sample (``per_sample = True``,
     `PerSampleLabelLoss`); see those two for the reductions.
@@ -61,34 +195,31 @@ class LabelLoss(keras.losses.Loss):
     in use, the others as if absent, as references and, at the anchors' own rows, as anchors;
     see `tf_svmax.losses.triplet_semihard_loss`).
 
-    These class attributes are the loss' declared capabilities, read by `CrossBatchMemory`
+    The loss' declared capabilities are `Loss`' class attributes, read by `CrossBatchMemory`
     (``accepts_reference_rows``, ``accepts_ref_mask``), `XMLLoss` (``ranks_embeddings``,
     ``accepts_ref_mask``, ``class_block_rows``), the replica split (``splits_anchors``) and the
-    retrieval trainer's records (tests check they agree).
+    retrieval trainer's records (tests check they agree). The function, its arguments and the
+    config are `Loss`' too: ``BatchPenaltyLoss(fn, fn_kwargs, parts_fn=..., name=...,
+    global_batch=...)``.
     """
 
     # One value per sample (`call` returns `[B]`) rather than one scalar per batch.
     per_sample = False
-    # Whether `call` takes reference rows (``ref_labels``, ``ref_embeddings``, ``ref_offset``)
-    # and `reference_parts` gives its value's parts for them (`CrossBatchMemory` wraps such
-    # losses).
-    accepts_reference_rows = False
-    # Whether `call` and `reference_parts` also take ``ref_mask`` (the reference rows in use):
-    # `CrossBatchMemory` then passes its whole fixed-size bank, which compiles under XLA.
-    accepts_ref_mask = False
-    # Whether the replica split applies (see above): set by losses that accept reference rows
-    # and by batch-level ones whose `reference_parts` splits something else (pairs, proxies).
-    splits_anchors = False
-    # K when the loss' batches are P classes x K consecutive rows (the P x K pair losses), else
-    # None: `XMLLoss` then takes its class halves as static blocks of rows under XLA.
-    class_block_rows = None
-    # Whether the loss ranks embeddings by their class labels (``y_true`` labels, ``y_pred``
-    # embeddings ``[B, D]``): `XMLLoss` wraps such losses. False for the regularizers (SVMax,
-    # OLE, spread-out: penalties on the embeddings) and for losses whose ``y_pred`` is no
-    # embedding (similarity matrices, proxy similarities).
+    # Labels and embeddings: `XMLLoss` wraps the loss unless a subclass says otherwise.
     ranks_embeddings = True
 
-    def __init__(self, name=None, reduction="sum_over_batch_size", dtype=None, global_batch=True):
+    def __init__(
+        self,
+        fn=None,
+        fn_kwargs=None,
+        *,
+        parts_fn=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+        global_batch=True,
+        **kwargs,
+    ):
         self.global_batch = checks.check_bool(global_batch, "global_batch")
         reductions = PER_SAMPLE_REDUCTIONS if self.per_sample else BATCH_REDUCTIONS
         if reduction not in reductions:
@@ -96,7 +227,9 @@ class LabelLoss(keras.losses.Loss):
             raise ValueError(
                 checks.invalid("reduction", f"one of {list(reductions)}{kind}", reduction)
             )
-        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        super().__init__(
+            fn, fn_kwargs, parts_fn=parts_fn, name=name, reduction=reduction, dtype=dtype, **kwargs
+        )
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
@@ -110,14 +243,6 @@ class LabelLoss(keras.losses.Loss):
             )
             reduce = self._per_sample if self.per_sample else self._batch_level
             return reduce(context, local, y_true, y_pred, weights)
-
-    def reference_parts(
-        self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0, ref_mask=None
-    ):
-        """The value's parts (a list of `LossPart`) for the anchors `y_true`, `y_pred`
-        against the reference rows: ``sum(total / count)`` is the value, and the totals and
-        counts of disjoint anchor sets add up. None here: no reference rows."""
-        return None
 
     def _own_references(self, context, local, y_true, y_pred):
         """``(own y_true, own y_pred, references)``: this replica's anchors and, as keyword
@@ -249,8 +374,15 @@ class PerSampleLabelLoss(LabelLoss):
     def reference_parts(
         self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0, ref_mask=None
     ):
-        if not self.accepts_reference_rows:
-            return None
+        if self._parts_fn is not None or not self.accepts_reference_rows:
+            return super().reference_parts(
+                y_true,
+                y_pred,
+                ref_labels=ref_labels,
+                ref_embeddings=ref_embeddings,
+                ref_offset=ref_offset,
+                ref_mask=ref_mask,
+            )
         if self.reduction not in ("sum", "sum_over_batch_size"):
             raise ValueError(
                 checks.invalid(
@@ -268,90 +400,22 @@ class PerSampleLabelLoss(LabelLoss):
         return [_common.LossPart(ops.sum(values), count)]
 
 
-class LossFunctionWrapper:
-    """A loss class around a pure loss function, as Keras 3's `LossFunctionWrapper`: listed
-    before a Keras loss base (``class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss)``),
-    it takes the function and its validated keyword arguments; `call` is
-    ``fn(y_true, y_pred, **references, **fn_kwargs)`` (``references``: the reference rows of
-    a loss that accepts them), each keyword argument is an attribute of the loss, and
-    `get_config` adds them to the base's config (a callable serialized by Keras).
-
-    ``parts_fn`` (a batch-level loss over reference rows): ``parts_fn(y_true, y_pred,
-    **references, **fn_kwargs)`` returns ``(parts, dtype)``, the value's `_common.LossPart` s
-    (`LabelLoss.reference_parts`).
-
-    ``renamed_arguments`` (a class attribute) lists keyword arguments the loss spelled otherwise
-    before: the constructor refuses them naming the new spelling, and `from_config` reads a
-    config saved with them (e.g. `BatchHardTripletLoss`' ``metric``, now ``distance``)."""
-
-    # Keyword arguments the loss spelled otherwise before, ``{old: (new, {old value: new
-    # value})}``: the constructor refuses the old keyword with a TypeError naming the new one and
-    # the value to pass (`refuses_renamed`), and `from_config` reads a config saved with the old
-    # key as the new one (a `.keras` file saved before the rename loads as the same loss).
-    renamed_arguments = {}
-
-    def __init__(self, fn, fn_kwargs, parts_fn=None, **kwargs):
-        _refuse_renamed(type(self).__name__, self.renamed_arguments, kwargs)
-        self._fn, self._fn_args, self._parts_fn = fn, tuple(fn_kwargs), parts_fn
-        for key, value in fn_kwargs.items():
-            setattr(self, key, value)
-        super().__init__(**kwargs)
-
-    def _fn_kwargs(self):
-        return {key: getattr(self, key) for key in self._fn_args}
-
-    def call(self, y_true, y_pred, **references):
-        return self._fn(y_true, y_pred, **references, **self._fn_kwargs())
-
-    def reference_parts(
-        self, y_true, y_pred, *, ref_labels, ref_embeddings, ref_offset=0, ref_mask=None
-    ):
-        references = _references(ref_labels, ref_embeddings, ref_offset, ref_mask)
-        if self._parts_fn is None:
-            return super().reference_parts(y_true, y_pred, **references)
-        parts, _ = self._parts_fn(y_true, y_pred, **references, **self._fn_kwargs())
-        return parts
-
-    def get_config(self):
-        config = super().get_config()
-        for key in self._fn_args:
-            value = getattr(self, key)
-            config[key] = keras.saving.serialize_keras_object(value) if callable(value) else value
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        return super().from_config(_renamed_config(cls.renamed_arguments, config))
-
-
-class NestedLosses:
-    """A loss that holds other losses (`RegularizedLoss`, `CrossBatchMemory`, `XMLLoss`):
-    listed before its Keras loss base, it serializes the constructor arguments named in
-    ``nested_losses`` (each a loss or a list of losses) in `get_config` and deserializes them in
-    `from_config`, nested losses and their own nested losses included, as Keras does for a
-    model's layers."""
-
-    nested_losses = ("loss",)
-
-    def get_config(self):
-        config = super().get_config()
-        for key in self.nested_losses:
-            config[key] = _each(keras.saving.serialize_keras_object, getattr(self, key))
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        for key in cls.nested_losses:
-            config[key] = _each(keras.saving.deserialize_keras_object, config[key])
-        return cls(**config)
-
-
-def _each(function, value):
-    """`function` of `value`, or of each of its items for a list or tuple."""
+def _serialized(value):
+    """A loss argument as `Loss.get_config` saves it: a loss, layer or function (anything
+    callable) serialized by Keras, each item of a list or tuple so."""
     if isinstance(value, (list, tuple)):
-        return [function(item) for item in value]
-    return function(value)
+        return [_serialized(item) for item in value]
+    return keras.saving.serialize_keras_object(value) if callable(value) else value
+
+
+def _deserialized(value):
+    """A config value as `Loss.from_config` reads it: what `_serialized` made of a loss, layer
+    or function (a Keras-serialized dict) deserialized, in lists too; anything else as it is."""
+    if isinstance(value, list):
+        return [_deserialized(item) for item in value]
+    if isinstance(value, dict) and "class_name" in value:
+        return keras.saving.deserialize_keras_object(value)
+    return value
 
 
 def _references(ref_labels, ref_embeddings, ref_offset, ref_mask):
@@ -365,7 +429,7 @@ def _references(ref_labels, ref_embeddings, ref_offset, ref_mask):
 
 def refuses_renamed(renamed):
     """Decorates a loss function whose keyword arguments `renamed` (as
-    `LossFunctionWrapper.renamed_arguments`) were spelled otherwise before: an old keyword is
+    `Loss.renamed_arguments`) were spelled otherwise before: an old keyword is
     refused with a TypeError naming the new one and the value to pass for it."""
 
     def decorate(fn):
@@ -419,11 +483,3 @@ def _renamed_config(renamed, config):
         if config[new] is None:
             raise ValueError(checks.invalid(old, f"one of {list(values)} (saved)", value))
     return config
-
-
-def deserialize_callable(value):
-    """A callable argument as `LossFunctionWrapper.get_config` saved it (a Keras-serialized
-    dict), or `value` itself."""
-    if isinstance(value, dict):
-        return keras.saving.deserialize_keras_object(value)
-    return value

@@ -15,7 +15,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import LossFunctionWrapper, PerSampleLabelLoss, refuses_renamed
+from tf_svmax.losses._base import PerSampleLabelLoss, refuses_renamed
 from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
@@ -120,7 +120,7 @@ def batch_hard_triplet_loss(
 
 
 @register
-class BatchHardTripletLoss(LossFunctionWrapper, PerSampleLabelLoss):
+class BatchHardTripletLoss(PerSampleLabelLoss):
     """Keras loss for `batch_hard_triplet_loss` (mean over anchors by default). A config saved
     with ``metric`` (its former name for ``distance``) loads as the same loss.
 

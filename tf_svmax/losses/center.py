@@ -21,6 +21,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common, _state_layers
+from tf_svmax.losses._base import Loss
 from tf_svmax.losses._registry import register
 from tf_svmax.ops.ole import class_labels
 
@@ -147,7 +148,7 @@ class ClassCenters(_state_layers.StateLayer):
 
 
 @register
-class CenterLoss(keras.losses.Loss):
+class CenterLoss(Loss):
     """Center loss whose centers are non-trainable state moved every training step.
 
     Args:
@@ -194,6 +195,10 @@ class CenterLoss(keras.losses.Loss):
     strategy (per-replica centers); moving it would change those.
     """
 
+    # `get_config` records the centers layer's name (JAX, PyTorch), by which a loaded model's
+    # loss finds it.
+    state_layer_arguments = {"centers_layer": "centers_name"}
+
     def __init__(
         self,
         num_classes,
@@ -207,13 +212,17 @@ class CenterLoss(keras.losses.Loss):
         name="center_loss",
         **kwargs,
     ):
-        super().__init__(name=name, **kwargs)
-        self.global_batch = checks.check_bool(global_batch, "global_batch")
-        self.num_classes = checks.check_positive_int(num_classes, "num_classes")
-        self.embedding_dim = checks.check_positive_int(embedding_dim, "embedding_dim")
-        self.lambda_ = checks.check_non_negative_number(lambda_, "lambda_")
-        self.alpha = checks.check_rate(alpha, "alpha")
-        self.seed = seed
+        # Its own `__call__` (the centers are state); `Loss` saves these arguments and the
+        # centers layer's name, `get_config` adds the centers.
+        fn_kwargs = dict(
+            num_classes=checks.check_positive_int(num_classes, "num_classes"),
+            embedding_dim=checks.check_positive_int(embedding_dim, "embedding_dim"),
+            lambda_=checks.check_non_negative_number(lambda_, "lambda_"),
+            alpha=checks.check_rate(alpha, "alpha"),
+            seed=seed,
+            global_batch=checks.check_bool(global_batch, "global_batch"),
+        )
+        super().__init__(fn_kwargs=fn_kwargs, name=name, **kwargs)
         centers = _initial_centers(self.num_classes, self.embedding_dim, centers, seed)
         if not _backend.LOSS_STATE_IN_LAYERS:
             if centers_layer is not None:
@@ -407,33 +416,24 @@ class CenterLoss(keras.losses.Loss):
         return [] if self.centers_layer is None else [self.centers_layer]
 
     def get_config(self):
-        config = {
+        return {
             **super().get_config(),
-            "num_classes": self.num_classes,
-            "embedding_dim": self.embedding_dim,
-            "lambda_": self.lambda_,
-            "alpha": self.alpha,
-            "seed": self.seed,
-            "global_batch": self.global_batch,
             "dtype": self.dtype,
+            # The trained centers: a loaded loss starts from them (on TensorFlow they are the
+            # loss' own variable, saved nowhere else).
             "centers": self.centers.numpy().tolist(),
         }
-        if self.centers_layer is not None:
-            # How a loaded model's loss finds the model's restored centers layer.
-            config["centers_name"] = self.centers_layer.name
-        return config
 
     @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        name = config.pop("centers_name", None)
-        if name is not None and _backend.LOSS_STATE_IN_LAYERS:
-            shape = (config["num_classes"], config["embedding_dim"])
-            config["centers_layer"] = _state_layers.restored_layer(
-                name,
-                lambda layer: (
-                    isinstance(layer, ClassCenters)
-                    and (layer.num_classes, layer.embedding_dim) == shape
-                ),
-            ) or ClassCenters(*shape, centers=config.get("centers"), name=name)
-        return cls(**config)
+    def state_layer_from_config(cls, argument, name, config):
+        if not _backend.LOSS_STATE_IN_LAYERS:
+            return None  # TensorFlow: the centers are the loss' own variable
+        shape = (config["num_classes"], config["embedding_dim"])
+        restored = _state_layers.restored_layer(
+            name,
+            lambda layer: (
+                isinstance(layer, ClassCenters)
+                and (layer.num_classes, layer.embedding_dim) == shape
+            ),
+        )
+        return restored or ClassCenters(*shape, centers=config.get("centers"), name=name)

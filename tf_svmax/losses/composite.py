@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from tf_svmax import checks
-from tf_svmax.losses._base import NestedLosses
+from tf_svmax.losses._base import Loss
 from tf_svmax.losses._registry import register
 
 
@@ -17,8 +17,13 @@ def _scope_name(name):
     return name or "function_loss"
 
 
+def _applied(y_true, y_pred, *, fn):
+    """`FunctionLoss`' function: the wrapped one's per-sample values."""
+    return fn(y_true, y_pred)
+
+
 @register
-class FunctionLoss(keras.losses.Loss):
+class FunctionLoss(Loss):
     """Wraps a function ``fn(y_true, y_pred) -> per-sample values`` as a reducing Keras loss.
 
     What `model.compile` does to a bare loss function (Keras has no public class for it).
@@ -27,18 +32,10 @@ class FunctionLoss(keras.losses.Loss):
     def __init__(self, fn, name=None, **kwargs):
         if isinstance(fn, str):
             fn = keras.losses.get(fn)
-        elif isinstance(fn, dict):
-            fn = keras.saving.deserialize_keras_object(fn)
         if not callable(fn):
             raise ValueError(checks.invalid("fn", "a loss function fn(y_true, y_pred)", fn))
-        super().__init__(name=name or _scope_name(getattr(fn, "__name__", "")), **kwargs)
-        self.fn = fn
-
-    def call(self, y_true, y_pred):
-        return self.fn(y_true, y_pred)
-
-    def get_config(self):
-        return {**super().get_config(), "fn": keras.saving.serialize_keras_object(self.fn)}
+        name = name or _scope_name(getattr(fn, "__name__", ""))
+        super().__init__(_applied, {"fn": fn}, name=name, **kwargs)
 
 
 def as_loss(obj, arg):
@@ -62,7 +59,7 @@ def as_loss(obj, arg):
 
 
 @register
-class RegularizedLoss(NestedLosses, keras.losses.Loss):
+class RegularizedLoss(Loss):
     """``loss(y_true, y_pred) + sum_r r(y_true, y_pred)``.
 
     Adds batch-level regularizers (`SVMaxLoss`, `OLELoss`, ...) to any Keras loss (ours,
@@ -80,11 +77,15 @@ class RegularizedLoss(NestedLosses, keras.losses.Loss):
     """
 
     def __init__(self, loss, regularizers=(), name="regularized_loss", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.loss = as_loss(loss, "loss")
         if not isinstance(regularizers, (list, tuple)):
             regularizers = [regularizers]
-        self.regularizers = [as_loss(r, "regularizers") for r in regularizers]
+        # No function: `__call__` adds the terms, each reduced and weighted by itself. `Loss`
+        # saves and restores both arguments, the nested losses serialized by Keras.
+        arguments = dict(
+            loss=as_loss(loss, "loss"),
+            regularizers=[as_loss(r, "regularizers") for r in regularizers],
+        )
+        super().__init__(fn_kwargs=arguments, name=name, **kwargs)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
@@ -97,6 +98,3 @@ class RegularizedLoss(NestedLosses, keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         return self(y_true, y_pred)
-
-    # `NestedLosses`: `get_config` and `from_config` (de)serialize these.
-    nested_losses = ("loss", "regularizers")

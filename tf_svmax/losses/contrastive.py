@@ -1,11 +1,10 @@
 """Contrastive loss on pair distances (Hadsell et al. 2006), tensorflow-addons' semantics."""
 
-import keras
 from keras import ops
 
 from tf_svmax import checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import LossFunctionWrapper
+from tf_svmax.losses._base import Loss
 from tf_svmax.losses._registry import register
 
 
@@ -66,7 +65,7 @@ def _paired_labels(y_true, y_pred):
 
 
 @register(tfa=True)
-class ContrastiveLoss(LossFunctionWrapper, keras.losses.Loss):
+class ContrastiveLoss(Loss):
     """Keras loss for `contrastive_loss` (drop-in for `tfa.losses.ContrastiveLoss`).
 
     Reduced with Keras' `reduction` (default ``"sum_over_batch_size"``, as in TFA). Keras'

@@ -5,7 +5,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, refuses_renamed
+from tf_svmax.losses._base import BatchPenaltyLoss, refuses_renamed
 from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
@@ -167,7 +167,7 @@ def _negative_sums(margin, pdist, negatives, valid=None):
 
 
 @register(tfa=True)
-class LiftedStructLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class LiftedStructLoss(BatchPenaltyLoss):
     """Keras loss for `lifted_struct_loss` (drop-in for `tfa.losses.LiftedStructLoss`;
     ``distance="squared-L2"`` is the SVMax repository's squared-distance variant; a config
     saved with ``squared``, its former name, loads as the same loss).

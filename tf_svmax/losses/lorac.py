@@ -29,12 +29,11 @@ under ``jit_compile=True``; on TensorFlow the ops are the original ``tf.linalg.s
 import collections.abc
 import math
 
-import keras
 from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax._args import LORAC_PRIORS as PRIORS  # one table: the trainers' flags read it
-from tf_svmax.losses._base import LossFunctionWrapper
+from tf_svmax.losses._base import Loss
 from tf_svmax.losses._registry import register
 from tf_svmax.ops import _guards
 from tf_svmax.ops.spectral import batched_nuclear_norm
@@ -201,13 +200,13 @@ def lorac_loss(
 
 def _lorac_of_outputs(y_true, y_pred, **kwargs):
     """`lorac_loss` of `LORACLoss`'s ``y_pred`` mapping (`y_true` ignored): the loss class's
-    function, in the ``(y_true, y_pred)`` form that `LossFunctionWrapper` calls."""
+    function, in the ``(y_true, y_pred)`` form that `Loss` calls."""
     del y_true  # self-supervised: no labels
     return lorac_loss(y_pred["queries"], y_pred["positive_keys"], y_pred["negative_keys"], **kwargs)
 
 
 @register
-class LORACLoss(LossFunctionWrapper, keras.losses.Loss):
+class LORACLoss(Loss):
     """`lorac_loss` as a Keras loss; the mean over instances (Eq. 13) by default.
 
     ``y_pred`` is a mapping with ``"queries"`` `[N, M-1, C]`, ``"positive_keys"`` `[N, C]` and

@@ -5,7 +5,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.losses._registry import register
 
 
@@ -110,7 +110,7 @@ def _per_replica(kwargs):
 
 
 @register(tfa=True)
-class NpairsLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class NpairsLoss(BatchPenaltyLoss):
     """Keras loss for `npairs_loss` (drop-in for `tfa.losses.NpairsLoss`)."""
 
     ranks_embeddings = False  # its y_pred is a similarity matrix
@@ -120,7 +120,7 @@ class NpairsLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
 
 @register(tfa=True)
-class NpairsMultilabelLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class NpairsMultilabelLoss(BatchPenaltyLoss):
     """Keras loss for `npairs_multilabel_loss` (drop-in for `tfa.losses.NpairsMultilabelLoss`)."""
 
     ranks_embeddings = False  # its y_pred is a similarity matrix

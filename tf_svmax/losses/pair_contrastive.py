@@ -12,7 +12,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, refuses_renamed
+from tf_svmax.losses._base import BatchPenaltyLoss, refuses_renamed
 from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
@@ -175,7 +175,7 @@ def _contrastive_parts(
 
 
 @register
-class AllPairsContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class AllPairsContrastiveLoss(BatchPenaltyLoss):
     """Keras loss for `all_pairs_contrastive_loss` (pytorch-metric-learning's
     `ContrastiveLoss`; defaults: the XBM paper's cosine similarity, margins 1 and 0.5).
 

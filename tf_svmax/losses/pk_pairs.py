@@ -14,7 +14,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.losses._registry import register
 
 # Added under the square root of the pair distance, as in the original contrastive loss (its
@@ -280,7 +280,7 @@ def _angular_values(x, labels, dtype, *, alpha, l2_reg, rows=None):
 def _mean_of(values_fn):
     """The batch-level loss of a per-pair (per-anchor) function: the mean of its values, as
     the originals average them; in the ``(y_true, y_pred, **kwargs)`` form that
-    `LossFunctionWrapper` calls."""
+    `Loss` calls."""
 
     def mean(y_true, y_pred, **kwargs):
         return ops.mean(values_fn(y_true, y_pred, **kwargs))
@@ -289,7 +289,7 @@ def _mean_of(values_fn):
 
 
 def _pair_parts(values_fn):
-    """The ``parts_fn`` (`LossFunctionWrapper`) of the N-pair and angular losses, split by
+    """The ``parts_fn`` (`Loss`) of the N-pair and angular losses, split by
     pairs: the values (``values_fn(x, labels, dtype, rows=..., **kwargs)``) of the pairs whose
     anchor row is one of the rows `y_pred` (the reference rows ``ref_offset ..`` of the whole
     P x 2 batch, `ref_embeddings`), against every positive of the batch, and their number (the
@@ -307,7 +307,7 @@ def _pair_parts(values_fn):
 
 
 @register
-class PKContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class PKContrastiveLoss(BatchPenaltyLoss):
     """Keras loss for `pk_contrastive_loss` (mean over the batch's pairs).
 
     The SVMax experiments: L2-normalized embeddings, margin 1.0, 36 x 4 batches, and
@@ -329,7 +329,7 @@ class PKContrastiveLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
 
 @register
-class PKNpairLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class PKNpairLoss(BatchPenaltyLoss):
     """Keras loss for `pk_npair_loss` (mean over anchors); 72 x 2 batches in the paper.
 
     Under a `tf.distribute` strategy each replica computes the anchors of its own rows against
@@ -353,7 +353,7 @@ class PKNpairLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
 
 @register
-class PKAngularLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class PKAngularLoss(BatchPenaltyLoss):
     """Keras loss for `pk_angular_loss` (mean over anchors); 72 x 2 batches in the paper.
 
     Split over the replicas of a `tf.distribute` strategy by anchors (`reference_parts`), as

@@ -20,7 +20,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.losses._registry import register
 from tf_svmax.ops.ole import class_labels
 
@@ -192,7 +192,7 @@ def _own_proxies(anchors, rows, classes):
 
 
 @register
-class ProxyAnchorLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class ProxyAnchorLoss(BatchPenaltyLoss):
     """Keras loss for `proxy_anchor_loss`; `y_pred` is the `[B, C]` output of `CosineProxies`.
 
     Under a `tf.distribute` strategy each replica computes its share of the proxies over the

@@ -2,7 +2,7 @@
 `ole_loss`) and its Keras loss class (`SVMaxLoss`, `OLELoss`)."""
 
 from tf_svmax import checks, ops
-from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper
+from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.losses._registry import register
 
 
@@ -35,7 +35,7 @@ def svmax_loss(y_true, y_pred, *, lambda_=1.0, bounded=True, method="auto"):
 
 
 @register
-class SVMaxLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class SVMaxLoss(BatchPenaltyLoss):
     """SVMax regularizer as a label-oblivious Keras loss: `svmax_loss`,
     ``lambda_ * svmax(y_pred)``.
 
@@ -103,7 +103,7 @@ def ole_loss(y_true, y_pred, *, lambda_=0.25, delta=1.0, threshold=1e-6, num_cla
 
 
 @register
-class OLELoss(LossFunctionWrapper, BatchPenaltyLoss):
+class OLELoss(BatchPenaltyLoss):
     """OLE loss as a Keras loss: `ole_loss`, ``lambda_ * tf_svmax.ops.ole_loss(y_true,
     y_pred)`` (OLE paper Eq. 2, 5, 6).
 

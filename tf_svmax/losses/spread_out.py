@@ -138,18 +138,21 @@ class SpreadOutLoss(BatchPenaltyLoss):
     """
 
     ranks_embeddings = False  # a regularizer on the embeddings
+    # `get_config` records the draws layer's name, by which a loaded model's loss finds it.
+    state_layer_arguments = {"draws": "draws_name"}
 
     def __init__(self, alpha=1.0, seed=None, draws=None, name="spread_out", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.alpha = checks.check_non_negative_number(alpha, "alpha")
+        alpha = checks.check_non_negative_number(alpha, "alpha")
         if draws is None:
             draws = SpreadOutDraws(seed)
         elif not isinstance(draws, SpreadOutDraws) or (seed is not None and seed != draws.seed):
             raise ValueError(
                 checks.invalid("draws", f"a SpreadOutDraws layer (with seed {seed})", draws)
             )
-        self.seed = draws.seed
         self.draws = draws
+        # Its own `call` (the draws are state); `Loss` saves these two and the layer's name.
+        fn_kwargs = dict(alpha=alpha, seed=draws.seed)
+        super().__init__(fn_kwargs=fn_kwargs, name=name, **kwargs)
 
     def call(self, y_true, y_pred):
         if _backend.STATE_ONLY_IN_MODEL and not self.draws.in_model:
@@ -174,22 +177,10 @@ class SpreadOutLoss(BatchPenaltyLoss):
         (which JAX needs in the model)."""
         return [self.draws]
 
-    def get_config(self):
-        # `draws_name`: how a loaded model's loss finds the model's restored draws layer.
-        return {
-            **super().get_config(),
-            "alpha": self.alpha,
-            "seed": self.seed,
-            "draws_name": self.draws.name,
-        }
-
     @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        name = config.pop("draws_name", None)
-        if name is not None:
-            seed = config.get("seed")
-            config["draws"] = _state_layers.restored_layer(
-                name, lambda layer: isinstance(layer, SpreadOutDraws) and layer.seed == seed
-            ) or SpreadOutDraws(seed, name=name)  # not loading a model: a new layer
-        return cls(**config)
+    def state_layer_from_config(cls, argument, name, config):
+        seed = config.get("seed")
+        restored = _state_layers.restored_layer(
+            name, lambda layer: isinstance(layer, SpreadOutDraws) and layer.seed == seed
+        )
+        return restored or SpreadOutDraws(seed, name=name)  # not loading a model: a new layer

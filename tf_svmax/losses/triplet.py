@@ -17,7 +17,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss, LossFunctionWrapper, deserialize_callable
+from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.losses._registry import register
 from tf_svmax.ops import distances
 
@@ -362,7 +362,7 @@ def _positive_pairs_of(labels, rows, dtype, valid=None):
 
 
 @register(tfa=True)
-class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class TripletSemiHardLoss(BatchPenaltyLoss):
     """Keras loss for `triplet_semihard_loss` (drop-in for `tfa.losses.TripletSemiHardLoss`).
 
     `y_true`: `[batch_size]` integer labels; `y_pred`: `[batch_size, dim]` L2-normalized
@@ -377,7 +377,7 @@ class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
         fn_kwargs = dict(
             margin=checks.check_finite_number(margin, "margin"),
             distance_metric=distances.check_distance(
-                deserialize_callable(distance_metric), "distance_metric", allow_callable=True
+                distance_metric, "distance_metric", allow_callable=True
             ),
         )
         super().__init__(
@@ -386,7 +386,7 @@ class TripletSemiHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
 
 
 @register(tfa=True)
-class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
+class TripletHardLoss(BatchPenaltyLoss):
     """Keras loss for `triplet_hard_loss` (drop-in for `tfa.losses.TripletHardLoss`)."""
 
     splits_anchors = True
@@ -400,7 +400,7 @@ class TripletHardLoss(LossFunctionWrapper, BatchPenaltyLoss):
             margin=checks.check_finite_number(margin, "margin"),
             soft=checks.check_bool(soft, "soft"),
             distance_metric=distances.check_distance(
-                deserialize_callable(distance_metric), "distance_metric", allow_callable=True
+                distance_metric, "distance_metric", allow_callable=True
             ),
         )
         super().__init__(triplet_hard_loss, fn_kwargs, parts_fn=_hard_parts, name=name, **kwargs)

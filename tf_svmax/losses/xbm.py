@@ -28,7 +28,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _state_layers
-from tf_svmax.losses._base import NestedLosses
+from tf_svmax.losses._base import Loss
 from tf_svmax.losses._common import flat_labels, mean_of_parts
 from tf_svmax.losses._registry import register
 from tf_svmax.ops.ring import index_dtype, ring_slots, ring_write
@@ -245,7 +245,7 @@ def _check_int32_range(labels):
 
 
 @register
-class CrossBatchMemory(NestedLosses, keras.losses.Loss):
+class CrossBatchMemory(Loss):
     """Cross-batch memory (XBM) around a ranking loss: the batch's anchors are mined against
     the batch plus the memory's embeddings and labels.
 
@@ -331,17 +331,24 @@ class CrossBatchMemory(NestedLosses, keras.losses.Loss):
       >>> int(xbm.memory.filled.numpy())  # 8
     """
 
+    # `get_config` records the memory layer's name, by which a loaded model's loss finds it.
+    state_layer_arguments = {"memory": "memory_name"}
+
     def __init__(self, loss, memory_size, *, start_step=0, memory=None, name="cross_batch_memory"):
-        self.loss = _check_loss(loss)
-        self.memory_size = checks.check_positive_int(memory_size, "memory_size")
-        self.start_step = checks.check_non_negative_int(start_step, "start_step")
+        loss = _check_loss(loss)
+        memory_size = checks.check_positive_int(memory_size, "memory_size")
+        fn_kwargs = dict(
+            loss=loss,
+            memory_size=memory_size,
+            start_step=checks.check_non_negative_int(start_step, "start_step"),
+        )
         if memory is None:
-            memory = CrossBatchMemoryBank(self.memory_size)
-        elif not isinstance(memory, CrossBatchMemoryBank) or memory.size != self.memory_size:
+            memory = CrossBatchMemoryBank(memory_size)
+        elif not isinstance(memory, CrossBatchMemoryBank) or memory.size != memory_size:
             raise ValueError(
                 checks.invalid(
                     "memory",
-                    f"a CrossBatchMemoryBank of size {self.memory_size} (memory_size)",
+                    f"a CrossBatchMemoryBank of size {memory_size} (memory_size)",
                     memory,
                 )
             )
@@ -352,7 +359,10 @@ class CrossBatchMemory(NestedLosses, keras.losses.Loss):
         # or True; on JAX an uncompiled train step).
         self._masked = bool(getattr(loss, "accepts_ref_mask", False))
         memory.supports_jit = self._masked
-        super().__init__(name=name, reduction="sum_over_batch_size", dtype=loss.dtype)
+        # Its own `__call__`; `Loss` saves the arguments, the wrapped loss and the layer's name.
+        super().__init__(
+            fn_kwargs=fn_kwargs, name=name, reduction="sum_over_batch_size", dtype=loss.dtype
+        )
 
     def reset(self):
         """Empties the memory and restarts the warm-up (`CrossBatchMemoryBank.reset`)."""
@@ -485,29 +495,18 @@ class CrossBatchMemory(NestedLosses, keras.losses.Loss):
         return [self.memory]
 
     def get_config(self):
-        # Not Keras' `Loss` config (its reduction and dtype are not the memory's arguments).
-        return {
-            "name": self.name,
-            "loss": keras.saving.serialize_keras_object(self.loss),
-            "memory_size": self.memory_size,
-            "start_step": self.start_step,
-            # How a loaded model's loss finds the model's restored memory layer (`from_config`).
-            "memory_name": self.memory.name,
-        }
+        # No `reduction`: not an argument of the memory (its value is the wrapped loss').
+        config = super().get_config()
+        del config["reduction"]
+        return config
 
     @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        # Absent from configs written before it was recorded: a new memory layer.
-        name = config.pop("memory_name", None)
-        if name is not None:
-            size = config["memory_size"]
-            config["memory"] = _state_layers.restored_layer(
-                name,
-                lambda layer: (
-                    isinstance(layer, CrossBatchMemoryBank) and layer.built and layer.size == size
-                ),
-            )
-            if config["memory"] is None:  # not loading a model: a new layer of that name
-                config["memory"] = CrossBatchMemoryBank(config["memory_size"], name=name)
-        return super().from_config(config)  # `NestedLosses`: the wrapped loss
+    def state_layer_from_config(cls, argument, name, config):
+        size = config["memory_size"]
+        restored = _state_layers.restored_layer(
+            name,
+            lambda layer: (
+                isinstance(layer, CrossBatchMemoryBank) and layer.built and layer.size == size
+            ),
+        )
+        return restored or CrossBatchMemoryBank(size, name=name)  # not loading a model

@@ -35,7 +35,7 @@ from keras import ops
 
 from tf_svmax import _backend, checks
 from tf_svmax.losses import _common
-from tf_svmax.losses._base import BatchPenaltyLoss, NestedLosses
+from tf_svmax.losses._base import BatchPenaltyLoss
 from tf_svmax.losses._registry import register
 from tf_svmax.ops import prototypes
 from tf_svmax.ops.ole import first_row_ids
@@ -198,8 +198,49 @@ def _ranking_loss(loss):
     raise ValueError(checks.invalid("loss", _RANKING_LOSS, loss))
 
 
+def _xml_loss(y_true, y_pred, *, loss, num_prototypes, lambda_, ridge, normalize):
+    """`XMLLoss`' function: ``(1 - lambda_) loss(Y) + lambda_ * sum_k loss(Y_hat_k)``."""
+    m = num_prototypes
+    embeddings, histograms = y_pred[:, :-m], y_pred[:, -m:]
+    labels = ops.reshape(y_true, [-1])
+    base = _batch_value(loss, labels, embeddings)
+    if not lambda_:
+        return base  # a Python branch: lambda = 0 is the base loss exactly
+    xla = _backend.in_xla_context()
+    masked = loss.accepts_ref_mask
+    if xla and not masked and loss.class_block_rows is None:
+        raise _xla_refusal(loss)
+    first = class_halves(labels)
+    second = ~first
+    # Each half predicted by the prototypes fitted to the other one.
+    predicted = ops.where(
+        first[:, None],
+        prototypes.cross_batch_embeddings(histograms, embeddings, second, ridge=ridge),
+        prototypes.cross_batch_embeddings(histograms, embeddings, first, ridge=ridge),
+    )
+    if normalize:
+        # epsilon: a row predicted as exactly 0 stays 0 instead of dividing by zero (and
+        # keeps its gradient finite, where `ops.normalize` gives NaN on PyTorch). The
+        # arithmetic of `tf.math.l2_normalize(predicted, 1, epsilon=1e-12)`, the original.
+        squared = ops.sum(ops.square(predicted), axis=1, keepdims=True)
+        predicted = predicted * ops.rsqrt(ops.maximum(squared, 1e-12))
+    # A TensorFlow graph of unknown batch size (Keras retraces a step so for a last, smaller
+    # batch) takes the masked form too: the gradient of the halves' row-count `tf.cond`
+    # around the ranking loss' own conds failed there with a bare AssertionError (cond_v2).
+    unknown_rows = checks.static_shape(embeddings)[0] is None
+    if (xla or unknown_rows) and masked:
+        # Fixed shapes: each half as the ranking loss' ref_mask over the whole batch.
+        cross = _masked_value(loss, labels, predicted, first)
+        cross += _masked_value(loss, labels, predicted, second)
+    elif xla:
+        cross = _block_halves_value(loss, labels, predicted, first)
+    else:
+        cross = _halves_value(loss, labels, predicted, (first, second), _rows)
+    return (1.0 - lambda_) * base + lambda_ * cross
+
+
 @register
-class XMLLoss(NestedLosses, BatchPenaltyLoss):
+class XMLLoss(BatchPenaltyLoss):
     """``(1 - lambda_) loss(Y) + lambda_ * sum_k loss(Y_hat_k)`` (XML Eq. 2.11).
 
     Args:
@@ -226,57 +267,11 @@ class XMLLoss(NestedLosses, BatchPenaltyLoss):
     def __init__(
         self, loss, num_prototypes, lambda_=0.01, ridge=0.05, normalize=True, name="xml", **kwargs
     ):
-        super().__init__(name=name, **kwargs)
-        self.loss = _ranking_loss(loss)
-        self.num_prototypes = checks.check_positive_int(num_prototypes, "num_prototypes")
-        self.lambda_ = checks.check_fraction(lambda_, "lambda_")
-        self.ridge = checks.check_non_negative_number(ridge, "ridge")
-        self.normalize = checks.check_bool(normalize, "normalize")
-
-    def call(self, y_true, y_pred):
-        m = self.num_prototypes
-        embeddings, histograms = y_pred[:, :-m], y_pred[:, -m:]
-        labels = ops.reshape(y_true, [-1])
-        base = _batch_value(self.loss, labels, embeddings)
-        if not self.lambda_:
-            return base  # a Python branch: lambda = 0 is the base loss exactly
-        xla = _backend.in_xla_context()
-        masked = self.loss.accepts_ref_mask
-        if xla and not masked and self.loss.class_block_rows is None:
-            raise _xla_refusal(self.loss)
-        first = class_halves(labels)
-        second = ~first
-        # Each half predicted by the prototypes fitted to the other one.
-        predicted = ops.where(
-            first[:, None],
-            prototypes.cross_batch_embeddings(histograms, embeddings, second, ridge=self.ridge),
-            prototypes.cross_batch_embeddings(histograms, embeddings, first, ridge=self.ridge),
+        fn_kwargs = dict(
+            loss=_ranking_loss(loss),
+            num_prototypes=checks.check_positive_int(num_prototypes, "num_prototypes"),
+            lambda_=checks.check_fraction(lambda_, "lambda_"),
+            ridge=checks.check_non_negative_number(ridge, "ridge"),
+            normalize=checks.check_bool(normalize, "normalize"),
         )
-        if self.normalize:
-            # epsilon: a row predicted as exactly 0 stays 0 instead of dividing by zero (and
-            # keeps its gradient finite, where `ops.normalize` gives NaN on PyTorch). The
-            # arithmetic of `tf.math.l2_normalize(predicted, 1, epsilon=1e-12)`, the original.
-            squared = ops.sum(ops.square(predicted), axis=1, keepdims=True)
-            predicted = predicted * ops.rsqrt(ops.maximum(squared, 1e-12))
-        # A TensorFlow graph of unknown batch size (Keras retraces a step so for a last, smaller
-        # batch) takes the masked form too: the gradient of the halves' row-count `tf.cond`
-        # around the ranking loss' own conds failed there with a bare AssertionError (cond_v2).
-        unknown_rows = checks.static_shape(embeddings)[0] is None
-        if (xla or unknown_rows) and masked:
-            # Fixed shapes: each half as the ranking loss' ref_mask over the whole batch.
-            cross = _masked_value(self.loss, labels, predicted, first)
-            cross += _masked_value(self.loss, labels, predicted, second)
-        elif xla:
-            cross = _block_halves_value(self.loss, labels, predicted, first)
-        else:
-            cross = _halves_value(self.loss, labels, predicted, (first, second), _rows)
-        return (1.0 - self.lambda_) * base + self.lambda_ * cross
-
-    def get_config(self):
-        return {
-            **super().get_config(),  # with `loss` (`NestedLosses`)
-            "num_prototypes": self.num_prototypes,
-            "lambda_": self.lambda_,
-            "ridge": self.ridge,
-            "normalize": self.normalize,
-        }
+        super().__init__(_xml_loss, fn_kwargs, name=name, **kwargs)
