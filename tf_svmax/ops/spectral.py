@@ -565,6 +565,14 @@ def _svmax(x, bounded, method):
         return -s_mu  # Eq. 1
     dtype = dtype_name(x)
     rows, cols = static_or_dynamic_shape(x)
+    if isinstance(rows, int) and isinstance(cols, int):
+        # Static shape (always on JAX and PyTorch): the bounds are Python floats and Eq. 4 takes
+        # three tensor operations instead of ~20 (PyTorch runs each eagerly: 16 x 128 took
+        # 0.74 ms, of which the bounds' arithmetic was a fifth).
+        if min(rows, cols) < 2:
+            return s_mu * 0.0 + 1.0  # the defined minimum, with a zero gradient
+        lower, upper = svmax_bounds(rows, cols)
+        return ops.exp((upper - s_mu) / (upper - lower))  # Eq. 4
     lower, upper = _bounds(ops.cast(rows, dtype), ops.cast(cols, dtype))
     spread = upper - lower  # 0 exactly when min(b, d) = 1
     # 1.0 where Eq. 4 is defined, else 0.0. A float mask rather than `where` on a boolean: the
