@@ -164,7 +164,17 @@ def _xla_eigh_is_fast():
     2-core AMD EPYC (AVX-512; JAX 0.10.2), three alternating compilations each: 144 x 128 Gram
     0.78 ms, Newton-Schulz 1.04 ms; 4,096 x 128 Gram 3.1 ms, Newton-Schulz 10.0 ms (medians).
     On a loaded machine LAPACK's threads occasionally stall a 128 x 128 `eigh` to ~115 ms (not
-    with ``OMP_NUM_THREADS=1``). JAX on a GPU is not measured here: Newton-Schulz stays."""
+    with ``OMP_NUM_THREADS=1``). JAX on a GPU is not measured here: Newton-Schulz stays.
+
+    Re-measured for issue 60 with `benchmarks/backend_speed.py --threads=1` (same machine, TF
+    2.21, JAX 0.10.2, PyTorch 2.13; load 2.7-3.2; `svmax` forward + backward, 7 interleaved
+    rounds; after the faster Newton-Schulz start): what ``"auto"`` picks is the fastest path or
+    within the rounds' spread of it on every backend at b = 16, 144 and 1,024 (d = 128). JAX
+    ``jax.jit``: Gram 0.07 / 1.08 / 2.07 ms, Newton-Schulz 0.11 / 1.33 / 7.12 ms; TensorFlow
+    XLA: Newton-Schulz 0.26 / 1.57 / 6.20 ms, Gram (XLA's eigensolver) 0.30 / 18.8 / 18.2 ms;
+    without XLA the Gram path (TensorFlow 0.31 / 1.27 / 2.31 ms, PyTorch 0.65 / 1.59 / 3.03 ms)
+    beats Newton-Schulz and the SVD except PyTorch's SVD at b = 16 (0.59 ms), where both are
+    its eager dispatch (`docs/benchmarks.md`)."""
     return _backend.xla_eigh_is_fast()
 
 
