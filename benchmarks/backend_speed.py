@@ -21,15 +21,17 @@ median over rounds of (its round median / the peer's beside it); the peer's row 
 of all its timings. Which explicit method ``"auto"`` took is read from the results: the one
 whose value and gradient are bit-identical to ``"auto"``'s.
 
-`--threads=1` runs every backend single-threaded (on a shared CPU the default-threaded figures
-move by tens of percent). The record has the CPU's model and vector extensions (AVX2 and
-AVX-512 change the kernels of every backend) and the load average before and after.
+`--threads=1` runs every backend single-threaded, LAPACK's OpenMP threads included (on a shared
+2-core CPU at load 3 the peer's default-threaded round medians at b = 1,024 ranged 3.5-888 ms,
+the single-threaded ones 4.3-8.7 ms). The record has the CPU's model and
+vector extensions (AVX2 and AVX-512 change the kernels of every backend) and the load average
+before, after and at every round.
 
 Writes ``<output>/backend_speed.{csv,json}`` (machine and versions of every worker) and prints a
 table, in milliseconds.
 
-    python -m benchmarks.backend_speed --output=benchmarks/results/backend_speed
-    python -m benchmarks.backend_speed --threads=1 --output=benchmarks/results/backend_speed_1thread
+    python -m benchmarks.backend_speed --threads=1 --output=benchmarks/results/backend_speed
+    python -m benchmarks.backend_speed --output=benchmarks/results/backend_speed_default_threads
 """
 
 import json
