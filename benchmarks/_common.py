@@ -35,6 +35,27 @@ def time_calls(fn, repeats, warmup=2):
     return summarize(out)
 
 
+def cpu():
+    """The CPU's model name and its vector extensions (AVX2 / AVX-512 change the kernels of every
+    backend), from /proc/cpuinfo (None where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return None
+    fields = {}
+    for line in info.splitlines():
+        if ":" in line:
+            key, value = line.split(":", 1)
+            fields.setdefault(key.strip(), value.strip())
+    return {
+        "model": fields.get("model name", ""),
+        "vector_flags": sorted(
+            f for f in fields.get("flags", "").split() if f.startswith(("avx", "fma", "amx"))
+        ),
+    }
+
+
 def materialize(result):
     """Forces a TensorFlow result (nested) to the host, so the timing includes the work."""
     import tensorflow as tf

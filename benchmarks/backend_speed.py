@@ -1,27 +1,44 @@
-"""SVMax forward + backward on each Keras backend, beside the SVD its users would call instead.
+"""SVMax forward + backward on each Keras backend, every path, beside ``torch.linalg.svdvals``.
 
-For every batch shape, one worker process per Keras backend (the backend is fixed when Keras is
-imported) times ``tf_svmax.ops.svmax`` (the bounded penalty, float32, L2-normalized rows) with its
-gradient:
+One long-lived worker process per Keras backend (the backend is fixed when Keras is imported)
+times ``tf_svmax.ops.svmax`` (the bounded penalty, float32, L2-normalized rows, seed 0) with its
+gradient, with ``method="auto"`` and with each explicit method:
 
-* TensorFlow: in a ``tf.function`` (the Gram path) and under XLA (``jit_compile=True``: the
-  Newton-Schulz path that ``method="auto"`` picks there);
-* JAX: under ``jax.jit`` (XLA, JAX's only compiled mode) with ``method="newton_schulz"`` and
-  with ``method="gram"`` (what ``"auto"`` picks there on a CPU); the peer
+* TensorFlow: in a ``tf.function`` (``"auto"``, ``"gram"``, ``"svd"``, ``"newton_schulz"``) and
+  under XLA (``jit_compile=True``: ``"auto"``, ``"gram"``, ``"newton_schulz"``; not ``"svd"``,
+  which XLA compiles to its Jacobi SVD, hundreds of times slower, and which the library warns
+  against there);
+* JAX: under ``jax.jit`` (XLA, JAX's only compiled mode), every method, and the peer
   ``jnp.linalg.svd(compute_uv=False)`` with autodiff;
-* PyTorch: eagerly (what Keras' ``jit_compile="auto"`` does there); the peer
+* PyTorch: eagerly (what Keras' ``jit_compile="auto"`` does there), every method, and the peer
   ``torch.linalg.svdvals`` with autograd, the reference of every ratio.
 
-Writes ``<output>/backend_speed.{csv,json}`` (machine and versions of every worker) and prints a
-table. Times are medians of `--repeats` calls after 3 warm-ups, in milliseconds.
+The workers take turns: every round times each measurement `--repeats` times right beside
+`--repeats` calls of the PyTorch peer at the same shape (the peer first every other round, the
+measurements in reverse order every other round), so that the load of a shared CPU falls on
+both alike. A row's figure is the median over `--rounds` of its round medians; its ratio is the
+median over rounds of (its round median / the peer's beside it); the peer's row has the median
+of all its timings. Which explicit method ``"auto"`` took is read from the results: the one
+whose value and gradient are bit-identical to ``"auto"``'s.
 
-    python -m benchmarks.backend_speed --output=benchmarks/results/backend_speed
+`--threads=1` runs every backend single-threaded, LAPACK's OpenMP threads included (on a shared
+2-core CPU at load 3 the peer's default-threaded round medians at b = 1,024 ranged 3.5-888 ms,
+the single-threaded ones 4.3-8.7 ms). The record has the CPU's model and
+vector extensions (AVX2 and AVX-512 change the kernels of every backend) and the load average
+before, after and at every round.
+
+Writes ``<output>/backend_speed.{csv,json}`` (machine and versions of every worker) and prints a
+table, in milliseconds.
+
+    python -m benchmarks.backend_speed --threads=1 --output=benchmarks/results/backend_speed
+    python -m benchmarks.backend_speed --output=benchmarks/results/backend_speed_default_threads
 """
 
 import json
 import os
 import subprocess
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -33,11 +50,24 @@ from benchmarks import _common  # noqa: E402
 FLAGS = flags.FLAGS
 BACKENDS = ("tensorflow", "jax", "torch")
 PEER = "torch.linalg.svdvals (autograd)"
+JAX_PEER = "jnp.linalg.svd(compute_uv=False) mean"
+METHODS = ("auto", "gram", "svd", "newton_schulz")
+# (backend, mode) -> the methods timed there.
+MODES = {
+    ("tensorflow", "tf.function"): METHODS,
+    ("tensorflow", "XLA"): ("auto", "gram", "newton_schulz"),  # svd: XLA's Jacobi SVD, see above
+    ("jax", "jax.jit"): METHODS,
+    ("torch", "eager"): METHODS,
+}
 flags.DEFINE_list("backends", list(BACKENDS), f"Keras backends to time, of {list(BACKENDS)}.")
-flags.DEFINE_list("shapes", ["144x128", "1024x128"], "Batch shapes b x d (paper: 144 x 128).")
-flags.DEFINE_integer("repeats", 50, "Timed calls per measurement (after 3 warm-up calls).", 1)
+flags.DEFINE_list(
+    "shapes", ["16x128", "144x128", "1024x128"], "Batch shapes b x d (paper: 144 x 128)."
+)
+flags.DEFINE_integer("rounds", 7, "Interleaved rounds (each worker once per round).", 1)
+flags.DEFINE_integer("repeats", 15, "Timed calls per measurement per round (after warm-up).", 1)
+flags.DEFINE_integer("threads", 0, "Threads of every backend (0: the backend's default).", 0)
 flags.DEFINE_string("output", None, "Folder for backend_speed.csv/.json (none: print only).")
-flags.DEFINE_string("worker", None, "Internal: time on this backend and print JSON rows.")
+flags.DEFINE_string("worker", None, "Internal: serve timings on this backend over stdin/stdout.")
 
 
 def _batch(b, d):
@@ -45,29 +75,35 @@ def _batch(b, d):
     return x / np.linalg.norm(x, axis=1, keepdims=True)  # the bounds assume unit rows
 
 
-def _tensorflow(x, repeats):
+def _name(mode, method):
+    return f"tf_svmax.ops.svmax, {mode}, method={method!r}"
+
+
+def _tensorflow(x):
     import tensorflow as tf
 
     import tf_svmax
 
-    def step(penalty, jit_compile):
+    def step(method, jit_compile):
         @tf.function(jit_compile=jit_compile)
         def run(x):
             with tf.GradientTape() as tape:
                 tape.watch(x)
-                value = penalty(x)
+                value = tf_svmax.ops.svmax(x, method=method)
             return value, tape.gradient(value, x)
 
         return lambda: [np.asarray(t) for t in run(x)]
 
     x = tf.constant(x)
     return {
-        "tf_svmax.ops.svmax, tf.function (gram)": _time(step(tf_svmax.ops.svmax, False), repeats),
-        "tf_svmax.ops.svmax, XLA (newton_schulz)": _time(step(tf_svmax.ops.svmax, True), repeats),
+        _name(mode, method): step(method, mode == "XLA")
+        for (backend, mode), methods in MODES.items()
+        if backend == "tensorflow"
+        for method in methods
     }
 
 
-def _jax(x, repeats):
+def _jax(x):
     import jax
     import jax.numpy as jnp
 
@@ -78,21 +114,15 @@ def _jax(x, repeats):
         return lambda: [np.asarray(t) for t in jax.block_until_ready(run(x))]
 
     x = jnp.asarray(x)
-    return {
-        "tf_svmax.ops.svmax, jax.jit (newton_schulz)": _time(
-            step(lambda e: tf_svmax.ops.svmax(e, method="newton_schulz")), repeats
-        ),
-        # What method="auto" picks under jax.jit on a CPU.
-        "tf_svmax.ops.svmax, jax.jit, method='gram'": _time(
-            step(lambda e: tf_svmax.ops.svmax(e, method="gram")), repeats
-        ),
-        "jnp.linalg.svd(compute_uv=False) mean, jax.jit": _time(
-            step(lambda e: jnp.mean(jnp.linalg.svd(e, compute_uv=False))), repeats
-        ),
+    steps = {
+        _name("jax.jit", method): step(lambda e, m=method: tf_svmax.ops.svmax(e, method=m))
+        for method in MODES[("jax", "jax.jit")]
     }
+    steps[JAX_PEER + ", jax.jit"] = step(lambda e: jnp.mean(jnp.linalg.svd(e, compute_uv=False)))
+    return steps
 
 
-def _torch(x, repeats):
+def _torch(x):
     import torch
 
     import tf_svmax
@@ -106,18 +136,32 @@ def _torch(x, repeats):
             value = fn(e)
             (grad,) = torch.autograd.grad(value, e)
             # .cpu() waits for the device: the time includes the whole computation.
-            return value.detach().cpu().numpy(), grad.cpu().numpy()
+            return [value.detach().cpu().numpy(), grad.cpu().numpy()]
 
         return run
 
-    return {
-        "tf_svmax.ops.svmax, eager (gram)": _time(step(tf_svmax.ops.svmax), repeats),
-        PEER: _time(step(lambda e: torch.linalg.svdvals(e).mean()), repeats),
+    steps = {
+        _name("eager", method): step(lambda e, m=method: tf_svmax.ops.svmax(e, method=m))
+        for method in MODES[("torch", "eager")]
     }
+    steps[PEER] = step(lambda e: torch.linalg.svdvals(e).mean())
+    return steps
 
 
-def _time(fn, repeats):
-    return _common.time_calls(fn, repeats, warmup=3)
+def _set_threads(backend, threads):
+    """Single- (or n-) threaded backends; JAX's comes from XLA_FLAGS, set by the parent."""
+    if not threads:
+        return
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    elif backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(threads)
 
 
 def _versions():
@@ -143,15 +187,91 @@ def _device(backend):
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name") if gpus else "cpu"
 
 
-def worker(backend, shapes, repeats):
-    """JSON rows of this process' backend for every shape, on stdout."""
+def _auto_took(results):
+    """{measurement of "auto": the explicit method whose value and gradient are bit-identical}."""
+    took = {}
+    for name, (value, grad) in results.items():
+        if not name.endswith("method='auto'"):
+            continue
+        prefix = name[: -len("'auto'")]
+        for method in METHODS[1:]:
+            other = results.get(f"{prefix}{method!r}")
+            pairs = zip((value, grad), other or (), strict=False)
+            if other is not None and all(np.array_equal(a, b) for a, b in pairs):
+                took[name] = method
+                break
+    return took
+
+
+def serve(backend, threads):
+    """Worker: answers one JSON line per request line on stdin. ``{"shape": "bxd"}`` builds (and
+    warms up) the steps of that shape and answers their names, the device, the versions and
+    `auto_took`; ``{"shape": "bxd", "name": measurement, "repeats": n}`` answers
+    ``{"seconds": [...]}``, `n` timed calls of that step."""
+    _set_threads(backend, threads)
     timers = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}[backend]
-    rows, device = [], _device(backend)
-    for b, d in shapes:
-        for name, summary in timers(_batch(b, d), repeats).items():
-            row = {"backend": backend, "device": device, "measurement": name, "b": b, "d": d}
-            rows.append({**row, **summary})
-    print(json.dumps({"rows": rows, "versions": _versions()}))
+    steps = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "name" not in request:
+            b, d = (int(v) for v in request["shape"].split("x"))
+            steps[request["shape"]] = timers(_batch(b, d))
+            results = {name: fn() for name, fn in steps[request["shape"]].items()}
+            for fn in steps[request["shape"]].values():
+                for _ in range(3):  # warm-up: tracing, compilation, caches
+                    fn()
+            answer = {
+                "names": list(results),
+                "device": _device(backend),
+                "versions": _versions(),
+                "auto_took": _auto_took(results),
+            }
+        else:
+            fn = steps[request["shape"]][request["name"]]
+            seconds = []
+            for _ in range(request["repeats"]):
+                start = time.perf_counter()
+                fn()
+                seconds.append(time.perf_counter() - start)
+            answer = {"seconds": seconds}
+        print(json.dumps(answer), flush=True)
+
+
+class _Worker:
+    """One backend's long-lived worker process."""
+
+    def __init__(self, backend, threads):
+        env = {**os.environ, "KERAS_BACKEND": backend}
+        if threads:
+            # The LAPACK behind JAX's `eigh` and `svd` runs OpenMP threads of its own, which on
+            # a loaded CPU stall a 128 x 128 decomposition to ~100 ms now and then.
+            env["OMP_NUM_THREADS"] = str(threads)
+        if threads and backend == "jax":
+            env["XLA_FLAGS"] = (
+                f"{env.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false "
+                f"intra_op_parallelism_threads={threads}"
+            ).strip()
+        self.backend = backend
+        command = [sys.executable, "-m", "benchmarks.backend_speed", f"--worker={backend}"]
+        self.process = subprocess.Popen(
+            command + [f"--threads={threads}"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def ask(self, request):
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.backend} worker exited; see its stderr above")
+        return json.loads(line)
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
 
 
 def parse_shapes(values):
@@ -177,50 +297,82 @@ def check_backends(values):
     return values
 
 
-def run_workers(backends, shapes, repeats):
-    """Each backend's rows (and versions), from one worker process per backend, in turn."""
-    rows, versions = [], {}
-    for backend in backends:
-        _common.progress("backend_speed", f"timing on KERAS_BACKEND={backend}")
-        command = [sys.executable, "-m", "benchmarks.backend_speed", f"--worker={backend}"]
-        command += [f"--shapes={','.join(f'{b}x{d}' for b, d in shapes)}"]
-        command += [f"--repeats={repeats}"]
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "KERAS_BACKEND": backend},
+def measure(backends, shapes, rounds, repeats, threads):
+    """Rows of every (backend, measurement, shape) with their round medians and their ratios to
+    the PyTorch peer timed right beside them; the workers' versions; the load per round."""
+    workers = {backend: _Worker(backend, threads) for backend in (*backends, "torch")}
+    info, versions, loads = {}, {}, []
+    medians, ratios, peer_ms = {}, {}, {}
+    try:
+        for (backend, worker), (b, d) in ((w, s) for w in workers.items() for s in shapes):
+            if (backend, f"{b}x{d}") not in info:
+                _common.progress("backend_speed", f"{backend}: building {b}x{d}")
+                info[(backend, f"{b}x{d}")] = worker.ask({"shape": f"{b}x{d}"})
+                versions[backend] = info[(backend, f"{b}x{d}")]["versions"]
+        keys = [
+            (backend, name, b, d)
+            for b, d in shapes
+            for backend in backends
+            for name in info[(backend, f"{b}x{d}")]["names"]
+            if name != PEER
+        ]
+        for r in range(rounds):
+            loads.append(os.getloadavg()[0])
+            _common.progress("backend_speed", f"round {r + 1}/{rounds}, load {os.getloadavg()}")
+            # Every measurement right beside a timing of the peer; the measurements in reverse
+            # order, and the peer first, every other round.
+            for backend, name, b, d in keys if r % 2 == 0 else keys[::-1]:
+                pair = [("row", backend, name), ("peer", "torch", PEER)]
+                timed = {}
+                for label, side, measurement in pair if r % 2 == 0 else pair[::-1]:
+                    answer = workers[side].ask(
+                        {"shape": f"{b}x{d}", "name": measurement, "repeats": repeats}
+                    )
+                    timed[label] = float(np.median(answer["seconds"])) * 1e3
+                medians.setdefault((backend, name, b, d), []).append(timed["row"])
+                ratios.setdefault((backend, name, b, d), []).append(timed["row"] / timed["peer"])
+                peer_ms.setdefault((b, d), []).append(timed["peer"])
+    finally:
+        for worker in workers.values():
+            worker.close()
+    rows = []
+    for backend, name, b, d in keys + [("torch", PEER, b, d) for b, d in shapes]:
+        answer = info[(backend, f"{b}x{d}")]
+        per_round = peer_ms[(b, d)] if name == PEER else medians[(backend, name, b, d)]
+        per_ratio = [1.0] if name == PEER else ratios[(backend, name, b, d)]
+        rows.append(
+            {
+                "backend": backend,
+                "device": answer["device"],
+                "measurement": name,
+                "auto_took": answer["auto_took"].get(name),
+                "b": b,
+                "d": d,
+                "median_ms": float(np.median(per_round)),
+                "min_round_ms": float(np.min(per_round)),
+                "max_round_ms": float(np.max(per_round)),
+                "round_ms": [round(v, 4) for v in per_round],
+                "ratio_to_torch_svdvals": float(np.median(per_ratio)),
+                "round_ratios": [round(v, 3) for v in per_ratio],
+            }
         )
-        if done.returncode != 0:
-            raise RuntimeError(f"the {backend} worker failed:\n{done.stderr[-3000:]}")
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-        rows += result["rows"]
-        versions[backend] = result["versions"]
-    return rows, versions
-
-
-def add_ratios(rows):
-    """Each row's median over the PyTorch peer's at the same shape (None without the peer)."""
-    peers = {(r["b"], r["d"]): r["median_ms"] for r in rows if r["measurement"] == PEER}
-    for row in rows:
-        peer = peers.get((row["b"], row["d"]))
-        row["ratio_to_torch_svdvals"] = None if peer is None else row["median_ms"] / peer
-    return rows
+    return rows, versions, loads
 
 
 def format_table(rows):
     lines = [
-        "| b x d | backend | device | measurement | median ms | p10-p90 ms "
-        "| / torch.linalg.svdvals |",
-        "|---|---|---|---|---:|---:|---:|",
+        "| b x d | backend | device | measurement | median ms | round min-max ms "
+        "| / torch.linalg.svdvals (median of rounds) | round min-max |",
+        "|---|---|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
-        ratio = r["ratio_to_torch_svdvals"]
+        ratio, took = r["ratio_to_torch_svdvals"], r["auto_took"]
+        spread = f"{min(r['round_ratios']):.2f}-{max(r['round_ratios']):.2f}"
         lines.append(
-            f"| {r['b']} x {r['d']} | {r['backend']} | {r.get('device', 'cpu')} | "
-            f"{r['measurement']} | "
-            f"{r['median_ms']:.2f} | {r['p10_ms']:.2f}-{r['p90_ms']:.2f} | "
-            f"{'-' if ratio is None else f'{ratio:.2f}x'} |"
+            f"| {r['b']} x {r['d']} | {r['backend']} | {r['device']} | {r['measurement']}"
+            f"{f' (took {took})' if took else ''} | "
+            f"{r['median_ms']:.2f} | {r['min_round_ms']:.2f}-{r['max_round_ms']:.2f} | "
+            f"{ratio:.2f}x | {spread} |"
         )
     return "\n".join(lines)
 
@@ -235,13 +387,30 @@ def main(argv):
     except ValueError as error:
         raise app.UsageError(str(error), exitcode=2) from error
     if FLAGS.worker:
-        worker(FLAGS.worker, shapes, FLAGS.repeats)
+        serve(FLAGS.worker, FLAGS.threads)
         return
-    rows, versions = run_workers(backends, shapes, FLAGS.repeats)
-    rows = add_ratios(rows)
+    load_before = os.getloadavg()
+    rows, versions, loads = measure(backends, shapes, FLAGS.rounds, FLAGS.repeats, FLAGS.threads)
+    load_after = os.getloadavg()
+    rows = sorted(rows, key=lambda r: (r["b"], r["d"], BACKENDS.index(r["backend"])))
+    cpu = _common.cpu()
+    print(
+        f"CPU {cpu}, threads {FLAGS.threads or 'backend default'}, {FLAGS.rounds} rounds x "
+        f"{FLAGS.repeats} calls; load average before {load_before}, after {load_after}"
+    )
     print(format_table(rows))
     if FLAGS.output:
-        config = {"backends": backends, "shapes": FLAGS.shapes, "repeats": FLAGS.repeats}
+        config = {
+            "backends": backends,
+            "shapes": FLAGS.shapes,
+            "rounds": FLAGS.rounds,
+            "repeats": FLAGS.repeats,
+            "threads": FLAGS.threads or "backend default",
+            "cpu": cpu,
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "load_average_1min_per_round": loads,
+        }
         _common.write_records(
             FLAGS.output, "backend_speed", config, rows, backend_versions=versions
         )

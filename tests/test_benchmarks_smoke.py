@@ -304,17 +304,42 @@ def test_loss_speed_vs_base(tmp_path):
 
 
 def test_backend_speed(tmp_path):
-    """One worker process per Keras backend; every row carries its ratio to the PyTorch peer."""
-    stdout = _run("backend_speed", "--shapes=12x8", "--repeats=2", f"--output={tmp_path}")
+    """One worker process per Keras backend; every row carries its ratio to the PyTorch peer
+    timed beside it, per round, and "auto" names the explicit method it took."""
+    stdout = _run(
+        "backend_speed",
+        "--shapes=12x8",
+        "--rounds=2",
+        "--repeats=1",
+        "--threads=1",
+        f"--output={tmp_path}",
+    )
     results = json.loads((tmp_path / "backend_speed.json").read_text())
     assert set(results["backend_versions"]) == {"tensorflow", "jax", "torch"}
     for backend, versions in results["backend_versions"].items():
         assert versions["keras_backend"] == backend
-    measured = {(r["backend"], r["measurement"]) for r in results["results"]}
-    assert ("torch", "torch.linalg.svdvals (autograd)") in measured
-    assert ("jax", "tf_svmax.ops.svmax, jax.jit (newton_schulz)") in measured
-    assert all(r["ratio_to_torch_svdvals"] > 0 for r in results["results"])
-    assert {r["device"] for r in results["results"]} == {"cpu"}  # CI has no GPU
+    rows = {(r["backend"], r["measurement"]): r for r in results["results"]}
+    assert ("torch", "torch.linalg.svdvals (autograd)") in rows
+    for mode, methods in (
+        (("tensorflow", "tf.function"), ("auto", "gram", "svd", "newton_schulz")),
+        (("tensorflow", "XLA"), ("auto", "gram", "newton_schulz")),
+        (("jax", "jax.jit"), ("auto", "gram", "svd", "newton_schulz")),
+        (("torch", "eager"), ("auto", "gram", "svd", "newton_schulz")),
+    ):
+        for method in methods:
+            assert (mode[0], f"tf_svmax.ops.svmax, {mode[1]}, method={method!r}") in rows
+    # Outside XLA "auto" is the Gram path on every backend (bit-identical results).
+    assert rows[("torch", "tf_svmax.ops.svmax, eager, method='auto'")]["auto_took"] == "gram"
+    assert rows[("tensorflow", "tf_svmax.ops.svmax, XLA, method='auto'")]["auto_took"] == (
+        "newton_schulz"
+    )
+    assert all(r["ratio_to_torch_svdvals"] > 0 for r in rows.values())
+    peer = ("torch", "torch.linalg.svdvals (autograd)")
+    assert all(len(r["round_ratios"]) == 2 for key, r in rows.items() if key != peer)
+    assert {r["device"] for r in rows.values()} == {"cpu"}  # CI has no GPU
+    config = results["config"]
+    assert config["threads"] == 1 and len(config["load_average_1min_per_round"]) == 2
+    assert "vector_flags" in (config["cpu"] or {"vector_flags": []})  # None without /proc
     assert "| 12 x 8 | jax | cpu |" in stdout
 
 

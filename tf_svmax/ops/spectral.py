@@ -14,8 +14,9 @@ Spectral paths (argument `method`):
   ``svd(compute_uv=False)`` runs a second SVD (and JAX's and PyTorch's gradients through the
   singular vectors have the ``1 / (s_i^2 - s_j^2)`` terms below); ours reuses the factors.
 * ``"newton_schulz"`` (nuclear norm and mean singular value only; the default under XLA but
-  JAX's on a CPU): the polar factor ``U V^T`` by the Newton-Schulz iteration, built from matrix
-  products only, which XLA compiles well. ``||E||_* = <U V^T, E>``.
+  JAX's on a CPU): the polar factor ``U V^T`` by Newton-Schulz iterations (two quintic steps
+  that grow the small singular values fast, then the cubic iteration to convergence), built
+  from matrix products only, which XLA compiles well. ``||E||_* = <U V^T, E>``.
 
 All paths use the same gradient, ``sum_i g_i u_i v_i^T`` (for the nuclear norm ``U V^T``),
 computed from factors saved in the forward pass. Unlike the gradient through ``U`` and ``V``, it
@@ -69,6 +70,14 @@ METHODS = ("auto", "gram", "svd", "newton_schulz")
 # the only ones not yet converged, and each contributes at most itself to the nuclear norm.
 _NS_TOL_EPS = 32.0
 _NS_MAX_ITERATIONS = 60
+# The quintic of Muon's orthogonalization (K. Jordan et al., 2024, "Muon: An optimizer for
+# hidden layers"): p(x) = a x + b x^3 + c x^5 has p'(0) = 3.4 and maps (0, 1] into (0, 1.21), so
+# two steps multiply the small singular values by ~12 and leave every one where the cubic
+# iteration converges. Measured on the benchmark's unit rows (d = 128): the iterations' cost in
+# M x N x N products fell from 34 to 21 at b = 144 and from 24 to 13 at b = 1,024. A third step
+# also grows the numerical noise of a rank-deficient batch past the stopping tolerance (the
+# 144 x 128 rank-20 batch of tests/ops/test_spectral.py then ran all 60 iterations).
+_NS_QUINTIC = (3.4445, -4.7750, 2.0315)
 
 
 def _tiny(dtype):
@@ -155,7 +164,17 @@ def _xla_eigh_is_fast():
     2-core AMD EPYC (AVX-512; JAX 0.10.2), three alternating compilations each: 144 x 128 Gram
     0.78 ms, Newton-Schulz 1.04 ms; 4,096 x 128 Gram 3.1 ms, Newton-Schulz 10.0 ms (medians).
     On a loaded machine LAPACK's threads occasionally stall a 128 x 128 `eigh` to ~115 ms (not
-    with ``OMP_NUM_THREADS=1``). JAX on a GPU is not measured here: Newton-Schulz stays."""
+    with ``OMP_NUM_THREADS=1``). JAX on a GPU is not measured here: Newton-Schulz stays.
+
+    Re-measured for issue 60 with `benchmarks/backend_speed.py --threads=1` (same machine, TF
+    2.21, JAX 0.10.2, PyTorch 2.13; load 2.7-3.2; `svmax` forward + backward, 7 interleaved
+    rounds; after the faster Newton-Schulz start): what ``"auto"`` picks is the fastest path or
+    within the rounds' spread of it on every backend at b = 16, 144 and 1,024 (d = 128). JAX
+    ``jax.jit``: Gram 0.07 / 1.08 / 2.07 ms, Newton-Schulz 0.11 / 1.33 / 7.12 ms; TensorFlow
+    XLA: Newton-Schulz 0.26 / 1.57 / 6.20 ms, Gram (XLA's eigensolver) 0.30 / 18.8 / 18.2 ms;
+    without XLA the Gram path (TensorFlow 0.31 / 1.27 / 2.31 ms, PyTorch 0.65 / 1.59 / 3.03 ms)
+    beats Newton-Schulz and the SVD except PyTorch's SVD at b = 16 (0.59 ms), where both are
+    its eager dispatch (`docs/benchmarks.md`)."""
     return _backend.xla_eigh_is_fast()
 
 
@@ -266,19 +285,38 @@ def _nuclear_norm_factored(x, method):
     return forward(x)
 
 
-def polar_newton_schulz(x_tall):
-    """Polar factor `U V^T` of `x_tall` (`M >= N`) by the Newton-Schulz iteration.
+def _sigma_max_bound(gram, frobenius):
+    """An upper bound of ``s_1`` from the Gram matrix ``A = E^T E``: ``sqrt(||A||_1)``, which is
+    ``>= sqrt(||A||_2) = s_1`` (an induced norm bounds the spectral radius), or ``||E||_F``
+    where that is smaller. For unit rows it is 2-5x tighter than ``||E||_F`` (b = 144, d = 128:
+    3.8 against 12; the largest singular value is 2.0), which saves Newton-Schulz iterations."""
+    bound = ops.sqrt(ops.max(ops.sum(ops.abs(gram), axis=-2), axis=-1))
+    return ops.where(bound < frobenius, bound, frobenius)  # (`ops.minimum` would be float32)
 
-    ``Y <- Y (3 I - Y^T Y) / 2`` converges quadratically to ``U V^T`` for singular values of
-    ``Y`` in ``(0, sqrt(3))``; starting from ``E / ||E||_F`` puts all of them in ``(0, 1]``.
-    Exactly-zero singular values stay zero (their direction is dropped).
+
+def polar_newton_schulz(x_tall):
+    """Polar factor `U V^T` of `x_tall` (`M >= N`) by Newton-Schulz iterations.
+
+    Starting from ``Y = E / c`` with ``c >= s_1`` (`_sigma_max_bound`) puts every singular value
+    of ``Y`` in ``(0, 1]``. Two quintic steps ``Y <- Y (a I + b Y^T Y + c (Y^T Y)^2)`` with
+    `_NS_QUINTIC` multiply small singular values by 3.4 each and keep them all in
+    ``(0, 1.21)``; then ``Y <- Y (3 I - Y^T Y) / 2`` converges quadratically to ``U V^T`` (it
+    does for any singular value in ``(0, sqrt(3))``) until the iterate moves less than the
+    tolerance. Exactly-zero singular values stay zero (their direction is dropped).
     """
     dtype = dtype_name(x_tall)
     n = static_or_dynamic_shape(x_tall)[-1]
     eye = ops.eye(n, dtype=dtype)
-    frobenius = norm(x_tall)
+    gram = _backend.matmul(_t(x_tall), x_tall)
     # Clamp so an all-zero matrix gives Y = 0 instead of 0/0.
-    y0 = x_tall / at_least(frobenius, _tiny(dtype))
+    scale = at_least(_sigma_max_bound(gram, norm(x_tall)), _tiny(dtype))
+    y = x_tall / scale
+    a, b, c = _NS_QUINTIC
+    for step in range(2):
+        # Y^T Y of the first step is the Gram matrix over scale^2 (divided twice: the zero
+        # matrix's scale is the smallest normal float, whose square is 0).
+        yty = gram / scale / scale if step == 0 else _backend.matmul(_t(y), y)
+        y = _backend.matmul(y, a * eye + b * yty + c * _backend.matmul(yty, yty))
     tol = _NS_TOL_EPS * _eps(dtype) * ops.sqrt(ops.cast(n, dtype))
 
     def keep_going(y, change):
@@ -291,7 +329,7 @@ def polar_newton_schulz(x_tall):
     polar, _ = ops.while_loop(
         keep_going,
         step,
-        (y0, ops.full((), np.inf, dtype)),
+        (y, ops.full((), np.inf, dtype)),
         maximum_iterations=_NS_MAX_ITERATIONS,
     )
     return polar
@@ -537,6 +575,14 @@ def _svmax(x, bounded, method):
         return -s_mu  # Eq. 1
     dtype = dtype_name(x)
     rows, cols = static_or_dynamic_shape(x)
+    if isinstance(rows, int) and isinstance(cols, int):
+        # Static shape (always on JAX and PyTorch): the bounds are Python floats and Eq. 4 takes
+        # three tensor operations instead of ~20 (PyTorch runs each eagerly: 16 x 128 took
+        # 0.74 ms, of which the bounds' arithmetic was a fifth).
+        if min(rows, cols) < 2:
+            return s_mu * 0.0 + 1.0  # the defined minimum, with a zero gradient
+        lower, upper = svmax_bounds(rows, cols)
+        return ops.exp((upper - s_mu) / (upper - lower))  # Eq. 4
     lower, upper = _bounds(ops.cast(rows, dtype), ops.cast(cols, dtype))
     spread = upper - lower  # 0 exactly when min(b, d) = 1
     # 1.0 where Eq. 4 is defined, else 0.0. A float mask rather than `where` on a boolean: the
