@@ -239,21 +239,6 @@ class _Side:
         self.process.wait()
 
 
-def _cpu():
-    """The CPU's model name and its vector extensions (AVX2 / AVX-512 change the kernels)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = f.read()
-    except OSError:
-        return None
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line and line.strip())
-    flags = fields.get("flags\t\t", fields.get("flags", "")).split()
-    return {
-        "model": fields.get("model name\t", "").strip(),
-        "vector_flags": sorted(f for f in flags if f.startswith(("avx", "fma", "amx"))),
-    }
-
-
 def _commit(root):
     return subprocess.run(
         ["git", "-C", root, "log", "-1", "--format=%h %s"], capture_output=True, text=True
@@ -404,6 +389,8 @@ def main(argv):
     table = format_table(rows)
     print(table)
     if FLAGS.output:
+        from benchmarks import _common
+
         config = {
             "backend": FLAGS.backend,
             "rounds": FLAGS.rounds,
@@ -418,12 +405,10 @@ def main(argv):
                     text=True,
                 ).stdout.strip()
             ),
-            "cpu": _cpu(),
+            "cpu": _common.cpu(),
             "load_average_before": load_before,
             "load_average_after": load_after,
         }
-        from benchmarks import _common
-
         _common.write_records(FLAGS.output, "loss_speed_vs_base", config, rows)
         with open(os.path.join(FLAGS.output, "loss_speed_vs_base.md"), "w") as f:
             f.write(f"base {config['base']}\n\nhead {config['head']}\n\n")
