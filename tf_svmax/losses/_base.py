@@ -213,13 +213,11 @@ class LabelLoss(Loss):
         fn=None,
         fn_kwargs=None,
         *,
-        parts_fn=None,
-        name=None,
         reduction="sum_over_batch_size",
-        dtype=None,
         global_batch=True,
         **kwargs,
     ):
+        # `kwargs`: `Loss`' (``parts_fn``, ``name``, ``dtype``, renamed arguments).
         self.global_batch = checks.check_bool(global_batch, "global_batch")
         reductions = PER_SAMPLE_REDUCTIONS if self.per_sample else BATCH_REDUCTIONS
         if reduction not in reductions:
@@ -227,9 +225,7 @@ class LabelLoss(Loss):
             raise ValueError(
                 checks.invalid("reduction", f"one of {list(reductions)}{kind}", reduction)
             )
-        super().__init__(
-            fn, fn_kwargs, parts_fn=parts_fn, name=name, reduction=reduction, dtype=dtype, **kwargs
-        )
+        super().__init__(fn, fn_kwargs, reduction=reduction, **kwargs)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with keras.name_scope(self.name):
