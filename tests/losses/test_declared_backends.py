@@ -70,7 +70,7 @@ def test_an_unknown_class_is_refused_naming_it():
 OWN = '''
 import keras
 
-from tf_svmax.losses import _base
+from tf_svmax.losses import BatchPenaltyLoss, _base
 from tf_svmax.losses._base import BatchPenaltyLoss as Penalty
 
 K = 3
@@ -90,6 +90,10 @@ class Child(Mine):
 
 class Dotted(_base.PerSampleLabelLoss):
     pass
+
+
+class Exported(BatchPenaltyLoss):  # as `tf_svmax.losses` re-exports it
+    accepts_ref_mask = True
 
 
 class Computed(Penalty):
@@ -135,7 +139,7 @@ def own(tmp_path_factory):
 
 
 @pytest.mark.parametrize("attribute", CAPABILITIES)
-@pytest.mark.parametrize("name", ["Mine", "Child", "Dotted"])
+@pytest.mark.parametrize("name", ["Mine", "Child", "Dotted", "Exported"])
 def test_a_class_of_ones_own_is_read_as_python_reads_it(own, name, attribute):
     reader, module = own
     value = reader.declared(name, attribute)

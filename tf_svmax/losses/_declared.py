@@ -64,6 +64,11 @@ class Declarations:
         with open(path, encoding="utf-8") as file:
             return ast.parse(file.read(), path)
 
+    def _module(self, name):
+        """Whether `name` is a module of the folder."""
+        return os.path.isfile(os.path.join(self.folder, f"{name}.py"))
+
+    @functools.cache  # noqa: B019 (as `_tree`: each class is looked for once)
     def _class(self, class_name):
         """``(module, ClassDef)`` of the class `class_name` of the folder's modules."""
         found = []
@@ -102,17 +107,18 @@ class Declarations:
             if node is not None:
                 return module, node
             where = imported.get(base.id)
+            if where is not None and where[0] is None and not self._module(where[1]):
+                # ``from package import Name``: a class the package re-exports.
+                return self._class(where[1])
         elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
             where = imported.get(base.value.id)
             # ``from package import module``: ``module.Name``.
             where = (where[1], base.attr) if where and where[0] is None else None
         else:
             return None
-        if where is None or where[0] is None:
+        if where is None or where[0] is None or not self._module(where[0]):
             return None
         other, name = where
-        if not os.path.exists(os.path.join(self.folder, f"{other}.py")):
-            return None
         node = _top_class(self._tree(other), name)
         return None if node is None else (other, node)
 
