@@ -79,6 +79,9 @@ REFUSED = {
         (("--weights=imagenet",), "--weights=imagenet: --backbone=small_cnn has no ImageNet"),
         (("--xbm_start_step=5",), "--xbm_start_step needs --xbm_size > 0"),
         (("--dataset=cub200",), "--dataset=cub200 needs --data_dir"),
+        # The losses' declared capabilities (`tf_svmax.losses._declared`, read from the source).
+        (("--batch_k=6",), "--loss=contrastive pairs the rows of each class as the original does"),
+        (("--xbm_size=100",), "--xbm_size needs a loss that mines anchors against a reference"),
         # Issue 59: these passed the checks, then ended in a traceback (exit 1).
         (("--embedding_dim=1000000000000",), "--embedding_dim=1000000000000 (a Dense kernel"),
         (("--seed=4294967296",), "`--seed`. Expected an int in [0, 2**32 - 1 = 4294967295]"),

@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from tf_svmax import losses
+from tf_svmax.losses import _registry
 from trainers import retrieval
 from trainers.retrieval.ranking import RankingLoss, number
 
@@ -49,12 +50,6 @@ def test_the_tables_of_losses_are_read_from_the_records():
     assert retrieval.XBM_LOSSES == tuple(
         name for name, (cls, _) in EXPECTED.items() if cls.accepts_reference_rows
     )
-    # Each record's capability facts are those its class declares (`tf_svmax.losses.LabelLoss`:
-    # the memory wraps a loss that accepts reference rows; a P x K loss fixes K).
-    for record in retrieval.RANKING_LOSSES:
-        cls = getattr(losses, record.constructor)
-        assert record.cross_batch_memory == cls.accepts_reference_rows, record.name
-        assert record.required_k == cls.class_block_rows, record.name
     in_table1 = {x.name for x in retrieval.RANKING_LOSSES if x.in_table1}
     paper = {"contrastive", "triplet_hard", "triplet_semihard", "npair", "angular", "lifted"}
     assert paper <= in_table1 and not in_table1 & {"contrastive_pairs", "proxy_anchor"}
@@ -62,6 +57,37 @@ def test_the_tables_of_losses_are_read_from_the_records():
     several = {x.name: x.table1_svmax_lambdas for x in retrieval.RANKING_LOSSES}
     assert {name for name in paper if several[name]} == {"triplet_hard", "triplet_semihard"}
     assert several["triplet_hard"] == several["triplet_semihard"] == (1.0, 0.1)
+
+
+# The capability facts the trainer reads, and the declaration of the class each derives from
+# (`tf_svmax.losses.Loss`: the memory wraps a loss that accepts reference rows; a P x K loss
+# fixes K).
+DERIVED = {"cross_batch_memory": "accepts_reference_rows", "required_k": "class_block_rows"}
+
+
+def test_the_records_capability_facts_are_their_class_declarations():
+    # Not restated in the records: no field holds them.
+    assert not set(DERIVED) & {field.name for field in dataclasses.fields(RankingLoss)}
+    for record in retrieval.RANKING_LOSSES:
+        cls = getattr(losses, record.constructor)
+        for fact, declaration in DERIVED.items():
+            assert getattr(record, fact) == getattr(cls, declaration), (record.name, fact)
+    # A record of another class reads that class' declarations: every loss class the library
+    # registers, whatever the trainer offers.
+    for entry in _registry.entries("loss"):
+        record = RankingLoss(
+            "x", label="x", constructor=entry.name, batch_p=2, batch_k=2, svmax_lambda=1.0
+        )
+        for fact, declaration in DERIVED.items():
+            assert getattr(record, fact) == getattr(entry.obj, declaration), (entry.name, fact)
+
+
+def test_a_record_of_an_unknown_class_is_refused_naming_it():
+    record = RankingLoss(
+        "x", label="x", constructor="NoSuchLoss", batch_p=2, batch_k=2, svmax_lambda=1.0
+    )
+    with pytest.raises(ValueError, match="Received: class_name='NoSuchLoss'"):
+        assert record.required_k is None  # a property: reading it reads the class
 
 
 def test_a_record_with_a_margin_names_the_argument_it_sets():

@@ -198,9 +198,10 @@ class LabelLoss(Loss):
     The loss' declared capabilities are `Loss`' class attributes, read by `CrossBatchMemory`
     (``accepts_reference_rows``, ``accepts_ref_mask``), `XMLLoss` (``ranks_embeddings``,
     ``accepts_ref_mask``, ``class_block_rows``), the replica split (``splits_anchors``) and the
-    retrieval trainer's records (tests check they agree). The function, its arguments and the
-    config are `Loss`' too: ``BatchPenaltyLoss(fn, fn_kwargs, parts_fn=..., name=...,
-    global_batch=...)``.
+    retrieval trainer's records, which read them from the source before Keras is imported
+    (`tf_svmax.losses._declared`: a capability is a literal in the class body). The function,
+    its arguments and the config are `Loss`' too: ``BatchPenaltyLoss(fn, fn_kwargs,
+    parts_fn=..., name=..., global_batch=...)``.
     """
 
     # One value per sample (`call` returns `[B]`) rather than one scalar per batch.

@@ -11,7 +11,8 @@ are checked, so that ``--help`` and a refused flag return without importing Tens
     )
 
 The flags themselves are checked with the library's validators and name tables, which
-`library_args` holds without importing Keras.
+`library_args` holds without importing Keras, and with the losses' declared capabilities,
+which `library_declared` reads from their source.
 """
 
 import importlib
@@ -21,30 +22,36 @@ import sys
 import types
 
 LIBRARY_ARGS = "tf_svmax._args"
+LIBRARY_DECLARED = "tf_svmax.losses._declared"
 
 
-def _library_args():
-    """`tf_svmax._args` (the library's argument validators and name tables, Keras-free), loaded
-    from the installed package's folder without running ``tf_svmax/__init__.py``, which imports
-    Keras and registers the library's objects (seconds). It is bound in ``sys.modules`` under its
-    own name, so the library's ``from tf_svmax._args import ...`` finds this module once Keras
-    is imported: the same validators and the same `WeightsFileError` class."""
-    if LIBRARY_ARGS in sys.modules:  # tf_svmax is imported already (a test process)
-        return sys.modules[LIBRARY_ARGS]
+def _library_module(name):
+    """The library's Keras-free module `name` (``tf_svmax._args``, ``tf_svmax.losses._declared``:
+    each imports only the standard library and NumPy, and no other module of the package),
+    loaded from the installed package's folder without running ``tf_svmax/__init__.py``, which
+    imports Keras and registers the library's objects (seconds). It is bound in
+    ``sys.modules`` under its own name, so that an import of it finds this module once Keras
+    is imported (the library's ``from tf_svmax._args import ...``: the same validators and the
+    same `WeightsFileError` class)."""
+    if name in sys.modules:  # tf_svmax is imported already (a test process)
+        return sys.modules[name]
     package = importlib.util.find_spec("tf_svmax")  # finds the package without importing it
-    path = os.path.join(package.submodule_search_locations[0], "_args.py")
-    spec = importlib.util.spec_from_file_location(LIBRARY_ARGS, path)
+    path = os.path.join(package.submodule_search_locations[0], *name.split(".")[1:]) + ".py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[LIBRARY_ARGS] = module
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[LIBRARY_ARGS]
+        del sys.modules[name]
         raise
     return module
 
 
-library_args = _library_args()
+# The library's argument validators and name tables (`tf_svmax._args`).
+library_args = _library_module(LIBRARY_ARGS)
+# The losses' declared capabilities, read from their source (`tf_svmax.losses._declared`).
+library_declared = _library_module(LIBRARY_DECLARED)
 
 
 def attributes(package, modules):

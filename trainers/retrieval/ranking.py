@@ -1,15 +1,19 @@
 """The retrieval trainer's ranking losses, one record each: everything the trainer knows about a
 loss (its `tf_svmax.losses` class, the papers' P x K, SVMax lambda and margin, the batch it needs,
-whether the cross-batch memory applies, whether SVMax Table 1 has it), read by the config's flags
-and checks (`trainers.retrieval.config`), the model (`trainers.retrieval.model`) and the Table 1
-grid (`trainers.reproduce_table1`). Adding a loss to the trainer is one `RankingLoss` here plus
-its library code.
+whether SVMax Table 1 has it), read by the config's flags and checks
+(`trainers.retrieval.config`), the model (`trainers.retrieval.model`) and the Table 1 grid
+(`trainers.reproduce_table1`). Adding a loss to the trainer is one `RankingLoss` here plus its
+library code.
 
 The records name their class instead of holding it, so that reading them (flags, help, checks)
-imports no Keras.
+imports no Keras. What the class declares of itself (the only K it accepts, whether the
+cross-batch memory applies) is not restated here: the records read it from the library's
+source (`tf_svmax.losses._declared`, through `trainers.harness.lazy.library_declared`).
 """
 
 import dataclasses
+
+from trainers.harness.lazy import library_declared  # the losses' declared capabilities, no Keras
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,11 +29,7 @@ class RankingLoss:
       margin: the papers' margin (the --margin default), or None for a loss without one.
       margin_argument: the constructor's argument that --margin sets (None: no margin).
       arguments: the constructor's other arguments, fixed: ``(name, value)`` pairs.
-      required_k: the only K the loss accepts (it pairs the rows of each class as its original
-        does), or None for any K >= 2.
       pairs_classes: the loss pairs the batch's classes two by two (P must be even).
-      cross_batch_memory: the loss mines anchors against a separate reference set, so
-        --xbm_size (`losses.CrossBatchMemory`) applies to it.
       on_proxies: the loss scores the embeddings against one learnable proxy per training class
         (a `CosineProxies` head) instead of against each other.
       in_table1: the loss is one of SVMax Table 1's (`trainers.reproduce_table1`).
@@ -38,6 +38,13 @@ class RankingLoss:
         lambda.
       help: what --loss's help says of it (empty: nothing).
       margin_help: what its margin is, where that needs saying (empty: nothing).
+
+    Properties, read from the declarations of the `constructor` class (`Loss`' capabilities):
+      required_k: the only K the loss accepts (it pairs the rows of each class as its original
+        does), or None for any K >= 2: the class' ``class_block_rows``.
+      cross_batch_memory: the loss mines anchors against a separate reference set, so
+        --xbm_size (`losses.CrossBatchMemory`) applies to it: the class'
+        ``accepts_reference_rows``.
     """
 
     name: str
@@ -49,9 +56,7 @@ class RankingLoss:
     margin: float | None = None
     margin_argument: str | None = None
     arguments: tuple[tuple[str, object], ...] = ()
-    required_k: int | None = None
     pairs_classes: bool = False
-    cross_batch_memory: bool = False
     on_proxies: bool = False
     in_table1: bool = False
     table1_svmax_lambdas: tuple[float, ...] = ()
@@ -65,6 +70,14 @@ class RankingLoss:
                 f"None; received margin={self.margin!r}, margin_argument="
                 f"{self.margin_argument!r}."
             )
+
+    @property
+    def required_k(self):
+        return library_declared.declared(self.constructor, "class_block_rows")
+
+    @property
+    def cross_batch_memory(self):
+        return library_declared.declared(self.constructor, "accepts_reference_rows")
 
 
 PROXY_ANCHOR_ALPHA = 32.0
@@ -80,7 +93,6 @@ RANKING_LOSSES = (
         svmax_lambda=1.0,
         margin=1.0,
         margin_argument="margin",
-        required_k=4,
         pairs_classes=True,
         in_table1=True,
     ),
@@ -93,7 +105,6 @@ RANKING_LOSSES = (
         svmax_lambda=0.1,
         margin=0.2,
         margin_argument="margin",
-        cross_batch_memory=True,
         in_table1=True,
         table1_svmax_lambdas=(1.0, 0.1),
     ),
@@ -106,7 +117,6 @@ RANKING_LOSSES = (
         svmax_lambda=0.1,
         margin=0.2,
         margin_argument="margin",
-        cross_batch_memory=True,
         in_table1=True,
         table1_svmax_lambdas=(1.0, 0.1),
     ),
@@ -117,7 +127,6 @@ RANKING_LOSSES = (
         batch_p=72,
         batch_k=2,
         svmax_lambda=1.0,
-        required_k=2,
         in_table1=True,
     ),
     RankingLoss(
@@ -127,7 +136,6 @@ RANKING_LOSSES = (
         batch_p=72,
         batch_k=2,
         svmax_lambda=2.0,
-        required_k=2,
         in_table1=True,
     ),
     RankingLoss(
@@ -139,7 +147,6 @@ RANKING_LOSSES = (
         svmax_lambda=1.0,
         margin=1.0,
         margin_argument="margin",
-        cross_batch_memory=True,
         in_table1=True,
     ),
     # Not in the SVMax paper: the all-pairs contrastive loss of the XBM paper (cosine,
@@ -154,7 +161,6 @@ RANKING_LOSSES = (
         svmax_lambda=1.0,
         margin=0.5,
         margin_argument="neg_margin",
-        cross_batch_memory=True,
         margin_help="the negatives' cosine margin, as in the XBM paper",
     ),
     # Dissertation Table 3.3 (ResNet50): b = 256 (the Proxy-Anchor original samples batches at
