@@ -137,7 +137,10 @@ def test_float32_inputs_match_reference_at_float32_precision(rng):
     value, grad = _value_and_grad(labels, x)
     ref_value, ref_grad = ole_reference(labels, x.astype(np.float64))
     assert value.dtype == np.float32 and grad.dtype == np.float32
-    np.testing.assert_allclose(value, ref_value, rtol=1e-5)
+    # The value is a difference of nuclear norms ~7x its size: 2e-6 holds the batch term's
+    # float32 shortcut on TensorFlow to its normalized eigenvectors (1.1e-7 to 1.5e-7 over three
+    # seeds; 5e-6 to 6.3e-6 without the normalization) and JAX without x64 to float32 (<= 9.6e-7).
+    np.testing.assert_allclose(value, ref_value, rtol=2e-6)
     np.testing.assert_allclose(grad, ref_grad, atol=1e-6)
 
 
