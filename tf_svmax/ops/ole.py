@@ -196,6 +196,13 @@ def _decided(pred):
     return pred if values is None else bool(values)
 
 
+def _where_known(pred, true_fn, false_fn):
+    """`true_fn()` if the scalar `pred` holds, else `false_fn()`: in Python where `pred` is
+    known, else a conditional, which in a TensorFlow graph passes the chosen tensor on without
+    the pass over it of a select (`ops.where`)."""
+    return _guards.select(_decided(pred), true_fn, false_fn)
+
+
 def _class_nuclear_norms_and_subgradients(matrices, threshold, rank_cutoff):
     """`nuclear_norms_and_subgradients` of the classes `[C, K, D]`: through the Gram matrices
     where K <= D and every class is well conditioned (`_gram_nuclear_norms_and_subgradients`),
@@ -211,7 +218,7 @@ def _class_nuclear_norms_and_subgradients(matrices, threshold, rank_cutoff):
 
     def gram_or_svd():
         norms, subs, exact = _gram_nuclear_norms_and_subgradients(matrices, threshold)
-        return _guards.select(_decided(exact), lambda: (norms, subs), svd)
+        return _where_known(exact, lambda: (norms, subs), svd)
 
     rows, cols = _guards.static_or_dynamic_shape(matrices)[-2:]
     return _guards.select(rows <= cols, gram_or_svd, svd)
@@ -417,7 +424,10 @@ def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_ro
     @ops.custom_gradient
     def forward(x):
         dtype = _guards.dtype_name(x)
-        all_finite, x_safe = _guards.finite_guard(x)
+        all_finite = ops.all(ops.isfinite(x))
+        # Zeroing keeps the decompositions well-defined; outputs are set to NaN afterwards. A
+        # conditional, not `_guards.finite_guard`'s select: no pass over a finite batch.
+        x_safe = _where_known(all_finite, lambda: x, lambda: ops.zeros_like(x))
         rows, cols = _guards.static_or_dynamic_shape(x)
         if num_classes is None and not per_row:
             coords, classes, k_max = _backend.class_layout(labels)
@@ -437,7 +447,7 @@ def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_ro
         # is the same computation without overflow (float32 Gram products above ~1e19, the
         # float32 shortcut's cast of float64 input) or underflow (below ~1e-19).
         scale = _guards.power_of_two_scale(x_safe)
-        x_scaled = x_safe / scale
+        x_scaled = _where_known(scale == 1, lambda: x_safe, lambda: x_safe / scale)
         scaled_threshold = ops.full((), threshold, dtype) / scale  # not via float32
         per_class = ops.scatter(coords, x_scaled, (classes, k_max, cols))
 
@@ -466,6 +476,9 @@ def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_ro
         # pass inside the empty-batch `tf.cond` makes TensorFlow log "Type inference failed".
         active_f = ops.cast(active, dtype)
         finite_f = ops.cast(all_finite, dtype)
+        # Decided here where the values are known: JAX traces the gradient function, where a
+        # conditional would be compiled anew at every call.
+        finite = _decided(all_finite)
 
         def grad(*args, upstream=None):
             # Keras' PyTorch backend passes the cotangent as `upstream=`, the others positionally.
@@ -476,7 +489,8 @@ def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_ro
             class_subs_active = class_subs * active_f[:, None, None]
             class_rows = _gather_rows(class_subs_active, coords, k_max)
             g = (class_rows - batch_sub) * (upstream / n)
-            return _guards.nan_unless(finite_f > 0, g)
+            known = finite if isinstance(finite, bool) else finite_f > 0
+            return _where_known(known, lambda: g, lambda: ops.full_like(g, np.nan))
 
         return _guards.nan_unless(all_finite, value), grad
 
