@@ -14,10 +14,11 @@ on both alike; `--rounds=R` repeats that R times, a side's figure is the median 
 medians, and the record keeps each round's speed-up.
 `--threads=1` runs both single-threaded: TensorFlow's intra/inter-op pools, and the OpenBLAS /
 OpenMP / MKL threads of NumPy and SciPy (the program restarts itself with those variables set,
-which must precede NumPy's import). Issue 60's record (N = 144, D = 128, K = 4):
+which must precede NumPy's import). Issue 60's target (>= 5x at N = 144, D = 128, K = 4), as
+measured for it:
 
     python -m benchmarks.ole_cost --threads=1 --rounds=7 --batch_sizes=144 --dims=128 \
-        --rows_per_class=4 --output_dir benchmarks/results/ole_cost_single_thread
+        --rows_per_class=4 --output_dir /tmp/ole_cost_single_thread
 """
 
 import os
