@@ -72,10 +72,16 @@ def test_ole_cost(tmp_path):
         "--base_dim=4",
         "--base_rows_per_class=2",
         "--repeats=2",
+        "--rounds=2",
+        "--threads=1",
         f"--output_dir={tmp_path}",
     )
     results = json.loads((tmp_path / "ole_cost.json").read_text())
     assert len(results["speedups"]) == 2
+    # Two interleaved rounds, each with its speed-up; single-threaded after the restart.
+    assert all(len(point["round_speedups"]) == 2 for point in results["speedups"])
+    assert all(len(row["round_medians_ms"]) == 2 for row in results["results"])
+    assert results["config"]["threads"] == 1
     assert (tmp_path / "ole_cost_vs_N.png").stat().st_size > 0
 
 
