@@ -172,9 +172,10 @@ def _xla_eigh_is_fast():
     within the rounds' spread of it on every backend at b = 16, 144 and 1,024 (d = 128). JAX
     ``jax.jit``: Gram 0.07 / 1.08 / 2.07 ms, Newton-Schulz 0.11 / 1.33 / 7.12 ms; TensorFlow
     XLA: Newton-Schulz 0.26 / 1.57 / 6.20 ms, Gram (XLA's eigensolver) 0.30 / 18.8 / 18.2 ms;
-    without XLA the Gram path (TensorFlow 0.31 / 1.27 / 2.31 ms, PyTorch 0.65 / 1.59 / 3.03 ms)
-    beats Newton-Schulz and the SVD except PyTorch's SVD at b = 16 (0.59 ms), where both are
-    its eager dispatch (`docs/benchmarks.md`)."""
+    without XLA the Gram path (TensorFlow 0.31 / 1.27 / 2.31 ms, PyTorch 0.48 / 1.42 / 2.68 ms
+    after its dispatch was cut) beats Newton-Schulz and the SVD except PyTorch's SVD at b = 16
+    (0.46 ms, within the rounds' spread), where both are mostly eager dispatch
+    (`docs/benchmarks.md`)."""
     return _backend.xla_eigh_is_fast()
 
 
