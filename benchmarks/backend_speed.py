@@ -27,6 +27,10 @@ the single-threaded ones 4.3-8.7 ms). The record has the CPU's model and
 vector extensions (AVX2 and AVX-512 change the kernels of every backend) and the load average
 before, after and at every round.
 
+`--backends` and `--methods` narrow what is timed, e.g. ``--backends=torch --methods=auto`` for
+the PyTorch backend's default path beside its peer only (the peers are always timed; without
+every explicit method the record cannot say which one ``"auto"`` took).
+
 Writes ``<output>/backend_speed.{csv,json}`` (machine and versions of every worker) and prints a
 table, in milliseconds.
 
@@ -63,6 +67,13 @@ flags.DEFINE_list("backends", list(BACKENDS), f"Keras backends to time, of {list
 flags.DEFINE_list(
     "shapes", ["16x128", "144x128", "1024x128"], "Batch shapes b x d (paper: 144 x 128)."
 )
+flags.DEFINE_list(
+    "methods",
+    list(METHODS),
+    f"The methods of tf_svmax.ops.svmax to time, of {list(METHODS)} (where the mode has them; "
+    'the peers are always timed). Without every explicit one, which method "auto" took is '
+    "not known (`auto_took` empty).",
+)
 flags.DEFINE_integer("rounds", 7, "Interleaved rounds (each worker once per round).", 1)
 flags.DEFINE_integer("repeats", 15, "Timed calls per measurement per round (after warm-up).", 1)
 flags.DEFINE_integer("threads", 0, "Threads of every backend (0: the backend's default).", 0)
@@ -77,6 +88,11 @@ def _batch(b, d):
 
 def _name(mode, method):
     return f"tf_svmax.ops.svmax, {mode}, method={method!r}"
+
+
+def _methods(backend, mode):
+    """The methods timed in `mode` of `backend`: those of `MODES` that `--methods` names."""
+    return [m for m in MODES[(backend, mode)] if m in FLAGS.methods]
 
 
 def _tensorflow(x):
@@ -97,9 +113,9 @@ def _tensorflow(x):
     x = tf.constant(x)
     return {
         _name(mode, method): step(method, mode == "XLA")
-        for (backend, mode), methods in MODES.items()
+        for (backend, mode) in MODES
         if backend == "tensorflow"
-        for method in methods
+        for method in _methods(backend, mode)
     }
 
 
@@ -116,7 +132,7 @@ def _jax(x):
     x = jnp.asarray(x)
     steps = {
         _name("jax.jit", method): step(lambda e, m=method: tf_svmax.ops.svmax(e, method=m))
-        for method in MODES[("jax", "jax.jit")]
+        for method in _methods("jax", "jax.jit")
     }
     steps[JAX_PEER + ", jax.jit"] = step(lambda e: jnp.mean(jnp.linalg.svd(e, compute_uv=False)))
     return steps
@@ -142,7 +158,7 @@ def _torch(x):
 
     steps = {
         _name("eager", method): step(lambda e, m=method: tf_svmax.ops.svmax(e, method=m))
-        for method in MODES[("torch", "eager")]
+        for method in _methods("torch", "eager")
     }
     steps[PEER] = step(lambda e: torch.linalg.svdvals(e).mean())
     return steps
@@ -254,7 +270,7 @@ class _Worker:
         self.backend = backend
         command = [sys.executable, "-m", "benchmarks.backend_speed", f"--worker={backend}"]
         self.process = subprocess.Popen(
-            command + [f"--threads={threads}"],
+            command + [f"--threads={threads}", f"--methods={','.join(FLAGS.methods)}"],
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -285,6 +301,16 @@ def parse_shapes(values):
             )
         shapes.append((int(parts[0]), int(parts[1])))
     return shapes
+
+
+def check_methods(values):
+    unknown = [v for v in values if v not in METHODS]
+    if unknown or not values:
+        raise ValueError(
+            f"Invalid value for flag `--methods`. Expected some of {list(METHODS)}. "
+            f"Received: {values}"
+        )
+    return values
 
 
 def check_backends(values):
@@ -384,6 +410,7 @@ def main(argv):
     try:
         shapes = parse_shapes(FLAGS.shapes)
         backends = check_backends(FLAGS.backends)
+        check_methods(FLAGS.methods)
     except ValueError as error:
         raise app.UsageError(str(error), exitcode=2) from error
     if FLAGS.worker:
@@ -402,6 +429,7 @@ def main(argv):
     if FLAGS.output:
         config = {
             "backends": backends,
+            "methods": FLAGS.methods,
             "shapes": FLAGS.shapes,
             "rounds": FLAGS.rounds,
             "repeats": FLAGS.repeats,

@@ -620,6 +620,43 @@ def test_scale_equivariant_value_and_scale_invariant_gradient(
         np.testing.assert_allclose(grad, expected_grad, atol=tol, err_msg=f"scale {c}")
 
 
+@pytest.mark.parametrize(
+    "dtype, largest",
+    [
+        (np.float32, (1e-25, 3e-10, 1e-5, 1.0, 1e5, 3e9, 1e20, 3e38)),
+        (np.float64, (1e-300, 1e-25, 1.0, 1e20, 1e300)),
+    ],
+)
+@pytest.mark.parametrize("mode", MODES)
+def test_finite_scaled_divides_by_the_power_of_two_of_the_largest_entry(rng, dtype, largest, mode):
+    """The spectral guard (`_guards.finite_scaled`, a primitive of each backend) against NumPy:
+    the scale is 2^floor(log2 max|x|) (`np.frexp`'s exponent - 1) outside [2^-30, 2^31), 1
+    inside, and the matrix divided by it exactly; a non-finite entry zeroes every entry. At the
+    dtype's top two octaves (3e38) the exponent stops at maxexp - 3, whose reciprocal is still
+    a normal number (XLA divides by multiplying with it)."""
+    if dtype == np.float64:
+        _float64_or_skip()
+    from tf_svmax.ops import _guards
+
+    fn = _wrap(lambda e: _guards.finite_scaled(ops.convert_to_tensor(e)), mode)
+    for top in largest:
+        x = rng.uniform(-1.0, 1.0, (5, 3)) * top
+        x[2, 1] = -top  # the largest |entry|, exactly
+        x = x.astype(dtype)
+        all_finite, x_scaled, scale = (backends.to_numpy(t) for t in fn(x))
+        exponent = min(np.frexp(np.abs(x).max())[1] - 1, np.finfo(dtype).maxexp - 3)
+        expected = np.ldexp(dtype(1), exponent) if abs(exponent) > 30 else dtype(1)
+        assert bool(all_finite) and scale.dtype == dtype, top
+        assert scale == expected, (top, scale, expected)
+        np.testing.assert_array_equal(x_scaled, x / expected, err_msg=f"largest {top}")
+    x[1, 0] = np.nan
+    all_finite, x_scaled, scale = (backends.to_numpy(t) for t in fn(x))
+    assert not bool(all_finite) and scale == 1
+    np.testing.assert_array_equal(x_scaled, np.zeros_like(x))
+    all_finite, x_scaled, scale = (backends.to_numpy(t) for t in fn(np.zeros((2, 3), dtype)))
+    assert bool(all_finite) and scale == 1 and not x_scaled.any()
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_batch_with_no_rows_gives_zero_with_a_zero_gradient(mode):
     """Nothing to measure or penalize is 0 (not NaN, not an error), so a replica's empty share

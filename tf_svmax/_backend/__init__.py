@@ -20,7 +20,8 @@ The primitives, the same names on every backend:
   variables), `LOSS_STATE_IN_LAYERS`, `FAST_FLOAT32_EIGH`;
 - numerics in the operands' dtype: `matmul`, `reduce_with_identity`, `at_least`, `hinge`,
   `maximum`, `set_diagonal`, `l2_normalize_rows`, `mean_in_dtype`, `float64_squared` (squared
-  distances' expansion in float64, also on JAX without 64-bit types);
+  distances' expansion in float64, also on JAX without 64-bit types), `finite_scaled` (the
+  spectral ops' guard: non-finite entries zeroed, extreme magnitudes divided by a power of two);
 - rows: `stable_argsort_rows`, `searchsorted_rows`, `take_rows`, `boolean_mask_rows`,
   `class_layout`, and `sum_over_row_blocks` (``sum_blocks share(x, (start, count))`` over
   blocks of the anchors `rows` with its gradient w.r.t. `x`, in one block's memory: a small

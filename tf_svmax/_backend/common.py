@@ -143,6 +143,32 @@ def at_least(x, floor):
     return ops.where(x < floor, floor, x)
 
 
+def scale_exponent_cap(dtype):
+    """The largest exponent of `finite_scaled`'s scale for a matrix of `dtype`: 2^-e must stay a
+    normal number (float32: 2^-125), because XLA (JAX, TensorFlow's `jit_compile`) divides by
+    multiplying with the reciprocal and flushes a subnormal one to zero (1e38 / 2^127 gave 0).
+    Only the top two octaves of the dtype are affected: their largest entry is scaled into
+    [2, 8) instead of [1, 2)."""
+    return float(np.finfo(keras.backend.standardize_dtype(dtype)).maxexp - 3)
+
+
+def finite_scaled(x, wide="float64"):
+    """``(all_finite, x_scaled, scale)`` (`tf_svmax.ops._guards.finite_scaled`) as `keras.ops`,
+    the exponent taken in the float dtype `wide` (float64; float32 on JAX without 64-bit types,
+    where every input is float32 or narrower and log2 of any positive float32 is finite)."""
+    all_finite = ops.all(ops.isfinite(x))
+    x_safe = ops.where(all_finite, x, 0.0)
+    max_abs = ops.cast(ops.max(ops.abs(x_safe)), wide)
+    # floor() is exact for any float; cast back because Keras' floor may return float32.
+    exponent = ops.cast(ops.floor(ops.log2(max_abs)), wide)
+    top = scale_exponent_cap(x.dtype)
+    exponent = ops.where(exponent > top, top, exponent)
+    # Within 2^+-30 (and for an all-zero x, whose log is -inf) the scale stays 1 = 2^0.
+    rescale = ops.logical_and(max_abs > 0, ops.abs(exponent) > 30.0)
+    scale = ops.cast(ops.power(2.0, ops.where(rescale, exponent, 0.0)), x.dtype)
+    return all_finite, x_safe / scale, scale
+
+
 def hinge(x):
     """``max(x, 0)`` in `x`'s dtype, NaN kept, the gradient passing to `x` at 0 (`tf.maximum`'s
     values and gradient), with a `where`: Keras 3.15's `ops.maximum` returns float32 for float64

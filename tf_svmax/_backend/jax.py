@@ -28,6 +28,7 @@ from tf_svmax._backend.common import (  # noqa: F401 (the API of this backend)
     set_diagonal,
     write_tensorboard_scalars,
 )
+from tf_svmax._backend.common import finite_scaled as _finite_scaled
 from tf_svmax._backend.common import float64_squared as _float64_squared
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "class_layout",
     "concrete_values",
     "dropped_by_step",
+    "finite_scaled",
     "float64_squared",
     "gather_global_batch",
     "hinge",
@@ -75,6 +77,12 @@ STATE_ONLY_IN_MODEL = True
 def jax_without_x64():
     """True while `jax_enable_x64` is off (its default)."""
     return not jax.config.jax_enable_x64
+
+
+def finite_scaled(x):
+    """``(all_finite, x_scaled, scale)`` (`tf_svmax.ops._guards.finite_scaled`) as `keras.ops`,
+    the exponent in float64, or in float32 without 64-bit types."""
+    return _finite_scaled(x, "float32" if jax_without_x64() else "float64")
 
 
 def float64_squared(a, b, unclamped):

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from tf_svmax._backend.common import concrete_numpy, float64_squared
+from tf_svmax._backend.common import concrete_numpy, finite_scaled, float64_squared
 
 __all__ = [
     "FAST_FLOAT32_EIGH",
@@ -27,6 +27,7 @@ __all__ = [
     "concrete_values",
     "cross_replica_context",
     "dropped_by_step",
+    "finite_scaled",
     "first_replica_variable",
     "float64_squared",
     "gather_global_batch",

@@ -25,6 +25,7 @@ from tf_svmax._backend.common import (  # noqa: F401 (the API of this backend)
     num_replicas_in_sync,
     refuse_non_integers,
     row_blocks,
+    scale_exponent_cap,
     scale_loss_for_distribution,
     set_diagonal,
     write_tensorboard_scalars,
@@ -44,6 +45,7 @@ __all__ = [
     "class_layout",
     "concrete_values",
     "dropped_by_step",
+    "finite_scaled",
     "float64_squared",
     "gather_global_batch",
     "hinge",
@@ -111,10 +113,28 @@ def dropped_by_step(variable):
 
 def matmul(a, b, *, transpose_a=False, transpose_b=False):
     """``op(a) op(b)`` in the operands' dtype (`keras.ops.matmul`'s type promotion returns
-    float32 for float64 operands); PyTorch's float32 products are IEEE by default."""
-    a = ops.transpose(a) if transpose_a else a
-    b = ops.transpose(b) if transpose_b else b
+    float32 for float64 operands); PyTorch's float32 products are IEEE by default. ``op`` swaps
+    the last two axes (`Tensor.mT`, a view: no copy, no Keras dispatch)."""
+    a = a.mT if transpose_a else a
+    b = b.mT if transpose_b else b
     return a @ b
+
+
+def finite_scaled(x):
+    """``(all_finite, x_scaled, scale)`` (`tf_svmax.ops._guards.finite_scaled`) in PyTorch's own
+    operations, one reduction over `x`: `amax` propagates NaN, so the largest ``|x_ij|`` is
+    finite exactly when every entry is. `frexp` splits it as ``m * 2^e`` with ``m`` in
+    [0.5, 1), so ``floor(log2(max|x|)) = e - 1`` exactly, and ``2^(e - 1)`` is formed in float64
+    (exact: float32's smallest scale, 2^-149, is a float64 normal number). Measured at 16 x 128
+    (2-core AMD EPYC, one thread): ~15 us where the `keras.ops` form (`common.finite_scaled`),
+    ~15 operations each converted and checked by Keras, took ~100 us."""
+    max_abs = x.abs().amax()
+    all_finite = torch.isfinite(max_abs)
+    exponent = (torch.frexp(max_abs).exponent - 1).clamp(max=scale_exponent_cap(x.dtype))
+    # Within 2^+-30 (and for an all-zero x) the scale stays 1 = 2^0.
+    rescale = all_finite & (max_abs > 0) & (exponent.abs() > 30)
+    scale = torch.exp2(torch.where(rescale, exponent, 0).to(torch.float64)).to(x.dtype)
+    return all_finite, torch.where(all_finite, x, 0.0) / scale, scale
 
 
 def reduce_with_identity(reduction, x, axis, keepdims=False):

@@ -74,34 +74,34 @@ def orient(x, tall):
     return select(tall, lambda: x, lambda: ops.swapaxes(x, -1, -2))
 
 
-def finite_guard(x):
-    """Returns `(all_finite, x_safe)`: `x` with non-finite entries zeroed when any exist."""
-    all_finite = ops.all(ops.isfinite(x))
-    # Zeroing keeps the decompositions well-defined; outputs are set to NaN afterwards.
-    return all_finite, ops.where(all_finite, x, ops.zeros_like(x))
-
-
-def power_of_two_scale(x):
-    """``2^floor(log2(max|x|))`` when the largest entry of `x` is outside [2^-30, 2^30], else 1.
+def finite_scaled(x):
+    """``(all_finite, x_scaled, scale)`` of a floating matrix `x`: whether every entry is finite
+    (a bool scalar); `x` with every entry zeroed when one is not (the decompositions stay
+    well-defined; the outputs are set to NaN afterwards), divided by `scale`; and `scale` (of
+    `x`'s dtype), ``2^floor(log2(max|x|))`` when the largest entry of the zeroed `x` is outside
+    [2^-30, 2^31), else 1.
 
     Squares and Gram products of entries beyond that range overflow (above ~1e19 in float32) or
     underflow (below ~1e-19); dividing by a power of two is exact and puts the largest entry in
     [1, 2), so every path is scale-equivariant. Inside the range nothing is rescaled: results
     stay bit-identical to the unscaled computation, and the eigensolver was measured ~1.7x
-    slower on typical unit-row batches multiplied by 4. The exponent is taken in float64, where
-    log2 of any float32 or float64 value is finite; on JAX without x64 (where every input is
-    float32 or narrower) in float32, where log2 of any positive float32 is finite too.
+    slower on typical unit-row batches multiplied by 4. The power of two is formed in float64
+    where the backend has it (``2^-149``, float32's smallest, is a float64 normal number).
+
+    `tf_svmax._backend.finite_scaled`: `keras.ops` on TensorFlow and JAX (which compile it),
+    PyTorch's own operations on PyTorch (which runs each operation eagerly, and Keras' dispatch
+    of each `keras.ops` call cost more than the operation on small batches).
     """
-    wide = "float64" if float64_available() else "float32"
-    max_abs = ops.cast(ops.max(ops.abs(x)), wide)
-    # floor() is exact for any float; cast back because Keras' floor may return float32.
-    exponent = ops.cast(ops.floor(ops.log(max_abs) / np.log(2.0)), wide)
-    # Within 2^+-30 (and for an all-zero x, whose log is -inf) the scale stays 1.
-    rescale = ops.logical_and(max_abs > 0, ops.abs(exponent) > 30.0)
-    two = ops.full((), 2.0, wide)
-    scale = ops.where(rescale, ops.power(two, exponent), ops.ones((), wide))
-    return ops.cast(scale, dtype_name(x))
+    return _backend.finite_scaled(x)
 
 
 def nan_unless(all_finite, value):
     return ops.where(all_finite, value, ops.full_like(value, np.nan))
+
+
+def nan_unless_factor(all_finite, dtype):
+    """1 where `all_finite`, else NaN, a scalar of `dtype`: ``value * factor`` is
+    ``nan_unless(all_finite, value)`` as one product (``v * 1 = v`` exactly for every float,
+    infinities and NaN included), the cheaper form where several values need it."""
+    finite = ops.cast(all_finite, dtype)
+    return finite / finite  # 1 / 1 = 1; 0 / 0 = NaN

@@ -424,10 +424,7 @@ def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_ro
     @ops.custom_gradient
     def forward(x):
         dtype = _guards.dtype_name(x)
-        all_finite = ops.all(ops.isfinite(x))
-        # Zeroing keeps the decompositions well-defined; outputs are set to NaN afterwards. A
-        # conditional, not `_guards.finite_guard`'s select: no pass over a finite batch.
-        x_safe = _where_known(all_finite, lambda: x, lambda: ops.zeros_like(x))
+        all_finite, x_scaled, scale = _guards.finite_scaled(x)
         rows, cols = _guards.static_or_dynamic_shape(x)
         if num_classes is None and not per_row:
             coords, classes, k_max = _backend.class_layout(labels)
@@ -446,8 +443,6 @@ def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_ro
         # scale the norms back; nuclear norms are 1-homogeneous and U V^T scale-free, so this
         # is the same computation without overflow (float32 Gram products above ~1e19, the
         # float32 shortcut's cast of float64 input) or underflow (below ~1e-19).
-        scale = _guards.power_of_two_scale(x_safe)
-        x_scaled = _where_known(scale == 1, lambda: x_safe, lambda: x_safe / scale)
         scaled_threshold = ops.full((), threshold, dtype) / scale  # not via float32
         per_class = ops.scatter(coords, x_scaled, (classes, k_max, cols))
 

@@ -54,12 +54,11 @@ from tf_svmax import _backend, checks
 from tf_svmax.ops._guards import (
     at_least,
     dtype_name,
-    finite_guard,
+    finite_scaled,
     is_tall,
-    nan_unless,
+    nan_unless_factor,
     norm,
     orient,
-    power_of_two_scale,
     static_or_dynamic_shape,
 )
 
@@ -124,15 +123,16 @@ def gram_factors(x_tall):
     decreasing eigenvalue (not re-sorted by the recomputed `s`). Columns of `u` for singular
     values below the numerical-rank cutoff are zero (see `_numerical_rank_mask`).
     """
-    gram = _backend.matmul(_t(x_tall), x_tall)
+    gram = _backend.matmul(x_tall, x_tall, transpose_a=True)
     _, v = ops.eigh(gram)  # ascending eigenvalues
     v = ops.flip(v, axis=-1)
     p = _backend.matmul(x_tall, v)  # column i is s_i * u_i
     # s_i = ||E v_i||, recomputed from E: error ~eps * s_1 rather than sqrt(eps) * s_1.
     s = norm(p, axis=-2)
-    # Clamp to the smallest normal float so a zero column gives u_i = 0, not 0/0 = NaN.
-    u = p / ops.expand_dims(at_least(s, _tiny(dtype_name(x_tall))), -2)
-    u = u * ops.expand_dims(_numerical_rank_mask(s, x_tall), -2)
+    keep = _numerical_rank_mask(s, x_tall)
+    # u_i = p_i / s_i where kept; a dropped column is divided by s_i + 1 >= 1 instead (a zero
+    # column gives 0, not 0/0 = NaN) and zeroed. (s_i + 0 = s_i exactly.)
+    u = p / (s + (1.0 - keep))[..., None, :] * keep[..., None, :]
     rows, cols = static_or_dynamic_shape(x_tall)[-2:]
     if not isinstance(rows, int):
         # A matrix of unknown shape may be wide under XLA (`is_tall`: not transposed). Its last
@@ -148,7 +148,7 @@ def svd_factors(x_tall):
     # full_matrices=False: the thin factors are all we use (Keras' default is the full ones).
     u, s, vh = ops.svd(x_tall, full_matrices=False)
     # Numerically zero singular values get zero gradient, as on the Gram path.
-    u = u * ops.expand_dims(_numerical_rank_mask(s, x_tall), -2)
+    u = u * _numerical_rank_mask(s, x_tall)[..., None, :]
     return s, u, _t(vh)
 
 
@@ -172,9 +172,10 @@ def _xla_eigh_is_fast():
     within the rounds' spread of it on every backend at b = 16, 144 and 1,024 (d = 128). JAX
     ``jax.jit``: Gram 0.07 / 1.08 / 2.07 ms, Newton-Schulz 0.11 / 1.33 / 7.12 ms; TensorFlow
     XLA: Newton-Schulz 0.26 / 1.57 / 6.20 ms, Gram (XLA's eigensolver) 0.30 / 18.8 / 18.2 ms;
-    without XLA the Gram path (TensorFlow 0.31 / 1.27 / 2.31 ms, PyTorch 0.65 / 1.59 / 3.03 ms)
-    beats Newton-Schulz and the SVD except PyTorch's SVD at b = 16 (0.59 ms), where both are
-    its eager dispatch (`docs/benchmarks.md`)."""
+    without XLA the Gram path (TensorFlow 0.31 / 1.27 / 2.31 ms, PyTorch 0.48 / 1.42 / 2.68 ms
+    after its dispatch was cut) beats Newton-Schulz and the SVD except PyTorch's SVD at b = 16
+    (0.46 ms, within the rounds' spread), where both are mostly eager dispatch
+    (`docs/benchmarks.md`)."""
     return _backend.xla_eigh_is_fast()
 
 
@@ -221,14 +222,14 @@ def _upstream(args, upstream):
 
 
 def _guarded_factors(x, method):
-    """``(all_finite, scale, tall, s, u, v)``: the factors of `x` (non-finite entries replaced,
+    """``(finite, scale, tall, s, u, v)``: the factors of `x` (non-finite entries replaced,
     divided by a power of two `scale` so that extreme magnitudes neither overflow nor underflow,
-    transposed to tall when wide) by `method`; `s` is of the scaled matrix."""
-    all_finite, x_safe = finite_guard(x)
-    scale = power_of_two_scale(x_safe)
-    tall = is_tall(x_safe)
-    s, u, v = _FACTORS[method](orient(x_safe / scale, tall))
-    return all_finite, scale, tall, s, u, v
+    transposed to tall when wide) by `method`; `s` is of the scaled matrix. `finite` is 1, or NaN
+    when `x` holds a non-finite entry (`nan_unless_factor`): every output is multiplied by it."""
+    all_finite, x_scaled, scale = finite_scaled(x)
+    tall = is_tall(x)
+    s, u, v = _FACTORS[method](orient(x_scaled, tall))
+    return nan_unless_factor(all_finite, dtype_name(x)), scale, tall, s, u, v
 
 
 def _descending_order(s):
@@ -252,7 +253,7 @@ def _singular_values(x, method):
 
     @ops.custom_gradient
     def forward(x):
-        all_finite, scale, tall, s, u, v = _guarded_factors(x, method)
+        finite, scale, tall, s, u, v = _guarded_factors(x, method)
         s = s * scale  # the factors u, v (and so the gradient) do not depend on the scale
         order = _descending_order(s)
         s, u, v = ops.take(s, order), ops.take(u, order, axis=1), ops.take(v, order, axis=1)
@@ -260,10 +261,10 @@ def _singular_values(x, method):
         def grad(*args, upstream=None):
             upstream = _upstream(args, upstream)
             # d s_i / d E = u_i v_i^T (oriented like the tall matrix).
-            g = _backend.matmul(u * upstream[None, :], _t(v))
-            return nan_unless(all_finite, orient(g, tall))
+            g = _backend.matmul(u * (upstream * finite)[None, :], v, transpose_b=True)
+            return orient(g, tall)
 
-        return nan_unless(all_finite, s), grad
+        return s * finite, grad
 
     return forward(x)
 
@@ -271,16 +272,16 @@ def _singular_values(x, method):
 def _nuclear_norm_factored(x, method):
     @ops.custom_gradient
     def forward(x):
-        all_finite, scale, tall, s, u, v = _guarded_factors(x, method)
-        total = ops.sum(s) * scale  # ||cE||_* = c ||E||_*; U V^T does not depend on c
+        finite, scale, tall, s, u, v = _guarded_factors(x, method)
+        total = ops.sum(s) * (scale * finite)  # ||cE||_* = c ||E||_*; U V^T does not depend on c
 
         def grad(*args, upstream=None):
             upstream = _upstream(args, upstream)
             # d ||E||_* / d E = U V^T (zero-singular-value directions dropped).
-            g = _backend.matmul(u, _t(v)) * upstream
-            return nan_unless(all_finite, orient(g, tall))
+            g = _backend.matmul(u, v, transpose_b=True) * (upstream * finite)
+            return orient(g, tall)
 
-        return nan_unless(all_finite, total), grad
+        return total, grad
 
     return forward(x)
 
@@ -338,18 +339,18 @@ def polar_newton_schulz(x_tall):
 def _nuclear_norm_newton_schulz(x):
     @ops.custom_gradient
     def forward(x):
-        all_finite, x_safe = finite_guard(x)
-        scale = power_of_two_scale(x_safe)
-        tall = is_tall(x_safe)
-        x_tall = orient(x_safe / scale, tall)
+        all_finite, x_scaled, scale = finite_scaled(x)
+        finite = nan_unless_factor(all_finite, dtype_name(x))
+        tall = is_tall(x)
+        x_tall = orient(x_scaled, tall)
         polar = polar_newton_schulz(x_tall)  # ||x_tall||_F cannot overflow or underflow now
-        total = ops.sum(polar * x_tall) * scale  # ||E||_* = <U V^T, E>
+        total = ops.sum(polar * x_tall) * (scale * finite)  # ||E||_* = <U V^T, E>
 
         def grad(*args, upstream=None):
             upstream = _upstream(args, upstream)
-            return nan_unless(all_finite, orient(polar * upstream, tall))
+            return orient(polar * (upstream * finite), tall)
 
-        return nan_unless(all_finite, total), grad
+        return total, grad
 
     return forward(x)
 
