@@ -1,12 +1,12 @@
 """One SGD step per batch-level loss under MirroredStrategy vs. one device on the same batch.
 
-Run as ``python -m tests.distributed_probe REPLICAS`` (a fresh process: logical CPU devices must
-be configured before TensorFlow initializes, and one process keeps one strategy object, as
-collective keys of two MirroredStrategy objects in one process collide). Prints one JSON line:
-for each case the largest weight difference after the step(s), the evaluate() values, the
-per-replica (opt-out) comparison, and how often the replicas' step called the loss's
-`reference_parts` or its `call` with reference rows (the replica split of the losses that split
-anchors; 0 for the others).
+Run as ``python -m tests.distributed_probe`` (a fresh process: logical CPU devices must be
+configured before TensorFlow initializes). One process builds a 2- and a 4-replica strategy over
+its 4 logical CPUs and compares both with the same one-device runs, which it computes once.
+Prints one JSON line, per replica count: for each case the largest weight difference after the
+step(s), the evaluate() values, the per-replica (opt-out) comparison, and how often the replicas'
+step called the loss's `reference_parts` or its `call` with reference rows (the replica split of
+the losses that split anchors; 0 for the others).
 """
 
 import json
@@ -19,14 +19,32 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-REPLICAS = int(sys.argv[1])
+REPLICA_COUNTS = (2, 4)
 cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * REPLICAS)
+tf.config.set_logical_device_configuration(
+    cpu, [tf.config.LogicalDeviceConfiguration()] * max(REPLICA_COUNTS)
+)
+
+# Grappler's graph rewrites cost each traced step more on its first run than these one-step,
+# 32-row runs gain from them, and the comparisons hold for the steps as traced.
+tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 from tf_svmax import losses, metrics, models, regularizers  # noqa: E402
 
 GLOBAL_BATCH = 32
-STRATEGY = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(REPLICAS)])
+
+
+def mirrored(replicas):
+    """A MirroredStrategy over the first `replicas` logical CPUs. Each strategy numbers its
+    collective groups and instances from its class' `_collective_key_base` ("only set this in
+    tests", TensorFlow's own test strategies move it by 100000 per strategy): two strategies
+    over different devices would otherwise hand the same group key to different device groups
+    in one process."""
+    tf.distribute.MirroredStrategy._collective_key_base = 100000 * replicas
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+
+
+STRATEGIES = {replicas: mirrored(replicas) for replicas in REPLICA_COUNTS}
 DEFAULT = tf.distribute.get_strategy()
 rng = np.random.default_rng(0)
 INPUTS = rng.standard_normal((GLOBAL_BATCH + 3, 6)).astype(np.float32)
@@ -152,10 +170,14 @@ def counting_split_calls(loss):
     return calls
 
 
-def train(strategy, case, global_batch, rows, evaluate=True, split_calls=None):
-    """Weights (and center-loss centers) after one epoch of `rows` rows in 32-row batches,
-    plus evaluate()'s loss and s_mu metrics on the first 32 rows (None unless `evaluate`).
-    `split_calls`, a dict, gets the count of `reference_parts` calls under "count"."""
+def train(strategy, case, global_batch, rows, evaluate=True):
+    """One epoch of `rows` rows in 32-row batches: the weights (and center-loss centers) after
+    the first step and after the last, how far each moved the weights from the start, and,
+    when `evaluate`, evaluate()'s loss and s_mu metrics on the first 32 rows right after the
+    first step. A 35-row epoch is the 32-row step then the 3-row remainder's: one fit, its step
+    traced once, gives both. "calls" counts the computations on a replica's anchors against
+    the global batch in the traced training steps (evaluate()'s own excluded): "first" by the
+    end of the first step, "all" by the end of the epoch."""
     make_model, make_loss, k = CASES[case]
     y = labels_for(k)
     with strategy.scope():
@@ -168,46 +190,68 @@ def train(strategy, case, global_batch, rows, evaluate=True, split_calls=None):
             loss=loss,
             metrics=metrics.svmax_metrics() if case == "svmax" else None,
         )
+
+    def snapshot():
+        weights = [w.copy() for w in model.get_weights()]
+        centers = [loss.centers.numpy().copy()] if case == "center" else []
+        return weights, weights + centers
+
+    run = {"logs": None}
+
+    class AfterFirstStep(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch != 0:
+                return
+            run["first_weights"], run["first"] = snapshot()
+            run["calls"] = {"first": calls[0]}
+            if evaluate:
+                before = calls[0]
+                run["logs"] = model.evaluate(
+                    INPUTS[:GLOBAL_BATCH],
+                    y[:GLOBAL_BATCH],
+                    batch_size=GLOBAL_BATCH,
+                    verbose=0,
+                    return_dict=True,
+                )
+                calls[0] = before  # evaluate()'s traced calls are no training step's
+
     initial = [w.copy() for w in model.get_weights()]
-    model.fit(INPUTS[:rows], y[:rows], batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
-    state = [w.copy() for w in model.get_weights()]
-    # How far the step(s) moved the weights: the scale the errors are compared with.
-    moved = max_difference(initial, state)
-    if case == "center":
-        state.append(loss.centers.numpy().copy())
-    if split_calls is not None:
-        split_calls["count"] = calls[0]  # traced calls: once per traced step at least
-    if not evaluate:
-        return state, None, moved
-    logs = model.evaluate(
-        INPUTS[:GLOBAL_BATCH],
-        y[:GLOBAL_BATCH],
+    model.fit(
+        INPUTS[:rows],
+        y[:rows],
         batch_size=GLOBAL_BATCH,
+        epochs=1,
+        shuffle=False,
         verbose=0,
-        return_dict=True,
+        callbacks=[AfterFirstStep()],
     )
-    return state, logs, moved
+    last_weights, run["last"] = snapshot()
+    run["calls"]["all"] = calls[0]
+    # How far the step(s) moved the weights: the scale the errors are compared with.
+    run["first_moved"] = max_difference(initial, run["first_weights"])
+    run["last_moved"] = max_difference(initial, last_weights)
+    return run
 
 
 def max_difference(a, b):
     return float(max(np.abs(x - y).max() for x, y in zip(a, b, strict=True)))
 
 
-def per_replica_reference(case):
+def per_replica_reference(case, replicas):
     """One device, the loss averaged over the replicas' slices of the batch (the opt-out)."""
     make_model, make_loss, k = CASES[case]
     y = labels_for(k)
     keras.utils.set_random_seed(0)
     model = make_model()
     base = make_loss(False)
-    per = GLOBAL_BATCH // REPLICAS
+    per = GLOBAL_BATCH // replicas
 
     def sliced(y_true, y_pred):
         parts = [
             base(y_true[i * per : (i + 1) * per], y_pred[i * per : (i + 1) * per])
-            for i in range(REPLICAS)
+            for i in range(replicas)
         ]
-        return tf.add_n(parts) / REPLICAS
+        return tf.add_n(parts) / replicas
 
     model.compile(keras.optimizers.SGD(0.5), loss=sliced)
     model.fit(
@@ -232,13 +276,13 @@ WHOLE_BATCHES_ONLY = (
 )
 
 
-def per_row_values_error():
+def per_row_values_error(strategy):
     """`reduction="none"` on the global batch: each replica returns its own rows' values,
     which concatenated in replica order are the one-device values."""
     loss = losses.BatchHardTripletLoss(reduction="none")
     x = tf.math.l2_normalize(INPUTS[:GLOBAL_BATCH, :4], axis=1)
     y = labels_for(4)[:GLOBAL_BATCH]
-    per = GLOBAL_BATCH // REPLICAS
+    per = GLOBAL_BATCH // strategy.num_replicas_in_sync
 
     def shard(context):
         rows = slice(
@@ -246,57 +290,67 @@ def per_row_values_error():
         )
         return y[rows], x[rows]
 
-    values = STRATEGY.run(
+    values = strategy.run(
         tf.function(lambda y_r, x_r: loss(y_r, x_r)),
-        args=STRATEGY.experimental_distribute_values_from_function(shard),
+        args=strategy.experimental_distribute_values_from_function(shard),
     )
-    gathered = np.concatenate([v.numpy() for v in STRATEGY.experimental_local_results(values)])
+    gathered = np.concatenate([v.numpy() for v in strategy.experimental_local_results(values)])
     return float(np.abs(gathered - loss(y, x).numpy()).max())
 
 
-def main():
-    out = {"replicas": REPLICAS, "cases": {}}
-    for case in CASES:
-        # The capability the split follows (`LabelLoss.splits_anchors`), as the loss declares it.
-        row = {"splits_anchors": bool(getattr(CASES[case][1](True), "splits_anchors", False))}
-        sizes = [(GLOBAL_BATCH, "even")]
-        if case not in WHOLE_BATCHES_ONLY:
-            sizes.append((GLOBAL_BATCH + 3, "uneven"))
-        single_even = None
-        for rows, label in sizes:
-            # evaluate() is compared once per case (after the even step); the uneven run checks
-            # the step on a remainder batch only.
-            evaluate = label == "even"
-            single, single_logs, moved = train(DEFAULT, case, True, rows, evaluate)
-            split_calls = {}
-            many, many_logs, _ = train(STRATEGY, case, True, rows, evaluate, split_calls)
-            row[f"{label}_split_calls"] = split_calls["count"]
-            row[f"{label}_weight_error"] = max_difference(single, many)
-            row[f"{label}_step"] = moved
-            if evaluate:
-                single_even = single
-                row[f"{label}_logs"] = {"single": single_logs, "replicas": many_logs}
-            else:  # the remainder's own step, from the even step's weights (centers included)
-                row["remainder_step"] = max_difference(single_even, single)
-        # Not compared with a one-device reference: the center loss refuses the opt-out under a
-        # strategy, the regularizer has no loss-level opt-out, and spread-out draws its random
-        # negatives per replica.
-        if case not in ("center", "svmax_regularizer", "spread_out"):
-            opt_out = train(STRATEGY, case, False, GLOBAL_BATCH, evaluate=False)[0]
-            row["opt_out_vs_per_replica"] = max_difference(opt_out, per_replica_reference(case))
-            # The one-device global-batch step of the same 32 rows: the even run's.
-            row["opt_out_vs_global"] = max_difference(opt_out, single_even[: len(opt_out)])
-        out["cases"][case] = row
-        print(case, json.dumps(row), file=sys.stderr, flush=True)
-    out["per_row_error"] = per_row_values_error()
-    with STRATEGY.scope():
+def center_opt_out(strategy):
+    """The center loss' refusal of per-replica centers, as fit surfaces it. (Seeded centers:
+    Keras' global seed generator is a variable of the strategy that first drew from it.)"""
+    with strategy.scope():
         model = embedding_model(normalize=False)
-        model.compile("sgd", loss=losses.CenterLoss(10, 4, global_batch=False))
+        model.compile("sgd", loss=losses.CenterLoss(10, 4, seed=0, global_batch=False))
     try:
         model.fit(INPUTS[:GLOBAL_BATCH], labels_for(4)[:GLOBAL_BATCH], verbose=0)
-        out["center_opt_out"] = "no error"
+        return "no error"
     except ValueError as error:  # the refusal surfaces from inside fit
-        out["center_opt_out"] = str(error)
+        return str(error)
+
+
+def main():
+    out = {replicas: {"replicas": replicas, "cases": {}} for replicas in STRATEGIES}
+    for case in CASES:
+        # The capability the split follows (`LabelLoss.splits_anchors`), as the loss declares it.
+        splits = bool(getattr(CASES[case][1](True), "splits_anchors", False))
+        uneven = case not in WHOLE_BATCHES_ONLY
+        rows = GLOBAL_BATCH + 3 if uneven else GLOBAL_BATCH
+        # The one-device reference, shared by both replica counts. evaluate() is compared once
+        # per case (after the even step); the uneven step checks the step on a remainder batch.
+        single = train(DEFAULT, case, True, rows)
+        for replicas, strategy in STRATEGIES.items():
+            many = train(strategy, case, True, rows)
+            row = {
+                "splits_anchors": splits,
+                "even_split_calls": many["calls"]["first"],
+                "even_weight_error": max_difference(single["first"], many["first"]),
+                "even_step": single["first_moved"],
+                "even_logs": {"single": single["logs"], "replicas": many["logs"]},
+            }
+            if uneven:
+                row["uneven_split_calls"] = many["calls"]["all"]
+                row["uneven_weight_error"] = max_difference(single["last"], many["last"])
+                row["uneven_step"] = single["last_moved"]
+                # the remainder's own step, from the even step's weights (centers included)
+                row["remainder_step"] = max_difference(single["first"], single["last"])
+            # Not compared with a one-device reference: the center loss refuses the opt-out
+            # under a strategy, the regularizer has no loss-level opt-out, and spread-out draws
+            # its random negatives per replica.
+            if case not in ("center", "svmax_regularizer", "spread_out"):
+                opt_out = train(strategy, case, False, GLOBAL_BATCH, evaluate=False)["last"]
+                row["opt_out_vs_per_replica"] = max_difference(
+                    opt_out, per_replica_reference(case, replicas)
+                )
+                # The one-device global-batch step of the same 32 rows: the even step's.
+                row["opt_out_vs_global"] = max_difference(opt_out, single["first"][: len(opt_out)])
+            out[replicas]["cases"][case] = row
+            print(replicas, case, json.dumps(row), file=sys.stderr, flush=True)
+    for replicas, strategy in STRATEGIES.items():
+        out[replicas]["per_row_error"] = per_row_values_error(strategy)
+        out[replicas]["center_opt_out"] = center_opt_out(strategy)
     print(json.dumps(out))
 
 

@@ -2,10 +2,10 @@
 
 One SGD step (and, where a loss allows a remainder batch, a second step on an uneven 3-row
 batch: 2 + 1 rows over 2 replicas, 1 + 1 + 1 + 0 over 4) on 2 and 4 logical CPU devices must
-equal the same steps on one device (`tests/distributed_probe.py`, one process per replica
-count). The reference is the one-device run of the same loss on the concatenated batch; the
-opt-out (`global_batch=False`) is compared with one device averaging the loss over the
-replicas' slices.
+equal the same steps on one device (`tests/distributed_probe.py`, one process for both replica
+counts, which share its one-device runs). The reference is the one-device run of the same loss
+on the concatenated batch; the opt-out (`global_batch=False`) is compared with one device
+averaging the loss over the replicas' slices.
 """
 
 import json
@@ -34,23 +34,17 @@ CASE_TOLERANCE = {"xml": 1e-4}
 @pytest.fixture(scope="module")
 def probes():
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    runs = {
-        replicas: subprocess.Popen(
-            [sys.executable, "-m", "tests.distributed_probe", str(replicas)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=env,
-        )
-        for replicas in (2, 4)
-    }
-    out = {}
-    for replicas, run in runs.items():
-        stdout, stderr = run.communicate(timeout=1500)
-        assert run.returncode == 0, stderr[-3000:]
-        out[replicas] = json.loads(stdout.strip().splitlines()[-1])
-    return out
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.distributed_probe"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=1500,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    return {int(replicas): probe for replicas, probe in out.items()}
 
 
 @pytest.mark.parametrize("replicas", [2, 4])
@@ -117,7 +111,8 @@ def test_reduction_none_gives_each_replica_its_own_rows(probes, replicas):
 
 
 def test_center_loss_refuses_per_replica_centers(probes):
-    assert "global_batch=False" in probes[2]["center_opt_out"]
+    for probe in probes.values():
+        assert "global_batch=False" in probe["center_opt_out"]
 
 
 # Losses split by anchors under a strategy: `reference_parts(own rows, ref_labels=batch,
