@@ -25,10 +25,6 @@ tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration()] * max(REPLICA_COUNTS)
 )
 
-# Grappler's graph rewrites cost each traced step more on its first run than these one-step,
-# 32-row runs gain from them, and the comparisons hold for the steps as traced.
-tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-
 from tf_svmax import losses, metrics, models, regularizers  # noqa: E402
 
 GLOBAL_BATCH = 32
