@@ -22,12 +22,12 @@ The primitives, the same names on every backend:
   `maximum`, `set_diagonal`, `l2_normalize_rows`, `mean_in_dtype`, `float64_squared` (squared
   distances' expansion in float64, also on JAX without 64-bit types), `finite_scaled` (the
   spectral ops' guard: non-finite entries zeroed, extreme magnitudes divided by a power of two);
-- rows: `stable_argsort_rows`, `searchsorted_rows`, `take_rows`, `boolean_mask_rows`,
-  `class_layout`, and `sum_over_row_blocks` (``sum_blocks share(x, (start, count))`` over
-  blocks of the anchors `rows` with its gradient w.r.t. `x`, in one block's memory: a small
-  static batch, or any under TensorFlow's `jit_compile`, is one block; otherwise TensorFlow and
-  PyTorch recompute each block's share for the gradient, JAX sums the blocks without
-  recomputation);
+- rows: `take` (at non-negative indices), `stable_argsort_rows`, `searchsorted_rows`,
+  `take_rows`, `boolean_mask_rows`, `class_layout`, and `sum_over_row_blocks`
+  (``sum_blocks share(x, (start, count))`` over blocks of the anchors `rows` with its gradient
+  w.r.t. `x`, in one block's memory: a small static batch, or any under TensorFlow's
+  `jit_compile`, is one block; otherwise TensorFlow and PyTorch recompute each block's share
+  for the gradient, JAX sums the blocks without recomputation);
 - checks and ordering: `checked_when_run`, `checked_integer_floats`, `after`;
 - state: `center_sum_and_update` (the moving class centers' value and update);
 - replicas: `num_replicas_in_sync`, `gather_global_batch` and

@@ -64,6 +64,7 @@ __all__ = [
     "slices_need_static_bounds",
     "stable_argsort_rows",
     "sum_over_row_blocks",
+    "take",
     "take_rows",
     "write_tensorboard_scalars",
     "xla_eigh_is_fast",
@@ -208,6 +209,11 @@ def searchsorted_rows(ordered, values, side):
     int32: `jnp.searchsorted` mapped over the rows."""
     search = jax.vmap(lambda row, v: jax.numpy.searchsorted(row, v, side=side))
     return ops.cast(search(ordered, values), "int32")
+
+
+def take(x, indices, axis=0):
+    """`x` at the non-negative `indices` along `axis`: `keras.ops.take`."""
+    return ops.take(x, indices, axis=axis)
 
 
 def take_rows(x, indices):

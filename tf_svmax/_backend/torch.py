@@ -64,6 +64,7 @@ __all__ = [
     "slices_need_static_bounds",
     "stable_argsort_rows",
     "sum_over_row_blocks",
+    "take",
     "take_rows",
     "write_tensorboard_scalars",
     "xla_eigh_is_fast",
@@ -169,6 +170,11 @@ def searchsorted_rows(ordered, values, side):
     return torch.searchsorted(
         ordered.contiguous(), values.contiguous(), right=side == "right", out_int32=True
     )
+
+
+def take(x, indices, axis=0):
+    """`x` at the non-negative `indices` along `axis`: `keras.ops.take`."""
+    return ops.take(x, indices, axis=axis)
 
 
 def take_rows(x, indices):

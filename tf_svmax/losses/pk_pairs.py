@@ -115,8 +115,8 @@ def pk_contrastive_pairs(labels, embeddings, *, batch_k=4):
         + 8 * ops.arange(groups, dtype="int32")[:, None],
         [-1, 2],
     )
-    first, second = ops.take(x, order[:, 0], axis=0), ops.take(x, order[:, 1], axis=0)
-    similar = ops.equal(ops.take(labels, order[:, 0]), ops.take(labels, order[:, 1]))
+    first, second = _backend.take(x, order[:, 0]), _backend.take(x, order[:, 1])
+    similar = ops.equal(_backend.take(labels, order[:, 0]), _backend.take(labels, order[:, 1]))
     return first, second, ops.cast(similar, x.dtype)
 
 
