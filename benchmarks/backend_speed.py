@@ -303,21 +303,12 @@ def parse_shapes(values):
     return shapes
 
 
-def check_methods(values):
-    unknown = [v for v in values if v not in METHODS]
+def check_some_of(values, allowed, flag):
+    """`values` of the list flag `--flag` if they are some of `allowed`, else a ValueError."""
+    unknown = [v for v in values if v not in allowed]
     if unknown or not values:
         raise ValueError(
-            f"Invalid value for flag `--methods`. Expected some of {list(METHODS)}. "
-            f"Received: {values}"
-        )
-    return values
-
-
-def check_backends(values):
-    unknown = [v for v in values if v not in BACKENDS]
-    if unknown or not values:
-        raise ValueError(
-            f"Invalid value for flag `--backends`. Expected some of {list(BACKENDS)}. "
+            f"Invalid value for flag `--{flag}`. Expected some of {list(allowed)}. "
             f"Received: {values}"
         )
     return values
@@ -409,8 +400,8 @@ def main(argv):
 
     try:
         shapes = parse_shapes(FLAGS.shapes)
-        backends = check_backends(FLAGS.backends)
-        check_methods(FLAGS.methods)
+        backends = check_some_of(FLAGS.backends, BACKENDS, "backends")
+        check_some_of(FLAGS.methods, METHODS, "methods")
     except ValueError as error:
         raise app.UsageError(str(error), exitcode=2) from error
     if FLAGS.worker:
