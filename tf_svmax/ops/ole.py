@@ -470,10 +470,10 @@ def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_ro
         # What the gradient needs of the two masks, as floats: a boolean kept for the backward
         # pass inside the empty-batch `tf.cond` makes TensorFlow log "Type inference failed".
         active_f = ops.cast(active, dtype)
-        finite_f = ops.cast(all_finite, dtype)
-        # Decided here where the values are known: JAX traces the gradient function, where a
-        # conditional would be compiled anew at every call.
-        finite = _decided(all_finite)
+        # 1, or NaN for non-finite embeddings (or labels out of range): the value and the
+        # gradient are multiplied by it, as in `tf_svmax.ops.spectral` (no conditional, which
+        # JAX would compile anew at every call of the traced gradient function).
+        finite = _guards.nan_unless_factor(all_finite, dtype)
 
         def grad(*args, upstream=None):
             # Keras' PyTorch backend passes the cotangent as `upstream=`, the others positionally.
@@ -483,11 +483,9 @@ def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_ro
             # minus the batch's U_1 V_1^T.
             class_subs_active = class_subs * active_f[:, None, None]
             class_rows = _gather_rows(class_subs_active, coords, k_max)
-            g = (class_rows - batch_sub) * (upstream / n)
-            known = finite if isinstance(finite, bool) else finite_f > 0
-            return _where_known(known, lambda: g, lambda: ops.full_like(g, np.nan))
+            return (class_rows - batch_sub) * ((upstream * finite) / n)
 
-        return _guards.nan_unless(all_finite, value), grad
+        return value * finite, grad
 
     return forward(x)
 
