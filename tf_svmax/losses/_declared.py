@@ -57,12 +57,16 @@ class Declarations:
                 )
             module, node = base
 
-    # One parse per module for the process (the reader of the library's folder lives as long).
+    # One read and at most one parse per module for the process (the reader of the library's
+    # folder lives as long).
     @functools.cache  # noqa: B019
+    def _source(self, module):
+        with open(os.path.join(self.folder, f"{module}.py"), encoding="utf-8") as file:
+            return file.read()
+
+    @functools.cache  # noqa: B019 (as `_source`)
     def _tree(self, module):
-        path = os.path.join(self.folder, f"{module}.py")
-        with open(path, encoding="utf-8") as file:
-            return ast.parse(file.read(), path)
+        return ast.parse(self._source(module), os.path.join(self.folder, f"{module}.py"))
 
     def _module(self, name):
         """Whether `name` is a module of the folder."""
@@ -77,9 +81,8 @@ class Declarations:
             if extension != ".py":
                 continue
             # Only the modules whose text names the class are parsed (a few of the folder's).
-            with open(os.path.join(self.folder, file), encoding="utf-8") as source:
-                if f"class {class_name}" not in source.read():
-                    continue
+            if f"class {class_name}" not in self._source(module):
+                continue
             node = _top_class(self._tree(module), class_name)
             if node is not None:
                 found.append((module, node))
