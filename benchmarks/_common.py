@@ -56,6 +56,23 @@ def cpu():
     }
 
 
+def set_threads(backend, threads):
+    """Runs the Keras backend `backend` single- (or `threads`-) threaded, 0: its default. JAX's
+    threads come from XLA_FLAGS, which must be set before JAX is imported (the caller's)."""
+    if not threads:
+        return
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    elif backend == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(threads)
+
+
 def materialize(result):
     """Forces a TensorFlow result (nested) to the host, so the timing includes the work."""
     import tensorflow as tf

@@ -164,22 +164,6 @@ def _torch(x):
     return steps
 
 
-def _set_threads(backend, threads):
-    """Single- (or n-) threaded backends; JAX's comes from XLA_FLAGS, set by the parent."""
-    if not threads:
-        return
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    elif backend == "torch":
-        import torch
-
-        torch.set_num_threads(threads)
-        torch.set_num_interop_threads(threads)
-
-
 def _versions():
     from tf_svmax import records
 
@@ -224,7 +208,7 @@ def serve(backend, threads):
     warms up) the steps of that shape and answers their names, the device, the versions and
     `auto_took`; ``{"shape": "bxd", "name": measurement, "repeats": n}`` answers
     ``{"seconds": [...]}``, `n` timed calls of that step."""
-    _set_threads(backend, threads)
+    _common.set_threads(backend, threads)
     timers = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}[backend]
     steps = {}
     for line in sys.stdin:

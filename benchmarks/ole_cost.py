@@ -96,9 +96,7 @@ def run(grid, repeats, rounds=1, threads=0):
     # Imported here, not at the top: a refused flag (exit 2) does not wait seconds for them.
     import tensorflow as tf
 
-    if threads:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    _common.set_threads("tensorflow", threads)
 
     import tf_svmax
     from benchmarks.reference_ole import ole_reference
