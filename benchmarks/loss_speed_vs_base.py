@@ -160,6 +160,8 @@ def _step(backend, name, shape, xla):
 
 
 def _set_threads(backend, threads):
+    """`benchmarks._common.set_threads`, restated: a worker runs with the other checkout's root
+    on its path (02ac264 has no `benchmarks._common`)."""
     if not threads:
         return
     if backend == "tensorflow":
