@@ -61,7 +61,7 @@ def spread_out_loss(labels, embeddings, negatives):
     _common.flat_labels(labels, x, "labels", "embeddings")  # checked only: one label per row
     negatives = ops.reshape(ops.convert_to_tensor(negatives), [-1])
     valid = negatives >= 0
-    rows = ops.take(x, ops.where(valid, negatives, ops.zeros_like(negatives)), axis=0)
+    rows = _backend.take(x, ops.where(valid, negatives, ops.zeros_like(negatives)), axis=0)
     products = ops.sum(x * rows, axis=1)
     count = ops.sum(ops.cast(valid, x.dtype))
     zero = ops.zeros_like(products)

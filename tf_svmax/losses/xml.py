@@ -109,7 +109,7 @@ def traced_class_halves(labels):
     starts = ops.cast(ops.equal(first_row, index), "int32")  # the rows that start a class
     rank = ops.cumsum(starts) - 1  # at a class's first row: its rank by first appearance
     classes = ops.sum(starts)
-    return ops.take(rank, first_row) < (classes + 1) // 2
+    return _backend.take(rank, first_row) < (classes + 1) // 2
 
 
 def _rows(x, mask):

@@ -417,7 +417,7 @@ def _gather_rows(per_class, coords, k_max):
     """Row `coords[i]` = (class, position) of the `[C, K_max, D]` tensor, for every i: `[N, D]`."""
     dim = _guards.static_or_dynamic_shape(per_class)[-1]
     flat = ops.reshape(per_class, (-1, dim))
-    return ops.take(flat, coords[:, 0] * k_max + coords[:, 1], axis=0)
+    return _backend.take(flat, coords[:, 0] * k_max + coords[:, 1], axis=0)
 
 
 def _ole(labels, x, delta, threshold, float32_shortcut, num_classes=None, per_row=False):
