@@ -8,21 +8,15 @@ on the concatenated batch; the opt-out (`global_batch=False`) is compared with o
 averaging the loss over the replicas' slices.
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests import backends
+from tests import backends, programs
 from tf_svmax import losses
 from tf_svmax.losses import _registry
 
-ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-5
 # XML's step goes through a closed-form ridge fit of prototypes to one half of the batch, whose
 # float32 rounding alone moves this case's step by 3.7e-5 (one device, float32 against float64:
@@ -33,17 +27,7 @@ CASE_TOLERANCE = {"xml": 1e-4}
 
 @pytest.fixture(scope="module")
 def probes():
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.distributed_probe"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=1500,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout.strip().splitlines()[-1])
+    out = programs.run_json_module("tests.distributed_probe", timeout=1500)
     return {int(replicas): probe for replicas, probe in out.items()}
 
 

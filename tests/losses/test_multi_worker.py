@@ -6,20 +6,20 @@ batches (`tests/multi_worker_probe.py`). The steps are a custom loop: Keras 3's 
 run on this strategy (keras-team/keras#20585).
 """
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from tests import programs
 from tests.cluster import finish, free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def launch(*args):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = programs.checkout_env()
     env.pop("TF_CONFIG", None)
     return subprocess.Popen(
         [sys.executable, "-m", "tests.multi_worker_probe", *map(str, args)],

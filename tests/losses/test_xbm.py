@@ -3,18 +3,14 @@ anchors against (batch ∪ memory), over several steps: ring-buffer wrap-around,
 evaluation, checkpoint resume, `.keras` files, int64 labels, refusals, gradients (finite
 differences with the memory a constant) and MirroredStrategy (a 2-device subprocess)."""
 
-import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import programs
 from tests.reference_xbm import (
     distances,
     random_batch,
@@ -26,9 +22,6 @@ from tests.reference_xbm import (
 )
 from tf_svmax import losses
 from tf_svmax.losses import CrossBatchMemory, CrossBatchMemoryBank
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 CASES = {
     "all_pairs_contrastive": (lambda: losses.AllPairsContrastiveLoss(), ref_contrastive),
@@ -387,17 +380,7 @@ def test_docstring_example_runs():
 def test_two_replicas_equal_one_device():
     """Global batch of 8 over 2 logical CPUs: weights, memory rows (global batch, replica
     order) and both replicas' copies equal the one-device run (`tests/losses/xbm_probe.py`)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.losses.xbm_probe"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout.strip().splitlines()[-1])
+    out = programs.run_json_module("tests.losses.xbm_probe", timeout=300)
     for case, row in out.items():
         assert row["step"] > 1e-3, (case, row)  # the weights moved: equality means something
         assert row["weight_error"] < 1e-5, (case, row)
