@@ -780,8 +780,8 @@ def test_the_gram_space_start_is_taken_from_twice_as_tall_as_wide(rng, monkeypat
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_newton_schulz_with_unknown_shapes_chooses_its_start_at_run_time(rng, jit_compile):
     """Keras' `fit` traces the batch dimension as unknown: the Gram-space start is then a
-    conditional on the run-time shape (under XLA a wide batch is not transposed, see
-    `is_tall`, and takes the tall start)."""
+    conditional on the run-time shape, and under XLA (where `is_tall` leaves a wide batch
+    untransposed) so is `polar_newton_schulz`'s transposition of a wide batch."""
     import tensorflow as tf
 
     @tf.function(jit_compile=jit_compile, input_signature=[tf.TensorSpec([None, None], tf.float32)])
@@ -791,7 +791,7 @@ def test_newton_schulz_with_unknown_shapes_chooses_its_start_at_run_time(rng, ji
             value = svmax_ops.nuclear_norm(x, method="newton_schulz")
         return value, tape.gradient(value, x)
 
-    for shape in [(1024, 128), (144, 128), (16, 128), (40, 8)]:
+    for shape in [(1024, 128), (144, 128), (16, 128), (100, 128), (40, 8)]:
         x = ref.unit_rows(rng, *shape)
         value, grad = step(tf.constant(x))
         expected_value, expected = ref.nuclear_norm_and_gradient(x)

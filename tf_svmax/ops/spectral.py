@@ -358,6 +358,25 @@ def _newton_schulz_start_in_gram_space(x_tall, gram, scale, eye):
 
 
 def polar_newton_schulz(x_tall):
+    """Polar factor `U V^T` of `x_tall` (`M >= N`) by Newton-Schulz iterations
+    (`_polar_newton_schulz_of_tall`).
+
+    A wide `x_tall` (which it can be under XLA where the shape is unknown: `is_tall` leaves it
+    undecided) is transposed and the result transposed back, inside a run-time conditional
+    whose branches both return `M x N`: the iteration then works on the smaller Gram matrix.
+    Measured under TensorFlow's XLA with the batch dimension unknown (as in Keras' `fit`),
+    `svmax` forward + backward of 16 x 128 unit rows: 0.51 ms iterated wide, 0.31 ms
+    transposed (2-core AMD EPYC, one thread; 0.32 ms with the shape known).
+    """
+    rows, cols = static_or_dynamic_shape(x_tall)[-2:]
+    return select(
+        rows >= cols,
+        lambda: _polar_newton_schulz_of_tall(x_tall),
+        lambda: _t(_polar_newton_schulz_of_tall(_t(x_tall))),
+    )
+
+
+def _polar_newton_schulz_of_tall(x_tall):
     """Polar factor `U V^T` of `x_tall` (`M >= N`) by Newton-Schulz iterations.
 
     Starting from ``Y = E / c`` with ``c >= s_1`` (`_sigma_max_bound`) puts every singular value
