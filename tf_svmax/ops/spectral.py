@@ -365,8 +365,9 @@ def polar_newton_schulz(x_tall):
     undecided) is transposed and the result transposed back, inside a run-time conditional
     whose branches both return `M x N`: the iteration then works on the smaller Gram matrix.
     Measured under TensorFlow's XLA with the batch dimension unknown (as in Keras' `fit`),
-    `svmax` forward + backward of 16 x 128 unit rows: 0.51 ms iterated wide, 0.31 ms
-    transposed (2-core AMD EPYC, one thread; 0.32 ms with the shape known).
+    `svmax` forward + backward of 16 x 128 unit rows took 1.57-1.70 times as long as with the
+    shape known when iterated wide, 1.05-1.11 times transposed (2-core AMD EPYC, one thread;
+    `docs/benchmarks.md`).
     """
     rows, cols = static_or_dynamic_shape(x_tall)[-2:]
     return select(
