@@ -687,3 +687,113 @@ def test_a_batch_with_no_rows_and_a_dynamic_row_count_inside_tf_function():
             value = fn(x)
         assert float(value) == 0.0
         assert tape.gradient(value, x).shape == (0, 4)
+
+
+def _tall_batch(rng, kind):
+    """The 1,024 x 128 (or 16 x 128) batches of the Gram-space Newton-Schulz start, float64."""
+    if kind == "gaussian":
+        return rng.standard_normal((1024, 128))
+    if kind == "unit_rows":
+        return ref.unit_rows(rng, 1024, 128, np.float64)
+    if kind == "ill_conditioned":  # singular values from 1 down to 1e-4 of s_1
+        u, _ = np.linalg.qr(rng.standard_normal((1024, 128)))
+        v, _ = np.linalg.qr(rng.standard_normal((128, 128)))
+        return (u * np.geomspace(1.0, 1e-4, 128)) @ v.T
+    if kind in ("rank_20", "rank_1"):  # unit rows through a linear bottleneck
+        rank = 20 if kind == "rank_20" else 1
+        x = rng.standard_normal((1024, rank)) @ rng.standard_normal((rank, 128))
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+    if kind == "repeated":  # eight stacked 128 x 128 identities: s_i = sqrt(8) for all i
+        return np.vstack([np.eye(128)] * 8)
+    assert kind == "wide"  # transposed to 128 x 16: the Gram-space start with N = 16
+    return ref.unit_rows(rng, 16, 128, np.float64)
+
+
+# Largest |error| of U V^T relative to its largest entry allowed per kind (float32). Measured on
+# TensorFlow (eager and XLA), JAX (eager and jit) and PyTorch with the Gram-space start: at most
+# 1.1e-4 (ill-conditioned), 1.5e-5 (rank 20), 6.9e-5 (rank 1: its entries are small; 6e-7
+# absolute), 8e-7 elsewhere; the tall start gave 1.8e-4, 1.8e-5, 3.5e-6 and 1.9e-6. Condition
+# 10,000 leaves ~eps * 10,000 in U V^T wherever float32 products are used.
+_GRAM_START_GRAD_TOL = {"ill_conditioned": 5e-4, "rank_20": 1e-4, "rank_1": 3e-4}
+
+
+@pytest.mark.parametrize("compile_mode", ["eager", "xla"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "kind",
+    ["gaussian", "unit_rows", "ill_conditioned", "rank_20", "rank_1", "repeated", "wide"],
+)
+def test_newton_schulz_started_in_gram_space_matches_numpy(rng, kind, dtype, compile_mode):
+    """Batches at least twice as tall as wide start Newton-Schulz on the N x N Gram matrix
+    (`_newton_schulz_start_in_gram_space`): the nuclear norm and its gradient U V^T of the
+    numerical rank against a float64 NumPy SVD, eagerly and under XLA (TensorFlow's
+    jit_compile, jax.jit)."""
+    if compile_mode == "xla" and B == "torch":
+        pytest.skip("Keras does not compile PyTorch with XLA")
+    if dtype == "float64":
+        _float64_or_skip()
+    x = _tall_batch(rng, kind).astype(dtype)
+    if kind == "rank_1" and dtype == "float32":
+        # The case the start must survive: the float32 Gram matrix (here NumPy's product) has
+        # computed eigenvalues below zero, on which the Gram-space maps would diverge if
+        # iterated without bound (see `_newton_schulz_start_in_gram_space`).
+        assert np.linalg.eigvalsh((x.T @ x).astype(np.float64))[0] < 0
+    fn = lambda e: svmax_ops.nuclear_norm(e, method="newton_schulz")  # noqa: E731
+    if compile_mode == "xla":
+        value, grad = _compiled_value_and_grad(fn, x)
+    else:
+        value, (grad,) = backends.value_and_grad(fn, x)
+    expected_value = ref.singular_values(x).sum()
+    # The ill-conditioned batch's small singular values are genuine (above the input's noise):
+    # its reference is the whole U V^T; the rank-deficient ones drop the noise directions.
+    if kind == "ill_conditioned":
+        _, expected = ref.nuclear_norm_and_gradient(x)
+    else:
+        expected = _rank_cut_polar(x)
+    np.testing.assert_allclose(value, expected_value, rtol=TOL[dtype])
+    if dtype == "float64":
+        np.testing.assert_allclose(grad, expected, atol=1e-9)
+    else:
+        _assert_rel(grad, expected, _GRAM_START_GRAD_TOL.get(kind, TOL["float32"]))
+    assert np.linalg.norm(np.asarray(grad, np.float64), 2) <= 1 + 1e-4  # a subgradient
+
+
+def test_the_gram_space_start_is_taken_from_twice_as_tall_as_wide(rng, monkeypatch):
+    """`_NS_GRAM_MIN_ASPECT`: M >= 2 N of the matrix made tall (a wide batch is transposed)."""
+    calls = []
+    start = spectral._newton_schulz_start_in_gram_space
+
+    def spy(x_tall, *args):
+        calls.append(tuple(x_tall.shape))
+        return start(x_tall, *args)
+
+    monkeypatch.setattr(spectral, "_newton_schulz_start_in_gram_space", spy)
+    for shape, taken in [((32, 16), True), ((31, 16), False), ((8, 16), True), ((9, 16), False)]:
+        calls.clear()
+        x = rng.standard_normal(shape).astype(np.float32)
+        value = backends.to_numpy(svmax_ops.nuclear_norm(x, method="newton_schulz"))
+        np.testing.assert_allclose(value, ref.singular_values(x).sum(), rtol=TOL["float32"])
+        assert calls == ([tuple(sorted(shape, reverse=True))] if taken else []), shape
+
+
+@TF_ONLY
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_newton_schulz_with_unknown_shapes_chooses_its_start_at_run_time(rng, jit_compile):
+    """Keras' `fit` traces the batch dimension as unknown: the Gram-space start is then a
+    conditional on the run-time shape, and under XLA (where `is_tall` leaves a wide batch
+    untransposed) so is `polar_newton_schulz`'s transposition of a wide batch."""
+    import tensorflow as tf
+
+    @tf.function(jit_compile=jit_compile, input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = svmax_ops.nuclear_norm(x, method="newton_schulz")
+        return value, tape.gradient(value, x)
+
+    for shape in [(1024, 128), (144, 128), (16, 128), (100, 128), (40, 8)]:
+        x = ref.unit_rows(rng, *shape)
+        value, grad = step(tf.constant(x))
+        expected_value, expected = ref.nuclear_norm_and_gradient(x)
+        np.testing.assert_allclose(value.numpy(), expected_value, rtol=TOL["float32"])
+        _assert_rel(grad.numpy(), expected, TOL["float32"], err_msg=str(shape))

@@ -16,7 +16,9 @@ Spectral paths (argument `method`):
 * ``"newton_schulz"`` (nuclear norm and mean singular value only; the default under XLA but
   JAX's on a CPU): the polar factor ``U V^T`` by Newton-Schulz iterations (two quintic steps
   that grow the small singular values fast, then the cubic iteration to convergence), built
-  from matrix products only, which XLA compiles well. ``||E||_* = <U V^T, E>``.
+  from matrix products only, which XLA compiles well. ``||E||_* = <U V^T, E>``. Where one side
+  of the batch is at least twice the other, the first steps run on the small Gram matrix
+  (`polar_newton_schulz`).
 
 All paths use the same gradient, ``sum_i g_i u_i v_i^T`` (for the nuclear norm ``U V^T``),
 computed from factors saved in the forward pass. Unlike the gradient through ``U`` and ``V``, it
@@ -59,6 +61,7 @@ from tf_svmax.ops._guards import (
     nan_unless_factor,
     norm,
     orient,
+    select,
     static_or_dynamic_shape,
 )
 
@@ -77,6 +80,22 @@ _NS_MAX_ITERATIONS = 60
 # also grows the numerical noise of a rank-deficient batch past the stopping tolerance (the
 # 144 x 128 rank-20 batch of tests/ops/test_spectral.py then ran all 60 iterations).
 _NS_QUINTIC = (3.4445, -4.7750, 2.0315)
+# The Gram-space start (`_newton_schulz_start_in_gram_space`) takes the two quintic steps and then
+# this many cubic ones on N x N matrices. Each step multiplies how far the rounding error of the
+# float32 Gram matrix carries into the polar factor (for directions not yet converged, about
+# eps times the square of the start's gain, 3.4445^2 * 1.5^k): measured on a 1,024 x 128 batch
+# of condition 1,000 (NumPy float32 products), the largest error of U V^T relative to its largest
+# entry was 1.5e-5 after 4 cubic steps (the tall start: 3.1e-5), 8e-5 after 5 and 1.4e-3 after 6.
+# Four suffice for the well-conditioned batches: on Gaussian and unit-row 1,024 x 128 (and
+# 256 x 128) batches the tall loop's first step then already moves less than its tolerance.
+_NS_GRAM_CUBIC_STEPS = 4
+# The Gram-space start costs ~17 N x N x N products against the ~10 M x N x N products of the
+# tall steps it saves (unit rows, 1,024 x 128: 13 M x N x N products without it, 4 with it), so
+# it pays from M ~ 1.7 N on. Measured under TensorFlow's XLA (`svmax` forward + backward, unit
+# rows, d = 128, 2-core AMD EPYC, one thread, load ~2.5, medians of 9 rounds): 144 x 128 2.29
+# ms with it against 2.20 without, 192 x 128 1.80 against 1.91, 256 x 128 2.27 against 2.77.
+# Taken from M >= 2 N, which leaves the break-even (~1.5 N) a margin.
+_NS_GRAM_MIN_ASPECT = 2
 
 
 def _tiny(dtype):
@@ -175,7 +194,9 @@ def _xla_eigh_is_fast():
     without XLA the Gram path (TensorFlow 0.31 / 1.27 / 2.31 ms, PyTorch 0.48 / 1.42 / 2.68 ms
     after its dispatch was cut) beats Newton-Schulz and the SVD except PyTorch's SVD at b = 16
     (0.46 ms, within the rounds' spread), where both are mostly eager dispatch
-    (`docs/benchmarks.md`)."""
+    (`docs/benchmarks.md`). With the Gram-space start of Newton-Schulz (`polar_newton_schulz`)
+    JAX's ``jax.jit`` Newton-Schulz at 1,024 x 128 took 2.95 ms against the Gram path's ~2.3 ms
+    (three runs, load 1.9-3.0): the Gram path stays the faster one on a CPU."""
     return _backend.xla_eigh_is_fast()
 
 
@@ -295,7 +316,68 @@ def _sigma_max_bound(gram, frobenius):
     return ops.where(bound < frobenius, bound, frobenius)  # (`ops.minimum` would be float32)
 
 
+def _newton_schulz_start_in_tall_space(x_tall, gram, scale, eye):
+    """``Y`` after the two quintic steps, iterated on ``Y`` itself (`M x N`)."""
+    y = x_tall / scale
+    a, b, c = _NS_QUINTIC
+    for step in range(2):
+        # Y^T Y of the first step is the Gram matrix over scale^2 (divided twice: the zero
+        # matrix's scale is the smallest normal float, whose square is 0).
+        yty = gram / scale / scale if step == 0 else _backend.matmul(_t(y), y)
+        y = _backend.matmul(y, a * eye + b * yty + c * _backend.matmul(yty, yty))
+    return y
+
+
+def _newton_schulz_start_in_gram_space(x_tall, gram, scale, eye):
+    """``Y`` after the two quintic and `_NS_GRAM_CUBIC_STEPS` cubic steps, iterated on `N x N`
+    matrices: every iterate is ``Y = E Q / scale`` with ``Q`` a polynomial in the Gram matrix
+    ``A = E^T E``, so a step ``Y <- Y p(Y^T Y)`` is ``Q <- Q p(S)`` with ``S = Y^T Y =
+    Q A Q / scale^2``, and ``Y`` is formed once at the end (one `M x N x N` product)."""
+    a, b, c = _NS_QUINTIC
+    gram = gram / scale / scale  # (divided twice, as in the tall start)
+    q, s = None, gram
+    steps = 2 + _NS_GRAM_CUBIC_STEPS
+    for step in range(steps):
+        if step < 2:
+            p = a * eye + b * s + c * _backend.matmul(s, s)
+        else:
+            p = 1.5 * eye - 0.5 * s
+        q = p if q is None else _backend.matmul(q, p)
+        if step < steps - 1:
+            # S from Q (not updated as S p(S)^2), so that S stays the Gram matrix of the Q that
+            # is used, as Y^T Y of the tall iteration is recomputed from Y.
+            s = _backend.matmul(q, _backend.matmul(gram, q))
+    # No shift of A is needed. Its computed eigenvalues that are zero in exact arithmetic come
+    # out as +-eps * ||A||; the maps diverge on a negative one (each step multiplies it by
+    # p(lambda)^2 > 1), but only a loop without bound would get there: in these six steps it
+    # grows at most ~(3.4445^2 * 1.5^4)^2 ~ 3,600-fold, to ~ -4e-4 * ||A|| in float32, where p
+    # is still within 1e-3 of p(0). Y itself is E Q / scale, whose Gram matrix is positive
+    # semidefinite whatever the sign of A's computed eigenvalues (a direction of E that is zero
+    # stays ~60 times the rounding noise of E), and the tall loop works on Y.
+    return _backend.matmul(x_tall / scale, q)
+
+
 def polar_newton_schulz(x_tall):
+    """Polar factor `U V^T` of `x_tall` (`M >= N`) by Newton-Schulz iterations
+    (`_polar_newton_schulz_of_tall`).
+
+    A wide `x_tall` (which it can be under XLA where the shape is unknown: `is_tall` leaves it
+    undecided) is transposed and the result transposed back, inside a run-time conditional
+    whose branches both return `M x N`: the iteration then works on the smaller Gram matrix.
+    Measured under TensorFlow's XLA with the batch dimension unknown (as in Keras' `fit`),
+    `svmax` forward + backward of 16 x 128 unit rows took 1.57-1.70 times as long as with the
+    shape known when iterated wide, 1.05-1.11 times transposed (2-core AMD EPYC, one thread;
+    `docs/benchmarks.md`).
+    """
+    rows, cols = static_or_dynamic_shape(x_tall)[-2:]
+    return select(
+        rows >= cols,
+        lambda: _polar_newton_schulz_of_tall(x_tall),
+        lambda: _t(_polar_newton_schulz_of_tall(_t(x_tall))),
+    )
+
+
+def _polar_newton_schulz_of_tall(x_tall):
     """Polar factor `U V^T` of `x_tall` (`M >= N`) by Newton-Schulz iterations.
 
     Starting from ``Y = E / c`` with ``c >= s_1`` (`_sigma_max_bound`) puts every singular value
@@ -304,20 +386,29 @@ def polar_newton_schulz(x_tall):
     ``(0, 1.21)``; then ``Y <- Y (3 I - Y^T Y) / 2`` converges quadratically to ``U V^T`` (it
     does for any singular value in ``(0, sqrt(3))``) until the iterate moves less than the
     tolerance. Exactly-zero singular values stay zero (their direction is dropped).
+
+    For a matrix at least twice as tall as wide (`_NS_GRAM_MIN_ASPECT`; decided at run time
+    where the shape is unknown) the two quintic steps and the first `_NS_GRAM_CUBIC_STEPS` cubic
+    ones run on `N x N` matrices (`_newton_schulz_start_in_gram_space`), which costs less than
+    their `M x N x N` products; the tall loop then finishes (one step for a well-conditioned
+    batch) and corrects the rounding of the Gram-space steps as far as they left ``Y``'s
+    singular values off 1 (not the rounding of the Gram matrix itself, which the start carries
+    into ``Y``'s singular vectors: hence its few steps, see `_NS_GRAM_CUBIC_STEPS`). Measured
+    under TensorFlow's XLA (2-core AMD EPYC, one thread, load 1.5-2.5), `svmax` forward +
+    backward with unit rows: 1,024 x 128 6.8 -> 3.2 ms, 256 x 128 2.8 -> 2.3 ms
+    (`docs/benchmarks.md`).
     """
     dtype = dtype_name(x_tall)
-    n = static_or_dynamic_shape(x_tall)[-1]
+    rows, n = static_or_dynamic_shape(x_tall)[-2:]
     eye = ops.eye(n, dtype=dtype)
     gram = _backend.matmul(_t(x_tall), x_tall)
     # Clamp so an all-zero matrix gives Y = 0 instead of 0/0.
     scale = at_least(_sigma_max_bound(gram, norm(x_tall)), _tiny(dtype))
-    y = x_tall / scale
-    a, b, c = _NS_QUINTIC
-    for step in range(2):
-        # Y^T Y of the first step is the Gram matrix over scale^2 (divided twice: the zero
-        # matrix's scale is the smallest normal float, whose square is 0).
-        yty = gram / scale / scale if step == 0 else _backend.matmul(_t(y), y)
-        y = _backend.matmul(y, a * eye + b * yty + c * _backend.matmul(yty, yty))
+    y = select(
+        rows >= _NS_GRAM_MIN_ASPECT * n,
+        lambda: _newton_schulz_start_in_gram_space(x_tall, gram, scale, eye),
+        lambda: _newton_schulz_start_in_tall_space(x_tall, gram, scale, eye),
+    )
     tol = _NS_TOL_EPS * _eps(dtype) * ops.sqrt(ops.cast(n, dtype))
 
     def keep_going(y, change):
