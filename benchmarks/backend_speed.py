@@ -50,7 +50,7 @@ table, in milliseconds.
     python -m benchmarks.backend_speed --threads=1 --output=benchmarks/results/backend_speed
     python -m benchmarks.backend_speed --output=benchmarks/results/backend_speed_default_threads
     python -m benchmarks.backend_speed --threads=1 --isa=avx2 \
-        --output=benchmarks/results/backend_speed_avx2cap
+        --output=benchmarks/results/backend_speed_avx2cap/avx2cap_run1
 """
 
 import json
