@@ -35,10 +35,11 @@ own switch in every worker's environment (`ISA_CAPS`): PyTorch's ATen kernels
 ``OPENBLAS_CORETYPE``). The CPU is still the one it is: such a record is "<CPU>, instruction sets
 capped at AVX2", not an AVX2 CPU (whose caches, clocks and vector units differ). Each worker
 reports what its libraries say they run (`isa_check`, in the record's ``backend_versions``):
-PyTorch's CPU capability and whether its MKL takes this CPU for an Intel one (MKL's AVX-512
-kernels are Intel-only), oneDNN's ISA (from ``ONEDNN_VERBOSE`` in a child process: it prints on
-stdout, the worker's channel) and OpenBLAS' core; XLA reports nothing at run time (it refuses an
-unknown XLA flag, and warns of an unknown ISA).
+PyTorch's CPU capability and whether its MKL takes this CPU for an Intel one (MKL picks its
+kernels by the CPU's vendor as well as its instruction sets, and reports no ISA), oneDNN's ISA
+(from ``ONEDNN_VERBOSE`` in a child process: it prints on stdout, the worker's channel) and
+OpenBLAS' core; XLA reports nothing at run time (it refuses an unknown XLA flag, and warns of an
+unknown ISA).
 
 `--backends` and `--methods` narrow what is timed, e.g. ``--backends=torch --methods=auto`` for
 the PyTorch backend's default path beside its peer only (the peers are always timed; without
@@ -220,8 +221,8 @@ def _onednn_isa():
 
 
 def _mkl_intel_cpu():
-    """Whether the MKL inside PyTorch takes this CPU for an Intel one (it dispatches its AVX-512
-    kernels on Intel CPUs only); None where it does not say (no such symbol)."""
+    """Whether the MKL inside PyTorch takes this CPU for an Intel one (it picks its kernels by
+    vendor as well as by instruction set); None where it does not say (no such symbol)."""
     import ctypes
 
     import torch

@@ -175,7 +175,14 @@ def _xla_eigh_is_fast():
     without XLA the Gram path (TensorFlow 0.31 / 1.27 / 2.31 ms, PyTorch 0.48 / 1.42 / 2.68 ms
     after its dispatch was cut) beats Newton-Schulz and the SVD except PyTorch's SVD at b = 16
     (0.46 ms, within the rounds' spread), where both are mostly eager dispatch
-    (`docs/benchmarks.md`)."""
+    (`docs/benchmarks.md`).
+
+    Measured on both instruction sets for issue 60 (`backend_speed.py --threads=1`, native and
+    ``--isa=avx2`` alternating, two runs each, load 3.0-4.4): with every library capped at AVX2
+    on the same AVX-512 CPU (oneDNN, OpenBLAS, ATen and XLA's code generation; TensorFlow's Eigen
+    is compiled for AVX, and PyTorch's MKL reported no change), the fastest path per backend,
+    mode and b was the same as natively, and ``"auto"`` took it or one within the rounds' spread
+    (`benchmarks/results/backend_speed_avx2cap/`). No AVX2-only CPU was measured."""
     return _backend.xla_eigh_is_fast()
 
 
