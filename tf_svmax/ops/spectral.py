@@ -178,7 +178,7 @@ def _xla_eigh_is_fast():
     (`docs/benchmarks.md`).
 
     Measured on both instruction sets for issue 60 (`backend_speed.py --threads=1`, native and
-    ``--isa=avx2`` alternating, two runs each, load 3.0-4.4): with every library capped at AVX2
+    ``--isa=avx2`` alternating, four runs each, load 2.1-4.4): with every library capped at AVX2
     on the same AVX-512 CPU (oneDNN, OpenBLAS, ATen and XLA's code generation; TensorFlow's Eigen
     is compiled for AVX, and PyTorch's MKL reported no change), the fastest path per backend,
     mode and b was the same as natively, and ``"auto"`` took it or one within the rounds' spread
