@@ -27,6 +27,20 @@ the single-threaded ones 4.3-8.7 ms). The record has the CPU's model and
 vector extensions (AVX2 and AVX-512 change the kernels of every backend) and the load average
 before, after and at every round.
 
+`--isa=avx2` caps the instruction sets of every library at AVX2 at run time, through each one's
+own switch in every worker's environment (`ISA_CAPS`): PyTorch's ATen kernels
+(``ATEN_CPU_CAPABILITY``) and its MKL (``MKL_ENABLE_INSTRUCTIONS``), oneDNN under TensorFlow
+(``ONEDNN_MAX_CPU_ISA``), XLA's code generation under TensorFlow and JAX
+(``--xla_cpu_max_isa``) and the OpenBLAS behind JAX's ``eigh`` and ``svd`` (scipy's LAPACK,
+``OPENBLAS_CORETYPE``). The CPU is still the one it is: such a record is "<CPU>, instruction sets
+capped at AVX2", not an AVX2 CPU (whose caches, clocks and vector units differ). Each worker
+reports what its libraries say they run (`isa_check`, in the record's ``backend_versions``):
+PyTorch's CPU capability and whether its MKL takes this CPU for an Intel one (MKL picks its
+kernels by the CPU's vendor as well as its instruction sets, and reports no ISA), oneDNN's ISA
+(from ``ONEDNN_VERBOSE`` in a child process: it prints on stdout, the worker's channel) and
+OpenBLAS' core; XLA reports nothing at run time (it refuses an unknown XLA flag, and warns of an
+unknown ISA).
+
 `--backends` and `--methods` narrow what is timed, e.g. ``--backends=torch --methods=auto`` for
 the PyTorch backend's default path beside its peer only (the peers are always timed; without
 every explicit method the record cannot say which one ``"auto"`` took).
@@ -36,6 +50,8 @@ table, in milliseconds.
 
     python -m benchmarks.backend_speed --threads=1 --output=benchmarks/results/backend_speed
     python -m benchmarks.backend_speed --output=benchmarks/results/backend_speed_default_threads
+    python -m benchmarks.backend_speed --threads=1 --isa=avx2 \
+        --output=benchmarks/results/backend_speed_avx2cap/avx2cap_run1
 """
 
 import json
@@ -77,6 +93,25 @@ flags.DEFINE_list(
 flags.DEFINE_integer("rounds", 7, "Interleaved rounds (each worker once per round).", 1)
 flags.DEFINE_integer("repeats", 15, "Timed calls per measurement per round (after warm-up).", 1)
 flags.DEFINE_integer("threads", 0, "Threads of every backend (0: the backend's default).", 0)
+# The run-time switches that cap each library at an instruction set, set in every worker's
+# environment (see the module docstring). XLA_FLAGS is added to, not replaced.
+ISA_CAPS = {
+    "native": {},
+    "avx2": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "OPENBLAS_CORETYPE": "Haswell",
+        "XLA_FLAGS": "--xla_cpu_max_isa=AVX2",
+    },
+}
+flags.DEFINE_enum(
+    "isa",
+    "native",
+    list(ISA_CAPS),
+    "Instruction sets of every library: native (all the CPU has) or avx2 (capped at AVX2 at "
+    "run time on this CPU, through each library's own switch; see the module docstring).",
+)
 flags.DEFINE_string("output", None, "Folder for backend_speed.csv/.json (none: print only).")
 flags.DEFINE_string("worker", None, "Internal: serve timings on this backend over stdin/stdout.")
 
@@ -170,6 +205,65 @@ def _versions():
     return records.environment()["versions"]
 
 
+def _onednn_isa():
+    """The ISA oneDNN runs under TensorFlow, from ``ONEDNN_VERBOSE`` in a child process (it
+    prints on stdout, this worker's channel); None without a oneDNN matmul (oneDNN off)."""
+    snippet = "import tensorflow as tf; tf.linalg.matmul(tf.ones((8, 8)), tf.ones((8, 8)))"
+    done = subprocess.run(
+        [sys.executable, "-c", snippet],
+        env={**os.environ, "ONEDNN_VERBOSE": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if ",info,cpu,isa:" in line]
+    return lines[0].split("isa:", 1)[1] if lines else None
+
+
+def _mkl_intel_cpu():
+    """Whether the MKL inside PyTorch takes this CPU for an Intel one (it picks its kernels by
+    vendor as well as by instruction set); None where it does not say (no such symbol)."""
+    import ctypes
+
+    import torch
+
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        return bool(lib.mkl_serv_intel_cpu_true())
+    except (OSError, AttributeError):
+        return None
+
+
+def _openblas_cores():
+    """The cores OpenBLAS runs (scipy's is the LAPACK behind JAX's eigh and svd): {library
+    file: core}, from threadpoolctl (None without it)."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return None
+    import scipy.linalg.cython_lapack  # noqa: F401  loads scipy's OpenBLAS
+
+    return {
+        os.path.basename(info["filepath"]): info.get("architecture")
+        for info in threadpoolctl.threadpool_info()
+        if info["internal_api"] == "openblas"
+    }
+
+
+def isa_check(backend):
+    """What the libraries of this worker's backend say about the instruction sets they run."""
+    if backend == "torch":
+        import torch
+
+        return {
+            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkl_intel_cpu": _mkl_intel_cpu(),
+        }
+    if backend == "tensorflow":
+        return {"onednn_isa": _onednn_isa(), "xla_flags": os.environ.get("XLA_FLAGS")}
+    return {"openblas_cores": _openblas_cores(), "xla_flags": os.environ.get("XLA_FLAGS")}
+
+
 def _device(backend):
     """Where this worker's backend computes: "cpu", or the GPU's name."""
     if backend == "jax":
@@ -210,6 +304,7 @@ def serve(backend, threads):
     ``{"seconds": [...]}``, `n` timed calls of that step."""
     _common.set_threads(backend, threads)
     timers = {"tensorflow": _tensorflow, "jax": _jax, "torch": _torch}[backend]
+    checked = isa_check(backend)
     steps = {}
     for line in sys.stdin:
         request = json.loads(line)
@@ -223,7 +318,7 @@ def serve(backend, threads):
             answer = {
                 "names": list(results),
                 "device": _device(backend),
-                "versions": _versions(),
+                "versions": {**_versions(), "isa_check": checked},
                 "auto_took": _auto_took(results),
             }
         else:
@@ -240,8 +335,10 @@ def serve(backend, threads):
 class _Worker:
     """One backend's long-lived worker process."""
 
-    def __init__(self, backend, threads):
+    def __init__(self, backend, threads, isa):
         env = {**os.environ, "KERAS_BACKEND": backend}
+        for name, value in ISA_CAPS[isa].items():
+            env[name] = f"{env.get(name, '')} {value}".strip() if name == "XLA_FLAGS" else value
         if threads:
             # The LAPACK behind JAX's `eigh` and `svd` runs OpenMP threads of its own, which on
             # a loaded CPU stall a 128 x 128 decomposition to ~100 ms now and then.
@@ -298,10 +395,10 @@ def check_some_of(values, allowed, flag):
     return values
 
 
-def measure(backends, shapes, rounds, repeats, threads):
+def measure(backends, shapes, rounds, repeats, threads, isa="native"):
     """Rows of every (backend, measurement, shape) with their round medians and their ratios to
     the PyTorch peer timed right beside them; the workers' versions; the load per round."""
-    workers = {backend: _Worker(backend, threads) for backend in (*backends, "torch")}
+    workers = {backend: _Worker(backend, threads, isa) for backend in (*backends, "torch")}
     info, versions, loads = {}, {}, []
     medians, ratios, peer_ms = {}, {}, {}
     try:
@@ -349,6 +446,7 @@ def measure(backends, shapes, rounds, repeats, threads):
                 "auto_took": answer["auto_took"].get(name),
                 "b": b,
                 "d": d,
+                "isa": isa,
                 "median_ms": float(np.median(per_round)),
                 "min_round_ms": float(np.min(per_round)),
                 "max_round_ms": float(np.max(per_round)),
@@ -358,6 +456,15 @@ def measure(backends, shapes, rounds, repeats, threads):
             }
         )
     return rows, versions, loads
+
+
+def isa_title(isa):
+    """How a record made with `--isa` is labelled: the CPU keeps its own instruction sets."""
+    return (
+        "native instruction sets"
+        if isa == "native"
+        else f"instruction sets capped at {isa.upper()}"
+    )
 
 
 def format_table(rows):
@@ -392,14 +499,18 @@ def main(argv):
         serve(FLAGS.worker, FLAGS.threads)
         return
     load_before = os.getloadavg()
-    rows, versions, loads = measure(backends, shapes, FLAGS.rounds, FLAGS.repeats, FLAGS.threads)
+    rows, versions, loads = measure(
+        backends, shapes, FLAGS.rounds, FLAGS.repeats, FLAGS.threads, FLAGS.isa
+    )
     load_after = os.getloadavg()
     rows = sorted(rows, key=lambda r: (r["b"], r["d"], BACKENDS.index(r["backend"])))
     cpu = _common.cpu()
     print(
-        f"CPU {cpu}, threads {FLAGS.threads or 'backend default'}, {FLAGS.rounds} rounds x "
-        f"{FLAGS.repeats} calls; load average before {load_before}, after {load_after}"
+        f"CPU {cpu}, {isa_title(FLAGS.isa)}, threads {FLAGS.threads or 'backend default'}, "
+        f"{FLAGS.rounds} rounds x {FLAGS.repeats} calls; load average before {load_before}, "
+        f"after {load_after}"
     )
+    print("isa_check: " + json.dumps({b: v["isa_check"] for b, v in versions.items()}))
     print(format_table(rows))
     if FLAGS.output:
         config = {
@@ -410,6 +521,8 @@ def main(argv):
             "repeats": FLAGS.repeats,
             "threads": FLAGS.threads or "backend default",
             "cpu": cpu,
+            "isa": isa_title(FLAGS.isa),
+            "isa_caps": ISA_CAPS[FLAGS.isa],
             "load_average_before": load_before,
             "load_average_after": load_after,
             "load_average_1min_per_round": loads,

@@ -263,6 +263,7 @@ def test_an_unknown_flag_exits_2_before_any_work(program, tmp_path):
         ("gather_overhead", ("--replicas=3", "--batches=8")),
         ("input_pipeline", ("--threads=0",)),
         ("lorac_xml_overhead", ("--batch_p=6",)),
+        ("backend_speed", ("--isa=avx512",)),
         ("loss_speed_vs_base", (f"--base={ROOT}", "--losses=no_such_loss")),
         ("loss_speed_vs_base", ("--base=/no/such/checkout",)),
         ("ole_cost", ("--batch_sizes=72,0",)),
@@ -311,13 +312,15 @@ def test_loss_speed_vs_base(tmp_path):
 
 def test_backend_speed(tmp_path):
     """One worker process per Keras backend; every row carries its ratio to the PyTorch peer
-    timed beside it, per round, and "auto" names the explicit method it took."""
+    timed beside it, per round, and "auto" names the explicit method it took. `--isa=avx2`
+    reaches every worker: its libraries report no AVX-512 kernels, and the record says so."""
     stdout = _run(
         "backend_speed",
         "--shapes=12x8",
         "--rounds=2",
         "--repeats=1",
         "--threads=1",
+        "--isa=avx2",
         f"--output={tmp_path}",
     )
     results = json.loads((tmp_path / "backend_speed.json").read_text())
@@ -347,6 +350,18 @@ def test_backend_speed(tmp_path):
     assert config["threads"] == 1 and len(config["load_average_1min_per_round"]) == 2
     assert "vector_flags" in (config["cpu"] or {"vector_flags": []})  # None without /proc
     assert "| 12 x 8 | jax | cpu |" in stdout
+    # The cap, in the record, the CSV's rows and the table's title.
+    assert config["isa"] == "instruction sets capped at AVX2" and "capped at AVX2" in stdout
+    assert config["isa_caps"]["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert {r["isa"] for r in rows.values()} == {"avx2"}
+    assert ",avx2," in (tmp_path / "backend_speed.csv").read_text()
+    # What each worker's libraries say they run: nothing above AVX2, whatever this CPU has.
+    checked = {b: v["isa_check"] for b, v in results["backend_versions"].items()}
+    assert checked["torch"]["torch_cpu_capability"] in ("AVX2", "DEFAULT")
+    assert "AVX-512" not in (checked["tensorflow"]["onednn_isa"] or "")
+    avx512_cores = {"SkylakeX", "Cooperlake", "SapphireRapids"}
+    assert not avx512_cores & set((checked["jax"]["openblas_cores"] or {}).values())
+    assert "--xla_cpu_max_isa=AVX2" in checked["jax"]["xla_flags"]
 
 
 def test_backend_memory(tmp_path):

@@ -196,7 +196,15 @@ def _xla_eigh_is_fast():
     (0.46 ms, within the rounds' spread), where both are mostly eager dispatch
     (`docs/benchmarks.md`). With the Gram-space start of Newton-Schulz (`polar_newton_schulz`)
     JAX's ``jax.jit`` Newton-Schulz at 1,024 x 128 took 2.95 ms against the Gram path's ~2.3 ms
-    (three runs, load 1.9-3.0): the Gram path stays the faster one on a CPU."""
+    (three runs, load 1.9-3.0): the Gram path stays the faster one on a CPU.
+
+    Measured on both instruction sets for issue 60 (`backend_speed.py --threads=1`, native and
+    ``--isa=avx2`` alternating, four runs each, load 2.1-4.4, before the Gram-space start): with
+    every library capped at AVX2 on the same AVX-512 CPU (oneDNN, OpenBLAS, ATen and XLA's code
+    generation; TensorFlow's Eigen is compiled for AVX, and PyTorch's MKL reported no change), the
+    fastest path per backend, mode and b was the same as natively, and ``"auto"`` took it or one
+    within the rounds' spread (`benchmarks/results/backend_speed_avx2cap/`). No AVX2-only CPU was
+    measured."""
     return _backend.xla_eigh_is_fast()
 
 
