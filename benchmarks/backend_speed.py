@@ -344,10 +344,11 @@ class _Worker:
             # a loaded CPU stall a 128 x 128 decomposition to ~100 ms now and then.
             env["OMP_NUM_THREADS"] = str(threads)
         if threads and backend == "jax":
+            # XLA's CPU thread pool has no XLA flag for its size; one thread for its Eigen
+            # kernels is this one (a token without "--" after a flag is silently ignored).
             env["XLA_FLAGS"] = (
-                f"{env.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false "
-                f"intra_op_parallelism_threads={threads}"
-            ).strip()
+                f"{env.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false".strip()
+            )
         self.backend = backend
         command = [sys.executable, "-m", "benchmarks.backend_speed", f"--worker={backend}"]
         self.process = subprocess.Popen(

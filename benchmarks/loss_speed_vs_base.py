@@ -206,10 +206,11 @@ class _Side:
     def __init__(self, name, root, backend, save_dir, threads):
         env = {**os.environ, "PYTHONPATH": root, "KERAS_BACKEND": backend}
         if threads and backend == "jax":
+            # XLA's CPU thread pool has no XLA flag for its size; one thread for its Eigen
+            # kernels is this one (a token without "--" after a flag is silently ignored).
             env["XLA_FLAGS"] = (
-                f"{env.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false "
-                f"intra_op_parallelism_threads={threads}"
-            ).strip()
+                f"{env.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false".strip()
+            )
         # The worker is this file run from `root`'s tree, so each side imports its own tf_svmax.
         self.name, self.root = name, root
         self.process = subprocess.Popen(
