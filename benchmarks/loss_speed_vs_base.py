@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 # No module of this checkout at the top: a worker runs this file with the other side's tree on
-# its path (benchmarks._common is imported by the parent only).
+# its path (benchmarks._common is imported by the parent, and loaded by file in a worker).
 
 FLAGS = flags.FLAGS
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -159,28 +159,24 @@ def _step(backend, name, shape, xla):
     return run
 
 
-def _set_threads(backend, threads):
-    """`benchmarks._common.set_threads`, restated: a worker runs with the other checkout's root
-    on its path (02ac264 has no `benchmarks._common`)."""
-    if not threads:
-        return
-    if backend == "tensorflow":
-        import tensorflow as tf
+def _this_checkouts_common():
+    """This checkout's `benchmarks._common`, loaded from its file beside this one: a worker runs
+    with the other checkout's root on its path (02ac264 has no `benchmarks._common`), so the
+    name would not find it. The module imports only the standard library and NumPy."""
+    import importlib.util
 
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    elif backend == "torch":
-        import torch
-
-        torch.set_num_threads(threads)
-        torch.set_num_interop_threads(threads)
-    # JAX: XLA_FLAGS, set by the parent before the worker starts.
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_common.py")
+    spec = importlib.util.spec_from_file_location("_loss_speed_vs_base_common", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def serve(backend, save_dir, threads):
     """Answers one JSON line per request line: ``{"loss", "shape", "xla", "repeats"}`` ->
     ``{"seconds": [...]}``; the first request of a key saves its value and gradient."""
-    _set_threads(backend, threads)
+    # (JAX's threads: XLA_FLAGS, set by the parent before the worker starts.)
+    _this_checkouts_common().set_threads(backend, threads)
     steps = {}
     for line in sys.stdin:
         request = json.loads(line)
